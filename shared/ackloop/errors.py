@@ -1,0 +1,81 @@
+"""The error tree. Its type decides what happens to the Pub/Sub message that caused it.
+
+- :class:`RetryableError`: the step handler answers non-2xx, Pub/Sub redelivers, and the next
+  delivery tries again (model 429/5xx, timeouts, Firestore contention, a lease held by another).
+- :class:`PermanentError`: the message is acknowledged and the failure is recorded on the run
+  (or in the poison collection when no run can be named). Redelivery could not help.
+- Tool failures are neither: they become the tool's result, for the model to read.
+"""
+
+from __future__ import annotations
+
+
+class AckloopError(Exception):
+    """Base of every error ackloop raises on purpose."""
+
+
+class RetryableError(AckloopError):
+    """Redelivery may succeed. ``retry_after`` (seconds) is honoured when known."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentError(AckloopError):
+    """Redelivery cannot help: acknowledge and record ``reason`` where the user will look."""
+
+    def __init__(self, message: str, *, reason: str = "failed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class PoisonMessage(PermanentError):
+    """A message that cannot be decoded or validated. Acknowledged and kept in ``poison``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="poison_message")
+
+
+class UnknownRun(PermanentError):
+    """A step message names a run that does not exist."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} does not exist", reason="unknown_run")
+
+
+class StepConflict(PermanentError):
+    """A delivery found a different step recorded at its key: histories must never mix."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="step_conflict")
+
+
+class StepBusy(RetryableError):
+    """Another delivery holds a live lease on this step; try again after it expires."""
+
+
+class LeaseLost(RetryableError):
+    """Our lease was taken over (it expired); our result must not be committed."""
+
+
+class ConversationBusy(RetryableError):
+    """The conversation has a run in progress; a new turn waits until it ends."""
+
+
+class IdempotencyMismatch(PermanentError):
+    """A request id was reused with a different body."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="idempotency_mismatch")
+
+
+class ModelRetryableError(RetryableError):
+    """The model call may succeed later (429, 5xx, timeout, connection error)."""
+
+
+class ModelPermanentError(PermanentError):
+    """The model call cannot succeed as sent (400, safety block, empty or malformed answer)."""
+
+    def __init__(self, message: str, *, reason: str = "model_error") -> None:
+        super().__init__(message, reason=reason)

@@ -1,0 +1,60 @@
+"""The model port: what the engine needs from a model, and nothing about how it is reached.
+
+Contents, parts and function declarations travel as the JSON dicts google-genai produces with
+``model_dump(mode="json", exclude_none=True)``. That is also how they are stored in Firestore, so
+a model's raw parts (thought signatures included) go back to it unchanged on the next step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ackloop.wire import FunctionCall, Usage
+
+JsonDict = dict[str, Any]
+
+
+class ModelRequest(BaseModel):
+    """One model call: everything the model sees."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    system_instruction: str
+    contents: list[JsonDict]
+    """Gemini ``Content`` dicts, oldest first (roles ``user`` and ``model``)."""
+    tools: list[JsonDict] = Field(default_factory=list)
+    """Gemini ``FunctionDeclaration`` dicts."""
+    response_schema: JsonDict | None = None
+    """JSON schema of a structured final answer, when the run asks for one."""
+    timeout_seconds: float = 60.0
+
+
+class ModelTurn(BaseModel):
+    """What the model answered, kept raw for replay and parsed for the engine."""
+
+    model_config = ConfigDict(frozen=True)
+
+    parts: list[JsonDict]
+    """The candidate's parts exactly as returned (``Part`` dicts, thought signatures included)."""
+    calls: list[FunctionCall] = Field(default_factory=list)
+    text: str | None = None
+    """Concatenated text parts (thoughts excluded); the answer when ``calls`` is empty."""
+    usage: Usage = Usage()
+    finish_reason: str | None = None
+    model_version: str | None = None
+
+
+class ModelClient(Protocol):
+    """Calls a model once. No retries inside: redelivery of the step is the retry.
+
+    Raises :class:`ackloop.errors.ModelRetryableError` for 429 (with ``retry_after``), 5xx,
+    timeouts and connection errors; :class:`ackloop.errors.ModelPermanentError` for 400-class
+    errors, safety blocks, empty candidates and malformed responses.
+    """
+
+    provider: str
+
+    async def generate(self, request: ModelRequest) -> ModelTurn: ...

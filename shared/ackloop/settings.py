@@ -1,0 +1,96 @@
+"""One settings model for every process, read from the environment once at start-up.
+
+The environment variable names here are the contract with ``infra/`` (Terraform sets them) and
+with ``ackloop dev up`` (which sets them for local processes). ``tests/test_infra.py`` checks
+both directions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ModelProvider = Literal["auto", "gemini", "scripted"]
+
+
+class Settings(BaseSettings):
+    """Runtime configuration. Every field maps to ``ACKLOOP_<NAME>`` unless an alias says more."""
+
+    model_config = SettingsConfigDict(env_prefix="ACKLOOP_", extra="ignore", frozen=True)
+
+    project_id: str = Field(
+        default="ackloop-local",
+        validation_alias=AliasChoices("ACKLOOP_PROJECT_ID", "GOOGLE_CLOUD_PROJECT"),
+        description="Google Cloud project that owns the topics and the Firestore database.",
+    )
+    firestore_database: str = Field(default="(default)", description="Firestore database id.")
+    collection_prefix: str = Field(
+        default="",
+        pattern=r"^[a-z0-9_]*$",
+        description="Prefix for top-level Firestore collections (lets tests share one database).",
+    )
+
+    queries_topic: str = Field(default="ackloop-queries", description="Topic users publish to.")
+    model_steps_topic: str = Field(default="ackloop-model-steps", description="Model step topic.")
+    tool_steps_topic: str = Field(default="ackloop-tool-steps", description="Tool step topic.")
+    answers_topic: str = Field(default="ackloop-answers", description="Final answers topic.")
+    dead_letter_topic: str = Field(default="ackloop-dead-letter", description="Dead-letter topic.")
+
+    model_provider: ModelProvider = Field(
+        default="auto",
+        description="'gemini', 'scripted', or 'auto' (gemini when credentials exist).",
+    )
+    model: str = Field(default="gemini-3-flash-preview", description="Gemini model name.")
+    gemini_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("ACKLOOP_GEMINI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY"),
+        description="Gemini Developer API key (Vertex AI uses GOOGLE_GENAI_USE_VERTEXAI instead).",
+    )
+    use_vertexai: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("ACKLOOP_USE_VERTEXAI", "GOOGLE_GENAI_USE_VERTEXAI"),
+        description="Call Gemini through Vertex AI with the service account's credentials.",
+    )
+    vertex_location: str = Field(
+        default="global",
+        validation_alias=AliasChoices("ACKLOOP_VERTEX_LOCATION", "GOOGLE_CLOUD_LOCATION"),
+        description="Vertex AI location for Gemini calls.",
+    )
+    gemini_base_url: str | None = Field(
+        default=None, description="Override of the Gemini endpoint (a local compatible server)."
+    )
+    model_timeout_seconds: float = Field(default=60.0, gt=0, description="One model call.")
+
+    tool_timeout_seconds: float = Field(default=30.0, gt=0, description="One tool call.")
+    nws_base_url: str = Field(default="https://api.weather.gov", description="weather.gov API.")
+    ip_echo_url: str = Field(default="https://icanhazip.com", description="Public-IP echo.")
+    ipapi_base_url: str = Field(default="http://ip-api.com", description="IP geolocation API.")
+
+    lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a claimed step stays exclusive without a heartbeat.",
+    )
+    max_step_attempts: int = Field(
+        default=8, ge=1, description="Claims of one step before its run is failed."
+    )
+    default_max_steps: int = Field(default=20, ge=1, description="Model steps per run.")
+    default_max_seconds: float = Field(default=300.0, gt=0, description="Wall clock per run.")
+    default_max_tool_calls: int = Field(default=50, ge=0, description="Tool calls per run.")
+    default_max_tokens: int | None = Field(default=None, ge=1, description="Tokens per run.")
+
+    log_level: str = Field(default="INFO", description="Python log level.")
+
+    def resolved_model_provider(self) -> Literal["gemini", "scripted"]:
+        """'auto' means Gemini when an API key or Vertex AI is configured, else scripted."""
+        if self.model_provider != "auto":
+            return self.model_provider
+        if self.gemini_api_key is not None or self.use_vertexai:
+            return "gemini"
+        return "scripted"
+
+    def collection(self, name: str) -> str:
+        """Name of a top-level Firestore collection, with the configured prefix."""
+        return f"{self.collection_prefix}{name}"

@@ -1,0 +1,1 @@
+"""Tools: the port (:mod:`.base`), the typed tool framework and the seed's tools."""

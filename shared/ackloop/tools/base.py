@@ -1,0 +1,54 @@
+"""The tool port: how the engine runs one function call the model asked for."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from ackloop.wire import FunctionCall
+
+JsonDict = dict[str, Any]
+
+
+class ToolContext(BaseModel):
+    """What a tool call knows about where it runs.
+
+    ``idempotency_key`` is stable across redeliveries of the same step: a tool with external side
+    effects passes it on (as an ``Idempotency-Key`` header, say) so a re-run cannot act twice.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    step_key: str
+    idempotency_key: str
+    attempt: int = 1
+    timeout_seconds: float = 30.0
+
+
+class ToolOutcome(BaseModel):
+    """The result of one call, as the model will read it.
+
+    ``response`` becomes the ``function_response.response`` dict: ``{"result": ...}`` on success,
+    ``{"error": "..."}`` on a failure written for the model. ``final`` ends the run with
+    ``response["result"]`` as its output.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    response: JsonDict
+    is_error: bool = False
+    final: bool = False
+
+
+class Toolbox(Protocol):
+    """A set of tools an agent may call."""
+
+    def declarations(self) -> list[JsonDict]:
+        """Gemini ``FunctionDeclaration`` dicts (flat JSON schema, no ``$ref``)."""
+        ...
+
+    async def execute(self, call: FunctionCall, context: ToolContext) -> ToolOutcome:
+        """Run ``call``. Never raises for tool failures: they become an error outcome."""
+        ...

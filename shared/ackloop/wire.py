@@ -1,0 +1,127 @@
+"""Every message on the wire, one Pydantic model each, versioned and strict.
+
+Messages carry ids and small call descriptors, never the conversation: the conversation lives in
+Firestore (documents cap at 1 MiB, messages at 10 MB, and a message must stay cheap to redeliver).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+# Ids that end up in Firestore document paths: no "/", no leading "__", bounded length.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+_ID_RE = re.compile(ID_PATTERN)
+Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+
+MAX_QUERY_CHARS = 32_000
+
+
+def is_identifier(value: str) -> bool:
+    """True when ``value`` is safe to use as a Firestore document id."""
+    return bool(_ID_RE.match(value)) and not value.startswith("__")
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Usage(WireModel):
+    """Cumulative resource use of a run. Carried on step messages so budgets need no extra read."""
+
+    model_calls: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def plus(self, other: Usage) -> Usage:
+        return Usage(
+            model_calls=self.model_calls + other.model_calls,
+            tool_calls=self.tool_calls + other.tool_calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+class RunOptions(WireModel):
+    """Optional per-run settings; anything left out takes the deployment's default."""
+
+    max_steps: int | None = Field(default=None, ge=1, le=1000, description="Model steps.")
+    max_seconds: float | None = Field(default=None, gt=0, le=86_400, description="Wall clock.")
+    max_tool_calls: int | None = Field(default=None, ge=0, le=10_000, description="Tool calls.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Total tokens.")
+
+
+class QueryMessage(WireModel):
+    """A user's question, published to the queries topic (schema version 1).
+
+    ``request_id`` is the idempotency key: the same id delivered or posted twice starts one run.
+    """
+
+    v: Literal[1] = 1
+    request_id: Identifier
+    text: Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
+    conversation_id: Identifier | None = None
+    agent: Identifier = "default"
+    options: RunOptions = RunOptions()
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text must not be blank")
+        return value
+
+
+class FunctionCall(WireModel):
+    """One function call the model asked for, as Gemini returned it."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    args: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+class ModelStepMessage(WireModel):
+    """Run the model for ``turn`` of ``run_id`` (schema version 1)."""
+
+    v: Literal[1] = 1
+    kind: Literal["model"] = "model"
+    run_id: Identifier
+    turn: int = Field(ge=0)
+    usage: Usage = Usage()
+
+
+class ToolStepMessage(WireModel):
+    """Run call ``index`` of the ``call_count`` calls the model made at ``turn`` (version 1)."""
+
+    v: Literal[1] = 1
+    kind: Literal["tool"] = "tool"
+    run_id: Identifier
+    turn: int = Field(ge=0)
+    index: int = Field(ge=0)
+    call_count: int = Field(ge=1)
+    call: FunctionCall
+    agent: Identifier = "default"
+    usage: Usage = Usage()
+
+
+StepMessage = ModelStepMessage | ToolStepMessage
+
+
+class AnswerMessage(WireModel):
+    """A finished run, published to the answers topic (at least once: dedupe on ``run_id``)."""
+
+    v: Literal[1] = 1
+    run_id: Identifier
+    request_id: Identifier
+    conversation_id: Identifier
+    status: str
+    stop_reason: str
+    answer: str | None = None
+    output: Any = None
+    error: str | None = None
+    usage: Usage = Usage()
