@@ -1,0 +1,1 @@
+"""Publishing messages: the port, the Pub/Sub adapter and an in-memory one."""

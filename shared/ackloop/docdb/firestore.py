@@ -1,0 +1,167 @@
+"""The Firestore adapter (google-cloud-firestore's AsyncClient).
+
+Against the emulator, set ``FIRESTORE_EMULATOR_HOST``: the client library then talks to it with
+no credentials. Transport failures and contention become :class:`StorageUnavailable`, which the
+step handlers turn into a redelivery.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from google.api_core import exceptions as gexc
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from ackloop.docdb.base import (
+    AlreadyExists,
+    JsonDict,
+    PreconditionFailed,
+    Snapshot,
+    StorageUnavailable,
+    Version,
+    Write,
+)
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+_TRANSIENT = (
+    gexc.Aborted,
+    gexc.DeadlineExceeded,
+    gexc.ServiceUnavailable,
+    gexc.InternalServerError,
+    gexc.ResourceExhausted,
+    gexc.Unknown,
+)
+
+
+def _translated(fn: F) -> F:
+    """Map google-api-core errors to the port's error types."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except (gexc.AlreadyExists, gexc.Conflict) as exc:
+            raise AlreadyExists(str(exc)) from exc
+        except (gexc.FailedPrecondition, gexc.NotFound) as exc:
+            raise PreconditionFailed(str(exc)) from exc
+        except _TRANSIENT as exc:
+            raise StorageUnavailable(f"Firestore: {type(exc).__name__}: {exc}") from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+class FirestoreDocumentDB:
+    def __init__(self, client: firestore.AsyncClient) -> None:
+        self._client = client
+
+    @classmethod
+    def connect(cls, project: str, database: str = "(default)") -> FirestoreDocumentDB:
+        return cls(firestore.AsyncClient(project=project, database=database))
+
+    @property
+    def client(self) -> firestore.AsyncClient:
+        return self._client
+
+    @_translated
+    async def get_all(self, paths: Sequence[str]) -> list[Snapshot | None]:
+        refs = [self._client.document(p) for p in paths]
+        found: dict[str, Snapshot] = {}
+        async for snap in self._client.get_all(refs):
+            if snap.exists:
+                path = snap.reference.path
+                found[path] = Snapshot(path, snap.to_dict() or {}, snap.update_time)
+        return [found.get(p) for p in paths]
+
+    @_translated
+    async def create(self, path: str, data: JsonDict) -> Version:
+        result = await self._client.document(path).create(data)
+        return result.update_time
+
+    @_translated
+    async def commit(self, writes: Sequence[Write]) -> list[Version]:
+        batch = self._client.batch()
+        for w in writes:
+            self._add(batch, w)
+        results = await batch.commit()
+        return [r.update_time for r in results]
+
+    def _add(self, target: Any, w: Write) -> None:
+        ref = self._client.document(w.path)
+        if w.op == "create":
+            target.create(ref, w.data)
+        elif w.op == "set":
+            target.set(ref, w.data)
+        elif w.if_version is not None:
+            option = self._client.write_option(last_update_time=w.if_version)
+            target.update(ref, _top_level(w.data), option=option)
+        else:
+            target.update(ref, _top_level(w.data))
+
+    @_translated
+    async def list_range(self, collection: str, start_id: str, end_id: str) -> list[Snapshot]:
+        col = self._client.collection(collection)
+        doc_id = firestore.FieldPath.document_id()
+        query = (
+            col.where(filter=FieldFilter(doc_id, ">=", col.document(start_id)))
+            .where(filter=FieldFilter(doc_id, "<=", col.document(end_id)))
+            .order_by(doc_id)
+        )
+        return [_snap(s) async for s in query.stream()]
+
+    @_translated
+    async def list_where(
+        self, collection: str, field_name: str, value: Any, order_by: str, limit: int = 100
+    ) -> list[Snapshot]:
+        query = (
+            self._client.collection(collection)
+            .where(filter=FieldFilter(field_name, "==", value))
+            .order_by(order_by)
+            .limit(limit)
+        )
+        return [_snap(s) async for s in query.stream()]
+
+    @_translated
+    async def list_all(self, collection: str, limit: int = 1000) -> list[Snapshot]:
+        col = self._client.collection(collection)
+        query = col.order_by(firestore.FieldPath.document_id()).limit(limit)
+        return [_snap(s) async for s in query.stream()]
+
+    @_translated
+    async def transact(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        client = self._client
+
+        @firestore.async_transactional
+        async def body(transaction: Any) -> T:
+            return await fn(_FirestoreTransaction(client, transaction, self))
+
+        result: T = await body(client.transaction())
+        return result
+
+
+class _FirestoreTransaction:
+    def __init__(self, client: Any, transaction: Any, db: FirestoreDocumentDB) -> None:
+        self._client = client
+        self._transaction = transaction
+        self._db = db
+
+    async def get(self, path: str) -> Snapshot | None:
+        snap = await self._client.document(path).get(transaction=self._transaction)
+        return _snap(snap) if snap.exists else None
+
+    def write(self, write: Write) -> None:
+        self._db._add(self._transaction, write)
+
+
+def _snap(snap: Any) -> Snapshot:
+    return Snapshot(snap.reference.path, snap.to_dict() or {}, snap.update_time)
+
+
+def _top_level(data: JsonDict) -> JsonDict:
+    # Firestore's update() reads dots in keys as nested field paths; ackloop only ever updates
+    # whole top-level fields, so quote any key that contains a dot.
+    return {(f"`{k}`" if "." in k else k): v for k, v in data.items()}

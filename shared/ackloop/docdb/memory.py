@@ -1,0 +1,115 @@
+"""An in-memory DocumentDB with Firestore's semantics, for unit tests and the contract suite."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from ackloop.docdb.base import (
+    AlreadyExists,
+    JsonDict,
+    PreconditionFailed,
+    Snapshot,
+    Version,
+    Write,
+)
+
+T = TypeVar("T")
+
+
+def _parent(path: str) -> str:
+    return path.rsplit("/", 1)[0]
+
+
+class MemoryDocumentDB:
+    """Documents in a dict. Reads and writes deep-copy, as a remote store would."""
+
+    def __init__(self) -> None:
+        self._docs: dict[str, tuple[JsonDict, int]] = {}
+        self._versions = itertools.count(1)
+        self._lock = asyncio.Lock()
+
+    def _snapshot(self, path: str) -> Snapshot | None:
+        entry = self._docs.get(path)
+        if entry is None:
+            return None
+        return Snapshot(path, copy.deepcopy(entry[0]), entry[1])
+
+    async def get_all(self, paths: Sequence[str]) -> list[Snapshot | None]:
+        return [self._snapshot(p) for p in paths]
+
+    async def create(self, path: str, data: JsonDict) -> Version:
+        async with self._lock:
+            return self._apply([Write("create", path, data)])[0]
+
+    async def commit(self, writes: Sequence[Write]) -> list[Version]:
+        async with self._lock:
+            return self._apply(writes)
+
+    def _apply(self, writes: Sequence[Write]) -> list[Version]:
+        # Check every precondition first: the batch is all or nothing.
+        for w in writes:
+            current = self._docs.get(w.path)
+            if w.op == "create" and current is not None:
+                raise AlreadyExists(w.path)
+            if w.op == "update":
+                if current is None:
+                    raise PreconditionFailed(f"{w.path} does not exist")
+                if w.if_version is not None and current[1] != w.if_version:
+                    raise PreconditionFailed(f"{w.path} changed since it was read")
+        versions: list[Version] = []
+        for w in writes:
+            version = next(self._versions)
+            if w.op == "update":
+                merged = self._docs[w.path][0]
+                merged.update(copy.deepcopy(w.data))
+                self._docs[w.path] = (merged, version)
+            else:
+                self._docs[w.path] = (copy.deepcopy(w.data), version)
+            versions.append(version)
+        return versions
+
+    def _children(self, collection: str) -> list[Snapshot]:
+        found = [
+            Snapshot(p, copy.deepcopy(d), v)
+            for p, (d, v) in self._docs.items()
+            if _parent(p) == collection
+        ]
+        return sorted(found, key=lambda s: s.id)
+
+    async def list_range(self, collection: str, start_id: str, end_id: str) -> list[Snapshot]:
+        return [s for s in self._children(collection) if start_id <= s.id <= end_id]
+
+    async def list_where(
+        self, collection: str, field_name: str, value: Any, order_by: str, limit: int = 100
+    ) -> list[Snapshot]:
+        hits = [s for s in self._children(collection) if s.data.get(field_name) == value]
+        return sorted(hits, key=lambda s: s.data.get(order_by))[:limit]
+
+    async def list_all(self, collection: str, limit: int = 1000) -> list[Snapshot]:
+        return self._children(collection)[:limit]
+
+    async def transact(self, fn: Callable[[MemoryTransaction], Awaitable[T]]) -> T:
+        async with self._lock:
+            txn = MemoryTransaction(self)
+            result = await fn(txn)
+            self._apply(txn.writes)
+            return result
+
+    def reset(self) -> None:
+        self._docs.clear()
+
+
+class MemoryTransaction:
+    def __init__(self, db: MemoryDocumentDB) -> None:
+        self._db = db
+        self.writes: list[Write] = []
+
+    async def get(self, path: str) -> Snapshot | None:
+        return self._db._snapshot(path)
+
+    def write(self, write: Write) -> None:
+        self.writes.append(write)

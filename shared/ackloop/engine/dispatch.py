@@ -1,0 +1,101 @@
+"""From a decoded delivery to an acknowledgement decision.
+
+The error's type decides: success and permanent failures are acknowledged (2xx); retryable
+failures answer 503 so Pub/Sub redelivers; anything unexpected answers 500 (redelivered too,
+and bounded by the step's attempt count and the subscription's dead-letter policy).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from ackloop.engine.dead_letter import handle_dead_letter
+from ackloop.engine.deps import Deps
+from ackloop.engine.ingest import start_run
+from ackloop.engine.model_step import handle_model_step
+from ackloop.engine.tool_step import handle_tool_step
+from ackloop.errors import PermanentError, PoisonMessage, RetryableError, StepConflict
+from ackloop.push import Delivery
+from ackloop.wire import ModelStepMessage, QueryMessage, ToolStepMessage
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["query", "model", "tool", "dead_letter"]
+_MODELS: dict[str, type[BaseModel]] = {
+    "query": QueryMessage,
+    "model": ModelStepMessage,
+    "tool": ToolStepMessage,
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    body: dict[str, Any] = field(default_factory=dict)
+    retry_after: float | None = None
+
+    @property
+    def acknowledged(self) -> bool:
+        return 200 <= self.status < 300
+
+
+def decode(kind: Kind, data: bytes) -> BaseModel:
+    try:
+        return _MODELS[kind].model_validate_json(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'message'}: {e['msg']}"
+            for e in exc.errors()[:5]
+        )
+        raise PoisonMessage(f"not a valid {kind} message: {problems}") from exc
+
+
+async def dispatch(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
+    try:
+        if kind == "dead_letter":
+            return Outcome(200, await handle_dead_letter(deps, delivery))
+        message = decode(kind, delivery.data)
+        if isinstance(message, QueryMessage):
+            run, created = await start_run(deps, message)
+            return Outcome(200, {"run_id": run.run_id, "created": created})
+        if isinstance(message, ModelStepMessage):
+            await handle_model_step(deps, message)
+        elif isinstance(message, ToolStepMessage):
+            await handle_tool_step(deps, message)
+        return Outcome(204)
+    except RetryableError as exc:
+        log.info("%s message %s will be redelivered: %s", kind, delivery.message_id, exc)
+        return Outcome(503, {"error": str(exc), "retryable": True}, exc.retry_after)
+    except PermanentError as exc:
+        await _record_rejection(deps, kind, delivery, exc)
+        return Outcome(200, {"error": str(exc), "reason": exc.reason, "acknowledged": True})
+    except Exception:
+        log.exception("%s message %s failed unexpectedly", kind, delivery.message_id)
+        return Outcome(500, {"error": "internal error; the message will be redelivered"})
+
+
+async def _record_rejection(
+    deps: Deps, kind: Kind, delivery: Delivery, exc: PermanentError
+) -> None:
+    log.warning("%s message %s rejected (%s): %s", kind, delivery.message_id, exc.reason, exc)
+    await deps.store.record_poison(
+        delivery.message_id,
+        {
+            "message_id": delivery.message_id,
+            "kind": kind,
+            "reason": exc.reason,
+            "error": str(exc),
+            "data": base64.b64encode(delivery.data[:4096]).decode(),
+            "attributes": delivery.attributes,
+            "subscription": delivery.subscription,
+            "received_at": deps.clock.now(),
+        },
+    )
+    run_id = delivery.attributes.get("run_id")
+    if isinstance(exc, StepConflict) and run_id:
+        await deps.store.fail_run(run_id, f"{exc.reason}: {exc}", deps.clock.now())

@@ -1,0 +1,82 @@
+"""Starting a run from a query: once per request id, whatever the number of deliveries."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+from ackloop.engine.deps import Deps
+from ackloop.engine.outbox import send
+from ackloop.keys import StepKey, run_id_for_request
+from ackloop.records import Outgoing, RunLimits, RunRecord, RunStatus
+from ackloop.wire import ModelStepMessage, QueryMessage
+
+log = logging.getLogger(__name__)
+
+
+def request_hash(query: QueryMessage) -> str:
+    """Fingerprint of what was asked, to tell a retry from a reused request id."""
+    body = query.model_dump_json(include={"text", "conversation_id", "agent", "options"})
+    return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+def new_run(deps: Deps, query: QueryMessage) -> RunRecord:
+    agent = deps.agents.get(query.agent)
+    settings = deps.settings
+    opts = query.options
+    run_id = run_id_for_request(query.request_id)
+
+    def pick(*values: float | int | None) -> float | int | None:
+        return next((v for v in values if v is not None), None)
+
+    limits = RunLimits(
+        max_steps=int(pick(opts.max_steps, agent.max_steps, settings.default_max_steps) or 1),
+        max_seconds=float(
+            pick(opts.max_seconds, agent.max_seconds, settings.default_max_seconds) or 1
+        ),
+        max_tool_calls=int(
+            pick(opts.max_tool_calls, agent.max_tool_calls, settings.default_max_tool_calls) or 0
+        ),
+        max_tokens=(
+            int(v)
+            if (v := pick(opts.max_tokens, agent.max_tokens, settings.default_max_tokens))
+            else None
+        ),
+    )
+    return RunRecord(
+        run_id=run_id,
+        request_id=query.request_id,
+        request_hash=request_hash(query),
+        conversation_id=query.conversation_id or run_id,
+        agent=agent.name,
+        text=query.text,
+        model=agent.model or settings.model,
+        created_at=deps.clock.now(),
+        limits=limits,
+    )
+
+
+def first_step(run: RunRecord) -> Outgoing:
+    message = ModelStepMessage(run_id=run.run_id, turn=0)
+    return Outgoing(
+        topic="model_steps",
+        data=message.model_dump(mode="json"),
+        target_step=str(StepKey.model(0)),
+    )
+
+
+async def start_run(deps: Deps, query: QueryMessage) -> tuple[RunRecord, bool]:
+    """Create the run for ``query`` (or find it) and make sure its first step is on its way.
+
+    A duplicate query whose first publish may have been lost (a crash right after the run was
+    created) re-sends the first step unless that step has already been claimed.
+    """
+    run, created = await deps.store.create_run(new_run(deps, query))
+    if created:
+        log.info("run %s started for request %s", run.run_id, run.request_id)
+        await send(deps, run.run_id, [first_step(run)])
+    elif run.status is RunStatus.RUNNING:
+        (step0,) = await deps.store.get_steps(run.run_id, [str(StepKey.model(0))])
+        if step0 is None:
+            await send(deps, run.run_id, [first_step(run)])
+    return run, created

@@ -1,0 +1,279 @@
+"""The model step: one Gemini call per delivery of a model step message, at most once.
+
+1. Claim the step (its key is ``{turn}-model``); a completed step only re-sends its outbox.
+2. Check the run: cancelled, out of budget, or ended by a final tool result -> end the run.
+3. Build the contents: the conversation's transcript, plus this turn's input (the user's text
+   on turn 0, else the previous turn's tool results, in call order).
+4. Call the model with the lease kept alive; commit the step, the transcript append and the
+   follow-up messages (one tool step per call, or the answer) atomically; then publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from ackloop import conversation
+from ackloop.agents import AgentDefinition
+from ackloop.docdb.base import Snapshot
+from ackloop.engine import outbox
+from ackloop.engine.deps import Deps
+from ackloop.engine.finish import finish_run
+from ackloop.engine.lease import ClaimRef, heartbeat
+from ackloop.errors import PermanentError, RetryableError, UnknownRun
+from ackloop.keys import StepKey
+from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.records import Outgoing, RunRecord, StepRecord, StopReason
+from ackloop.store import Transcript
+from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
+
+log = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+
+def budget_stop(deps: Deps, run: RunRecord, message: ModelStepMessage) -> StopReason | None:
+    """The reason to stop before calling the model, if any."""
+    limits, usage = run.limits, message.usage
+    if run.cancel_requested:
+        return StopReason.CANCELLED
+    if message.turn >= limits.max_steps:
+        return StopReason.MAX_STEPS
+    if deps.clock.now() - run.created_at > limits.max_seconds:
+        return StopReason.MAX_SECONDS
+    if limits.max_tokens is not None and usage.total_tokens >= limits.max_tokens:
+        return StopReason.MAX_TOKENS
+    return None
+
+
+def tool_results(turn: int, call_count: int, steps: list[StepRecord]) -> list[StepRecord]:
+    """The completed tool steps of ``turn`` in call order; retryable if any is missing."""
+    tools = sorted((s for s in steps if s.kind == "tool" and s.turn == turn), key=lambda s: s.index)
+    done = [s for s in tools if s.status == "completed"]
+    if len(done) < call_count:
+        raise RetryableError(
+            f"turn {turn}: {len(done)} of {call_count} tool results recorded", retry_after=1.0
+        )
+    return done[:call_count]
+
+
+async def handle_model_step(deps: Deps, message: ModelStepMessage) -> None:
+    key = StepKey.model(message.turn)
+    run_snapshot, claim = await asyncio.gather(
+        deps.store.get_run_snapshot(message.run_id),
+        deps.store.claim_step(
+            message.run_id,
+            key,
+            "model",
+            owner=deps.owner,
+            now=deps.clock.now(),
+            lease_seconds=deps.settings.lease_seconds,
+        ),
+    )
+    if run_snapshot is None:
+        raise UnknownRun(message.run_id)
+    if claim.state == "completed":
+        await outbox.resend(deps, message.run_id, claim.step.outbox)
+        return
+    ref = ClaimRef(claim)
+    try:
+        await _run_claimed(deps, message, ref, run_snapshot)
+    except RetryableError as exc:
+        await deps.store.release_step(
+            ref.claim,
+            error=f"{type(exc).__name__}: {exc}",
+            not_before=deps.clock.now() + exc.retry_after if exc.retry_after else 0.0,
+        )
+        raise
+    except PermanentError as exc:
+        await finish_run(
+            deps,
+            ref.claim,
+            run_snapshot,
+            stop_reason=StopReason.FAILED,
+            usage=message.usage,
+            error=f"{exc.reason}: {exc}",
+        )
+        log.warning("run %s failed at %s: %s", message.run_id, key, exc)
+
+
+async def _run_claimed(
+    deps: Deps, message: ModelStepMessage, ref: ClaimRef, run_snapshot: Snapshot
+) -> None:
+    claim = ref.claim
+    run = RunRecord.model_validate(run_snapshot.data)
+    key = claim.key
+    if run.status.terminal:
+        await deps.store.complete_step(
+            claim, now=deps.clock.now(), result={"skipped": f"run already {run.status}"}, outbox=[]
+        )
+        return
+    if claim.step.attempts > deps.settings.max_step_attempts:
+        raise PermanentError(
+            f"step {key} was attempted {claim.step.attempts - 1} times; last error: "
+            f"{claim.step.last_error}",
+            reason="step_attempts_exhausted",
+        )
+    agent = deps.agents.get(run.agent)
+    transcript, previous = await _load_inputs(deps, run, message)
+    new_contents, final_output = _turn_input(run, message, previous)
+
+    stop = budget_stop(deps, run, message)
+    if stop is None and final_output is not None:
+        stop = StopReason.FINAL_TOOL
+    tail = f"{run.run_id}/{key}"
+    if stop is not None:
+        await finish_run(
+            deps,
+            claim,
+            run_snapshot,
+            stop_reason=stop,
+            usage=message.usage,
+            output=final_output,
+            answer=_as_text(final_output) if final_output is not None else None,
+            transcript_writes=deps.store.append_writes(transcript, new_contents, tail),
+        )
+        return
+
+    request = ModelRequest(
+        model=run.model,
+        system_instruction=agent.system_instruction,
+        contents=[*conversation.answer_dangling_calls(transcript.contents), *new_contents],
+        tools=agent.toolbox.declarations(),
+        timeout_seconds=deps.settings.model_timeout_seconds,
+    )
+    started = time.monotonic()
+    async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
+        turn = await deps.model.generate(request)
+    call_seconds = time.monotonic() - started
+    claim = beat.check()
+    deps.faults.hit("model:after_call")
+
+    usage = message.usage.plus(turn.usage)
+    model_turn = conversation.model_content(turn.parts)
+    writes = deps.store.append_writes(transcript, [*new_contents, model_turn], tail)
+    result = _step_result(turn)
+    if not turn.calls:
+        await finish_run(
+            deps,
+            claim,
+            run_snapshot,
+            stop_reason=StopReason.ANSWERED,
+            usage=usage,
+            answer=turn.text or "",
+            step_result=result,
+            step_usage=turn.usage,
+            call_seconds=call_seconds,
+            transcript_writes=writes,
+        )
+        return
+    if usage.tool_calls + len(turn.calls) > run.limits.max_tool_calls:
+        # The model's request is kept on the step, but not in the transcript: the next turn
+        # of the conversation must not see calls that were never answered.
+        await finish_run(
+            deps,
+            claim,
+            run_snapshot,
+            stop_reason=StopReason.MAX_TOOL_CALLS,
+            usage=usage,
+            step_result=result,
+            step_usage=turn.usage,
+            call_seconds=call_seconds,
+            transcript_writes=deps.store.append_writes(transcript, new_contents, tail),
+        )
+        return
+    follow_ups = _tool_messages(run, agent, message.turn, turn.calls, usage)
+    await deps.store.complete_step(
+        claim,
+        now=deps.clock.now(),
+        result=result,
+        outbox=follow_ups,
+        usage=turn.usage,
+        call_seconds=call_seconds,
+        extra_writes=writes,
+    )
+    deps.faults.hit("model:after_commit")
+    await outbox.send(deps, run.run_id, follow_ups)
+
+
+async def _load_inputs(
+    deps: Deps, run: RunRecord, message: ModelStepMessage
+) -> tuple[Transcript, list[StepRecord]]:
+    if message.turn == 0:
+        return await deps.store.load_transcript(run.conversation_id), []
+    previous_turn = message.turn - 1
+    transcript, steps = await asyncio.gather(
+        deps.store.load_transcript(run.conversation_id),
+        deps.store.steps_in_range(
+            run.run_id, str(StepKey.model(previous_turn)), f"{previous_turn:04d}-tool-999"
+        ),
+    )
+    expected = f"{run.run_id}/{StepKey.model(previous_turn)}"
+    if transcript.tail != expected:
+        raise PermanentError(
+            f"transcript of {run.conversation_id} ends at {transcript.tail!r}, expected "
+            f"{expected!r}",
+            reason="transcript_inconsistent",
+        )
+    return transcript, steps
+
+
+def _turn_input(
+    run: RunRecord, message: ModelStepMessage, previous: list[StepRecord]
+) -> tuple[list[JsonDict], Any]:
+    """This turn's new contents, and a final tool output if a tool ended the run."""
+    if message.turn == 0:
+        return [conversation.user_text(run.text)], None
+    model_step = next(s for s in previous if s.kind == "model")
+    calls = [FunctionCall.model_validate(c) for c in (model_step.result or {}).get("calls", [])]
+    results = tool_results(message.turn - 1, len(calls), previous)
+    pairs = [(call, (step.result or {}).get("response", {})) for call, step in zip(calls, results)]
+    final = next(
+        ((s.result or {}).get("response", {}).get("result") for s in results
+         if (s.result or {}).get("final")),
+        None,
+    )
+    return [conversation.function_responses(pairs)], final
+
+
+def _tool_messages(
+    run: RunRecord,
+    agent: AgentDefinition,
+    turn: int,
+    calls: list[FunctionCall],
+    usage: Usage,
+) -> list[Outgoing]:
+    return [
+        Outgoing(
+            topic="tool_steps",
+            data=ToolStepMessage(
+                run_id=run.run_id,
+                turn=turn,
+                index=i,
+                call_count=len(calls),
+                call=call,
+                agent=agent.name,
+                usage=usage,
+            ).model_dump(mode="json"),
+            target_step=str(StepKey.tool(turn, i)),
+        )
+        for i, call in enumerate(calls)
+    ]
+
+
+def _step_result(turn: ModelTurn) -> JsonDict:
+    return {
+        "calls": [c.model_dump(mode="json") for c in turn.calls],
+        "text": turn.text,
+        "finish_reason": turn.finish_reason,
+        "model_version": turn.model_version,
+    }
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,49 @@
+"""Sending a step's outbox, after its commit.
+
+On the first completion every entry is sent. When a completed step is delivered again (its
+publish may never have happened, or this is a duplicate), an entry that triggers a step is
+re-sent only if that step was never claimed: once the target step's document exists, the
+delivery that created it owns it and Pub/Sub will redeliver it until it is done. This keeps
+one duplicate delivery from replaying the rest of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+
+from ackloop.engine.deps import Deps
+from ackloop.records import Outgoing
+
+log = logging.getLogger(__name__)
+
+
+def encode(data: object) -> bytes:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+
+async def send(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> None:
+    await asyncio.gather(
+        *(
+            deps.publisher.publish(
+                deps.topic(o.topic),
+                encode(o.data),
+                {"run_id": run_id, **({"step": o.target_step} if o.target_step else {})},
+            )
+            for o in outbox
+        )
+    )
+
+
+async def resend(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> int:
+    """Re-send the entries whose target step was never claimed. Returns how many were sent."""
+    targets = [o.target_step for o in outbox if o.target_step]
+    existing = await deps.store.get_steps(run_id, targets) if targets else []
+    claimed = {t for t, step in zip(targets, existing, strict=True) if step is not None}
+    pending = [o for o in outbox if o.target_step not in claimed]
+    if pending:
+        log.info("run %s: re-sending %d follow-up message(s)", run_id, len(pending))
+        await send(deps, run_id, pending)
+    return len(pending)

@@ -1,0 +1,149 @@
+"""The tool step: one tool call per delivery of a tool step message, at most once.
+
+Tool steps of one turn run in parallel and each writes only its own step document, so they
+never contend on a shared document. The last one to commit sees every sibling completed and
+triggers the next model step (the "join"); a duplicate trigger is harmless because the model
+step is claimed once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from ackloop.docdb.base import Snapshot
+from ackloop.engine import outbox
+from ackloop.engine.deps import Deps
+from ackloop.engine.lease import ClaimRef, heartbeat
+from ackloop.errors import PermanentError, RetryableError, UnknownRun
+from ackloop.keys import StepKey, tool_turn_range
+from ackloop.records import Outgoing, RunRecord, StepStatus
+from ackloop.tools.base import ToolContext, ToolOutcome
+from ackloop.wire import ModelStepMessage, ToolStepMessage, Usage
+
+log = logging.getLogger(__name__)
+
+
+async def handle_tool_step(deps: Deps, message: ToolStepMessage) -> None:
+    key = StepKey.tool(message.turn, message.index)
+    run_snapshot, claim = await asyncio.gather(
+        deps.store.get_run_snapshot(message.run_id),
+        deps.store.claim_step(
+            message.run_id,
+            key,
+            message.call.name,
+            owner=deps.owner,
+            now=deps.clock.now(),
+            lease_seconds=deps.settings.lease_seconds,
+        ),
+    )
+    if run_snapshot is None:
+        raise UnknownRun(message.run_id)
+    if claim.state != "completed":
+        ref = ClaimRef(claim)
+        try:
+            await _run_claimed(deps, message, ref, run_snapshot)
+        except RetryableError as exc:
+            await deps.store.release_step(
+                ref.claim,
+                error=f"{type(exc).__name__}: {exc}",
+                not_before=deps.clock.now() + exc.retry_after if exc.retry_after else 0.0,
+            )
+            raise
+        except PermanentError as exc:
+            # The run must not stall: the failure becomes this call's result for the model.
+            log.warning("run %s tool step %s failed: %s", message.run_id, key, exc)
+            failed = ToolOutcome(response={"error": f"{exc.reason}: {exc}"}, is_error=True)
+            await _commit(deps, ref, failed, None)
+        deps.faults.hit("tool:after_commit")
+    await join(deps, message)
+
+
+async def _run_claimed(
+    deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_snapshot: Snapshot
+) -> None:
+    claim = ref.claim
+    run = RunRecord.model_validate(run_snapshot.data)
+    if run.status.terminal:
+        outcome = ToolOutcome(response={"error": f"not run: the run is {run.status}"}, is_error=True)
+        await _commit(deps, ref, outcome, None)
+        return
+    agent = deps.agents.get(run.agent)
+    context = ToolContext(
+        run_id=run.run_id,
+        step_key=claim.key,
+        idempotency_key=f"{run.run_id}/{claim.key}",
+        attempt=claim.step.attempts,
+        timeout_seconds=deps.settings.tool_timeout_seconds,
+    )
+    if claim.step.attempts > deps.settings.max_step_attempts:
+        outcome = ToolOutcome(
+            response={
+                "error": f"the tool did not complete after {claim.step.attempts - 1} attempts "
+                f"(last error: {claim.step.last_error})"
+            },
+            is_error=True,
+        )
+        await _commit(deps, ref, outcome, None)
+        return
+    if claim.state == "taken_over" and not _retry_safe(agent.toolbox, message.call.name):
+        # The previous holder may have acted before it died: do not act twice.
+        outcome = ToolOutcome(
+            response={
+                "error": "this call was interrupted and may or may not have taken effect; "
+                "it is not retried automatically because it is not safe to repeat"
+            },
+            is_error=True,
+        )
+        await _commit(deps, ref, outcome, None)
+        return
+    started = time.monotonic()
+    async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
+        outcome = await agent.toolbox.execute(message.call, context)
+    beat.check()
+    deps.faults.hit("tool:after_call")
+    await _commit(deps, ref, outcome, time.monotonic() - started)
+
+
+def _retry_safe(toolbox: object, name: str) -> bool:
+    check = getattr(toolbox, "is_retry_safe", None)
+    return bool(check(name)) if callable(check) else True
+
+
+async def _commit(
+    deps: Deps, ref: ClaimRef, outcome: ToolOutcome, call_seconds: float | None
+) -> None:
+    await deps.store.complete_step(
+        ref.claim,
+        now=deps.clock.now(),
+        result=outcome.model_dump(mode="json"),
+        outbox=[],
+        usage=Usage(tool_calls=1),
+        call_seconds=call_seconds,
+        error=str(outcome.response.get("error")) if outcome.is_error else None,
+    )
+
+
+async def join(deps: Deps, message: ToolStepMessage) -> None:
+    """Trigger the next model step if every tool of this turn is done and it is not claimed."""
+    start, end = tool_turn_range(message.turn)
+    steps = await deps.store.steps_in_range(message.run_id, start, end)
+    next_key = str(StepKey.model(message.turn + 1))
+    if any(s.key == next_key for s in steps):
+        return
+    done = sum(1 for s in steps if s.kind == "tool" and s.status is StepStatus.COMPLETED)
+    if done < message.call_count:
+        return
+    follow_up = ModelStepMessage(
+        run_id=message.run_id,
+        turn=message.turn + 1,
+        usage=message.usage.plus(Usage(tool_calls=message.call_count)),
+    )
+    await outbox.send(
+        deps,
+        message.run_id,
+        [Outgoing(topic="model_steps", data=follow_up.model_dump(mode="json"),
+                  target_step=next_key)],
+    )
+

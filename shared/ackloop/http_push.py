@@ -1,0 +1,54 @@
+"""The HTTP edge of a step function: decode the push, dispatch, map the outcome to a status."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ackloop.engine.dispatch import Kind, dispatch
+from ackloop.push import MalformedPush, decode_push
+from ackloop.runtime import process_deps
+
+# Pub/Sub push requests are small; anything larger is not one.
+MAX_PUSH_BYTES = 12 * 1024 * 1024
+
+
+def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        json.dumps(body), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+async def handle_push(kind: Kind, request: Request) -> Response:
+    deps = await process_deps()
+    if request.method == "GET":
+        counters = getattr(deps.store.db, "counters", None)
+        return _json(
+            200,
+            {
+                "status": "ok",
+                "function": kind,
+                "model": deps.model.provider,
+                "firestore": counters.as_dict() if counters else None,
+                "published": getattr(deps.publisher, "published", None),
+            },
+        )
+    if request.method != "POST":
+        return _json(405, {"error": "POST a Pub/Sub push envelope"})
+    body = await request.body()
+    if len(body) > MAX_PUSH_BYTES:
+        return _json(413, {"error": f"body larger than {MAX_PUSH_BYTES} bytes"})
+    try:
+        delivery = decode_push(body, request.headers)
+    except MalformedPush as exc:
+        return _json(400, {"error": str(exc)})
+    outcome = await dispatch(deps, kind, delivery)
+    headers = None
+    if outcome.retry_after is not None:
+        headers = {"Retry-After": str(max(1, math.ceil(outcome.retry_after)))}
+    if outcome.status == 204:
+        return Response(status_code=204)
+    return _json(outcome.status, outcome.body, headers)

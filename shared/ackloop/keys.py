@@ -1,0 +1,67 @@
+"""Deterministic step keys: the idempotency key of every step of a run.
+
+A key names the step's position (turn, and the call's index within the turn) and its kind; the
+step's *name* (``model`` or the tool's name) is stored beside it and checked on every delivery,
+so a redelivery that finds a different step at the same position fails loudly instead of mixing
+histories. Keys sort in execution order, which lets one document-id range query read a turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+StepKind = Literal["model", "tool"]
+
+_KEY_RE = re.compile(r"^(?P<turn>\d{4})-(?P<kind>model|tool)(?:-(?P<index>\d{3}))?$")
+
+
+@dataclass(frozen=True, order=True)
+class StepKey:
+    """Position of one step in a run: ``0003-model`` or ``0003-tool-001``."""
+
+    turn: int
+    kind: StepKind
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.turn <= 9999 or not 0 <= self.index <= 999:
+            raise ValueError(f"step position out of range: turn={self.turn} index={self.index}")
+
+    def __str__(self) -> str:
+        if self.kind == "model":
+            return f"{self.turn:04d}-model"
+        return f"{self.turn:04d}-tool-{self.index:03d}"
+
+    @classmethod
+    def model(cls, turn: int) -> StepKey:
+        return cls(turn, "model")
+
+    @classmethod
+    def tool(cls, turn: int, index: int) -> StepKey:
+        return cls(turn, "tool", index)
+
+    @classmethod
+    def parse(cls, text: str) -> StepKey:
+        match = _KEY_RE.match(text)
+        if match is None:
+            raise ValueError(f"not a step key: {text!r}")
+        kind: StepKind = "model" if match["kind"] == "model" else "tool"
+        return cls(int(match["turn"]), kind, int(match["index"] or 0))
+
+
+def tool_turn_range(turn: int) -> tuple[str, str]:
+    """Document-id range holding every tool step of ``turn`` AND the next turn's model step.
+
+    One range query over it answers both "are all the tools of this turn done?" and "has the
+    next model step already been claimed?".
+    """
+    return f"{turn:04d}-tool-", str(StepKey.model(turn + 1))
+
+
+def run_id_for_request(request_id: str) -> str:
+    """The run id is a function of the request id, so a duplicate query finds the same run."""
+    digest = hashlib.sha256(request_id.encode()).hexdigest()[:20]
+    return f"run-{digest}"

@@ -1,0 +1,135 @@
+"""What ackloop stores in Firestore, one Pydantic model per document kind.
+
+Layout (see docs/architecture.md):
+
+- ``runs/{run_id}``: :class:`RunRecord`, written when the run starts and when it ends.
+- ``runs/{run_id}/steps/{step_key}``: :class:`StepRecord`, one per step; its lease fences
+  concurrent deliveries and its outbox holds the messages the step must send.
+- ``conversations/{conversation_id}``: :class:`ConversationRecord`, which run is active.
+- ``conversations/{conversation_id}/transcript/{chunk}``: :class:`TranscriptChunk`, the
+  conversation as Gemini contents, split in chunks so it can outgrow a 1 MiB document.
+- ``poison/{message_id}`` and ``dead_letters/{message_id}``: messages that could not be used.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ackloop.wire import Usage
+
+JsonDict = dict[str, Any]
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self is not RunStatus.RUNNING
+
+
+class StopReason(StrEnum):
+    ANSWERED = "answered"
+    FINAL_TOOL = "final_tool"
+    MAX_STEPS = "max_steps"
+    MAX_SECONDS = "max_seconds"
+    MAX_TOOL_CALLS = "max_tool_calls"
+    MAX_TOKENS = "max_tokens"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    def to_doc(self) -> JsonDict:
+        return self.model_dump(mode="json")
+
+
+class RunLimits(Record):
+    max_steps: int
+    max_seconds: float
+    max_tool_calls: int
+    max_tokens: int | None = None
+
+
+class RunRecord(Record):
+    run_id: str
+    request_id: str
+    request_hash: str
+    conversation_id: str
+    agent: str
+    text: str
+    model: str
+    status: RunStatus = RunStatus.RUNNING
+    stop_reason: StopReason | None = None
+    answer: str | None = None
+    output: Any = None
+    error: str | None = None
+    created_at: float
+    finished_at: float | None = None
+    limits: RunLimits
+    cancel_requested: bool = False
+    usage: Usage = Usage()
+    steps_total: int = 0
+
+
+class ConversationRecord(Record):
+    conversation_id: str
+    active_run_id: str | None = None
+    run_count: int = 0
+    updated_at: float = 0.0
+
+
+class StepStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+
+
+Topic = Literal["model_steps", "tool_steps", "answers"]
+
+
+class Outgoing(Record):
+    """A message a step must send once it has committed (its outbox entry)."""
+
+    topic: Topic
+    data: JsonDict
+    target_step: str | None = None
+    """Key of the step this message triggers, if any: a redelivery re-sends only messages
+    whose target step was never claimed."""
+
+
+class StepRecord(Record):
+    key: str
+    kind: Literal["model", "tool"]
+    name: str
+    turn: int
+    index: int = 0
+    status: StepStatus = StepStatus.RUNNING
+    fence: int = 1
+    attempts: int = 1
+    owner: str = ""
+    lease_expires_at: float = 0.0
+    not_before: float = 0.0
+    created_at: float = 0.0
+    started_at: float = 0.0
+    completed_at: float | None = None
+    call_seconds: float | None = None
+    result: JsonDict | None = None
+    outbox: list[Outgoing] = Field(default_factory=list)
+    last_error: str | None = None
+    usage: Usage = Usage()
+
+
+class TranscriptChunk(Record):
+    index: int
+    contents: list[JsonDict] = Field(default_factory=list)
+    tail: str | None = None
+    """``{run_id}/{step_key}`` of the step that appended last: checked by the next step."""
+    size: int = 0

@@ -1,0 +1,438 @@
+"""The agent store: runs, step leases and the transcript, on top of any DocumentDB.
+
+All the durable-loop bookkeeping lives here once; the Firestore and in-memory adapters only move
+documents. The invariants it keeps:
+
+- a step document is created by the first delivery that claims it; its ``fence`` and the
+  document version make the lease exclusive, and a holder whose lease was taken over cannot
+  commit (:class:`~ackloop.errors.LeaseLost`);
+- a step's completion, its transcript entries, its outbox and, for the last step, the run's
+  final state are one atomic batch whose precondition is the holder's version of the step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from ackloop.docdb.base import (
+    AlreadyExists,
+    DocumentDB,
+    JsonDict,
+    PreconditionFailed,
+    Snapshot,
+    Transaction,
+    Version,
+    Write,
+)
+from ackloop.errors import ConversationBusy, IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
+from ackloop.keys import StepKey
+from ackloop.records import (
+    ConversationRecord,
+    Outgoing,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+    StopReason,
+    TranscriptChunk,
+)
+from ackloop.wire import Usage
+
+# A chunk is rewritten on every append, so keep it well below Firestore's 1 MiB document cap.
+CHUNK_BYTES = 256 * 1024
+
+ClaimState = Literal["new", "taken_over", "completed"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The result of claiming a step: ours to run (new or taken over), or already completed."""
+
+    run_id: str
+    step: StepRecord
+    version: Version
+    state: ClaimState
+
+    @property
+    def key(self) -> str:
+        return self.step.key
+
+
+@dataclass(frozen=True)
+class Transcript:
+    conversation_id: str
+    chunks: list[TranscriptChunk]
+
+    @property
+    def contents(self) -> list[JsonDict]:
+        return [c for chunk in self.chunks for c in chunk.contents]
+
+    @property
+    def tail(self) -> str | None:
+        return self.chunks[-1].tail if self.chunks else None
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+class AgentStore:
+    def __init__(self, db: DocumentDB, collection_prefix: str = "") -> None:
+        self.db = db
+        self._runs = f"{collection_prefix}runs"
+        self._conversations = f"{collection_prefix}conversations"
+        self._poison = f"{collection_prefix}poison"
+        self._dead_letters = f"{collection_prefix}dead_letters"
+
+    # -- paths ---------------------------------------------------------------------------
+
+    def run_path(self, run_id: str) -> str:
+        return f"{self._runs}/{run_id}"
+
+    def steps_collection(self, run_id: str) -> str:
+        return f"{self._runs}/{run_id}/steps"
+
+    def step_path(self, run_id: str, key: str) -> str:
+        return f"{self.steps_collection(run_id)}/{key}"
+
+    def conversation_path(self, conversation_id: str) -> str:
+        return f"{self._conversations}/{conversation_id}"
+
+    def transcript_collection(self, conversation_id: str) -> str:
+        return f"{self.conversation_path(conversation_id)}/transcript"
+
+    # -- runs ----------------------------------------------------------------------------
+
+    async def create_run(self, run: RunRecord) -> tuple[RunRecord, bool]:
+        """Create ``run`` unless its id exists; return the stored run and whether it is new.
+
+        Raises :class:`IdempotencyMismatch` when the id exists with a different request body and
+        :class:`ConversationBusy` while another run of the conversation is still running.
+        """
+
+        async def body(txn: Transaction) -> tuple[RunRecord, bool]:
+            existing = await txn.get(self.run_path(run.run_id))
+            if existing is not None:
+                stored = RunRecord.model_validate(existing.data)
+                if stored.request_hash != run.request_hash:
+                    raise IdempotencyMismatch(
+                        f"request id {run.request_id!r} was already used with a different body"
+                    )
+                return stored, False
+            conv_path = self.conversation_path(run.conversation_id)
+            conv_snap = await txn.get(conv_path)
+            conv = (
+                ConversationRecord.model_validate(conv_snap.data)
+                if conv_snap
+                else ConversationRecord(conversation_id=run.conversation_id)
+            )
+            if conv.active_run_id not in (None, run.run_id):
+                raise ConversationBusy(
+                    f"conversation {run.conversation_id!r} is busy with run {conv.active_run_id}",
+                    retry_after=5.0,
+                )
+            conv = conv.model_copy(
+                update={
+                    "active_run_id": run.run_id,
+                    "run_count": conv.run_count + 1,
+                    "updated_at": run.created_at,
+                }
+            )
+            txn.write(Write("set", conv_path, conv.to_doc()))
+            txn.write(Write("create", self.run_path(run.run_id), run.to_doc()))
+            return run, True
+
+        return await self.db.transact(body)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        (snap,) = await self.db.get_all([self.run_path(run_id)])
+        return RunRecord.model_validate(snap.data) if snap else None
+
+    async def get_run_snapshot(self, run_id: str) -> Snapshot | None:
+        (snap,) = await self.db.get_all([self.run_path(run_id)])
+        return snap
+
+    async def list_runs(self, conversation_id: str, limit: int = 100) -> list[RunRecord]:
+        snaps = await self.db.list_where(
+            self._runs, "conversation_id", conversation_id, "created_at", limit
+        )
+        return [RunRecord.model_validate(s.data) for s in snaps]
+
+    def finish_run_writes(
+        self,
+        run_snapshot: Snapshot,
+        *,
+        status: RunStatus,
+        stop_reason: StopReason,
+        now: float,
+        usage: Usage,
+        steps_total: int,
+        answer: str | None = None,
+        output: Any = None,
+        error: str | None = None,
+    ) -> list[Write]:
+        """Writes that end a run; fenced on the run version the caller read."""
+        run = RunRecord.model_validate(run_snapshot.data)
+        update = {
+            "status": status.value,
+            "stop_reason": stop_reason.value,
+            "answer": answer,
+            "output": output,
+            "error": error,
+            "finished_at": now,
+            "usage": usage.model_dump(mode="json"),
+            "steps_total": steps_total,
+        }
+        return [
+            Write("update", run_snapshot.path, update, if_version=run_snapshot.version),
+            Write(
+                "update",
+                self.conversation_path(run.conversation_id),
+                {"active_run_id": None, "updated_at": now},
+            ),
+        ]
+
+    async def fail_run(self, run_id: str, error: str, now: float) -> bool:
+        """Mark a running run failed (used where no step can commit). True if it changed."""
+
+        async def body(txn: Transaction) -> bool:
+            snap = await txn.get(self.run_path(run_id))
+            if snap is None:
+                return False
+            run = RunRecord.model_validate(snap.data)
+            if run.status.terminal:
+                return False
+            conv_path = self.conversation_path(run.conversation_id)
+            conv = await txn.get(conv_path)
+            txn.write(
+                Write(
+                    "update",
+                    snap.path,
+                    {
+                        "status": RunStatus.FAILED.value,
+                        "stop_reason": StopReason.FAILED.value,
+                        "error": error,
+                        "finished_at": now,
+                    },
+                )
+            )
+            if conv is not None and conv.data.get("active_run_id") == run_id:
+                txn.write(Write("update", conv_path, {"active_run_id": None, "updated_at": now}))
+            return True
+
+        return await self.db.transact(body)
+
+    async def request_cancel(self, run_id: str) -> RunRecord | None:
+        snap = await self.get_run_snapshot(run_id)
+        if snap is None:
+            return None
+        run = RunRecord.model_validate(snap.data)
+        if not run.status.terminal and not run.cancel_requested:
+            await self.db.commit([Write("update", snap.path, {"cancel_requested": True})])
+            run = run.model_copy(update={"cancel_requested": True})
+        return run
+
+    # -- steps ---------------------------------------------------------------------------
+
+    async def claim_step(
+        self,
+        run_id: str,
+        key: StepKey,
+        name: str,
+        *,
+        owner: str,
+        now: float,
+        lease_seconds: float,
+    ) -> Claim:
+        """Claim the step at ``key`` for ``owner``; see the module docstring for the rules.
+
+        Raises :class:`StepConflict` if another step is recorded at ``key``, and
+        :class:`StepBusy` while another holder's lease is live.
+        """
+        path = self.step_path(run_id, str(key))
+        fresh = StepRecord(
+            key=str(key),
+            kind=key.kind,
+            name=name,
+            turn=key.turn,
+            index=key.index,
+            owner=owner,
+            lease_expires_at=now + lease_seconds,
+            created_at=now,
+            started_at=now,
+        )
+        try:
+            version = await self.db.create(path, fresh.to_doc())
+            return Claim(run_id, fresh, version, "new")
+        except AlreadyExists:
+            pass
+        (snap,) = await self.db.get_all([path])
+        if snap is None:  # deleted between the two calls: only a reset test does that
+            raise StepBusy(f"step {key} vanished while being claimed", retry_after=1.0)
+        step = StepRecord.model_validate(snap.data)
+        if step.kind != key.kind or step.name != name:
+            raise StepConflict(
+                f"run {run_id} step {key}: delivery is for {key.kind} {name!r} but "
+                f"{step.kind} {step.name!r} is recorded there"
+            )
+        if step.status is StepStatus.COMPLETED:
+            return Claim(run_id, step, snap.version, "completed")
+        wait = max(step.lease_expires_at, step.not_before) - now
+        if wait > 0:
+            raise StepBusy(f"step {key} is leased by {step.owner}", retry_after=wait)
+        taken = step.model_copy(
+            update={
+                "fence": step.fence + 1,
+                "attempts": step.attempts + 1,
+                "owner": owner,
+                "lease_expires_at": now + lease_seconds,
+                "started_at": now,
+            }
+        )
+        fields = {k: getattr(taken, k) for k in ("fence", "attempts", "owner")}
+        fields |= {"lease_expires_at": taken.lease_expires_at, "started_at": now}
+        try:
+            (version,) = await self.db.commit(
+                [Write("update", path, fields, if_version=snap.version)]
+            )
+        except PreconditionFailed as exc:
+            raise StepBusy(f"step {key} was claimed concurrently", retry_after=1.0) from exc
+        return Claim(run_id, taken, version, "taken_over")
+
+    async def renew_lease(self, claim: Claim, *, now: float, lease_seconds: float) -> Claim:
+        """Extend the lease (the heartbeat). Raises :class:`LeaseLost` if it was taken over."""
+        until = now + lease_seconds
+        try:
+            (version,) = await self.db.commit(
+                [
+                    Write(
+                        "update",
+                        self.step_path(claim.run_id, claim.key),
+                        {"lease_expires_at": until},
+                        if_version=claim.version,
+                    )
+                ]
+            )
+        except PreconditionFailed as exc:
+            raise LeaseLost(f"lease on {claim.key} was taken over") from exc
+        return replace(claim, version=version, step=claim.step.model_copy(
+            update={"lease_expires_at": until}))
+
+    async def release_step(
+        self, claim: Claim, *, error: str, not_before: float = 0.0
+    ) -> None:
+        """Give the lease back after a retryable failure so the redelivery need not wait."""
+        try:
+            await self.db.commit(
+                [
+                    Write(
+                        "update",
+                        self.step_path(claim.run_id, claim.key),
+                        {"lease_expires_at": 0.0, "last_error": error, "not_before": not_before},
+                        if_version=claim.version,
+                    )
+                ]
+            )
+        except PreconditionFailed:
+            pass  # already taken over: the new holder owns the step now
+
+    async def complete_step(
+        self,
+        claim: Claim,
+        *,
+        now: float,
+        result: JsonDict | None,
+        outbox: Sequence[Outgoing],
+        usage: Usage | None = None,
+        call_seconds: float | None = None,
+        error: str | None = None,
+        extra_writes: Sequence[Write] = (),
+    ) -> StepRecord:
+        """Commit the step and everything that must land with it, atomically.
+
+        Raises :class:`LeaseLost` (nothing written) if the lease was taken over.
+        """
+        update: JsonDict = {
+            "status": StepStatus.COMPLETED.value,
+            "completed_at": now,
+            "result": result,
+            "outbox": [o.to_doc() for o in outbox],
+            "lease_expires_at": 0.0,
+            "last_error": error,
+        }
+        if usage is not None:
+            update["usage"] = usage.model_dump(mode="json")
+        if call_seconds is not None:
+            update["call_seconds"] = call_seconds
+        step_write = Write(
+            "update", self.step_path(claim.run_id, claim.key), update, if_version=claim.version
+        )
+        try:
+            await self.db.commit([step_write, *extra_writes])
+        except PreconditionFailed as exc:
+            raise LeaseLost(f"step {claim.key} of {claim.run_id} lost its lease") from exc
+        return claim.step.model_copy(update=update | {"outbox": list(outbox)})
+
+    async def get_steps(self, run_id: str, keys: Sequence[str]) -> list[StepRecord | None]:
+        snaps = await self.db.get_all([self.step_path(run_id, k) for k in keys])
+        return [StepRecord.model_validate(s.data) if s else None for s in snaps]
+
+    async def steps_in_range(self, run_id: str, start: str, end: str) -> list[StepRecord]:
+        snaps = await self.db.list_range(self.steps_collection(run_id), start, end)
+        return [StepRecord.model_validate(s.data) for s in snaps]
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        snaps = await self.db.list_all(self.steps_collection(run_id))
+        return [StepRecord.model_validate(s.data) for s in snaps]
+
+    # -- transcript ------------------------------------------------------------------------
+
+    async def load_transcript(self, conversation_id: str) -> Transcript:
+        snaps = await self.db.list_all(self.transcript_collection(conversation_id))
+        chunks = [TranscriptChunk.model_validate(s.data) for s in snaps]
+        return Transcript(conversation_id, chunks)
+
+    def append_writes(
+        self, transcript: Transcript, contents: Sequence[JsonDict], tail: str
+    ) -> list[Write]:
+        """Writes that append ``contents`` to ``transcript`` (as loaded) and move its tail.
+
+        Appends go to the last chunk while it stays under :data:`CHUNK_BYTES`, else to a new
+        one. Only the step that holds the lease on the run's current model step appends, so
+        the chunk it read is the chunk it rewrites.
+        """
+        added = _size(list(contents))
+        collection = self.transcript_collection(transcript.conversation_id)
+        last = transcript.chunks[-1] if transcript.chunks else None
+        if last is not None and last.size + added <= CHUNK_BYTES:
+            chunk = last.model_copy(
+                update={
+                    "contents": [*last.contents, *contents],
+                    "tail": tail,
+                    "size": last.size + added,
+                }
+            )
+            return [Write("set", f"{collection}/{chunk.index:05d}", chunk.to_doc())]
+        index = last.index + 1 if last is not None else 0
+        chunk = TranscriptChunk(index=index, contents=list(contents), tail=tail, size=added)
+        return [Write("create", f"{collection}/{index:05d}", chunk.to_doc())]
+
+    # -- unusable messages ---------------------------------------------------------------------
+
+    async def record_poison(self, message_id: str, record: JsonDict) -> None:
+        try:
+            await self.db.create(f"{self._poison}/{message_id}", record)
+        except AlreadyExists:
+            pass  # the same poison message delivered again: one record is enough
+
+    async def record_dead_letter(self, message_id: str, record: JsonDict) -> None:
+        await self.db.commit([Write("set", f"{self._dead_letters}/{message_id}", record)])
+
+    async def list_poison(self) -> list[JsonDict]:
+        return [s.data for s in await self.db.list_all(self._poison)]
+
+    async def list_dead_letters(self) -> list[Snapshot]:
+        return await self.db.list_all(self._dead_letters)
