@@ -1,0 +1,115 @@
+"""Gemini through google-genai: one ``generateContent`` call per :meth:`GeminiModel.generate`.
+
+The SDK's own retries and automatic function calling are off: a failed call is retried by
+redelivering the step, and every tool call must be a step of its own.
+"""
+
+from __future__ import annotations
+
+import json
+
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+from pydantic import ValidationError
+
+from ackloop.errors import ModelPermanentError
+from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.gemini_errors import TRANSPORT_ERRORS, from_api_error, from_transport_error
+from ackloop.model.gemini_turn import turn_from_response
+from ackloop.settings import Settings
+
+_NO_RETRIES = types.HttpRetryOptions(attempts=1)
+
+
+class GeminiModel:
+    """A :class:`ModelClient` for the Gemini Developer API or Vertex AI.
+
+    Build one per process and share it. ``base_url`` points the SDK at another endpoint (a local
+    server speaking the Gemini REST API, in tests). ``timeout_seconds`` caps every call; a
+    request's own ``timeout_seconds`` can only shorten it.
+    """
+
+    provider = "gemini"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        vertexai: bool = False,
+        project: str | None = None,
+        location: str | None = None,
+        timeout_seconds: float = 60.0,
+    ) -> None:
+        if not vertexai and not api_key:
+            raise ValueError("the Gemini Developer API needs an api_key (or use vertexai=True)")
+        self.timeout_seconds = timeout_seconds
+        http_options = types.HttpOptions(
+            base_url=base_url, timeout=_millis(timeout_seconds), retry_options=_NO_RETRIES
+        )
+        if vertexai:
+            self._client = genai.Client(
+                vertexai=True, project=project, location=location, http_options=http_options
+            )
+        else:
+            self._client = genai.Client(api_key=api_key, http_options=http_options)
+
+    async def generate(self, request: ModelRequest) -> ModelTurn:
+        """Call Gemini once. Raises ``ModelRetryableError`` or ``ModelPermanentError``."""
+        contents, config = self._prepare(request)
+        try:
+            response = await self._client.aio.models.generate_content(
+                model=request.model, contents=contents, config=config
+            )
+        except genai_errors.APIError as error:
+            raise from_api_error(error) from error
+        except TRANSPORT_ERRORS as error:
+            raise from_transport_error(error) from error
+        except (json.JSONDecodeError, ValidationError) as error:
+            # A 200 whose body is not JSON, or JSON of the wrong shape.
+            raise ModelPermanentError(
+                f"Gemini answered with a body that does not parse: {error}",
+                reason="model_malformed_response",
+            ) from error
+        return turn_from_response(response)
+
+    def _prepare(
+        self, request: ModelRequest
+    ) -> tuple[list[types.Content], types.GenerateContentConfig]:
+        try:
+            contents = [types.Content.model_validate(content) for content in request.contents]
+            declarations = [types.FunctionDeclaration.model_validate(d) for d in request.tools]
+        except ValidationError as error:
+            raise ModelPermanentError(
+                f"request does not fit the Gemini schema: {error}", reason="model_invalid_request"
+            ) from error
+        timeout = min(self.timeout_seconds, request.timeout_seconds)
+        schema = request.response_schema
+        config = types.GenerateContentConfig(
+            system_instruction=request.system_instruction or None,
+            tools=[types.Tool(function_declarations=declarations)] if declarations else None,
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            response_mime_type="application/json" if schema is not None else None,
+            response_json_schema=schema,
+            http_options=types.HttpOptions(timeout=_millis(timeout), retry_options=_NO_RETRIES),
+        )
+        return contents, config
+
+
+def build_gemini_model(settings: Settings) -> GeminiModel:
+    """The process's Gemini client, from validated settings."""
+    api_key = settings.gemini_api_key.get_secret_value() if settings.gemini_api_key else None
+    return GeminiModel(
+        api_key=api_key,
+        base_url=settings.gemini_base_url,
+        vertexai=settings.use_vertexai,
+        project=settings.project_id if settings.use_vertexai else None,
+        location=settings.vertex_location if settings.use_vertexai else None,
+        timeout_seconds=settings.model_timeout_seconds,
+    )
+
+
+def _millis(seconds: float) -> int:
+    # HttpOptions.timeout is in milliseconds.
+    return max(1, round(seconds * 1000))

@@ -1,0 +1,111 @@
+"""The scripted model: a deterministic, offline :class:`ModelClient` (provider ``"scripted"``).
+
+By default it plays the seed agent (:func:`ackloop.model.seed_agent.seed_agent_turn`). Tests pass
+their own script, or a fixed list of turns. Scripts must be stateless functions of the request so
+that a redelivered step, possibly in another process, gets the same turn again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from google.genai import types
+from pydantic import ValidationError
+
+from ackloop.errors import ModelPermanentError
+from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.seed_agent import seed_agent_turn
+from ackloop.model.transcript import count_model_contents, read_exchange
+from ackloop.model.turns import calls_turn, text_turn
+
+Script = Callable[[ModelRequest], ModelTurn]
+"""Decides one turn from one request. May raise ``ModelRetryableError``/``ModelPermanentError``."""
+
+
+class ScriptedModel:
+    """A :class:`ModelClient` whose turns come from a script instead of a network call.
+
+    Requests are validated like Gemini validates them (contents must parse as ``Content``), and
+    every request is appended to :attr:`requests` so tests can count and inspect model calls.
+    """
+
+    provider = "scripted"
+
+    def __init__(self, script: Script | None = None) -> None:
+        self.script: Script = script or seed_agent_turn
+        self.requests: list[ModelRequest] = []
+
+    @classmethod
+    def from_turns(cls, turns: Sequence[ModelTurn]) -> ScriptedModel:
+        """Answer with ``turns[n]``, where n is how many model turns the contents already hold.
+
+        Counting from the contents (not calls) keeps it stateless: a redelivered step gets the
+        same turn. Running past the end raises ``ModelPermanentError`` with reason
+        ``model_script_exhausted``.
+        """
+        fixed = list(turns)
+
+        def script(request: ModelRequest) -> ModelTurn:
+            index = count_model_contents(request.contents)
+            if index >= len(fixed):
+                raise ModelPermanentError(
+                    f"scripted model has {len(fixed)} turns, asked for turn {index + 1}",
+                    reason="model_script_exhausted",
+                )
+            return fixed[index]
+
+        return cls(script)
+
+    async def generate(self, request: ModelRequest) -> ModelTurn:
+        """Validate ``request`` and return the script's turn for it."""
+        self.requests.append(request)
+        return self.decide(request)
+
+    def decide(self, request: ModelRequest) -> ModelTurn:
+        """Like :meth:`generate`, but synchronous and unrecorded (the fake server's hook)."""
+        validate_contents(request)
+        return self.script(request)
+
+
+def validate_contents(request: ModelRequest) -> None:
+    """Reject what Gemini would reject with a 400: unparseable contents or unknown roles."""
+    try:
+        contents = [types.Content.model_validate(content) for content in request.contents]
+        for declaration in request.tools:
+            types.FunctionDeclaration.model_validate(declaration)
+    except ValidationError as error:
+        raise ModelPermanentError(
+            f"invalid request: {error}", reason="model_invalid_request"
+        ) from error
+    if not contents:
+        raise ModelPermanentError("contents must not be empty", reason="model_invalid_request")
+    for content in contents:
+        if content.role not in ("user", "model"):
+            raise ModelPermanentError(
+                f"content role must be 'user' or 'model', got {content.role!r}",
+                reason="model_invalid_request",
+            )
+
+
+def reference_workload_script(
+    tool_name: str,
+    args: Mapping[str, Any] | None = None,
+    *,
+    calls: int = 2,
+    answer: str = "Reference workload done.",
+) -> Script:
+    """model -> tool -> model -> tool -> model: call ``tool_name`` ``calls`` times, then answer.
+
+    The decision is the number of function responses after the question, so it is stateless and
+    works across processes. With the default ``calls=2`` a run takes 3 model turns and 2 tool calls.
+    """
+    call_args = dict(args or {})
+
+    def script(request: ModelRequest) -> ModelTurn:
+        done = len(read_exchange(request.contents).results)
+        if done < calls:
+            return calls_turn([(tool_name, call_args)], request=request)
+        return text_turn(answer, request=request)
+
+    return script
