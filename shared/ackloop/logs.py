@@ -28,7 +28,7 @@ def configure(level: str = "INFO") -> None:
     handler._ackloop = True  # type: ignore[attr-defined]
     handler.setFormatter(JsonFormatter())
     try:
-        from ackloop.tools.secrets import SecretMaskingFilter
+        from ackloop.tools.masking import SecretMaskingFilter
 
         handler.addFilter(SecretMaskingFilter())
     except ImportError:  # pragma: no cover - the tools package always ships it

@@ -35,9 +35,9 @@ def build_model(settings: Settings) -> ModelClient:
         from ackloop.model.gemini import build_gemini_model
 
         return build_gemini_model(settings)
-    from ackloop.model.scripted import ScriptedModel
+    from ackloop.agent_catalog import offline_model
 
-    return ScriptedModel()
+    return offline_model()
 
 
 def build_agents(settings: Settings, http: httpx.AsyncClient) -> AgentRegistry:

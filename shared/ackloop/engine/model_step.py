@@ -141,7 +141,7 @@ async def _run_claimed(
     request = ModelRequest(
         model=run.model,
         system_instruction=agent.system_instruction,
-        contents=[*conversation.answer_dangling_calls(transcript.contents), *new_contents],
+        contents=conversation.answer_dangling_calls([*transcript.contents, *new_contents]),
         tools=agent.toolbox.declarations(),
         timeout_seconds=deps.settings.model_timeout_seconds,
     )

@@ -1,0 +1,129 @@
+"""Finding and starting the official Pub/Sub and Firestore emulators (plain java, no gcloud).
+
+The jars come with the Cloud SDK components ``pubsub-emulator`` and
+``cloud-firestore-emulator`` (or the Debian packages ``google-cloud-cli-pubsub-emulator`` and
+``google-cloud-cli-firestore-emulator``). Override their location with
+``ACKLOOP_PUBSUB_EMULATOR_JAR`` / ``ACKLOOP_FIRESTORE_EMULATOR_JAR`` or ``CLOUDSDK_ROOT``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from ackloop.devstack.processes import ManagedProcess
+
+INSTALL_HINT = (
+    "install them with `gcloud components install pubsub-emulator cloud-firestore-emulator`, "
+    "or the Debian packages google-cloud-cli-pubsub-emulator and "
+    "google-cloud-cli-firestore-emulator (they need Java 11+); or point "
+    "ACKLOOP_PUBSUB_EMULATOR_JAR and ACKLOOP_FIRESTORE_EMULATOR_JAR at the jars"
+)
+
+_COMMON_SDK_ROOTS = (
+    "/usr/lib/google-cloud-sdk",
+    "/usr/share/google-cloud-sdk",
+    "/opt/google-cloud-sdk",
+    "/google-cloud-sdk",
+    "~/google-cloud-sdk",
+)
+
+
+class EmulatorsMissing(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class EmulatorJars:
+    pubsub: Path
+    firestore: Path
+
+
+def _sdk_roots() -> list[Path]:
+    roots: list[Path] = []
+    if env_root := os.environ.get("CLOUDSDK_ROOT"):
+        roots.append(Path(env_root))
+    gcloud = shutil.which("gcloud")
+    if gcloud:
+        try:
+            out = subprocess.run(
+                [gcloud, "info", "--format=value(installation.sdk_root)"],
+                capture_output=True, text=True, timeout=20, check=False,
+            ).stdout.strip()
+            if out:
+                roots.append(Path(out))
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        roots.append(Path(gcloud).resolve().parent.parent)
+    roots.extend(Path(r).expanduser() for r in _COMMON_SDK_ROOTS)
+    return roots
+
+
+def find_jars() -> EmulatorJars:
+    """Locate both jars, or raise :class:`EmulatorsMissing` saying where it looked."""
+    pubsub = os.environ.get("ACKLOOP_PUBSUB_EMULATOR_JAR")
+    firestore = os.environ.get("ACKLOOP_FIRESTORE_EMULATOR_JAR")
+    looked: list[str] = []
+    for root in _sdk_roots():
+        if pubsub is None:
+            found = sorted((root / "platform/pubsub-emulator/lib").glob("cloud-pubsub-emulator-*.jar"))
+            looked.append(str(root / "platform/pubsub-emulator/lib"))
+            if found:
+                pubsub = str(found[-1])
+        if firestore is None:
+            candidate = root / "platform/cloud-firestore-emulator/cloud-firestore-emulator.jar"
+            looked.append(str(candidate))
+            if candidate.exists():
+                firestore = str(candidate)
+    missing = [n for n, v in (("pubsub", pubsub), ("firestore", firestore)) if not v]
+    if missing or not shutil.which("java"):
+        what = ", ".join(missing) or "java"
+        raise EmulatorsMissing(
+            f"emulator jars not found ({what}) at {sorted(set(looked))[:6]}; {INSTALL_HINT}"
+        )
+    assert pubsub and firestore
+    return EmulatorJars(Path(pubsub), Path(firestore))
+
+
+def pubsub_process(jars: EmulatorJars, port: int, log_dir: Path) -> ManagedProcess:
+    return ManagedProcess(
+        name="pubsub-emulator",
+        argv=["java", "-jar", str(jars.pubsub), "--host=127.0.0.1", f"--port={port}"],
+        log_path=log_dir / "pubsub-emulator.log",
+        health_url=f"http://127.0.0.1:{port}/",
+    )
+
+
+def firestore_process(jars: EmulatorJars, port: int, log_dir: Path) -> ManagedProcess:
+    return ManagedProcess(
+        name="firestore-emulator",
+        argv=[
+            "java", "-Duser.language=en", "-cp", str(jars.firestore),
+            "com.google.cloud.datastore.emulator.firestore.CloudFirestore", "start",
+            "--host=127.0.0.1", f"--port={port}",
+        ],
+        log_path=log_dir / "firestore-emulator.log",
+        health_url=f"http://127.0.0.1:{port}/",
+    )
+
+
+def reset_firestore(port: int, project: str, database: str = "(default)") -> None:
+    """Delete every document in the emulator's database."""
+    url = (
+        f"http://127.0.0.1:{port}/emulator/v1/projects/{project}/databases/{database}/documents"
+    )
+    httpx.delete(url, timeout=10.0).raise_for_status()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

@@ -1,0 +1,111 @@
+"""Running the durable loop inside one process, on in-memory or real adapters.
+
+The same handlers as the deployed functions, fed from an in-memory publisher instead of push
+subscriptions. Unit tests use it to drive whole runs, inject duplicate deliveries and crashes
+with a manual clock; nothing here is used in production.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from ackloop.bus.memory import MemoryPublisher, Published
+from ackloop.engine.deps import Deps
+from ackloop.engine.dispatch import Kind, Outcome, dispatch
+from ackloop.push import Delivery
+from ackloop.wire import AnswerMessage, QueryMessage
+
+
+@dataclass
+class DeliveryLog:
+    kind: Kind
+    message: Published
+    outcome: Outcome
+
+
+@dataclass
+class InProcessLoop:
+    deps: Deps
+    publisher: MemoryPublisher
+    answers: list[AnswerMessage] = field(default_factory=list)
+    log: list[DeliveryLog] = field(default_factory=list)
+    _queue: deque[tuple[Kind, Published]] = field(default_factory=deque)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def _kinds(self) -> dict[str, Kind]:
+        s = self.deps.settings
+        return {s.queries_topic: "query", s.model_steps_topic: "model",
+                s.tool_steps_topic: "tool", s.dead_letter_topic: "dead_letter"}
+
+    async def submit(self, query: QueryMessage) -> None:
+        await self.publisher.publish(self.deps.settings.queries_topic, query.model_dump_json().encode())
+
+    def _collect(self) -> None:
+        kinds = self._kinds()
+        for message in self.publisher.take():
+            if message.topic == self.deps.settings.answers_topic:
+                self.answers.append(AnswerMessage.model_validate_json(message.data))
+            else:
+                self._queue.append((kinds[message.topic], message))
+
+    async def deliver(self, kind: Kind, message: Published) -> Outcome:
+        delivery = Delivery(
+            message_id=message.message_id or str(next(self._ids)),
+            data=message.data,
+            attributes=message.attributes,
+        )
+        outcome = await dispatch(self.deps, kind, delivery)
+        self.log.append(DeliveryLog(kind, message, outcome))
+        return outcome
+
+    async def run_until_idle(
+        self,
+        *,
+        max_deliveries: int = 500,
+        duplicate_every: bool = False,
+        shuffle_seed: int | None = None,
+        crash: type[BaseException] | None = None,
+    ) -> None:
+        """Deliver queued messages until none is left; failed ones are redelivered.
+
+        ``duplicate_every`` delivers every message twice in a row; ``shuffle_seed`` delivers
+        in a random order (Pub/Sub does not promise order). A ``crash`` exception escaping a
+        handler stands for the process dying mid-delivery: the message was not acknowledged,
+        so it is delivered again.
+        """
+        rng = random.Random(shuffle_seed)
+        self._collect()
+        for _ in range(max_deliveries):
+            if not self._queue:
+                return
+            if shuffle_seed is not None:
+                self._queue.rotate(rng.randrange(len(self._queue)))
+            kind, message = self._queue.popleft()
+            try:
+                outcome = await self.deliver(kind, message)
+            except BaseException as exc:
+                if crash is None or not isinstance(exc, crash):
+                    raise
+                self._queue.append((kind, message))
+                self._collect()
+                continue
+            if duplicate_every:
+                await self.deliver(kind, message)
+            if not outcome.acknowledged:
+                self._queue.append((kind, message))
+                if outcome.retry_after:
+                    advance = getattr(self.deps.clock, "advance", None)
+                    if advance is not None:
+                        advance(outcome.retry_after)
+            self._collect()
+        raise RuntimeError(f"loop still busy after {max_deliveries} deliveries")
+
+    def deliveries(self, kind: Kind) -> list[DeliveryLog]:
+        return [entry for entry in self.log if entry.kind == kind]
+
+    def queued(self) -> list[tuple[Kind, dict[str, object]]]:
+        return [(kind, json.loads(m.data)) for kind, m in self._queue]

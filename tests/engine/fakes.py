@@ -1,0 +1,84 @@
+"""Small in-memory collaborators for engine tests."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from ackloop.agents import AgentDefinition, AgentRegistry
+from ackloop.bus.memory import MemoryPublisher
+from ackloop.clock import ManualClock
+from ackloop.docdb.counting import CountingDocumentDB
+from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.engine.deps import Deps, FaultPoints
+from ackloop.inprocess import InProcessLoop
+from ackloop.model.base import ModelClient
+from ackloop.settings import Settings
+from ackloop.store import AgentStore
+from ackloop.tools.base import ToolContext, ToolOutcome
+from ackloop.wire import FunctionCall
+
+
+class SimulatedCrash(BaseException):
+    """Stands for SIGKILL inside one process: nothing in the engine catches a BaseException."""
+
+
+class CrashingFaults(FaultPoints):
+    def __init__(self, points: set[str], times: int = 1) -> None:
+        super().__init__(frozenset(points))
+        self.remaining = Counter({p: times for p in points})
+
+    def hit(self, name: str) -> None:
+        if self.remaining[name] > 0:
+            self.remaining[name] -= 1
+            raise SimulatedCrash(name)
+
+
+class CountingToolbox:
+    """Tools that answer at once and count their executions."""
+
+    def __init__(self, results: dict[str, Any] | None = None, retry_safe: bool = True) -> None:
+        self.results = results or {}
+        self.executed: Counter[str] = Counter()
+        self.contexts: list[ToolContext] = []
+        self.retry_safe = retry_safe
+
+    def declarations(self) -> list[dict[str, Any]]:
+        return [
+            {"name": name, "description": f"The {name} tool.",
+             "parameters": {"type": "object", "properties": {"key": {"type": "string"}}}}
+            for name in self.results
+        ]
+
+    def is_retry_safe(self, name: str) -> bool:
+        return self.retry_safe
+
+    async def execute(self, call: FunctionCall, context: ToolContext) -> ToolOutcome:
+        self.executed[call.name] += 1
+        self.contexts.append(context)
+        if call.name not in self.results:
+            return ToolOutcome(response={"error": f"unknown tool {call.name}"}, is_error=True)
+        return ToolOutcome(response={"result": self.results[call.name]})
+
+
+def make_loop(
+    model: ModelClient,
+    toolbox: Any,
+    *,
+    settings: Settings | None = None,
+    faults: FaultPoints | None = None,
+    instructions: str = "Be brief.",
+) -> InProcessLoop:
+    settings = settings or Settings(lease_seconds=10.0)
+    publisher = MemoryPublisher()
+    deps = Deps(
+        settings=settings,
+        store=AgentStore(CountingDocumentDB(MemoryDocumentDB())),
+        publisher=publisher,
+        model=model,
+        agents=AgentRegistry([AgentDefinition("default", instructions, toolbox)]),
+        clock=ManualClock(),
+        owner="test-owner",
+        faults=faults or FaultPoints(),
+    )
+    return InProcessLoop(deps, publisher)
