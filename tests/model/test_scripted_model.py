@@ -37,7 +37,7 @@ async def test_from_turns_plays_text_parallel_calls_and_signatures_in_order(
     assert first_parts[0]["function_call"] == {"name": "echo", "args": {"n": 1}, "id": "a"}
     assert base64.urlsafe_b64decode(first_parts[0]["thought_signature"]) == b"sig"
     assert "thought_signature" not in first_parts[1]  # Gemini signs the first call only
-    assert len(model.requests) == 2
+    assert model.calls == len(model.requests) == 2
 
 
 async def test_from_turns_is_stateless_and_says_when_it_runs_out() -> None:

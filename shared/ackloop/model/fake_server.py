@@ -24,7 +24,7 @@ import json
 import re
 import signal
 import threading
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
@@ -65,14 +65,18 @@ class FakeGeminiServer:
         fault_rate: float = 0.0,
         fault_kinds: str = "",
         seed: int = 0,
+        keep_requests: int = 10_000,
     ) -> None:
         self.policy: Script = policy or ScriptedModel().decide
         self.faults = FaultPlan()
         self.faults.schedule(parse_fault_spec(faults))
         self.faults.set_random(fault_rate, parse_fault_spec(fault_kinds), seed)
         self._lock = threading.Lock()
-        self._requests: list[RecordedRequest] = []
+        # Bounded: a benchmark can send far more requests than anyone will inspect.
+        self._requests: deque[RecordedRequest] = deque(maxlen=keep_requests)
+        self._received = 0
         self._served: Counter[str] = Counter()
+        self._models: Counter[str] = Counter()
         self._closing = threading.Event()
         self._http = ThreadingHTTPServer((HOST, port), _Handler, bind_and_activate=False)
         self._http.daemon_threads = True  # a handler sleeping in a delay fault must not block exit
@@ -117,7 +121,7 @@ class FakeGeminiServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every ``generateContent`` request received so far, in arrival order."""
+        """The last ``keep_requests`` ``generateContent`` requests, in arrival order."""
         with self._lock:
             return list(self._requests)
 
@@ -129,11 +133,11 @@ class FakeGeminiServer:
         with self._lock:
             faults = {k: v for k, v in self._served.items() if k != "answered"}
             return {
-                "requests": len(self._requests),
+                "requests": self._received,
                 "answered": self._served["answered"],
                 "faults_served": faults,
                 "faults_pending": self.faults.pending(),
-                "models": dict(Counter(r.model for r in self._requests)),
+                "models": dict(self._models),
             }
 
     def reset(self) -> None:
@@ -141,6 +145,8 @@ class FakeGeminiServer:
         with self._lock:
             self._requests.clear()
             self._served.clear()
+            self._models.clear()
+            self._received = 0
         self.faults.clear()
 
     def configure_faults(self, settings: JsonDict) -> None:
@@ -157,6 +163,8 @@ class FakeGeminiServer:
         fault = self.faults.next()
         with self._lock:
             self._requests.append(request)
+            self._received += 1
+            self._models[request.model] += 1
             self._served["answered" if fault is None or fault.kind == "delay" else fault.kind] += 1
             if fault is not None and fault.kind == "delay":
                 self._served["delay"] += 1

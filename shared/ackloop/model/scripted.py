@@ -7,6 +7,7 @@ that a redelivered step, possibly in another process, gets the same turn again.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,15 +27,17 @@ Script = Callable[[ModelRequest], ModelTurn]
 class ScriptedModel:
     """A :class:`ModelClient` whose turns come from a script instead of a network call.
 
-    Requests are validated like Gemini validates them (contents must parse as ``Content``), and
-    every request is appended to :attr:`requests` so tests can count and inspect model calls.
+    Requests are validated like Gemini validates them (contents must parse as ``Content``).
+    :attr:`calls` counts :meth:`generate` calls and :attr:`requests` keeps the last
+    ``keep_requests`` of them, so tests can inspect them and a long benchmark stays bounded.
     """
 
     provider = "scripted"
 
-    def __init__(self, script: Script | None = None) -> None:
+    def __init__(self, script: Script | None = None, *, keep_requests: int = 1000) -> None:
         self.script: Script = script or seed_agent_turn
-        self.requests: list[ModelRequest] = []
+        self.calls = 0
+        self.requests: deque[ModelRequest] = deque(maxlen=keep_requests)
 
     @classmethod
     def from_turns(cls, turns: Sequence[ModelTurn]) -> ScriptedModel:
@@ -59,6 +62,7 @@ class ScriptedModel:
 
     async def generate(self, request: ModelRequest) -> ModelTurn:
         """Validate ``request`` and return the script's turn for it."""
+        self.calls += 1
         self.requests.append(request)
         return self.decide(request)
 
