@@ -1,0 +1,68 @@
+"""Building the :class:`ToolOutcome` the model reads: JSON-able, masked and size-capped."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from ackloop.tools.base import ToolOutcome
+from ackloop.tools.masking import mask_json, mask_secrets
+
+MAX_ERROR_CHARS = 2_000
+
+
+def success_outcome(
+    value: Any, max_bytes: int, *, final: bool = False, known: Iterable[str] = ()
+) -> ToolOutcome:
+    """``{"result": value}``, with secrets masked and the JSON capped at ``max_bytes``.
+
+    Raises ``TypeError``/``ValueError`` when ``value`` cannot be turned into JSON.
+    """
+    result = mask_json(to_json_value(value), known)
+    return ToolOutcome(response={"result": cap_result(result, max_bytes)}, final=final)
+
+
+def error_outcome(message: str, *, known: Iterable[str] = ()) -> ToolOutcome:
+    """``{"error": message}`` with secrets masked; long messages are cut."""
+    text = mask_secrets(message, known)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[:MAX_ERROR_CHARS] + "... [truncated]"
+    return ToolOutcome(response={"error": text}, is_error=True)
+
+
+def to_json_value(value: Any) -> Any:
+    """A string stays a string; a Pydantic model is dumped in JSON mode; the rest must be
+    JSON-able (dataclasses, datetimes and the like are converted as Pydantic would)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return to_jsonable_python(value)
+
+
+def cap_result(result: Any, max_bytes: int) -> Any:
+    """``result`` unchanged when ``{"result": result}`` fits in ``max_bytes`` of JSON; otherwise
+    its text cut to fit, ending with a marker that tells the model how much was left out."""
+    size = _json_size(result)
+    if size <= max_bytes:
+        return result
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    total = len(text.encode())
+    keep = max_bytes
+    while True:
+        cut = text.encode()[:keep].decode(errors="ignore")
+        dropped = total - len(cut.encode())
+        capped = f"{cut}\n...[truncated: {dropped} of {total} bytes omitted]"
+        excess = _json_size(capped) - max_bytes
+        if excess <= 0 or keep == 0:
+            return capped
+        # JSON escaping makes bytes and characters differ; shrink by the measured excess.
+        keep = max(0, keep - excess)
+
+
+def _json_size(result: Any) -> int:
+    return len(json.dumps({"result": result}, ensure_ascii=False).encode())
