@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
+from google.cloud.firestore_v1.field_path import FieldPath
 
 from ackloop.docdb.base import (
     AlreadyExists,
@@ -105,7 +106,7 @@ class FirestoreDocumentDB:
     @_translated
     async def list_range(self, collection: str, start_id: str, end_id: str) -> list[Snapshot]:
         col = self._client.collection(collection)
-        doc_id = firestore.FieldPath.document_id()
+        doc_id = FieldPath.document_id()
         query = (
             col.where(filter=FieldFilter(doc_id, ">=", col.document(start_id)))
             .where(filter=FieldFilter(doc_id, "<=", col.document(end_id)))
@@ -128,7 +129,7 @@ class FirestoreDocumentDB:
     @_translated
     async def list_all(self, collection: str, limit: int = 1000) -> list[Snapshot]:
         col = self._client.collection(collection)
-        query = col.order_by(firestore.FieldPath.document_id()).limit(limit)
+        query = col.order_by(FieldPath.document_id()).limit(limit)
         return [_snap(s) async for s in query.stream()]
 
     @_translated

@@ -1,0 +1,57 @@
+"""``ackloop``: run a service, manage the local stack, ask the agent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from ackloop.cli import ask as ask_cmd
+from ackloop.cli import dev
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Durable AI agents on Pub/Sub and Firestore.")
+app.add_typer(dev.app, name="dev")
+app.command("ask")(ask_cmd.ask)
+
+FUNCTION_TARGETS = ("ingest", "model_step", "tool_step", "dead_letter", "api")
+
+
+@app.command()
+def run(
+    target: str = typer.Option(None, envvar="FUNCTION_TARGET",
+                               help="ingest, model_step, tool_step, dead_letter or api."),
+    port: int = typer.Option(8080, envvar="PORT"),
+    host: str = typer.Option("0.0.0.0", envvar="ACKLOOP_HOST"),
+    functions_dir: Path = typer.Option(Path("functions"), envvar="ACKLOOP_FUNCTIONS_DIR"),
+) -> None:
+    """Serve one function or the HTTP API: the container's entrypoint."""
+    if target not in FUNCTION_TARGETS:
+        raise typer.BadParameter(f"FUNCTION_TARGET must be one of {', '.join(FUNCTION_TARGETS)}")
+    if target == "api":
+        serve(port=port, host=host)
+        return
+    source = functions_dir / target / "main.py"
+    if not source.exists():
+        raise typer.BadParameter(f"{source} not found (run from the project root or set "
+                                 "ACKLOOP_FUNCTIONS_DIR)")
+    argv = ["functions-framework", "--asgi", "--target", target, "--source", str(source),
+            "--host", host, "--port", str(port)]
+    os.execvp(argv[0], argv)
+
+
+@app.command()
+def serve(
+    port: int = typer.Option(8080, envvar="PORT"),
+    host: str = typer.Option("0.0.0.0", envvar="ACKLOOP_HOST"),
+) -> None:
+    """Serve the HTTP API (runs, Agent Runtime contract)."""
+    import uvicorn
+
+    uvicorn.run("ackloop.api.app:create_app", factory=True, host=host, port=port,
+                log_level="warning")
+
+
+if __name__ == "__main__":
+    app()

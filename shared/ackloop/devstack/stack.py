@@ -1,0 +1,244 @@
+"""The local stack behind ``ackloop dev up``: emulators, topology, tool sandbox, functions.
+
+Every process is started with the same entrypoint the container image uses (``ackloop run``
+with ``FUNCTION_TARGET``), bound to 127.0.0.1, logging to files under the stack's directory.
+The stack's state (PIDs, ports, environment) is kept in ``state.json`` there, so ``dev down``
+stops exactly what ``dev up`` started, by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import ackloop
+from ackloop.devstack import emulators
+from ackloop.devstack.processes import ManagedProcess, alive, stop_pid
+from ackloop.devstack.topology import create_topology
+from ackloop.settings import Settings
+
+FUNCTIONS = ("ingest", "model_step", "tool_step", "dead_letter")
+SERVICES = (*FUNCTIONS, "api")
+
+
+def project_root() -> Path:
+    """The checkout holding ``functions/`` (the stack runs from a source checkout)."""
+    if env := os.environ.get("ACKLOOP_PROJECT_ROOT"):
+        return Path(env)
+    root = Path(ackloop.__file__).resolve().parents[2]
+    if not (root / "functions").is_dir():
+        raise RuntimeError(
+            f"functions/ not found next to the ackloop package ({root}); run from a checkout "
+            "installed with `pip install -e .`, or set ACKLOOP_PROJECT_ROOT"
+        )
+    return root
+
+
+def ackloop_command() -> list[str]:
+    exe = shutil.which("ackloop", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "ackloop.cli.main"]
+
+
+@dataclass
+class StackState:
+    directory: str
+    project_id: str
+    pubsub_port: int
+    firestore_port: int
+    ports: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    model_provider: str = "scripted"
+    sandbox_url: str | None = None
+    fake_gemini_url: str | None = None
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['api']}"
+
+    def client_env(self) -> dict[str, str]:
+        """What a client (``ackloop ask``, a test) needs to talk to this stack."""
+        return {
+            "PUBSUB_EMULATOR_HOST": f"127.0.0.1:{self.pubsub_port}",
+            "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{self.firestore_port}",
+            "ACKLOOP_PROJECT_ID": self.project_id,
+        }
+
+    def save(self) -> None:
+        path = Path(self.directory) / "state.json"
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, directory: Path) -> StackState | None:
+        path = directory / "state.json"
+        if not path.exists():
+            return None
+        return cls(**json.loads(path.read_text()))
+
+
+@dataclass
+class StackOptions:
+    directory: Path
+    project_id: str = "ackloop-local"
+    pubsub_port: int = 8085
+    firestore_port: int = 8086
+    base_port: int = 8090
+    sandbox_apis: bool = True
+    fake_gemini: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
+    max_delivery_attempts: int = 5
+
+
+class LocalStack:
+    def __init__(self, options: StackOptions) -> None:
+        self.options = options
+        self.directory = options.directory
+        self.processes: dict[str, ManagedProcess] = {}
+        self.state: StackState | None = None
+
+    # -- start ------------------------------------------------------------------------------
+
+    def up(self, log: callable = print) -> StackState:  # type: ignore[valid-type]
+        o = self.options
+        self.directory.mkdir(parents=True, exist_ok=True)
+        logs = self.directory / "logs"
+        jars = emulators.find_jars()
+        state = StackState(str(self.directory), o.project_id, o.pubsub_port, o.firestore_port)
+        self.state = state
+        try:
+            started = [
+                self._start("pubsub-emulator", emulators.pubsub_process(jars, o.pubsub_port, logs)),
+                self._start(
+                    "firestore-emulator", emulators.firestore_process(jars, o.firestore_port, logs)
+                ),
+            ]
+            if o.sandbox_apis:
+                port = o.base_port + 10
+                state.sandbox_url = f"http://127.0.0.1:{port}"
+                started.append(self._start("sandbox-apis", ManagedProcess(
+                    "sandbox-apis",
+                    [sys.executable, "-m", "ackloop.tools.sandbox_apis", "--port", str(port)],
+                    logs / "sandbox-apis.log", f"{state.sandbox_url}/",
+                )))
+            if o.fake_gemini:
+                port = o.base_port + 11
+                state.fake_gemini_url = f"http://127.0.0.1:{port}"
+                started.append(self._start("fake-gemini", ManagedProcess(
+                    "fake-gemini",
+                    [sys.executable, "-m", "ackloop.model.fake_server", "--port", str(port)],
+                    logs / "fake-gemini.log", f"{state.fake_gemini_url}/",
+                )))
+            for proc in started:
+                took = proc.wait_ready(60.0)
+                log(f"  {proc.name:<20} ready in {took:.1f} s  (log: {proc.log_path})")
+            os.environ.update(state.client_env())
+            state.env = self.service_env(state)
+            state.model_provider = state.env.get("ACKLOOP_MODEL_PROVIDER", "auto")
+            for i, name in enumerate(SERVICES):
+                state.ports[name] = o.base_port + i
+            create_topology(
+                Settings(project_id=o.project_id, **self._topic_overrides()),
+                {n: f"http://127.0.0.1:{state.ports[n]}/" for n in FUNCTIONS},
+                max_delivery_attempts=o.max_delivery_attempts,
+            )
+            log("  topics and push subscriptions created")
+            for name in SERVICES:
+                self.start_service(name)
+            for name in SERVICES:
+                took = self.processes[name].wait_ready(60.0)
+                log(f"  {name:<20} ready in {took:.1f} s  (http://127.0.0.1:{state.ports[name]})")
+            state.save()
+            return state
+        except BaseException:
+            self.down()
+            raise
+
+    def _topic_overrides(self) -> dict[str, str]:
+        keys = ("queries_topic", "model_steps_topic", "tool_steps_topic", "answers_topic",
+                "dead_letter_topic", "collection_prefix")
+        env = self.options.extra_env
+        return {k: env[f"ACKLOOP_{k.upper()}"] for k in keys if f"ACKLOOP_{k.upper()}" in env}
+
+    def service_env(self, state: StackState) -> dict[str, str]:
+        env = {
+            **state.client_env(),
+            "ACKLOOP_LOG_LEVEL": "INFO",
+        }
+        if state.sandbox_url:
+            env |= {
+                "ACKLOOP_NWS_BASE_URL": state.sandbox_url,
+                "ACKLOOP_IPAPI_BASE_URL": state.sandbox_url,
+                "ACKLOOP_IP_ECHO_URL": f"{state.sandbox_url}/ip",
+            }
+        if state.fake_gemini_url:
+            env |= {
+                "ACKLOOP_MODEL_PROVIDER": "gemini",
+                "ACKLOOP_GEMINI_BASE_URL": state.fake_gemini_url,
+                "ACKLOOP_GEMINI_API_KEY": "local-fake-key",
+            }
+        return env | self.options.extra_env
+
+    def start_service(self, name: str, extra_env: dict[str, str] | None = None) -> ManagedProcess:
+        assert self.state is not None
+        state = self.state
+        env = {**os.environ, **state.env, **(extra_env or {}),
+               "FUNCTION_TARGET": name, "PORT": str(state.ports[name]), "ACKLOOP_HOST": "127.0.0.1"}
+        proc = ManagedProcess(
+            name,
+            [*ackloop_command(), "run"],
+            self.directory / "logs" / f"{name}.log",
+            f"http://127.0.0.1:{state.ports[name]}/" + ("healthz" if name == "api" else ""),
+            env=env,
+            cwd=project_root(),
+        )
+        return self._start(name, proc)
+
+    def _start(self, name: str, proc: ManagedProcess) -> ManagedProcess:
+        proc.start()
+        self.processes[name] = proc
+        if self.state is not None and proc.pid is not None:
+            self.state.pids[name] = proc.pid
+            self.state.save()
+        return proc
+
+    def restart_service(self, name: str, extra_env: dict[str, str] | None = None) -> float:
+        """Start ``name`` again (after a kill); returns seconds until it served its health check."""
+        began = time.monotonic()
+        self.start_service(name, extra_env).wait_ready(60.0)
+        return time.monotonic() - began
+
+    # -- stop -------------------------------------------------------------------------------
+
+    def down(self) -> list[str]:
+        stopped = []
+        for name, proc in reversed(list(self.processes.items())):
+            proc.stop()
+            stopped.append(name)
+        self.processes.clear()
+        return stopped
+
+
+def stop_recorded(directory: Path) -> list[str]:
+    """Stop the processes a previous ``dev up`` recorded in ``state.json``, by PID."""
+    state = StackState.load(directory)
+    if state is None:
+        return []
+    stopped = []
+    for name, pid in reversed(list(state.pids.items())):
+        if alive(pid):
+            stop_pid(pid)
+            stopped.append(name)
+    (directory / "state.json").unlink(missing_ok=True)
+    return stopped
+
+
+def status(directory: Path) -> dict[str, bool]:
+    state = StackState.load(directory)
+    if state is None:
+        return {}
+    return {name: alive(pid) for name, pid in state.pids.items()}
