@@ -15,6 +15,9 @@ from ackloop.runtime import process_deps
 # Pub/Sub push requests are small; anything larger is not one.
 MAX_PUSH_BYTES = 12 * 1024 * 1024
 
+# Deliveries this process answered, by status: read by tests and benchmarks via GET.
+_answered: dict[int, int] = {}
+
 
 def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
     return Response(
@@ -34,6 +37,7 @@ async def handle_push(kind: Kind, request: Request) -> Response:
                 "model": deps.model.provider,
                 "firestore": counters.as_dict() if counters else None,
                 "published": getattr(deps.publisher, "published", None),
+                "deliveries": {str(k): v for k, v in sorted(_answered.items())},
             },
         )
     if request.method != "POST":
@@ -46,6 +50,7 @@ async def handle_push(kind: Kind, request: Request) -> Response:
     except MalformedPush as exc:
         return _json(400, {"error": str(exc)})
     outcome = await dispatch(deps, kind, delivery)
+    _answered[outcome.status] = _answered.get(outcome.status, 0) + 1
     headers = None
     if outcome.retry_after is not None:
         headers = {"Retry-After": str(max(1, math.ceil(outcome.retry_after)))}

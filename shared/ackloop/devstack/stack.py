@@ -91,7 +91,12 @@ class StackOptions:
     sandbox_apis: bool = True
     fake_gemini: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+    service_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Extra environment for one service only (fault points in tests, say)."""
     max_delivery_attempts: int = 5
+    start_emulators: bool = True
+    """False: use the emulators already listening on ``pubsub_port`` / ``firestore_port``."""
+    services: tuple[str, ...] = ("ingest", "model_step", "tool_step", "dead_letter", "api")
 
 
 class LocalStack:
@@ -107,18 +112,23 @@ class LocalStack:
         o = self.options
         self.directory.mkdir(parents=True, exist_ok=True)
         logs = self.directory / "logs"
-        jars = emulators.find_jars()
         state = StackState(str(self.directory), o.project_id, o.pubsub_port, o.firestore_port)
         self.state = state
         try:
-            started = [
-                self._start("pubsub-emulator", emulators.pubsub_process(jars, o.pubsub_port, logs)),
-                self._start(
-                    "firestore-emulator", emulators.firestore_process(jars, o.firestore_port, logs)
-                ),
-            ]
+            started: list[ManagedProcess] = []
+            if o.start_emulators:
+                jars = emulators.find_jars()
+                started += [
+                    self._start(
+                        "pubsub-emulator", emulators.pubsub_process(jars, o.pubsub_port, logs)
+                    ),
+                    self._start(
+                        "firestore-emulator",
+                        emulators.firestore_process(jars, o.firestore_port, logs),
+                    ),
+                ]
             if o.sandbox_apis:
-                port = o.base_port + 10
+                port = self._port(o.base_port + 10)
                 state.sandbox_url = f"http://127.0.0.1:{port}"
                 started.append(self._start("sandbox-apis", ManagedProcess(
                     "sandbox-apis",
@@ -126,7 +136,7 @@ class LocalStack:
                     logs / "sandbox-apis.log", f"{state.sandbox_url}/",
                 )))
             if o.fake_gemini:
-                port = o.base_port + 11
+                port = self._port(o.base_port + 11)
                 state.fake_gemini_url = f"http://127.0.0.1:{port}"
                 started.append(self._start("fake-gemini", ManagedProcess(
                     "fake-gemini",
@@ -140,16 +150,16 @@ class LocalStack:
             state.env = self.service_env(state)
             state.model_provider = state.env.get("ACKLOOP_MODEL_PROVIDER", "auto")
             for i, name in enumerate(SERVICES):
-                state.ports[name] = o.base_port + i
+                state.ports[name] = self._port(o.base_port + i)
             create_topology(
                 Settings(project_id=o.project_id, **self._topic_overrides()),
                 {n: f"http://127.0.0.1:{state.ports[n]}/" for n in FUNCTIONS},
                 max_delivery_attempts=o.max_delivery_attempts,
             )
             log("  topics and push subscriptions created")
-            for name in SERVICES:
+            for name in o.services:
                 self.start_service(name)
-            for name in SERVICES:
+            for name in o.services:
                 took = self.processes[name].wait_ready(60.0)
                 log(f"  {name:<20} ready in {took:.1f} s  (http://127.0.0.1:{state.ports[name]})")
             state.save()
@@ -157,6 +167,9 @@ class LocalStack:
         except BaseException:
             self.down()
             raise
+
+    def _port(self, wanted: int) -> int:
+        return emulators.free_port() if self.options.base_port == 0 else wanted
 
     def _topic_overrides(self) -> dict[str, str]:
         keys = ("queries_topic", "model_steps_topic", "tool_steps_topic", "answers_topic",
@@ -186,7 +199,8 @@ class LocalStack:
     def start_service(self, name: str, extra_env: dict[str, str] | None = None) -> ManagedProcess:
         assert self.state is not None
         state = self.state
-        env = {**os.environ, **state.env, **(extra_env or {}),
+        own = self.options.service_env.get(name, {})
+        env = {**os.environ, **state.env, **own, **(extra_env or {}),
                "FUNCTION_TARGET": name, "PORT": str(state.ports[name]), "ACKLOOP_HOST": "127.0.0.1"}
         proc = ManagedProcess(
             name,

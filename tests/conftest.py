@@ -1,0 +1,66 @@
+"""Test tiers and the emulators.
+
+- Unit tests run on the in-memory adapters: always.
+- Tests marked ``emulator`` need the official Pub/Sub and Firestore emulators. They reuse the
+  ones named by ``PUBSUB_EMULATOR_HOST``/``FIRESTORE_EMULATOR_HOST`` (``.ci/run`` starts them),
+  or start them for the session. Without the jars they are SKIPPED, and the run says so loudly
+  in its header and its summary: they never pass without running.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ackloop.devstack import emulators
+from tests.support.emulators import EmulatorSession
+
+_MISSING: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _MISSING
+    if os.environ.get("PUBSUB_EMULATOR_HOST") and os.environ.get("FIRESTORE_EMULATOR_HOST"):
+        return
+    try:
+        emulators.find_jars()
+    except emulators.EmulatorsMissing as exc:
+        _MISSING = str(exc)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if _MISSING:
+        return f"!!! emulator tests SKIPPED: {_MISSING}"
+    where = os.environ.get("PUBSUB_EMULATOR_HOST") or "started by the test session"
+    return f"emulator tier: ON (Pub/Sub emulator: {where})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _MISSING:
+        return
+    skip = pytest.mark.skip(reason=f"emulator tests SKIPPED: {_MISSING}")
+    for item in items:
+        if "emulator" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    if _MISSING:
+        line = f"emulator tests SKIPPED: {_MISSING}"
+        terminalreporter.write_sep("!", "EMULATOR TIER DID NOT RUN", red=True, bold=True)
+        terminalreporter.write_line(line, red=True, bold=True)
+
+
+@pytest.fixture(scope="session")
+def emulator_session() -> Iterator[EmulatorSession]:
+    """The emulators for this session (reused if already running)."""
+    directory = Path(tempfile.mkdtemp(prefix="ackloop-emulators-"))
+    session = EmulatorSession.start(directory)
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,96 @@
+"""Step leases, fencing, runs and the transcript, on memory and on the Firestore emulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from ackloop.errors import ConversationBusy, IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
+from ackloop.keys import StepKey
+from ackloop.records import RunLimits, RunRecord, RunStatus
+from ackloop.store import CHUNK_BYTES, AgentStore
+
+KEY = StepKey.model(0)
+
+
+def run_record(run_id: str = "run-1", conversation: str = "conv-1", h: str = "h1") -> RunRecord:
+    return RunRecord(
+        run_id=run_id, request_id=f"req-{run_id}", request_hash=h, conversation_id=conversation,
+        agent="default", text="hi", model="m", created_at=100.0,
+        limits=RunLimits(max_steps=5, max_seconds=60, max_tool_calls=5),
+    )
+
+
+async def test_first_claim_is_new_and_a_live_lease_is_busy(store: AgentStore) -> None:
+    claim = await store.claim_step("r", KEY, "model", owner="a", now=100, lease_seconds=10)
+    assert claim.state == "new" and claim.step.fence == 1
+    with pytest.raises(StepBusy) as busy:
+        await store.claim_step("r", KEY, "model", owner="b", now=105, lease_seconds=10)
+    assert busy.value.retry_after == pytest.approx(5)
+
+
+async def test_expired_lease_is_taken_over_and_the_old_holder_is_fenced(store: AgentStore) -> None:
+    old = await store.claim_step("r", KEY, "model", owner="a", now=100, lease_seconds=10)
+    new = await store.claim_step("r", KEY, "model", owner="b", now=111, lease_seconds=10)
+    assert new.state == "taken_over" and new.step.fence == 2 and new.step.attempts == 2
+    with pytest.raises(LeaseLost):
+        await store.complete_step(old, now=112, result={"by": "a"}, outbox=[])
+    with pytest.raises(LeaseLost):
+        await store.renew_lease(old, now=112, lease_seconds=10)
+    await store.complete_step(new, now=113, result={"by": "b"}, outbox=[])
+    done = await store.claim_step("r", KEY, "model", owner="c", now=114, lease_seconds=10)
+    assert done.state == "completed" and done.step.result == {"by": "b"}
+
+
+async def test_heartbeat_keeps_the_lease_and_the_commit_uses_the_new_version(
+    store: AgentStore,
+) -> None:
+    claim = await store.claim_step("r", KEY, "model", owner="a", now=100, lease_seconds=10)
+    renewed = await store.renew_lease(claim, now=108, lease_seconds=10)
+    with pytest.raises(StepBusy):
+        await store.claim_step("r", KEY, "model", owner="b", now=115, lease_seconds=10)
+    await store.complete_step(renewed, now=116, result={}, outbox=[])
+
+
+async def test_a_different_step_at_the_same_key_is_a_conflict(store: AgentStore) -> None:
+    key = StepKey.tool(0, 0)
+    await store.claim_step("r", key, "get_ip_address", owner="a", now=100, lease_seconds=10)
+    with pytest.raises(StepConflict):
+        await store.claim_step("r", key, "get_weather_alerts", owner="b", now=200,
+                               lease_seconds=10)
+
+
+async def test_release_lets_the_next_delivery_in_after_not_before(store: AgentStore) -> None:
+    claim = await store.claim_step("r", KEY, "model", owner="a", now=100, lease_seconds=10)
+    await store.release_step(claim, error="429", not_before=103)
+    with pytest.raises(StepBusy):
+        await store.claim_step("r", KEY, "model", owner="b", now=101, lease_seconds=10)
+    again = await store.claim_step("r", KEY, "model", owner="b", now=104, lease_seconds=10)
+    assert again.state == "taken_over" and again.step.last_error == "429"
+
+
+async def test_create_run_is_idempotent_and_guards_the_conversation(store: AgentStore) -> None:
+    run, created = await store.create_run(run_record())
+    assert created and run.status is RunStatus.RUNNING
+    again, created_again = await store.create_run(run_record())
+    assert not created_again and again.run_id == "run-1"
+    with pytest.raises(IdempotencyMismatch):
+        await store.create_run(run_record(h="other"))
+    with pytest.raises(ConversationBusy):
+        await store.create_run(run_record("run-2"))
+    assert await store.fail_run("run-1", "boom", now=101)
+    second, created = await store.create_run(run_record("run-2"))
+    assert created and [r.run_id for r in await store.list_runs("conv-1")] == ["run-1", "run-2"]
+
+
+async def test_transcript_appends_roll_over_to_new_chunks(store: AgentStore) -> None:
+    big = {"role": "user", "parts": [{"text": "x" * (CHUNK_BYTES // 3)}]}
+    tail = None
+    for i in range(5):
+        transcript = await store.load_transcript("conv")
+        assert transcript.tail == tail
+        await store.db.commit(store.append_writes(transcript, [big], f"run/{i:04d}-model"))
+        tail = f"run/{i:04d}-model"
+    transcript = await store.load_transcript("conv")
+    assert len(transcript.contents) == 5 and len(transcript.chunks) >= 2
+    assert all(c.size <= CHUNK_BYTES for c in transcript.chunks)
+    assert transcript.tail == "run/0004-model"

@@ -1,0 +1,78 @@
+"""What the engine relies on from a document database, checked on memory and on Firestore."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ackloop.docdb.base import AlreadyExists, DocumentDB, PreconditionFailed, Write
+
+
+async def test_create_is_exclusive(db: DocumentDB, prefix: str) -> None:
+    path = f"{prefix}c/doc"
+    await db.create(path, {"n": 1})
+    with pytest.raises(AlreadyExists):
+        await db.create(path, {"n": 2})
+    (snap,) = await db.get_all([path])
+    assert snap is not None and snap.data == {"n": 1}
+
+
+async def test_get_all_keeps_order_and_reports_missing(db: DocumentDB, prefix: str) -> None:
+    await db.create(f"{prefix}c/b", {"v": "b"})
+    found = await db.get_all([f"{prefix}c/missing", f"{prefix}c/b"])
+    assert found[0] is None and found[1] is not None and found[1].data == {"v": "b"}
+
+
+async def test_update_with_stale_version_writes_nothing_in_the_batch(
+    db: DocumentDB, prefix: str
+) -> None:
+    path, other = f"{prefix}c/fenced", f"{prefix}c/other"
+    v1 = await db.create(path, {"owner": "a", "keep": True})
+    (v2,) = await db.commit([Write("update", path, {"owner": "b"}, if_version=v1)])
+    with pytest.raises(PreconditionFailed):
+        await db.commit([
+            Write("update", path, {"owner": "zombie"}, if_version=v1),
+            Write("set", other, {"written": True}),
+        ])
+    snap, missing = await db.get_all([path, other])
+    assert snap is not None and snap.data == {"owner": "b", "keep": True}
+    assert snap.version == v2 and missing is None
+
+
+async def test_update_of_a_missing_document_fails(db: DocumentDB, prefix: str) -> None:
+    with pytest.raises(PreconditionFailed):
+        await db.commit([Write("update", f"{prefix}c/none", {"x": 1})])
+
+
+async def test_list_range_by_document_id(db: DocumentDB, prefix: str) -> None:
+    col = f"{prefix}runs/r1/steps"
+    for key in ["0000-model", "0000-tool-000", "0000-tool-001", "0001-model", "0001-tool-000"]:
+        await db.create(f"{col}/{key}", {"key": key})
+    found = await db.list_range(col, "0000-tool-", "0001-model")
+    assert [s.id for s in found] == ["0000-tool-000", "0000-tool-001", "0001-model"]
+    assert [s.id for s in await db.list_all(col)][0] == "0000-model"
+
+
+async def test_list_where_orders(db: DocumentDB, prefix: str) -> None:
+    col = f"{prefix}runs"
+    for i, conv in enumerate(["a", "b", "a"]):
+        await db.create(f"{col}/r{i}", {"conversation_id": conv, "created_at": 10 - i})
+    found = await db.list_where(col, "conversation_id", "a", "created_at")
+    assert [s.id for s in found] == ["r2", "r0"]
+
+
+async def test_transactions_serialise_read_modify_write(db: DocumentDB, prefix: str) -> None:
+    path = f"{prefix}c/counter"
+    await db.create(path, {"n": 0})
+
+    async def increment() -> None:
+        async def body(txn):  # type: ignore[no-untyped-def]
+            snap = await txn.get(path)
+            txn.write(Write("set", path, {"n": snap.data["n"] + 1}))
+
+        await db.transact(body)
+
+    await asyncio.gather(*(increment() for _ in range(3)))
+    (snap,) = await db.get_all([path])
+    assert snap is not None and snap.data["n"] == 3
