@@ -1,0 +1,54 @@
+locals {
+  firestore_database = var.manage_firestore_database ? google_firestore_database.main[0].name : var.firestore_database
+}
+
+resource "google_firestore_database" "main" {
+  count = var.manage_firestore_database ? 1 : 0
+
+  project     = var.project_id
+  name        = var.firestore_database
+  location_id = coalesce(var.firestore_location, var.region)
+  type        = "FIRESTORE_NATIVE"
+
+  # Step claims run in transactions on one run's documents; pessimistic locking is what the
+  # emulator-backed tests exercise.
+  concurrency_mode = "PESSIMISTIC"
+
+  point_in_time_recovery_enablement = "POINT_IN_TIME_RECOVERY_ENABLED"
+  delete_protection_state           = var.deletion_protection ? "DELETE_PROTECTION_ENABLED" : "DELETE_PROTECTION_DISABLED"
+  deletion_policy                   = var.deletion_protection ? "ABANDON" : "DELETE"
+
+  depends_on = [google_project_service.required]
+}
+
+# HTTP Idempotency-Key records expire by themselves: Firestore deletes a document (typically
+# within a day) once its expire_at timestamp has passed.
+resource "google_firestore_field" "idempotency_expire_at" {
+  project    = var.project_id
+  database   = local.firestore_database
+  collection = "${var.collection_prefix}idempotency"
+  field      = "expire_at"
+
+  ttl_config {}
+
+  # No single-field index on a monotonically increasing timestamp nobody queries: it would only
+  # cost writes and create a hotspot.
+  index_config {}
+}
+
+# runs where conversation_id == X order by created_at (a conversation's history).
+resource "google_firestore_index" "runs_by_conversation" {
+  project    = var.project_id
+  database   = local.firestore_database
+  collection = "${var.collection_prefix}runs"
+
+  fields {
+    field_path = "conversation_id"
+    order      = "ASCENDING"
+  }
+
+  fields {
+    field_path = "created_at"
+    order      = "ASCENDING"
+  }
+}

@@ -1,0 +1,149 @@
+# Least privilege, one binding per need. Roles are granted on the narrowest resource that works:
+# topics, subscriptions, services, the secret. Firestore has no per-collection IAM, so
+# roles/datastore.user is project-wide, limited to the ackloop database by an IAM condition.
+
+locals {
+  # Topics each service publishes to. Any step may end a run (answer or budget exhausted), so
+  # every step service can publish answers; ingest starts a run with its first model step;
+  # model_step fans out tool steps; the last tool step of a turn starts the next model step;
+  # the API only publishes queries.
+  publishes = {
+    ingest      = ["model_steps", "answers"]
+    model_step  = ["model_steps", "tool_steps", "answers"]
+    tool_step   = ["model_steps", "answers"]
+    dead_letter = ["answers"]
+    api         = ["queries"]
+  }
+
+  publisher_bindings = merge([
+    for service, topics in local.publishes : {
+      for topic in topics : "${service}/${topic}" => { service = service, topic = topic }
+    }
+  ]...)
+
+  push_services = toset(["ingest", "model_step", "tool_step", "dead_letter"])
+
+  pubsub_service_agent = "serviceAccount:${google_project_service_identity.pubsub.email}"
+}
+
+# --- Runtime service accounts ---------------------------------------------------------------
+
+# Every service reads and writes the conversation state, step records and idempotency keys.
+resource "google_project_iam_member" "firestore_user" {
+  for_each = local.services
+
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = google_service_account.service[each.key].member
+
+  condition {
+    title       = "ackloop-database-only"
+    description = "Only the ackloop Firestore database."
+    expression  = "resource.name == \"projects/${var.project_id}/databases/${local.firestore_database}\""
+  }
+}
+
+resource "google_pubsub_topic_iam_member" "service_publishes" {
+  for_each = local.publisher_bindings
+
+  project = var.project_id
+  topic   = google_pubsub_topic.topic[each.value.topic].name
+  role    = "roles/pubsub.publisher"
+  member  = google_service_account.service[each.value.service].member
+}
+
+# Vertex AI backend: only model_step calls Gemini.
+resource "google_project_iam_member" "model_step_vertex_user" {
+  count = var.gemini_backend == "vertex" ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/aiplatform.user"
+  member  = google_service_account.service["model_step"].member
+}
+
+# --- Pub/Sub push ---------------------------------------------------------------------------
+
+# The push identity may invoke the four push-triggered services and nothing else.
+resource "google_cloud_run_v2_service_iam_member" "push_invoker" {
+  for_each = local.push_services
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.service[each.key].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.push_invoker.member
+}
+
+# Pub/Sub's service agent mints the OIDC tokens for the push identity (needed explicitly in
+# projects created before April 2021, harmless after).
+resource "google_service_account_iam_member" "service_agent_signs_push_tokens" {
+  service_account_id = google_service_account.push_invoker.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_service_agent
+}
+
+# Dead-lettering: the service agent publishes to the dead-letter topic and acknowledges the
+# forwarded message on the source subscription.
+resource "google_pubsub_topic_iam_member" "service_agent_publishes_dead_letters" {
+  project = var.project_id
+  topic   = google_pubsub_topic.topic["dead_letter"].name
+  role    = "roles/pubsub.publisher"
+  member  = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "service_agent_acks_dead_letters" {
+  for_each = local.step_subscriptions
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.step[each.key].name
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}
+
+# --- HTTP API -------------------------------------------------------------------------------
+
+resource "google_cloud_run_v2_service_iam_member" "api_invoker" {
+  for_each = toset(var.api_invoker_members)
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.service["api"].name
+  role     = "roles/run.invoker"
+  member   = each.value
+}
+
+# --- Build and deploy (cloudbuild.yaml) -----------------------------------------------------
+
+resource "google_artifact_registry_repository_iam_member" "build_pushes_images" {
+  project    = var.project_id
+  location   = google_artifact_registry_repository.images.location
+  repository = google_artifact_registry_repository.images.name
+  role       = "roles/artifactregistry.writer"
+  member     = google_service_account.build.member
+}
+
+# Update (not create or delete) the ackloop services' revisions.
+resource "google_cloud_run_v2_service_iam_member" "build_deploys" {
+  for_each = local.services
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.service[each.key].name
+  role     = "roles/run.developer"
+  member   = google_service_account.build.member
+}
+
+# A new revision runs as the service's own account, which the deployer must be allowed to use.
+resource "google_service_account_iam_member" "build_acts_as_service" {
+  for_each = local.services
+
+  service_account_id = google_service_account.service[each.key].name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.build.member
+}
+
+resource "google_project_iam_member" "build_writes_logs" {
+  project = var.project_id
+  role    = "roles/logging.logWriter"
+  member  = google_service_account.build.member
+}

@@ -1,0 +1,47 @@
+output "service_urls" {
+  description = "URL of each Cloud Run service, by FUNCTION_TARGET."
+  value       = { for name, service in google_cloud_run_v2_service.service : name => service.uri }
+}
+
+output "api_url" {
+  description = "URL of the HTTP API service."
+  value       = google_cloud_run_v2_service.service["api"].uri
+}
+
+output "topics" {
+  description = "Pub/Sub topic names, by role."
+  value       = { for role, topic in google_pubsub_topic.topic : role => topic.name }
+}
+
+output "subscriptions" {
+  description = "Push subscription names, by the service they deliver to."
+  value = merge(
+    { for name, subscription in google_pubsub_subscription.step : name => subscription.name },
+    { dead_letter = google_pubsub_subscription.dead_letter.name },
+  )
+}
+
+output "answers_pull_subscription" {
+  description = "Pull subscription on the answers topic (null unless answers_pull_subscription = true)."
+  value       = var.answers_pull_subscription ? google_pubsub_subscription.answers_pull[0].name : null
+}
+
+output "image_repository" {
+  description = "Artifact Registry path to push images to (append /ackloop:TAG)."
+  value       = "${var.region}-docker.pkg.dev/${var.project_id}/${google_artifact_registry_repository.images.repository_id}"
+}
+
+output "service_accounts" {
+  description = "Runtime service account emails, by service."
+  value       = { for name, account in google_service_account.service : name => account.email }
+}
+
+output "build_service_account" {
+  description = "Service account to run cloudbuild.yaml with (gcloud builds submit --service-account)."
+  value       = google_service_account.build.id
+}
+
+output "firestore_database" {
+  description = "Firestore database id the services use."
+  value       = local.firestore_database
+}

@@ -1,0 +1,126 @@
+# Topic names are the defaults of the *_topic settings; the services get them through run.tf's env.
+locals {
+  topics = {
+    queries     = "ackloop-queries"
+    model_steps = "ackloop-model-steps"
+    tool_steps  = "ackloop-tool-steps"
+    answers     = "ackloop-answers"
+    dead_letter = "ackloop-dead-letter"
+  }
+
+  # Push subscriptions that drive the agent loop: key = the service they push to.
+  step_subscriptions = {
+    ingest     = "queries"
+    model_step = "model_steps"
+    tool_step  = "tool_steps"
+  }
+}
+
+resource "google_pubsub_topic" "topic" {
+  #checkov:skip=CKV_GCP_83:Messages carry only ids and small call descriptors (never conversations); Google-managed encryption at rest is the deliberate default. Add kms_key_name here for CMEK.
+  for_each = local.topics
+
+  project = var.project_id
+  name    = each.value
+
+  # Messages carry ids, never conversations; a week covers any backlog worth replaying.
+  message_retention_duration = "604800s"
+
+  depends_on = [google_project_service.required]
+}
+
+# queries -> ingest, model_steps -> model_step, tool_steps -> tool_step.
+# At-least-once push: a non-2xx answer (retryable error) is redelivered with exponential backoff;
+# after max_delivery_attempts the message goes to the dead-letter topic.
+resource "google_pubsub_subscription" "step" {
+  for_each = local.step_subscriptions
+
+  project = var.project_id
+  name    = "${google_pubsub_topic.topic[each.value].name}-${replace(each.key, "_", "-")}"
+  topic   = google_pubsub_topic.topic[each.value].id
+
+  # For push the ack deadline is also the request timeout: equal to the service's Cloud Run
+  # timeout, so a delivery is never redelivered while Cloud Run may still be running it.
+  ack_deadline_seconds       = var.request_timeout_seconds[each.key]
+  message_retention_duration = "${var.message_retention_seconds}s"
+  retain_acked_messages      = false
+
+  # Exactly-once delivery is not available for push: dedupe happens in Firestore (step records).
+  enable_exactly_once_delivery = false
+
+  push_config {
+    push_endpoint = google_cloud_run_v2_service.service[each.key].uri
+
+    oidc_token {
+      service_account_email = google_service_account.push_invoker.email
+      audience              = google_cloud_run_v2_service.service[each.key].uri
+    }
+  }
+
+  retry_policy {
+    minimum_backoff = "${var.retry_backoff_seconds.minimum}s"
+    maximum_backoff = "${var.retry_backoff_seconds.maximum}s"
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.topic["dead_letter"].id
+    max_delivery_attempts = var.max_delivery_attempts
+  }
+
+  # Never delete the subscription for inactivity (the default expires it after 31 idle days).
+  expiration_policy {
+    ttl = ""
+  }
+
+  depends_on = [
+    google_pubsub_topic_iam_member.service_agent_publishes_dead_letters,
+    google_cloud_run_v2_service_iam_member.push_invoker,
+  ]
+}
+
+# dead_letter -> dead_letter service. No dead-letter policy of its own (a topic cannot be its own
+# dead-letter topic): a failing dead-letter handler is retried until message_retention_seconds.
+resource "google_pubsub_subscription" "dead_letter" {
+  project = var.project_id
+  name    = "${google_pubsub_topic.topic["dead_letter"].name}-dead-letter"
+  topic   = google_pubsub_topic.topic["dead_letter"].id
+
+  ack_deadline_seconds       = var.request_timeout_seconds.dead_letter
+  message_retention_duration = "${var.message_retention_seconds}s"
+
+  push_config {
+    push_endpoint = google_cloud_run_v2_service.service["dead_letter"].uri
+
+    oidc_token {
+      service_account_email = google_service_account.push_invoker.email
+      audience              = google_cloud_run_v2_service.service["dead_letter"].uri
+    }
+  }
+
+  retry_policy {
+    minimum_backoff = "${var.retry_backoff_seconds.minimum}s"
+    maximum_backoff = "${var.retry_backoff_seconds.maximum}s"
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  depends_on = [google_cloud_run_v2_service_iam_member.push_invoker]
+}
+
+# Optional: a pull subscription to read answers with gcloud. Applications attach their own.
+resource "google_pubsub_subscription" "answers_pull" {
+  count = var.answers_pull_subscription ? 1 : 0
+
+  project = var.project_id
+  name    = "${google_pubsub_topic.topic["answers"].name}-pull"
+  topic   = google_pubsub_topic.topic["answers"].id
+
+  ack_deadline_seconds       = 60
+  message_retention_duration = "${var.message_retention_seconds}s"
+
+  expiration_policy {
+    ttl = ""
+  }
+}

@@ -1,0 +1,182 @@
+# Five Cloud Run services from ONE image; FUNCTION_TARGET selects what `ackloop run` serves.
+# Terraform owns the services; the build (cloudbuild.yaml) owns the image.
+
+locals {
+  # Concurrency: every service spends a request waiting on I/O (Gemini, tool HTTP APIs, Firestore,
+  # Pub/Sub), so one instance serves many requests (Cloud Run's default of 80). The dead_letter
+  # service runs rarely and writes one record per message: a low bound keeps a burst of
+  # dead letters from fanning out into a burst of Firestore writes.
+  services = {
+    ingest = {
+      description = "Turns a query from the queries topic into a run and its first model step."
+      concurrency = 80
+      memory      = "512Mi"
+      ingress     = "INGRESS_TRAFFIC_INTERNAL_ONLY" # reached only by Pub/Sub push
+    }
+    model_step = {
+      description = "Runs one model call of a run and fans out its tool calls or publishes the answer."
+      concurrency = 80
+      memory      = "1Gi" # holds a conversation transcript and the model response
+      ingress     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+    }
+    tool_step = {
+      description = "Runs one tool call of a run and, after the last one of a turn, the next model step."
+      concurrency = 80
+      memory      = "512Mi"
+      ingress     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+    }
+    dead_letter = {
+      description = "Records messages Pub/Sub gave up on and fails their runs."
+      concurrency = 10
+      memory      = "512Mi"
+      ingress     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+    }
+    api = {
+      description = "HTTP API (and Vertex AI Agent Engine runtime contract) for queries and answers."
+      concurrency = 80
+      memory      = "512Mi"
+      ingress     = "INGRESS_TRAFFIC_ALL" # callers still need roles/run.invoker (api_invoker_members)
+    }
+  }
+
+  # Every setting the services read (shared/ackloop/settings.py), one name per setting. The Google
+  # names (GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION, GOOGLE_GENAI_USE_VERTEXAI) are aliases the
+  # settings accept and the google-genai SDK also reads.
+  service_env = {
+    GOOGLE_CLOUD_PROJECT           = var.project_id
+    ACKLOOP_FIRESTORE_DATABASE     = local.firestore_database
+    ACKLOOP_COLLECTION_PREFIX      = var.collection_prefix
+    ACKLOOP_QUERIES_TOPIC          = google_pubsub_topic.topic["queries"].name
+    ACKLOOP_MODEL_STEPS_TOPIC      = google_pubsub_topic.topic["model_steps"].name
+    ACKLOOP_TOOL_STEPS_TOPIC       = google_pubsub_topic.topic["tool_steps"].name
+    ACKLOOP_ANSWERS_TOPIC          = google_pubsub_topic.topic["answers"].name
+    ACKLOOP_DEAD_LETTER_TOPIC      = google_pubsub_topic.topic["dead_letter"].name
+    ACKLOOP_MODEL_PROVIDER         = var.model_provider
+    ACKLOOP_MODEL                  = var.model
+    GOOGLE_GENAI_USE_VERTEXAI      = tostring(var.gemini_backend == "vertex")
+    GOOGLE_CLOUD_LOCATION          = var.vertex_location
+    ACKLOOP_MODEL_TIMEOUT_SECONDS  = tostring(var.model_timeout_seconds)
+    ACKLOOP_TOOL_TIMEOUT_SECONDS   = tostring(var.tool_timeout_seconds)
+    ACKLOOP_NWS_BASE_URL           = var.tool_endpoints.nws_base_url
+    ACKLOOP_IP_ECHO_URL            = var.tool_endpoints.ip_echo_url
+    ACKLOOP_IPAPI_BASE_URL         = var.tool_endpoints.ipapi_base_url
+    ACKLOOP_LEASE_SECONDS          = tostring(var.lease_seconds)
+    ACKLOOP_MAX_STEP_ATTEMPTS      = tostring(var.max_step_attempts)
+    ACKLOOP_DEFAULT_MAX_STEPS      = tostring(var.run_limits.max_steps)
+    ACKLOOP_DEFAULT_MAX_SECONDS    = tostring(var.run_limits.max_seconds)
+    ACKLOOP_DEFAULT_MAX_TOOL_CALLS = tostring(var.run_limits.max_tool_calls)
+    ACKLOOP_LOG_LEVEL              = var.log_level
+  }
+
+  # Settings whose "unset" is meaningful (None in the code): set only when the variable has a value,
+  # because an empty string would not parse as "unset".
+  optional_service_env = {
+    ACKLOOP_DEFAULT_MAX_TOKENS = var.run_limits.max_tokens == null ? null : tostring(var.run_limits.max_tokens)
+    ACKLOOP_GEMINI_BASE_URL    = var.gemini_base_url
+  }
+
+  env = merge(
+    local.service_env,
+    { for name, value in local.optional_service_env : name => value if value != null },
+  )
+
+  # Only model_step calls Gemini, so only it receives the key.
+  gemini_key_services = var.gemini_backend == "api_key" ? toset(["model_step"]) : toset([])
+}
+
+resource "google_cloud_run_v2_service" "service" {
+  for_each = local.services
+
+  project             = var.project_id
+  name                = "ackloop-${replace(each.key, "_", "-")}"
+  location            = var.region
+  description         = each.value.description
+  ingress             = each.value.ingress
+  deletion_protection = var.deletion_protection
+
+  template {
+    service_account = google_service_account.service[each.key].email
+
+    # Push-triggered services: the same value is the subscription's ack deadline (pubsub.tf), so
+    # Pub/Sub never redelivers a message whose first delivery Cloud Run is still allowed to run.
+    # model_step >= model call + lease, tool_step >= tool call + lease (validated in variables.tf):
+    # a step that overruns its lease can be claimed again, and a request cut short is redelivered.
+    timeout = "${var.request_timeout_seconds[each.key]}s"
+
+    max_instance_request_concurrency = each.value.concurrency
+
+    # Scale to zero: a step exists only while a push request is in flight.
+    scaling {
+      min_instance_count = 0
+      max_instance_count = var.max_instances[each.key]
+    }
+
+    containers {
+      image = var.image
+
+      ports {
+        container_port = 8080
+      }
+
+      resources {
+        limits = {
+          cpu    = "1"
+          memory = each.value.memory
+        }
+        # CPU only while a request is in flight: no work may outlive its request (instances are
+        # throttled and reaped between requests; state lives in Firestore, never in the instance).
+        cpu_idle          = true
+        startup_cpu_boost = true
+      }
+
+      env {
+        name  = "FUNCTION_TARGET"
+        value = each.key
+      }
+
+      dynamic "env" {
+        for_each = local.env
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      dynamic "env" {
+        for_each = contains(local.gemini_key_services, each.key) ? [google_secret_manager_secret.gemini_api_key[0].secret_id] : []
+        content {
+          name = "GOOGLE_API_KEY"
+          value_source {
+            secret_key_ref {
+              secret  = env.value
+              version = "latest"
+            }
+          }
+        }
+      }
+
+      startup_probe {
+        tcp_socket {
+          port = 8080
+        }
+        period_seconds    = 2
+        failure_threshold = 15
+      }
+    }
+  }
+
+  lifecycle {
+    # The build rolls out new images (gcloud run services update --image); gcloud also stamps
+    # client fields. Terraform must not roll either back.
+    ignore_changes = [
+      template[0].containers[0].image,
+      client,
+      client_version,
+    ]
+  }
+
+  depends_on = [
+    google_project_service.required,
+    google_secret_manager_secret_iam_member.model_step_reads_gemini_key,
+  ]
+}

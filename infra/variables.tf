@@ -1,0 +1,318 @@
+# Every variable that mirrors a setting of shared/ackloop/settings.py keeps that setting's default,
+# so a deployment behaves like the documented defaults unless terraform.tfvars says otherwise
+# (tests/infra checks it).
+
+# --- Where ---------------------------------------------------------------------------------
+
+variable "project_id" {
+  type        = string
+  description = "Google Cloud project that owns every resource (services, topics, Firestore)."
+}
+
+variable "region" {
+  type        = string
+  description = "Region of the Cloud Run services, the Artifact Registry repository and, unless firestore_location is set, the Firestore database."
+  default     = "us-central1"
+}
+
+# --- What runs -------------------------------------------------------------------------------
+
+variable "image" {
+  type        = string
+  description = "Container image for the first deployment of every service (REGION-docker.pkg.dev/PROJECT/REPOSITORY/ackloop:TAG). Later images are rolled out by the build (cloudbuild.yaml); Terraform ignores image changes."
+}
+
+variable "artifact_repository" {
+  type        = string
+  description = "Artifact Registry repository id for the ackloop images."
+  default     = "ackloop"
+}
+
+variable "image_retention_count" {
+  type        = number
+  description = "Most recent image versions the Artifact Registry cleanup policy keeps; older ones are deleted."
+  default     = 20
+
+  validation {
+    condition     = var.image_retention_count >= 1
+    error_message = "Keep at least one image version."
+  }
+}
+
+variable "deletion_protection" {
+  type        = bool
+  description = "Protect the Cloud Run services and the Firestore database from terraform destroy."
+  default     = true
+}
+
+# --- Model ----------------------------------------------------------------------------------
+
+variable "gemini_backend" {
+  type        = string
+  description = "How the model_step service reaches Gemini: \"api_key\" (Gemini Developer API, key read from Secret Manager into GOOGLE_API_KEY) or \"vertex\" (Vertex AI with the service account's credentials, roles/aiplatform.user)."
+  default     = "api_key"
+
+  validation {
+    condition     = contains(["api_key", "vertex"], var.gemini_backend)
+    error_message = "gemini_backend must be \"api_key\" or \"vertex\"."
+  }
+}
+
+variable "gemini_api_key_secret_id" {
+  type        = string
+  description = "Secret Manager secret (created by Terraform when gemini_backend = \"api_key\") whose latest version holds the Gemini API key. Terraform never sees the key: add it with gcloud secrets versions add."
+  default     = "ackloop-gemini-api-key"
+}
+
+variable "model_provider" {
+  type        = string
+  description = "ACKLOOP_MODEL_PROVIDER. Deployed services default to \"gemini\" so missing credentials fail loudly instead of silently falling back to the scripted model (the code's default is \"auto\")."
+  default     = "gemini"
+
+  validation {
+    condition     = contains(["auto", "gemini", "scripted"], var.model_provider)
+    error_message = "model_provider must be \"auto\", \"gemini\" or \"scripted\"."
+  }
+}
+
+variable "model" {
+  type        = string
+  description = "ACKLOOP_MODEL: Gemini model name."
+  default     = "gemini-3-flash-preview"
+}
+
+variable "vertex_location" {
+  type        = string
+  description = "GOOGLE_CLOUD_LOCATION: Vertex AI location for Gemini calls (used when gemini_backend = \"vertex\")."
+  default     = "global"
+}
+
+variable "gemini_base_url" {
+  type        = string
+  description = "ACKLOOP_GEMINI_BASE_URL: override of the Gemini endpoint (a proxy or compatible server). null leaves the SDK's default endpoint."
+  default     = null
+}
+
+variable "model_timeout_seconds" {
+  type        = number
+  description = "ACKLOOP_MODEL_TIMEOUT_SECONDS: limit on one model call."
+  default     = 60
+
+  validation {
+    condition     = var.model_timeout_seconds > 0
+    error_message = "model_timeout_seconds must be positive."
+  }
+}
+
+# --- Tools ----------------------------------------------------------------------------------
+
+variable "tool_timeout_seconds" {
+  type        = number
+  description = "ACKLOOP_TOOL_TIMEOUT_SECONDS: limit on one tool call."
+  default     = 30
+
+  validation {
+    condition     = var.tool_timeout_seconds > 0
+    error_message = "tool_timeout_seconds must be positive."
+  }
+}
+
+variable "tool_endpoints" {
+  type = object({
+    nws_base_url   = optional(string, "https://api.weather.gov")
+    ip_echo_url    = optional(string, "https://icanhazip.com")
+    ipapi_base_url = optional(string, "http://ip-api.com")
+  })
+  description = "Base URLs of the public APIs the built-in tools call (ACKLOOP_NWS_BASE_URL, ACKLOOP_IP_ECHO_URL, ACKLOOP_IPAPI_BASE_URL)."
+  default     = {}
+}
+
+# --- Steps and runs -------------------------------------------------------------------------
+
+variable "lease_seconds" {
+  type        = number
+  description = "ACKLOOP_LEASE_SECONDS: how long a claimed step stays exclusive without a heartbeat."
+  default     = 30
+
+  validation {
+    condition     = var.lease_seconds > 0
+    error_message = "lease_seconds must be positive."
+  }
+}
+
+variable "max_step_attempts" {
+  type        = number
+  description = "ACKLOOP_MAX_STEP_ATTEMPTS: claims of one step before the engine fails its run."
+  default     = 8
+
+  validation {
+    condition     = var.max_step_attempts >= 1
+    error_message = "max_step_attempts must be at least 1."
+  }
+}
+
+variable "run_limits" {
+  type = object({
+    max_steps      = optional(number, 20)
+    max_seconds    = optional(number, 300)
+    max_tool_calls = optional(number, 50)
+    max_tokens     = optional(number, null)
+  })
+  description = "Default budget of a run (ACKLOOP_DEFAULT_MAX_STEPS, _MAX_SECONDS, _MAX_TOOL_CALLS, _MAX_TOKENS); a query's options can lower them. max_tokens = null means no token budget."
+  default     = {}
+}
+
+variable "collection_prefix" {
+  type        = string
+  description = "ACKLOOP_COLLECTION_PREFIX: prefix of the top-level Firestore collections (lets two deployments share one database). The TTL policy and the composite index follow it."
+  default     = ""
+
+  validation {
+    condition     = can(regex("^[a-z0-9_]*$", var.collection_prefix))
+    error_message = "collection_prefix may hold only lower-case letters, digits and underscores."
+  }
+}
+
+variable "log_level" {
+  type        = string
+  description = "ACKLOOP_LOG_LEVEL: Python log level of every service."
+  default     = "INFO"
+
+  validation {
+    condition     = contains(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], var.log_level)
+    error_message = "log_level must be a Python log level name."
+  }
+}
+
+# --- Cloud Run ------------------------------------------------------------------------------
+
+variable "request_timeout_seconds" {
+  type = object({
+    ingest      = optional(number, 60)
+    model_step  = optional(number, 120)
+    tool_step   = optional(number, 90)
+    dead_letter = optional(number, 60)
+    api         = optional(number, 360)
+  })
+  description = "Cloud Run request timeout of each service, in seconds. For the four push-triggered services it is also the subscription's ack deadline (Pub/Sub caps it at 600 s). model_step must cover a model call plus a lease (model_timeout_seconds + lease_seconds), tool_step a tool call plus a lease; the api must cover a streamed run (run_limits.max_seconds)."
+  default     = {}
+
+  validation {
+    condition = alltrue([
+      for name in ["ingest", "model_step", "tool_step", "dead_letter"] :
+      var.request_timeout_seconds[name] >= 10 && var.request_timeout_seconds[name] <= 600
+    ])
+    error_message = "Push-triggered services need 10 <= timeout <= 600 s: the timeout is also the Pub/Sub ack deadline."
+  }
+
+  validation {
+    condition     = var.request_timeout_seconds.model_step >= var.model_timeout_seconds + var.lease_seconds
+    error_message = "request_timeout_seconds.model_step must be >= model_timeout_seconds + lease_seconds."
+  }
+
+  validation {
+    condition     = var.request_timeout_seconds.tool_step >= var.tool_timeout_seconds + var.lease_seconds
+    error_message = "request_timeout_seconds.tool_step must be >= tool_timeout_seconds + lease_seconds."
+  }
+
+  validation {
+    condition     = var.request_timeout_seconds.api >= 1 && var.request_timeout_seconds.api <= 3600
+    error_message = "Cloud Run allows request timeouts up to 3600 s."
+  }
+}
+
+variable "max_instances" {
+  type = object({
+    ingest      = optional(number, 10)
+    model_step  = optional(number, 20)
+    tool_step   = optional(number, 20)
+    dead_letter = optional(number, 2)
+    api         = optional(number, 10)
+  })
+  description = "Upper bound on instances of each service (they all scale to zero). Bounds the cost of a retry storm and the write rate on Firestore."
+  default     = {}
+
+  validation {
+    condition     = alltrue([for n in values(var.max_instances) : n >= 1 && n <= 1000])
+    error_message = "max_instances values must be between 1 and 1000."
+  }
+}
+
+variable "api_invoker_members" {
+  type        = list(string)
+  description = "IAM members allowed to call the HTTP API service (e.g. \"user:you@example.com\", \"group:team@example.com\"). The API is never public."
+  default     = []
+}
+
+# --- Pub/Sub --------------------------------------------------------------------------------
+
+variable "max_delivery_attempts" {
+  type        = number
+  description = "Deliveries of one message before Pub/Sub forwards it to the dead-letter topic (5..100). Keep it above max_step_attempts so the engine fails a run cleanly before Pub/Sub gives up on its message."
+  default     = 10
+
+  validation {
+    condition     = var.max_delivery_attempts >= 5 && var.max_delivery_attempts <= 100
+    error_message = "Pub/Sub accepts max_delivery_attempts between 5 and 100."
+  }
+
+  validation {
+    condition     = var.max_delivery_attempts > var.max_step_attempts
+    error_message = "max_delivery_attempts must exceed max_step_attempts."
+  }
+}
+
+variable "retry_backoff_seconds" {
+  type = object({
+    minimum = optional(number, 10)
+    maximum = optional(number, 600)
+  })
+  description = "Exponential backoff between redeliveries of a nacked (non-2xx) push message."
+  default     = {}
+
+  validation {
+    condition = (
+      var.retry_backoff_seconds.minimum >= 0 &&
+      var.retry_backoff_seconds.minimum <= var.retry_backoff_seconds.maximum &&
+      var.retry_backoff_seconds.maximum <= 600
+    )
+    error_message = "Pub/Sub needs 0 <= minimum <= maximum <= 600 seconds."
+  }
+}
+
+variable "message_retention_seconds" {
+  type        = number
+  description = "How long an unacknowledged message is kept on a subscription (Pub/Sub allows 600..604800 s)."
+  default     = 604800
+
+  validation {
+    condition     = var.message_retention_seconds >= 600 && var.message_retention_seconds <= 604800
+    error_message = "message_retention_seconds must be between 600 and 604800."
+  }
+}
+
+variable "answers_pull_subscription" {
+  type        = bool
+  description = "Create a pull subscription \"ackloop-answers-pull\" on the answers topic (handy for reading answers with gcloud). Users may instead attach their own subscriptions."
+  default     = false
+}
+
+# --- Firestore ------------------------------------------------------------------------------
+
+variable "manage_firestore_database" {
+  type        = bool
+  description = "Create the Firestore (Native) database. Set false when the project already has it; the TTL policy and index are created either way."
+  default     = true
+}
+
+variable "firestore_database" {
+  type        = string
+  description = "ACKLOOP_FIRESTORE_DATABASE: Firestore database id."
+  default     = "(default)"
+}
+
+variable "firestore_location" {
+  type        = string
+  description = "Firestore location (a region such as us-central1 or a multi-region such as nam5). null means var.region."
+  default     = null
+}

@@ -1,0 +1,168 @@
+"""Pub/Sub push wiring, Cloud Run service settings and least-privilege IAM, as declared."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tests.infra.terraform import TerraformConfig, block, expression
+
+PUSH_SERVICES = {"ingest", "model_step", "tool_step", "dead_letter"}
+# The runtime layout: which topic drives which service.
+EXPECTED_STEP_SUBSCRIPTIONS = {
+    "ingest": "queries",
+    "model_step": "model_steps",
+    "tool_step": "tool_steps",
+}
+PUBSUB_MAX_ACK_DEADLINE = 600
+
+
+def _push(subscription: dict[str, Any], service_ref: str) -> None:
+    push = block(subscription, "push_config")
+    uri = f"${{google_cloud_run_v2_service.service[{service_ref}].uri}}"
+    assert push["push_endpoint"] == uri, "push to the service URL (path /)"
+    token = block(push, "oidc_token")
+    assert token["audience"] == uri, "the OIDC audience must be the service URL"
+    assert token["service_account_email"] == "${google_service_account.push_invoker.email}"
+
+
+def test_step_subscriptions_follow_the_runtime_layout(terraform: TerraformConfig) -> None:
+    assert terraform.locals["step_subscriptions"] == EXPECTED_STEP_SUBSCRIPTIONS
+    step = terraform.resource("google_pubsub_subscription", "step")
+    assert step["for_each"] == "${local.step_subscriptions}"
+    assert step["topic"] == "${google_pubsub_topic.topic[each.value].id}"
+    dead_letter = terraform.resource("google_pubsub_subscription", "dead_letter")
+    assert dead_letter["topic"] == '${google_pubsub_topic.topic["dead_letter"].id}'
+
+
+def test_push_endpoints_and_audiences_are_the_service_urls(terraform: TerraformConfig) -> None:
+    _push(terraform.resource("google_pubsub_subscription", "step"), "each.key")
+    _push(terraform.resource("google_pubsub_subscription", "dead_letter"), '"dead_letter"')
+
+
+def test_step_subscriptions_dead_letter_and_back_off(terraform: TerraformConfig) -> None:
+    step = terraform.resource("google_pubsub_subscription", "step")
+    policy = block(step, "dead_letter_policy")
+    assert policy["dead_letter_topic"] == '${google_pubsub_topic.topic["dead_letter"].id}'
+    assert policy["max_delivery_attempts"] == "${var.max_delivery_attempts}"
+    attempts = terraform.variable_default("max_delivery_attempts")
+    assert 5 <= attempts <= 100
+    assert attempts > terraform.variable_default("max_step_attempts"), (
+        "the engine should fail a run before Pub/Sub dead-letters its message"
+    )
+    for subscription in (step, terraform.resource("google_pubsub_subscription", "dead_letter")):
+        retry = block(subscription, "retry_policy")
+        assert "var.retry_backoff_seconds.minimum" in retry["minimum_backoff"]
+        assert "var.retry_backoff_seconds.maximum" in retry["maximum_backoff"]
+        assert block(subscription, "expiration_policy")["ttl"] == ""
+    minimum = terraform.variable_default("retry_backoff_seconds", "minimum")
+    maximum = terraform.variable_default("retry_backoff_seconds", "maximum")
+    assert 0 < minimum <= maximum <= PUBSUB_MAX_ACK_DEADLINE
+
+
+def test_ack_deadline_is_the_service_timeout(terraform: TerraformConfig) -> None:
+    service = terraform.resource("google_cloud_run_v2_service", "service")
+    assert block(service, "template")["timeout"] == "${var.request_timeout_seconds[each.key]}s"
+    step = terraform.resource("google_pubsub_subscription", "step")
+    assert step["ack_deadline_seconds"] == "${var.request_timeout_seconds[each.key]}"
+    dead_letter = terraform.resource("google_pubsub_subscription", "dead_letter")
+    assert dead_letter["ack_deadline_seconds"] == "${var.request_timeout_seconds.dead_letter}"
+    for name in PUSH_SERVICES:
+        timeout = terraform.variable_default("request_timeout_seconds", name)
+        assert 10 <= timeout <= PUBSUB_MAX_ACK_DEADLINE, f"{name}: ack deadline caps at 600 s"
+
+
+def test_step_timeouts_cover_a_call_plus_a_lease(terraform: TerraformConfig) -> None:
+    lease = terraform.variable_default("lease_seconds")
+    model = terraform.variable_default("request_timeout_seconds", "model_step")
+    tool = terraform.variable_default("request_timeout_seconds", "tool_step")
+    api = terraform.variable_default("request_timeout_seconds", "api")
+    assert model >= terraform.variable_default("model_timeout_seconds") + lease
+    assert tool >= terraform.variable_default("tool_timeout_seconds") + lease
+    assert api >= terraform.variable_default("run_limits", "max_seconds"), "a streamed run fits"
+    conditions = " ".join(
+        v["condition"] for v in terraform.variables["request_timeout_seconds"]["validation"]
+    )
+    assert "var.model_timeout_seconds + var.lease_seconds" in conditions
+    assert "var.tool_timeout_seconds + var.lease_seconds" in conditions
+
+
+def test_services_scale_to_zero_with_bounded_instances_and_deliberate_concurrency(
+    terraform: TerraformConfig,
+) -> None:
+    service = terraform.resource("google_cloud_run_v2_service", "service")
+    template = block(service, "template")
+    scaling = block(template, "scaling")
+    assert scaling["min_instance_count"] == 0
+    assert scaling["max_instance_count"] == "${var.max_instances[each.key]}"
+    assert template["max_instance_request_concurrency"] == "${each.value.concurrency}"
+    for name, spec in terraform.locals["services"].items():
+        assert 1 <= spec["concurrency"] <= 1000, name
+        assert 1 <= terraform.variable_default("max_instances", name) <= 1000
+        expected = "INGRESS_TRAFFIC_ALL" if name == "api" else "INGRESS_TRAFFIC_INTERNAL_ONLY"
+        assert spec["ingress"] == expected, name
+    assert template["service_account"] == "${google_service_account.service[each.key].email}"
+
+
+def test_the_build_owns_the_image(terraform: TerraformConfig) -> None:
+    service = terraform.resource("google_cloud_run_v2_service", "service")
+    ignored = block(service, "lifecycle")["ignore_changes"]
+    assert "${template[0].containers[0].image}" in ignored
+
+
+def test_push_invoker_may_invoke_only_the_push_services(terraform: TerraformConfig) -> None:
+    binding = terraform.resource("google_cloud_run_v2_service_iam_member", "push_invoker")
+    assert (
+        set(re.findall(r'"(\w+)"', expression(terraform.locals["push_services"]))) == PUSH_SERVICES
+    )
+    assert binding["for_each"] == "${local.push_services}"
+    assert binding["role"] == "roles/run.invoker"
+    assert binding["member"] == "${google_service_account.push_invoker.member}"
+    api = terraform.resource("google_cloud_run_v2_service_iam_member", "api_invoker")
+    assert api["for_each"] == "${toset(var.api_invoker_members)}"
+    assert terraform.variable_default("api_invoker_members") == []
+
+
+def test_pubsub_service_agent_can_dead_letter(terraform: TerraformConfig) -> None:
+    agent = "${local.pubsub_service_agent}"
+    publishes = terraform.resource(
+        "google_pubsub_topic_iam_member", "service_agent_publishes_dead_letters"
+    )
+    assert publishes["topic"] == '${google_pubsub_topic.topic["dead_letter"].name}'
+    assert publishes["role"] == "roles/pubsub.publisher" and publishes["member"] == agent
+    acks = terraform.resource(
+        "google_pubsub_subscription_iam_member", "service_agent_acks_dead_letters"
+    )
+    assert acks["for_each"] == "${local.step_subscriptions}"
+    assert acks["subscription"] == "${google_pubsub_subscription.step[each.key].name}"
+    assert acks["role"] == "roles/pubsub.subscriber" and acks["member"] == agent
+    tokens = terraform.resource(
+        "google_service_account_iam_member", "service_agent_signs_push_tokens"
+    )
+    assert tokens["role"] == "roles/iam.serviceAccountTokenCreator" and tokens["member"] == agent
+
+
+def test_each_service_has_its_own_account_and_least_privilege(terraform: TerraformConfig) -> None:
+    accounts = terraform.resource("google_service_account", "service")
+    assert accounts["for_each"] == "${local.services}"
+    publishes = terraform.locals["publishes"]
+    assert set(publishes) == set(terraform.locals["services"])
+    for service, topics in publishes.items():
+        assert set(topics) <= set(terraform.locals["topics"]), service
+    assert publishes["api"] == ["queries"], "the API only submits queries"
+    binding = terraform.resource("google_pubsub_topic_iam_member", "service_publishes")
+    assert binding["role"] == "roles/pubsub.publisher"
+    firestore = terraform.resource("google_project_iam_member", "firestore_user")
+    assert firestore["role"] == "roles/datastore.user"
+    assert "databases/${local.firestore_database}" in block(firestore, "condition")["expression"]
+    # No service account gets a primitive role.
+    for kind in ("google_project_iam_member",):
+        for name, body in terraform.resources_of(kind).items():
+            assert body["role"] not in {"roles/owner", "roles/editor", "roles/viewer"}, name
+
+
+def test_answers_topic_has_only_an_optional_pull_subscription(terraform: TerraformConfig) -> None:
+    pull = terraform.resource("google_pubsub_subscription", "answers_pull")
+    assert expression(pull["count"]) == "var.answers_pull_subscription ? 1 : 0"
+    assert "push_config" not in pull
+    assert terraform.variable_default("answers_pull_subscription") is False

@@ -1,0 +1,170 @@
+"""The environment contract between shared/ackloop/settings.py and infra/run.tf, both ways.
+
+Every name Terraform sets on a service is a setting (or the launcher's FUNCTION_TARGET); every
+setting is set by Terraform under exactly one of its names; Terraform's defaults are the code's.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from pydantic import AliasChoices
+
+from ackloop.settings import Settings
+from tests.infra.terraform import TerraformConfig, block, dynamic_blocks, expression
+
+# Read by `ackloop run` (and functions-framework), not by Settings: picks what the image serves.
+LAUNCHER_ENV = {"FUNCTION_TARGET"}
+
+FUNCTION_TARGETS = {"ingest", "model_step", "tool_step", "dead_letter", "api"}
+
+# Settings whose deployed default differs from the code's on purpose, with the reason.
+DELIBERATE_DIFFERENCES = {
+    "model_provider": "deployed services use Gemini or fail loudly, never the scripted fallback",
+    "project_id": "no default: the project is always given",
+}
+
+# Settings whose Terraform value is derived rather than a plain variable; checked one by one below.
+DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key"} | {
+    name for name in Settings.model_fields if name.endswith("_topic")
+}
+
+
+def settings_env_names() -> dict[str, set[str]]:
+    """Setting -> the environment names pydantic-settings reads it from (upper-cased)."""
+    prefix = str(Settings.model_config.get("env_prefix", ""))
+    names: dict[str, set[str]] = {}
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        if alias is None:
+            names[name] = {f"{prefix}{name}".upper()}
+        elif isinstance(alias, AliasChoices):
+            names[name] = {c.upper() for c in alias.choices if isinstance(c, str)}
+        else:
+            names[name] = {str(alias).upper()}
+    return names
+
+
+def terraform_env(terraform: TerraformConfig) -> dict[str, Any]:
+    """Every env name run.tf sets on a service container -> its value expression."""
+    env: dict[str, Any] = {}
+    for local_name in ("service_env", "optional_service_env"):
+        assert terraform.locals_file[local_name] == "run.tf"
+        env.update(terraform.locals[local_name])
+    service = terraform.resource("google_cloud_run_v2_service", "service")
+    container = block(block(service, "template"), "containers")
+    for static in container.get("env", []):
+        env[static["name"]] = static.get("value", static.get("value_source"))
+    for dynamic in dynamic_blocks(container, "env"):
+        content = dynamic["content"][0]
+        if not str(content["name"]).startswith("${"):
+            env[content["name"]] = content.get("value_source")
+    return env
+
+
+def setting_for(env_name: str) -> str | None:
+    for setting, names in settings_env_names().items():
+        if env_name.upper() in names:
+            return setting
+    return None
+
+
+def test_every_env_name_terraform_sets_is_read_by_the_services(
+    terraform: TerraformConfig,
+) -> None:
+    unknown = {
+        name
+        for name in terraform_env(terraform)
+        if name not in LAUNCHER_ENV and setting_for(name) is None
+    }
+    assert not unknown, f"run.tf sets names no setting reads: {sorted(unknown)}"
+
+
+def test_every_setting_is_set_by_terraform_exactly_once(terraform: TerraformConfig) -> None:
+    covered: dict[str, list[str]] = {}
+    for name in terraform_env(terraform):
+        setting = setting_for(name)
+        if setting is not None:
+            covered.setdefault(setting, []).append(name)
+    missing = set(Settings.model_fields) - set(covered)
+    assert not missing, f"settings Terraform never sets: {sorted(missing)}"
+    twice = {s: names for s, names in covered.items() if len(names) > 1}
+    assert not twice, f"settings set under two names (which wins is an accident): {twice}"
+
+
+def test_the_env_maps_reach_every_container(terraform: TerraformConfig) -> None:
+    env_merge = expression(terraform.locals["env"])
+    assert "local.service_env" in env_merge and "local.optional_service_env" in env_merge
+    assert "if value != null" in env_merge, "unset optional settings must not become empty strings"
+    service = terraform.resource("google_cloud_run_v2_service", "service")
+    container = block(block(service, "template"), "containers")
+    for_eaches = [d["for_each"] for d in dynamic_blocks(container, "env")]
+    assert "${local.env}" in for_eaches
+
+
+def test_function_target_selects_the_entry_point(terraform: TerraformConfig) -> None:
+    assert set(terraform.locals["services"]) == FUNCTION_TARGETS
+    service = terraform.resource("google_cloud_run_v2_service", "service")
+    assert service["for_each"] == "${local.services}"
+    container = block(block(service, "template"), "containers")
+    assert {"name": "FUNCTION_TARGET", "value": "${each.key}"} in container["env"]
+    assert block(container, "ports")["container_port"] == 8080
+
+
+def test_gemini_api_key_comes_from_the_secret(terraform: TerraformConfig) -> None:
+    env = terraform_env(terraform)
+    key_names = settings_env_names()["gemini_api_key"]
+    set_as = [name for name in env if name in key_names]
+    assert set_as == ["GOOGLE_API_KEY"]
+    ref = env["GOOGLE_API_KEY"][0]["secret_key_ref"][0]
+    assert ref["version"] == "latest"
+    assert 'toset(["model_step"])' in expression(terraform.locals["gemini_key_services"])
+
+
+@pytest.mark.parametrize(
+    "setting",
+    sorted(set(Settings.model_fields) - set(DELIBERATE_DIFFERENCES) - DERIVED),
+)
+def test_terraform_default_is_the_code_default(terraform: TerraformConfig, setting: str) -> None:
+    env = terraform_env(terraform)
+    (name,) = [n for n in env if setting_for(n) == setting]
+    deployed = terraform.default_of_reference(expression(env[name]))
+    code = Settings.model_fields[setting].default
+    assert deployed == code, f"{name}: Terraform default {deployed!r} != settings default {code!r}"
+
+
+def test_derived_settings_keep_the_code_defaults(terraform: TerraformConfig) -> None:
+    env = terraform_env(terraform)
+    fields = Settings.model_fields
+    # use_vertexai: "true" only for the Vertex AI backend; the default backend is the API key.
+    assert (
+        expression(env["GOOGLE_GENAI_USE_VERTEXAI"]) == 'tostring(var.gemini_backend == "vertex")'
+    )
+    assert terraform.variable_default("gemini_backend") == "api_key"
+    assert fields["use_vertexai"].default is False
+    # firestore_database: the managed database's name, which is var.firestore_database.
+    assert terraform.variable_default("firestore_database") == fields["firestore_database"].default
+    assert "var.firestore_database" in expression(terraform.locals["firestore_database"])
+
+
+def test_topic_env_names_point_at_the_topics_with_the_code_default_names(
+    terraform: TerraformConfig,
+) -> None:
+    env = terraform_env(terraform)
+    topics = terraform.locals["topics"]
+    for setting, info in Settings.model_fields.items():
+        if not setting.endswith("_topic"):
+            continue
+        role = setting.removesuffix("_topic")
+        assert topics.get(role) == info.default, f"topic {role!r} must be named {info.default!r}"
+        (name,) = [n for n in env if setting_for(n) == setting]
+        assert env[name] == f'${{google_pubsub_topic.topic["{role}"].name}}'
+
+
+def test_collections_follow_the_prefix_setting(terraform: TerraformConfig) -> None:
+    pattern = Settings.model_fields["collection_prefix"].metadata
+    assert any("^[a-z0-9_]*$" in str(m) for m in pattern)
+    validation = terraform.variables["collection_prefix"]["validation"][0]["condition"]
+    assert re.search(r"\^\[a-z0-9_\]\*\$", validation)
