@@ -17,6 +17,7 @@ MAX_PUSH_BYTES = 12 * 1024 * 1024
 
 # Deliveries this process answered, by status: read by tests and benchmarks via GET.
 _answered: dict[int, int] = {}
+_rejected: dict[str, int] = {}
 
 
 def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
@@ -38,6 +39,7 @@ async def handle_push(kind: Kind, request: Request) -> Response:
                 "firestore": counters.as_dict() if counters else None,
                 "published": getattr(deps.publisher, "published", None),
                 "deliveries": {str(k): v for k, v in sorted(_answered.items())},
+                "rejected": dict(_rejected),
             },
         )
     if request.method != "POST":
@@ -51,6 +53,8 @@ async def handle_push(kind: Kind, request: Request) -> Response:
         return _json(400, {"error": str(exc)})
     outcome = await dispatch(deps, kind, delivery)
     _answered[outcome.status] = _answered.get(outcome.status, 0) + 1
+    if reason := outcome.body.get("reason"):
+        _rejected[reason] = _rejected.get(reason, 0) + 1
     headers = None
     if outcome.retry_after is not None:
         headers = {"Retry-After": str(max(1, math.ceil(outcome.retry_after)))}

@@ -3,7 +3,8 @@
 The jars come with the Cloud SDK components ``pubsub-emulator`` and
 ``cloud-firestore-emulator`` (or the Debian packages ``google-cloud-cli-pubsub-emulator`` and
 ``google-cloud-cli-firestore-emulator``). Override their location with
-``ACKLOOP_PUBSUB_EMULATOR_JAR`` / ``ACKLOOP_FIRESTORE_EMULATOR_JAR`` or ``CLOUDSDK_ROOT``.
+``ACKLOOP_PUBSUB_EMULATOR_JAR`` / ``ACKLOOP_FIRESTORE_EMULATOR_JAR`` or ``CLOUDSDK_ROOT``
+(also ``CLOUD_SDK_ROOT``).
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ class EmulatorJars:
 
 def _sdk_roots() -> list[Path]:
     roots: list[Path] = []
-    if env_root := os.environ.get("CLOUDSDK_ROOT"):
-        roots.append(Path(env_root))
+    for variable in ("CLOUDSDK_ROOT", "CLOUD_SDK_ROOT"):
+        if env_root := os.environ.get(variable):
+            roots.append(Path(env_root))
     gcloud = shutil.which("gcloud")
     if gcloud:
         try:

@@ -1,0 +1,146 @@
+"""A whole ackloop stack for end-to-end tests: real processes on the session's emulators.
+
+Each stack gets its own topics and collection prefix, so stacks (and tests) never see each
+other's messages or documents. The model is the scripted agent served over the Gemini REST API
+by the fake server, so the real google-genai client is in the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from google.cloud import pubsub_v1
+
+from ackloop.devstack.stack import LocalStack, StackOptions, StackState
+from ackloop.docdb.firestore import FirestoreDocumentDB
+from ackloop.keys import run_id_for_request
+from ackloop.records import RunRecord, StepRecord
+from ackloop.settings import Settings
+from ackloop.store import AgentStore
+from ackloop.wire import QueryMessage
+from tests.support.emulators import EmulatorSession
+
+
+def stack_env(tag: str) -> dict[str, str]:
+    return {
+        "ACKLOOP_QUERIES_TOPIC": f"{tag}-queries",
+        "ACKLOOP_MODEL_STEPS_TOPIC": f"{tag}-model-steps",
+        "ACKLOOP_TOOL_STEPS_TOPIC": f"{tag}-tool-steps",
+        "ACKLOOP_ANSWERS_TOPIC": f"{tag}-answers",
+        "ACKLOOP_DEAD_LETTER_TOPIC": f"{tag}-dead-letter",
+        "ACKLOOP_COLLECTION_PREFIX": tag.replace("-", "_") + "_",
+        "ACKLOOP_PROJECT_ID": "ackloop-test",
+        "GOOGLE_CLOUD_PROJECT": "ackloop-test",
+    }
+
+
+@dataclass
+class RunningStack:
+    stack: LocalStack
+    state: StackState
+    settings: Settings
+    answers_subscription: str
+
+    @property
+    def fake_gemini(self) -> str:
+        assert self.state.fake_gemini_url
+        return self.state.fake_gemini_url
+
+    def store(self) -> AgentStore:
+        return AgentStore(FirestoreDocumentDB.connect(self.settings.project_id),
+                          self.settings.collection_prefix)
+
+    def publish(self, topic: str, data: bytes, **attributes: str) -> str:
+        client = pubsub_v1.PublisherClient()
+        return client.publish(client.topic_path(self.settings.project_id, topic), data,
+                              **attributes).result(timeout=30)
+
+    def ask(self, text: str, *, request_id: str | None = None, **fields: Any) -> str:
+        request_id = request_id or f"t-{uuid.uuid4().hex[:12]}"
+        query = QueryMessage(request_id=request_id, text=text, **fields)
+        self.publish(self.settings.queries_topic, query.model_dump_json().encode())
+        return run_id_for_request(request_id)
+
+    async def wait_run(self, run_id: str, timeout: float = 60.0) -> tuple[RunRecord, list[StepRecord]]:
+        store = self.store()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run = await store.get_run(run_id)
+            if run is not None and run.status.terminal:
+                return run, await store.list_steps(run_id)
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"run {run_id} not finished after {timeout} s: {run}")
+
+    def model_stats(self) -> dict[str, Any]:
+        return httpx.get(f"{self.fake_gemini}/_admin/stats", timeout=5).json()
+
+    def model_requests(self) -> list[dict[str, Any]]:
+        """Every request body the fake Gemini server received, oldest first."""
+        bodies: list[dict[str, Any]] = httpx.get(
+            f"{self.fake_gemini}/_admin/requests", timeout=5).json()["requests"]
+        return bodies
+
+    def schedule_model_faults(self, spec: str) -> None:
+        httpx.post(f"{self.fake_gemini}/_admin/faults", json={"faults": spec},
+                   timeout=5).raise_for_status()
+
+    def service(self, name: str) -> dict[str, Any]:
+        return httpx.get(f"http://127.0.0.1:{self.state.ports[name]}/", timeout=5).json()
+
+    def pull_answers(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+        subscriber = pubsub_v1.SubscriberClient()
+        try:
+            response = subscriber.pull(subscription=self.answers_subscription,
+                                       max_messages=100, timeout=timeout)
+            if response.received_messages:
+                subscriber.acknowledge(subscription=self.answers_subscription,
+                                       ack_ids=[m.ack_id for m in response.received_messages])
+            return [json.loads(m.message.data) for m in response.received_messages]
+        finally:
+            subscriber.close()
+
+    def stop(self) -> None:
+        self.stack.down()
+
+
+def start_stack(
+    session: EmulatorSession,
+    directory: Path,
+    *,
+    service_env: dict[str, dict[str, str]] | None = None,
+    extra_env: dict[str, str] | None = None,
+    max_delivery_attempts: int = 5,
+) -> RunningStack:
+    tag = f"s{uuid.uuid4().hex[:8]}"
+    env = stack_env(tag) | {"ACKLOOP_LEASE_SECONDS": "3"} | (extra_env or {})
+    options = StackOptions(
+        directory=directory,
+        project_id=session.project_id,
+        pubsub_port=session.pubsub_port,
+        firestore_port=session.firestore_port,
+        base_port=0,
+        start_emulators=False,
+        sandbox_apis=True,
+        fake_gemini=True,
+        extra_env=env,
+        service_env=service_env or {},
+        max_delivery_attempts=max_delivery_attempts,
+    )
+    stack = LocalStack(options)
+    state = stack.up(log=lambda *_: None)
+    settings = Settings(**{k.removeprefix("ACKLOOP_").lower(): v for k, v in env.items()
+                           if k.startswith("ACKLOOP_")})
+    subscriber = pubsub_v1.SubscriberClient()
+    answers = subscriber.subscription_path(session.project_id, f"{tag}-answers-tail")
+    subscriber.create_subscription(
+        name=answers, topic=subscriber.topic_path(session.project_id, settings.answers_topic)
+    )
+    subscriber.close()
+    return RunningStack(stack, state, settings, answers)
