@@ -22,20 +22,34 @@ def up(
     fake_gemini: bool = typer.Option(
         False, help="Serve the scripted model over the Gemini REST API and use google-genai."),
     base_port: int = typer.Option(8090, help="First of the ports the services listen on."),
+    pubsub_port: int = typer.Option(8085, help="Pub/Sub emulator port."),
+    firestore_port: int = typer.Option(8086, help="Firestore emulator port."),
+    emulators_only: bool = typer.Option(
+        False, help="Start only the two emulators (for test runs that start their own stacks)."),
 ) -> None:
     """Start the emulators, topics, subscriptions and every function; wait until healthy."""
     if StackState.load(directory) and any(status(directory).values()):
         console.print(f"[yellow]a stack is already running from {directory}; "
                       "`ackloop dev down` first[/]")
         raise typer.Exit(1)
-    options = StackOptions(directory=directory, sandbox_apis=not real_apis,
-                           fake_gemini=fake_gemini, base_port=base_port)
+    options = StackOptions(
+        directory=directory, sandbox_apis=not real_apis and not emulators_only,
+        fake_gemini=fake_gemini and not emulators_only, base_port=base_port,
+        pubsub_port=pubsub_port, firestore_port=firestore_port,
+        services=() if emulators_only else StackOptions.services,
+        create_topology=not emulators_only,
+    )
     console.print("[bold]Starting the ackloop local stack[/]")
     try:
         state = LocalStack(options).up(log=console.print)
     except emulators.EmulatorsMissing as exc:
         console.print(f"[red]cannot start the emulators:[/] {exc}")
         raise typer.Exit(2) from exc
+    if emulators_only:
+        console.print(f"[green]emulators up.[/] state: {directory / 'state.json'}")
+        typer.echo(f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.pubsub_port} "
+                   f"FIRESTORE_EMULATOR_HOST=127.0.0.1:{state.firestore_port}")
+        return
     provider = state.model_provider
     if provider in ("auto", "scripted") and not state.fake_gemini_url:
         console.print("[yellow]model: scripted offline model (no Gemini credentials "

@@ -97,6 +97,7 @@ class StackOptions:
     start_emulators: bool = True
     """False: use the emulators already listening on ``pubsub_port`` / ``firestore_port``."""
     services: tuple[str, ...] = ("ingest", "model_step", "tool_step", "dead_letter", "api")
+    create_topology: bool = True
 
 
 class LocalStack:
@@ -151,12 +152,13 @@ class LocalStack:
             state.model_provider = state.env.get("ACKLOOP_MODEL_PROVIDER", "auto")
             for i, name in enumerate(SERVICES):
                 state.ports[name] = self._port(o.base_port + i)
-            create_topology(
-                Settings(project_id=o.project_id, **self._topic_overrides()),
-                {n: f"http://127.0.0.1:{state.ports[n]}/" for n in FUNCTIONS},
-                max_delivery_attempts=o.max_delivery_attempts,
-            )
-            log("  topics and push subscriptions created")
+            if o.create_topology:
+                create_topology(
+                    Settings(project_id=o.project_id, **self._topic_overrides()),
+                    {n: f"http://127.0.0.1:{state.ports[n]}/" for n in FUNCTIONS},
+                    max_delivery_attempts=o.max_delivery_attempts,
+                )
+                log("  topics and push subscriptions created")
             for name in o.services:
                 self.start_service(name)
             for name in o.services:
