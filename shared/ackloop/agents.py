@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from ackloop.errors import PermanentError
 from ackloop.tools.base import Toolbox
 
@@ -30,6 +32,9 @@ class AgentDefinition:
     max_seconds: float | None = None
     max_tool_calls: int | None = None
     max_tokens: int | None = None
+    output_model: type[BaseModel] | None = None
+    """When set, every run of this agent must end with an answer that validates as this model
+    (offered to the model as a ``final_answer`` function); it becomes the run's ``output``."""
 
 
 class UnknownAgent(PermanentError):

@@ -78,6 +78,7 @@ class RunRecord(Record):
     cancel_requested: bool = False
     usage: Usage = Usage()
     steps_total: int = 0
+    output_schema: JsonDict | None = None
 
 
 class ConversationRecord(Record):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 # Ids that end up in Firestore document paths: no "/", no leading "__", bounded length.
@@ -17,6 +18,16 @@ _ID_RE = re.compile(ID_PATTERN)
 Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 
 MAX_QUERY_CHARS = 32_000
+
+
+def check_schema(schema: dict[str, Any]) -> None:
+    """Raise ``ValueError`` unless ``schema`` is a JSON Schema (draft 2020-12) of an object."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ValueError(f"output_schema is not a valid JSON Schema: {exc.message}") from exc
+    if schema.get("type") != "object":
+        raise ValueError('output_schema must describe an object ("type": "object")')
 
 
 def is_identifier(value: str) -> bool:
@@ -54,6 +65,19 @@ class RunOptions(WireModel):
     max_seconds: float | None = Field(default=None, gt=0, le=86_400, description="Wall clock.")
     max_tool_calls: int | None = Field(default=None, ge=0, le=10_000, description="Tool calls.")
     max_tokens: int | None = Field(default=None, ge=1, description="Total tokens.")
+    output_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON Schema (an object) the final answer must match; it becomes `output`.",
+    )
+
+    @field_validator("output_schema")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            if len(str(value)) > 32_000:
+                raise ValueError("output_schema is larger than 32 000 characters")
+            check_schema(value)
+        return value
 
 
 class QueryMessage(WireModel):

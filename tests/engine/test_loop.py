@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import pytest
+from pydantic import BaseModel, Field
 
 from ackloop.errors import ModelPermanentError, ModelRetryableError
 from ackloop.keys import run_id_for_request
@@ -14,6 +15,8 @@ from ackloop.model.scripted import ScriptedModel, reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunStatus, StopReason
 from ackloop.settings import Settings
+from ackloop.tools.definition import tool
+from ackloop.tools.toolset import ToolSet
 from ackloop.wire import QueryMessage, RunOptions
 from tests.engine.fakes import CountingToolbox, CrashingFaults, SimulatedCrash, make_loop
 
@@ -325,3 +328,112 @@ async def test_a_different_step_at_the_same_key_fails_loudly():
     )
     await loop.run_until_idle()
     assert loop.log[-1].outcome.body["reason"] == "step_conflict"
+
+
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "alerts": {"type": "integer", "minimum": 0}},
+    "required": ["city", "alerts"],
+}
+
+
+async def test_structured_answer_is_validated_and_corrected_within_the_budget():
+    turns = [
+        calls_turn([("final_answer", {"city": "Norman"})]),               # missing a field
+        calls_turn([("final_answer", {"city": "Norman", "alerts": 2})]),  # corrected
+    ]
+    model = ScriptedModel.from_turns(turns)
+    loop = make_loop(model, CountingToolbox())
+    run_id = await run_query(loop, options=RunOptions(output_schema=ANSWER_SCHEMA))
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
+    assert run.output == {"city": "Norman", "alerts": 2}
+    assert any(d["name"] == "final_answer" for d in model.requests[0].tools)
+    feedback = model.requests[1].contents[-1]["parts"][0]["function_response"]
+    assert feedback["name"] == "final_answer" and "alerts" in feedback["response"]["error"]
+
+
+async def test_structured_answer_given_as_json_text_is_accepted():
+    model = ScriptedModel.from_turns([text_turn('```json\n{"city": "Paris", "alerts": 0}\n```')])
+    loop = make_loop(model, CountingToolbox())
+    run_id = await run_query(loop, options=RunOptions(output_schema=ANSWER_SCHEMA))
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.output == {"city": "Paris", "alerts": 0}
+
+
+async def test_structured_answer_that_never_validates_stops_at_max_steps():
+    model = ScriptedModel(lambda r: text_turn("no JSON here"))
+    loop = make_loop(model, CountingToolbox())
+    run_id = await run_query(
+        loop, options=RunOptions(output_schema=ANSWER_SCHEMA, max_steps=3))
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.stop_reason is StopReason.MAX_STEPS
+    assert len(model.requests) == 3
+    assert "not JSON" in model.requests[1].contents[-1]["parts"][0]["text"]
+
+
+def test_an_invalid_output_schema_is_rejected_at_the_edge():
+    with pytest.raises(ValueError, match="object"):
+        RunOptions(output_schema={"type": "string"})
+    with pytest.raises(ValueError, match="not a valid JSON Schema"):
+        RunOptions(output_schema={"type": "object", "properties": 3})
+
+
+async def test_agent_output_model_is_offered_and_enforced():
+    from pydantic import BaseModel
+
+    from ackloop.agents import AgentDefinition, AgentRegistry
+
+    class Forecast(BaseModel):
+        city: str
+        alerts: int
+
+    model = ScriptedModel.from_turns([calls_turn([("final_answer", {"city": "X", "alerts": "3"})])])
+    loop = make_loop(model, CountingToolbox())
+    loop.deps.agents = AgentRegistry([AgentDefinition("default", "Be brief.", CountingToolbox(),
+                                                      output_model=Forecast)])
+    run_id = await run_query(loop)
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.output == {"city": "X", "alerts": 3}
+
+
+async def test_follow_up_after_a_crash_between_turns_keeps_the_history():
+    model = ScriptedModel(lambda r: text_turn(f"seen {len(r.contents)} contents"))
+    loop = make_loop(model, CountingToolbox(), faults=CrashingFaults({"model:after_commit"}))
+    await loop.submit(QueryMessage(request_id="c1", text="first", conversation_id="conv-c"))
+    await loop.run_until_idle(crash=SimulatedCrash)
+    await loop.submit(QueryMessage(request_id="c2", text="second", conversation_id="conv-c"))
+    await loop.run_until_idle(crash=SimulatedCrash)
+    run = await loop.deps.store.get_run(run_id_for_request("c2"))
+    assert run is not None and run.answer == "seen 3 contents"
+    transcript = await loop.deps.store.load_transcript("conv-c")
+    assert [c["parts"][0].get("text") for c in transcript.contents] == [
+        "first", "seen 1 contents", "second", "seen 3 contents"]
+
+
+class StateArgs(BaseModel):
+    state: str = Field(pattern=r"^[A-Z]{2}$")
+
+
+@tool
+async def alerts(args: StateArgs) -> str:
+    """Alerts for a state."""
+    return f"none in {args.state}"
+
+
+async def test_unknown_tool_and_bad_arguments_become_observations():
+    turns = [
+        calls_turn([("nope", {}), ("alerts", {"state": "California"}),
+                    ("alerts", {"request": {"state": "CA"}})]),
+        text_turn("done"),
+    ]
+    model = ScriptedModel.from_turns(turns)
+    loop = make_loop(model, ToolSet([alerts]))  # type: ignore[list-item]
+    run_id = await run_query(loop)
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
+    responses = [p["function_response"]["response"]
+                 for p in model.requests[1].contents[-1]["parts"]]
+    assert "alerts" in responses[0]["error"]  # names the tools that exist
+    assert "state" in responses[1]["error"]
+    assert responses[2] == {"result": "none in CA"}

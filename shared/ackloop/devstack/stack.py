@@ -141,7 +141,8 @@ class LocalStack:
                 state.fake_gemini_url = f"http://127.0.0.1:{port}"
                 started.append(self._start("fake-gemini", ManagedProcess(
                     "fake-gemini",
-                    [sys.executable, "-m", "ackloop.model.fake_server", "--port", str(port)],
+                    [sys.executable, "-m", "ackloop.model.fake_server", "--port", str(port),
+                     "--policy", "catalog"],
                     logs / "fake-gemini.log", f"{state.fake_gemini_url}/",
                 )))
             for proc in started:

@@ -53,6 +53,7 @@ def new_run(deps: Deps, query: QueryMessage) -> RunRecord:
         model=agent.model or settings.model,
         created_at=deps.clock.now(),
         limits=limits,
+        output_schema=opts.output_schema,
     )
 
 

@@ -23,6 +23,7 @@ from ackloop.engine import outbox
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import finish_run
 from ackloop.engine.lease import ClaimRef, heartbeat
+from ackloop.engine.structured import contract_for, judge
 from ackloop.errors import PermanentError, RetryableError, UnknownRun
 from ackloop.keys import StepKey
 from ackloop.model.base import ModelRequest, ModelTurn
@@ -138,11 +139,13 @@ async def _run_claimed(
         )
         return
 
+    contract = contract_for(run.output_schema, agent.output_model)
+    tools = agent.toolbox.declarations()
     request = ModelRequest(
         model=run.model,
         system_instruction=agent.system_instruction,
         contents=conversation.answer_dangling_calls([*transcript.contents, *new_contents]),
-        tools=agent.toolbox.declarations(),
+        tools=[*tools, contract.declaration()] if contract else tools,
         timeout_seconds=deps.settings.model_timeout_seconds,
     )
     started = time.monotonic()
@@ -156,6 +159,27 @@ async def _run_claimed(
     model_turn = conversation.model_content(turn.parts)
     writes = deps.store.append_writes(transcript, [*new_contents, model_turn], tail)
     result = _step_result(turn)
+    verdict = judge(contract, turn) if contract else None
+    if verdict is not None and verdict.feedback is not None:
+        # Not an acceptable final answer: the model hears why on its next turn.
+        follow_up = _next_model_step(run, message.turn, usage)
+        await deps.store.complete_step(
+            claim, now=deps.clock.now(), result=result | {"feedback": True}, outbox=follow_up,
+            usage=turn.usage, call_seconds=call_seconds,
+            extra_writes=deps.store.append_writes(
+                transcript, [*new_contents, model_turn, verdict.feedback], tail),
+        )
+        deps.faults.hit("model:after_commit")
+        await outbox.send(deps, run.run_id, follow_up)
+        return
+    if verdict is not None:
+        await finish_run(
+            deps, claim, run_snapshot, stop_reason=StopReason.ANSWERED, usage=usage,
+            answer=turn.text or json.dumps(verdict.output, ensure_ascii=False),
+            output=verdict.output, step_result=result, step_usage=turn.usage,
+            call_seconds=call_seconds, transcript_writes=writes,
+        )
+        return
     if not turn.calls:
         await finish_run(
             deps,
@@ -228,6 +252,8 @@ def _turn_input(
     if message.turn == 0:
         return [conversation.user_text(run.text)], None
     model_step = next(s for s in previous if s.kind == "model")
+    if (model_step.result or {}).get("feedback"):
+        return [], None  # the feedback is already in the transcript
     calls = [FunctionCall.model_validate(c) for c in (model_step.result or {}).get("calls", [])]
     results = tool_results(message.turn - 1, len(calls), previous)
     pairs = [(call, (step.result or {}).get("response", {})) for call, step in zip(calls, results)]
@@ -237,6 +263,12 @@ def _turn_input(
         None,
     )
     return [conversation.function_responses(pairs)], final
+
+
+def _next_model_step(run: RunRecord, turn: int, usage: Usage) -> list[Outgoing]:
+    message = ModelStepMessage(run_id=run.run_id, turn=turn + 1, usage=usage)
+    return [Outgoing(topic="model_steps", data=message.model_dump(mode="json"),
+                     target_step=str(StepKey.model(turn + 1)))]
 
 
 def _tool_messages(

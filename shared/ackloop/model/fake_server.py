@@ -286,10 +286,15 @@ class _Handler(BaseHTTPRequestHandler):
 def _policy_from_name(name: str) -> Script:
     if name == "seed":
         return ScriptedModel().decide
+    if name == "catalog":
+        # How the offline model plays every built-in agent (imported late: it pulls in tools).
+        from ackloop.agent_catalog import offline_model
+
+        return offline_model().decide
     kind, _, tool = name.partition(":")
     if kind == "reference" and tool:
         return reference_workload_script(tool)
-    raise ValueError(f"unknown policy {name!r} (use 'seed' or 'reference:TOOL')")
+    raise ValueError(f"unknown policy {name!r} (use 'seed', 'catalog' or 'reference:TOOL')")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -300,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fault-rate", type=float, default=0.0, help="probability of a fault")
     parser.add_argument("--fault-kinds", default="500", help="faults drawn at --fault-rate")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random faults")
-    parser.add_argument("--policy", default="seed", help="'seed' or 'reference:TOOL'")
+    parser.add_argument("--policy", default="seed", help="'seed', 'catalog' (every built-in agent) or 'reference:TOOL'")
     args = parser.parse_args(argv)
     server = FakeGeminiServer(
         _policy_from_name(args.policy),
