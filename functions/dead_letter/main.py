@@ -1,4 +1,4 @@
-"""The `dead_letter` function: a Pub/Sub push endpoint (`functions-framework --asgi --target dead_letter`).
+"""The `dead_letter` function: a Pub/Sub push endpoint (served by `ackloop run`).
 
 A thin adapter: decoding, dispatch and the status mapping live in :mod:`ackloop.http_push`.
 """

@@ -1,4 +1,4 @@
-"""The `model_step` function: a Pub/Sub push endpoint (`functions-framework --asgi --target model_step`).
+"""The `model_step` function: a Pub/Sub push endpoint (served by `ackloop run`).
 
 A thin adapter: decoding, dispatch and the status mapping live in :mod:`ackloop.http_push`.
 """

@@ -42,7 +42,8 @@ class InProcessLoop:
                 s.tool_steps_topic: "tool", s.dead_letter_topic: "dead_letter"}
 
     async def submit(self, query: QueryMessage) -> None:
-        await self.publisher.publish(self.deps.settings.queries_topic, query.model_dump_json().encode())
+        topic = self.deps.settings.queries_topic
+        await self.publisher.publish(topic, query.model_dump_json().encode())
 
     def _collect(self) -> None:
         kinds = self._kinds()

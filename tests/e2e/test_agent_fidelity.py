@@ -41,8 +41,12 @@ async def test_exact_request_body_at_each_model_step(stack: RunningStack) -> Non
         assert sorted(names) == ["get_ip_address", "get_location_info", "get_weather_alerts"]
 
     roles = [[c["role"] for c in b["contents"]] for b in bodies]
-    assert roles == [["user"], ["user", "model", "user"], ["user", "model", "user"] + ["model", "user"],
-                     ["user", "model", "user", "model", "user", "model", "user"]]
+    assert roles == [
+        ["user"],
+        ["user", "model", "user"],
+        ["user", "model", "user", "model", "user"],
+        ["user", "model", "user", "model", "user", "model", "user"],
+    ]
     last = bodies[-1]["contents"]
     assert last[0] == {"role": "user", "parts": [{"text": question}]}
     calls = [p["functionCall"] for c in last if c["role"] == "model" for p in c["parts"]

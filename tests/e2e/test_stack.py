@@ -102,5 +102,6 @@ async def test_poison_messages_are_acknowledged_and_recorded(stack: RunningStack
 
 async def test_malformed_push_body_gets_a_clear_400(stack: RunningStack) -> None:
     url = f"http://127.0.0.1:{stack.state.ports['ingest']}/"
-    response = httpx.post(url, content=b"{not json", timeout=5)
+    async with httpx.AsyncClient() as client:
+        response = await client.post(url, content=b"{not json", timeout=5)
     assert response.status_code == 400 and "not JSON" in response.json()["error"]

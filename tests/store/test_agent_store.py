@@ -78,7 +78,7 @@ async def test_create_run_is_idempotent_and_guards_the_conversation(store: Agent
     with pytest.raises(ConversationBusy):
         await store.create_run(run_record("run-2"))
     assert await store.fail_run("run-1", "boom", now=101)
-    second, created = await store.create_run(run_record("run-2"))
+    _, created = await store.create_run(run_record("run-2"))
     assert created and [r.run_id for r in await store.list_runs("conv-1")] == ["run-1", "run-2"]
 
 

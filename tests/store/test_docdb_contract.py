@@ -51,7 +51,7 @@ async def test_list_range_by_document_id(db: DocumentDB, prefix: str) -> None:
         await db.create(f"{col}/{key}", {"key": key})
     found = await db.list_range(col, "0000-tool-", "0001-model")
     assert [s.id for s in found] == ["0000-tool-000", "0000-tool-001", "0001-model"]
-    assert [s.id for s in await db.list_all(col)][0] == "0000-model"
+    assert (await db.list_all(col))[0].id == "0000-model"
 
 
 async def test_list_where_orders(db: DocumentDB, prefix: str) -> None:

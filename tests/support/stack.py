@@ -68,7 +68,9 @@ class RunningStack:
         self.publish(self.settings.queries_topic, query.model_dump_json().encode())
         return run_id_for_request(request_id)
 
-    async def wait_run(self, run_id: str, timeout: float = 60.0) -> tuple[RunRecord, list[StepRecord]]:
+    async def wait_run(
+        self, run_id: str, timeout: float = 60.0
+    ) -> tuple[RunRecord, list[StepRecord]]:
         store = self.store()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -90,6 +92,13 @@ class RunningStack:
     def schedule_model_faults(self, spec: str) -> None:
         httpx.post(f"{self.fake_gemini}/_admin/faults", json={"faults": spec},
                    timeout=5).raise_for_status()
+
+    def sandbox_stats(self) -> dict[str, int]:
+        """Counters of the tool APIs' sandbox: ``requests`` is how many tool HTTP calls ran."""
+        assert self.state.sandbox_url
+        stats: dict[str, int] = httpx.get(f"{self.state.sandbox_url}/_admin/stats",
+                                          timeout=5).json()
+        return stats
 
     def service(self, name: str) -> dict[str, Any]:
         return httpx.get(f"http://127.0.0.1:{self.state.ports[name]}/", timeout=5).json()

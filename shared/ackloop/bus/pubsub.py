@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Mapping
 
 from google.api_core import exceptions as gexc
-from google.cloud import pubsub_v1
+from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
 from ackloop.errors import RetryableError
 
@@ -36,7 +36,7 @@ class PubSubPublisher:
     ) -> str:
         future = self._client.publish(self.topic_path(topic), data, **dict(attributes or {}))
         try:
-            message_id: str = await asyncio.wrap_future(future)  # type: ignore[arg-type]
+            message_id: str = await asyncio.wrap_future(future)
         except (gexc.GoogleAPICallError, gexc.RetryError, TimeoutError) as exc:
             raise RetryableError(f"publish to {topic} failed: {exc}") from exc
         self.published += 1

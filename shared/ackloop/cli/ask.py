@@ -41,7 +41,9 @@ def _describe(step: StepRecord) -> str:
     return f"{step.name} -> {text[:160]}{'…' if len(text) > 160 else ''}"
 
 
-async def follow(store: AgentStore, run_id: str, timeout: float, quiet: bool) -> tuple[RunRecord | None, list[StepRecord]]:
+async def follow(
+    store: AgentStore, run_id: str, timeout: float, quiet: bool
+) -> tuple[RunRecord | None, list[StepRecord]]:
     seen: set[str] = set()
     deadline = time.monotonic() + timeout
     run: RunRecord | None = None

@@ -73,8 +73,9 @@ def find_jars() -> EmulatorJars:
     looked: list[str] = []
     for root in _sdk_roots():
         if pubsub is None:
-            found = sorted((root / "platform/pubsub-emulator/lib").glob("cloud-pubsub-emulator-*.jar"))
-            looked.append(str(root / "platform/pubsub-emulator/lib"))
+            lib = root / "platform/pubsub-emulator/lib"
+            found = sorted(lib.glob("cloud-pubsub-emulator-*.jar"))
+            looked.append(str(lib))
             if found:
                 pubsub = str(found[-1])
         if firestore is None:

@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -109,7 +110,7 @@ class LocalStack:
 
     # -- start ------------------------------------------------------------------------------
 
-    def up(self, log: callable = print) -> StackState:  # type: ignore[valid-type]
+    def up(self, log: Callable[[str], object] = print) -> StackState:
         o = self.options
         self.directory.mkdir(parents=True, exist_ok=True)
         logs = self.directory / "logs"
@@ -155,7 +156,8 @@ class LocalStack:
                 state.ports[name] = self._port(o.base_port + i)
             if o.create_topology:
                 create_topology(
-                    Settings(project_id=o.project_id, **self._topic_overrides()),
+                    Settings.model_validate(
+                        {"project_id": o.project_id, **self._topic_overrides()}),
                     {n: f"http://127.0.0.1:{state.ports[n]}/" for n in FUNCTIONS},
                     max_delivery_attempts=o.max_delivery_attempts,
                 )

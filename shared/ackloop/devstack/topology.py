@@ -5,10 +5,11 @@ Used by ``ackloop dev up`` and the tests to lay out the same topology on the emu
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from google.api_core import exceptions as gexc
-from google.cloud import pubsub_v1
+from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 from google.protobuf import duration_pb2
 
 from ackloop.settings import Settings
@@ -56,10 +57,8 @@ def create_topology(
     project = settings.project_id
     try:
         for topic in all_topics(settings):
-            try:
+            with contextlib.suppress(gexc.AlreadyExists):
                 publisher.create_topic(name=publisher.topic_path(project, topic))
-            except gexc.AlreadyExists:
-                pass
         dead_letter_topic = publisher.topic_path(project, settings.dead_letter_topic)
         planned = routes(settings, endpoints)
         for route in planned:
@@ -85,13 +84,11 @@ def create_topology(
                     subscription=request["name"], push_config=request["push_config"]
                 )
         if answers_subscription:
-            try:
+            with contextlib.suppress(gexc.AlreadyExists):
                 subscriber.create_subscription(
                     name=subscriber.subscription_path(project, answers_subscription),
                     topic=publisher.topic_path(project, settings.answers_topic),
                 )
-            except gexc.AlreadyExists:
-                pass
         return planned
     finally:
         subscriber.close()

@@ -71,7 +71,10 @@ class DocumentDB(Protocol):
         ...
 
     async def commit(self, writes: Sequence[Write]) -> list[Version]:
-        """Apply all writes atomically, or none (:class:`PreconditionFailed`, :class:`AlreadyExists`)."""
+        """Apply all writes atomically, or none of them.
+
+        Raises :class:`PreconditionFailed` or :class:`AlreadyExists`.
+        """
         ...
 
     async def list_range(self, collection: str, start_id: str, end_id: str) -> list[Snapshot]:

@@ -87,7 +87,8 @@ class MemoryDocumentDB:
         self, collection: str, field_name: str, value: Any, order_by: str, limit: int = 100
     ) -> list[Snapshot]:
         hits = [s for s in self._children(collection) if s.data.get(field_name) == value]
-        return sorted(hits, key=lambda s: s.data.get(order_by))[:limit]
+        # Documents without the field sort first, as Firestore orders null before values.
+        return sorted(hits, key=lambda s: (order_by in s.data, s.data.get(order_by)))[:limit]
 
     async def list_all(self, collection: str, limit: int = 1000) -> list[Snapshot]:
         return self._children(collection)[:limit]

@@ -30,7 +30,7 @@ class FaultPoints:
     """Named crash points, for tests that must kill a process at an exact commit boundary.
 
     Configured with ``ACKLOOP_FAULT_CRASH_AT`` (comma-separated names from
-    :data:`FAULT_POINTS`) and ``ACKLOOP_FAULT_MARKER_DIR``: the process SIGKILLs itself the
+    :data:`FAULT_POINTS`) and ``ACKLOOP_FAULT_MARKER_DIR``: the process SIGKILLs its group the
     first time it reaches a named point, after leaving a marker file so that the restarted
     process goes on. Off unless configured.
     """
@@ -57,8 +57,10 @@ class FaultPoints:
                 marker.open("x").close()
             except FileExistsError:
                 return  # crashed here once already
-        log.warning("fault point %s: killing this process", name)
-        os.kill(os.getpid(), signal.SIGKILL)
+        log.warning("fault point %s: killing this process group", name)
+        # The whole group: a server's supervisor (gunicorn) would otherwise respawn the
+        # worker in place, and the test wants the instance gone, as a crash would leave it.
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 @dataclass

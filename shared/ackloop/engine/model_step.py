@@ -256,7 +256,10 @@ def _turn_input(
         return [], None  # the feedback is already in the transcript
     calls = [FunctionCall.model_validate(c) for c in (model_step.result or {}).get("calls", [])]
     results = tool_results(message.turn - 1, len(calls), previous)
-    pairs = [(call, (step.result or {}).get("response", {})) for call, step in zip(calls, results)]
+    pairs = [
+        (call, (step.result or {}).get("response", {}))
+        for call, step in zip(calls, results, strict=True)
+    ]
     final = next(
         ((s.result or {}).get("response", {}).get("result") for s in results
          if (s.result or {}).get("final")),

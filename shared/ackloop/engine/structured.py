@@ -49,7 +49,9 @@ class OutputContract:
         }
 
 
-def contract_for(run_schema: JsonDict | None, model: type[BaseModel] | None) -> OutputContract | None:
+def contract_for(
+    run_schema: JsonDict | None, model: type[BaseModel] | None
+) -> OutputContract | None:
     """The run's schema wins over the agent's model; None when the answer is free text."""
     if run_schema is not None:
         return from_json_schema(run_schema)

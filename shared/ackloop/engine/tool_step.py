@@ -66,7 +66,9 @@ async def _run_claimed(
     claim = ref.claim
     run = RunRecord.model_validate(run_snapshot.data)
     if run.status.terminal:
-        outcome = ToolOutcome(response={"error": f"not run: the run is {run.status}"}, is_error=True)
+        outcome = ToolOutcome(
+            response={"error": f"not run: the run is {run.status}"}, is_error=True
+        )
         await _commit(deps, ref, outcome, None)
         return
     agent = deps.agents.get(run.agent)
