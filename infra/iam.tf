@@ -112,6 +112,16 @@ resource "google_cloud_run_v2_service_iam_member" "api_invoker" {
   member   = each.value
 }
 
+# The api reads its bearer token (api.auth = "bearer") from a secret created out of band.
+resource "google_secret_manager_secret_iam_member" "api_reads_bearer_token" {
+  count = var.api.bearer_token_secret_id == null ? 0 : 1
+
+  project   = var.project_id
+  secret_id = var.api.bearer_token_secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.service["api"].member
+}
+
 # --- Build and deploy (cloudbuild.yaml) -----------------------------------------------------
 
 resource "google_artifact_registry_repository_iam_member" "build_pushes_images" {

@@ -43,42 +43,57 @@ locals {
   # names (GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION, GOOGLE_GENAI_USE_VERTEXAI) are aliases the
   # settings accept and the google-genai SDK also reads.
   service_env = {
-    GOOGLE_CLOUD_PROJECT           = var.project_id
-    ACKLOOP_FIRESTORE_DATABASE     = local.firestore_database
-    ACKLOOP_COLLECTION_PREFIX      = var.collection_prefix
-    ACKLOOP_QUERIES_TOPIC          = google_pubsub_topic.topic["queries"].name
-    ACKLOOP_MODEL_STEPS_TOPIC      = google_pubsub_topic.topic["model_steps"].name
-    ACKLOOP_TOOL_STEPS_TOPIC       = google_pubsub_topic.topic["tool_steps"].name
-    ACKLOOP_ANSWERS_TOPIC          = google_pubsub_topic.topic["answers"].name
-    ACKLOOP_DEAD_LETTER_TOPIC      = google_pubsub_topic.topic["dead_letter"].name
-    ACKLOOP_MODEL_PROVIDER         = var.model_provider
-    ACKLOOP_MODEL                  = var.model
-    GOOGLE_GENAI_USE_VERTEXAI      = tostring(var.gemini_backend == "vertex")
-    GOOGLE_CLOUD_LOCATION          = var.vertex_location
-    ACKLOOP_MODEL_TIMEOUT_SECONDS  = tostring(var.model_timeout_seconds)
-    ACKLOOP_TOOL_TIMEOUT_SECONDS   = tostring(var.tool_timeout_seconds)
-    ACKLOOP_NWS_BASE_URL           = var.tool_endpoints.nws_base_url
-    ACKLOOP_IP_ECHO_URL            = var.tool_endpoints.ip_echo_url
-    ACKLOOP_IPAPI_BASE_URL         = var.tool_endpoints.ipapi_base_url
-    ACKLOOP_LEASE_SECONDS          = tostring(var.lease_seconds)
-    ACKLOOP_MAX_STEP_ATTEMPTS      = tostring(var.max_step_attempts)
-    ACKLOOP_DEFAULT_MAX_STEPS      = tostring(var.run_limits.max_steps)
-    ACKLOOP_DEFAULT_MAX_SECONDS    = tostring(var.run_limits.max_seconds)
-    ACKLOOP_DEFAULT_MAX_TOOL_CALLS = tostring(var.run_limits.max_tool_calls)
-    ACKLOOP_LOG_LEVEL              = var.log_level
+    GOOGLE_CLOUD_PROJECT              = var.project_id
+    ACKLOOP_FIRESTORE_DATABASE        = local.firestore_database
+    ACKLOOP_COLLECTION_PREFIX         = var.collection_prefix
+    ACKLOOP_QUERIES_TOPIC             = google_pubsub_topic.topic["queries"].name
+    ACKLOOP_MODEL_STEPS_TOPIC         = google_pubsub_topic.topic["model_steps"].name
+    ACKLOOP_TOOL_STEPS_TOPIC          = google_pubsub_topic.topic["tool_steps"].name
+    ACKLOOP_ANSWERS_TOPIC             = google_pubsub_topic.topic["answers"].name
+    ACKLOOP_DEAD_LETTER_TOPIC         = google_pubsub_topic.topic["dead_letter"].name
+    ACKLOOP_MODEL_PROVIDER            = var.model_provider
+    ACKLOOP_MODEL                     = var.model
+    GOOGLE_GENAI_USE_VERTEXAI         = tostring(var.gemini_backend == "vertex")
+    GOOGLE_CLOUD_LOCATION             = var.vertex_location
+    ACKLOOP_MODEL_TIMEOUT_SECONDS     = tostring(var.model_timeout_seconds)
+    ACKLOOP_TOOL_TIMEOUT_SECONDS      = tostring(var.tool_timeout_seconds)
+    ACKLOOP_NWS_BASE_URL              = var.tool_endpoints.nws_base_url
+    ACKLOOP_IP_ECHO_URL               = var.tool_endpoints.ip_echo_url
+    ACKLOOP_IPAPI_BASE_URL            = var.tool_endpoints.ipapi_base_url
+    ACKLOOP_LEASE_SECONDS             = tostring(var.lease_seconds)
+    ACKLOOP_MAX_STEP_ATTEMPTS         = tostring(var.max_step_attempts)
+    ACKLOOP_DEFAULT_MAX_STEPS         = tostring(var.run_limits.max_steps)
+    ACKLOOP_DEFAULT_MAX_SECONDS       = tostring(var.run_limits.max_seconds)
+    ACKLOOP_DEFAULT_MAX_TOOL_CALLS    = tostring(var.run_limits.max_tool_calls)
+    ACKLOOP_LOG_LEVEL                 = var.log_level
+    ACKLOOP_API_AUTH                  = var.api.auth
+    ACKLOOP_API_QUERY_TIMEOUT_SECONDS = tostring(var.api.query_timeout_seconds)
+    ACKLOOP_API_MAX_BODY_BYTES        = tostring(var.api.max_body_bytes)
+    ACKLOOP_API_STREAM_POLL_SECONDS   = tostring(var.api.stream_poll_seconds)
+    ACKLOOP_API_STREAM_MAX_SECONDS    = tostring(var.api.stream_max_seconds)
+    ACKLOOP_PUSH_AUTH                 = var.push_auth.mode
   }
 
   # Settings whose "unset" is meaningful (None in the code): set only when the variable has a value,
   # because an empty string would not parse as "unset".
   optional_service_env = {
-    ACKLOOP_DEFAULT_MAX_TOKENS = var.run_limits.max_tokens == null ? null : tostring(var.run_limits.max_tokens)
-    ACKLOOP_GEMINI_BASE_URL    = var.gemini_base_url
+    ACKLOOP_DEFAULT_MAX_TOKENS    = var.run_limits.max_tokens == null ? null : tostring(var.run_limits.max_tokens)
+    ACKLOOP_GEMINI_BASE_URL       = var.gemini_base_url
+    ACKLOOP_API_ID_TOKEN_AUDIENCE = var.api.id_token_audience
+    ACKLOOP_API_ID_TOKEN_EMAILS   = var.api.id_token_emails
+    ACKLOOP_PUSH_AUTH_AUDIENCE    = var.push_auth.audience
+    ACKLOOP_PUSH_AUTH_EMAIL       = var.push_auth.service_account_email
+    # The token itself never reaches Terraform: the secret is mounted as a file (api only).
+    ACKLOOP_API_BEARER_TOKEN_FILE = var.api.bearer_token_secret_id == null ? null : "${local.api_token_dir}/token"
   }
 
   env = merge(
     local.service_env,
     { for name, value in local.optional_service_env : name => value if value != null },
   )
+
+  # Where the api service sees the bearer-token secret (a Secret Manager volume).
+  api_token_dir = "/secrets/api-bearer-token"
 
   # Only model_step calls Gemini, so only it receives the key.
   gemini_key_services = var.gemini_backend == "api_key" ? toset(["model_step"]) : toset([])
@@ -104,6 +119,20 @@ resource "google_cloud_run_v2_service" "service" {
     timeout = "${var.request_timeout_seconds[each.key]}s"
 
     max_instance_request_concurrency = each.value.concurrency
+
+    dynamic "volumes" {
+      for_each = each.key == "api" && var.api.bearer_token_secret_id != null ? [var.api.bearer_token_secret_id] : []
+      content {
+        name = "api-bearer-token"
+        secret {
+          secret = volumes.value
+          items {
+            version = "latest"
+            path    = "token"
+          }
+        }
+      }
+    }
 
     # Scale to zero: a step exists only while a push request is in flight.
     scaling {
@@ -152,6 +181,14 @@ resource "google_cloud_run_v2_service" "service" {
               version = "latest"
             }
           }
+        }
+      }
+
+      dynamic "volume_mounts" {
+        for_each = each.key == "api" && var.api.bearer_token_secret_id != null ? [local.api_token_dir] : []
+        content {
+          name       = "api-bearer-token"
+          mount_path = volume_mounts.value
         }
       }
 

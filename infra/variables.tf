@@ -244,6 +244,51 @@ variable "api_invoker_members" {
   default     = []
 }
 
+variable "api" {
+  type = object({
+    auth                   = optional(string, "none")
+    bearer_token_secret_id = optional(string, null)
+    id_token_audience      = optional(string, null)
+    id_token_emails        = optional(string, null)
+    query_timeout_seconds  = optional(number, 50)
+    max_body_bytes         = optional(number, 262144)
+    stream_poll_seconds    = optional(number, 0.5)
+    stream_max_seconds     = optional(number, 300)
+  })
+  description = "HTTP API service settings (ACKLOOP_API_*). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails). Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api."
+  default     = {}
+
+  validation {
+    condition     = contains(["none", "bearer", "google_id_token"], var.api.auth)
+    error_message = "api.auth must be none, bearer or google_id_token."
+  }
+
+  validation {
+    condition     = var.api.auth != "bearer" || var.api.bearer_token_secret_id != null
+    error_message = "api.auth = \"bearer\" needs api.bearer_token_secret_id."
+  }
+
+  validation {
+    condition     = var.api.auth != "google_id_token" || var.api.id_token_audience != null
+    error_message = "api.auth = \"google_id_token\" needs api.id_token_audience."
+  }
+}
+
+variable "push_auth" {
+  type = object({
+    mode                  = optional(string, "none")
+    audience              = optional(string, null)
+    service_account_email = optional(string, null)
+  })
+  description = "In-app verification of the Pub/Sub push OIDC token by the step services (ACKLOOP_PUSH_AUTH*): mode \"oidc\" checks a Google signature, the audience (unset: the URL pushed to) and, when set, the signing service account. Cloud Run IAM already checks the token in front of the services."
+  default     = {}
+
+  validation {
+    condition     = contains(["none", "oidc"], var.push_auth.mode)
+    error_message = "push_auth.mode must be none or oidc."
+  }
+}
+
 # --- Pub/Sub --------------------------------------------------------------------------------
 
 variable "max_delivery_attempts" {

@@ -8,9 +8,11 @@ import math
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ackloop.api.tokens import IdTokenVerifier, InvalidToken, bearer_token
 from ackloop.engine.dispatch import Kind, dispatch
 from ackloop.push import MalformedPush, decode_push
 from ackloop.runtime import process_deps
+from ackloop.settings import Settings
 
 # Pub/Sub push requests are small; anything larger is not one.
 MAX_PUSH_BYTES = 12 * 1024 * 1024
@@ -18,6 +20,44 @@ MAX_PUSH_BYTES = 12 * 1024 * 1024
 # Deliveries this process answered, by status: read by tests and benchmarks via GET.
 _answered: dict[int, int] = {}
 _rejected: dict[str, int] = {}
+
+
+_push_verifier: IdTokenVerifier | None = None
+
+
+def push_verifier() -> IdTokenVerifier:
+    """This process's verifier of push tokens (it caches Google's certificates)."""
+    global _push_verifier
+    if _push_verifier is None:
+        _push_verifier = IdTokenVerifier()
+    return _push_verifier
+
+
+async def authenticate_push(settings: Settings, request: Request,
+                            verifier: IdTokenVerifier | None = None) -> str | None:
+    """Why the push must be refused, or None. Checks only when ``ACKLOOP_PUSH_AUTH=oidc``.
+
+    The token must be Google-signed, for ``ACKLOOP_PUSH_AUTH_AUDIENCE`` (default: the URL the
+    push was sent to, which is what Pub/Sub uses when a subscription names no audience) and,
+    when ``ACKLOOP_PUSH_AUTH_EMAIL`` is set, minted for that service account.
+    """
+    if settings.push_auth != "oidc":
+        return None
+    if settings.push_auth_audience:
+        audience: str | list[str] = settings.push_auth_audience
+    else:
+        url = request.url.replace(scheme="https", query="")
+        base = str(url).rstrip("/")
+        audience = [base, f"{base}/"]
+    try:
+        token = bearer_token(request.headers.get("authorization"))
+        claims = await (verifier or push_verifier()).verify_async(token, audience)
+        wanted = settings.push_auth_email
+        if wanted and (claims.get("email") != wanted or claims.get("email_verified") is False):
+            raise InvalidToken(f"push token is for {claims.get('email')!r}, not {wanted!r}")
+    except InvalidToken as exc:
+        return str(exc)
+    return None
 
 
 def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
@@ -44,6 +84,9 @@ async def handle_push(kind: Kind, request: Request) -> Response:
         )
     if request.method != "POST":
         return _json(405, {"error": "POST a Pub/Sub push envelope"})
+    if refused := await authenticate_push(deps.settings, request):
+        _rejected["unauthenticated"] = _rejected.get("unauthenticated", 0) + 1
+        return _json(401, {"error": f"push not authenticated: {refused}"})
     body = await request.body()
     if len(body) > MAX_PUSH_BYTES:
         return _json(413, {"error": f"body larger than {MAX_PUSH_BYTES} bytes"})

@@ -13,6 +13,8 @@ from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ModelProvider = Literal["auto", "gemini", "scripted"]
+ApiAuth = Literal["none", "bearer", "google_id_token"]
+PushAuth = Literal["none", "oidc"]
 
 
 class Settings(BaseSettings):
@@ -80,6 +82,45 @@ class Settings(BaseSettings):
     default_max_seconds: float = Field(default=300.0, gt=0, description="Wall clock per run.")
     default_max_tool_calls: int = Field(default=50, ge=0, description="Tool calls per run.")
     default_max_tokens: int | None = Field(default=None, ge=1, description="Tokens per run.")
+
+    api_auth: ApiAuth = Field(
+        default="none",
+        description="HTTP API authentication in the app: 'none' (local, or Cloud Run IAM in "
+        "front), 'bearer' (a shared token from api_bearer_token_file) or 'google_id_token'.",
+    )
+    api_bearer_token_file: str | None = Field(
+        default=None,
+        description="File holding the bearer token (a Secret Manager secret mounted as a file).",
+    )
+    api_id_token_audience: str | None = Field(
+        default=None, description="Audience a Google-signed ID token must carry (the API's URL)."
+    )
+    api_id_token_emails: str | None = Field(
+        default=None,
+        description="Comma-separated emails allowed to call with an ID token (unset: any).",
+    )
+    api_query_timeout_seconds: float = Field(
+        default=50.0, gt=0, description="How long a synchronous query waits for its run."
+    )
+    api_max_body_bytes: int = Field(
+        default=262_144, ge=1024, description="Largest request body the HTTP API accepts."
+    )
+    api_stream_poll_seconds: float = Field(
+        default=0.5, gt=0, description="How often a stream reads the run's documents."
+    )
+    api_stream_max_seconds: float = Field(
+        default=300.0, gt=0, description="Longest one stream stays open (resume with its cursor)."
+    )
+    push_auth: PushAuth = Field(
+        default="none",
+        description="Step push endpoints: 'oidc' verifies the Pub/Sub push OIDC token.",
+    )
+    push_auth_audience: str | None = Field(
+        default=None, description="Audience of push tokens; unset: the URL the push was sent to."
+    )
+    push_auth_email: str | None = Field(
+        default=None, description="Service account that must have signed push tokens."
+    )
 
     log_level: str = Field(default="INFO", description="Python log level.")
 

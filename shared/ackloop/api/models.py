@@ -1,0 +1,231 @@
+"""The HTTP API's request and response bodies: what the OpenAPI document shows.
+
+Requests are strict (unknown fields are an error) and bounded: every string that reaches
+Firestore is valid UTF-8 and every id matches :data:`ackloop.wire.ID_PATTERN`, so nothing a
+client sends can name a document path or make a write fail.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from ackloop.records import RunRecord, StepRecord
+from ackloop.wire import ID_PATTERN, MAX_QUERY_CHARS, RunOptions, Usage, check_schema
+
+CURSOR_PATTERN = r"^(\d{4}-(model|tool-\d{3})|end)$"
+"""A stream cursor: the key of the last step delivered, or ``end`` after the final event."""
+
+
+def _encodable(value: str) -> str:
+    # JSON may carry lone surrogates ("\ud800"); Firestore stores UTF-8 only.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from exc
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+def _depth(value: Any) -> int:
+    # Firestore refuses maps nested deeper than 20 levels: bound what a client may send.
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+QueryText = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_QUERY_CHARS, description="The user's question."),
+    AfterValidator(_encodable),
+]
+Id = Annotated[str, Field(pattern=ID_PATTERN, max_length=128)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Options(Strict):
+    """Per-run limits; anything left out takes the agent's or the deployment's default."""
+
+    max_steps: int | None = Field(default=None, ge=1, le=1000, description="Model steps.")
+    max_seconds: float | None = Field(default=None, gt=0, le=86_400, description="Wall clock.")
+    max_tool_calls: int | None = Field(default=None, ge=0, le=10_000, description="Tool calls.")
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=1_000_000_000, description="Total tokens."
+    )
+
+    output_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON Schema (an object) the final answer must match; it becomes `output`.",
+    )
+
+    @field_validator("output_schema")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            if len(str(value)) > 32_000 or _depth(value) > 12:
+                raise ValueError("output_schema is too large or too deeply nested")
+            check_schema(value)
+        return value
+
+    def to_wire(self) -> RunOptions:
+        return RunOptions(**self.model_dump(exclude_none=True))
+
+
+class CreateRun(Strict):
+    """Body of ``POST /runs``."""
+
+    text: QueryText
+    request_id: Id | None = Field(
+        default=None,
+        description="Idempotency key; the Idempotency-Key header may carry it instead.",
+    )
+    conversation_id: Id | None = Field(
+        default=None, description="Continue this conversation (a new one when left out)."
+    )
+    agent: Id = Field(default="default", description="Name of a configured agent.")
+    options: Options = Options()
+
+
+class RunCreated(BaseModel):
+    run_id: str
+    request_id: str
+    conversation_id: str
+    status: str
+    created: bool = Field(description="False when the idempotency key had already started it.")
+
+
+class StepView(BaseModel):
+    """One step of a run: its timing, its attempts and what it used."""
+
+    key: str = Field(description="Position in the run; keys sort in execution order.")
+    kind: Literal["model", "tool"]
+    name: str
+    turn: int
+    index: int
+    status: str
+    attempts: int = Field(description="Deliveries that claimed the step (1 unless retried).")
+    created_at: float
+    started_at: float = Field(description="Start of the last attempt (Unix seconds).")
+    completed_at: float | None
+    duration_seconds: float | None = Field(description="From the first claim to completion.")
+    call_seconds: float | None = Field(description="The model or tool call alone.")
+    usage: Usage
+    last_error: str | None
+    result: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, step: StepRecord) -> StepView:
+        done = step.completed_at
+        return cls(
+            key=step.key, kind=step.kind, name=step.name, turn=step.turn, index=step.index,
+            status=step.status.value, attempts=step.attempts, created_at=step.created_at,
+            started_at=step.started_at, completed_at=done,
+            duration_seconds=None if done is None else round(done - step.created_at, 6),
+            call_seconds=step.call_seconds, usage=step.usage, last_error=step.last_error,
+            result=step.result,
+        )
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    request_id: str
+    conversation_id: str
+    agent: str
+    text: str
+    status: str
+    stop_reason: str | None
+    answer: str | None
+    output: Any = None
+    error: str | None
+    created_at: float
+    finished_at: float | None
+    cancel_requested: bool
+    usage: Usage
+
+    @classmethod
+    def of(cls, run: RunRecord) -> RunSummary:
+        return cls(
+            run_id=run.run_id, request_id=run.request_id, conversation_id=run.conversation_id,
+            agent=run.agent, text=run.text, status=run.status.value,
+            stop_reason=run.stop_reason.value if run.stop_reason else None, answer=run.answer,
+            output=run.output, error=run.error, created_at=run.created_at,
+            finished_at=run.finished_at, cancel_requested=run.cancel_requested, usage=run.usage,
+        )
+
+
+class RunView(RunSummary):
+    """A run with its steps, in execution order."""
+
+    model: str
+    steps: list[StepView]
+
+
+class ConversationRuns(BaseModel):
+    conversation_id: str
+    runs: list[RunSummary] = Field(description="Oldest first.")
+
+
+class CancelAccepted(BaseModel):
+    run_id: str
+    status: str
+    cancel_requested: bool = Field(
+        description="True once requested; false when the run had already finished."
+    )
+
+
+class FieldError(BaseModel):
+    field: str = Field(description="Where: body.text, path.run_id, header.idempotency-key...")
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: a message, a stable code, and field errors for invalid input."""
+
+    error: str
+    code: str
+    fields: list[FieldError] | None = None
+    valid_class_methods: list[str] | None = None
+
+
+# -- events ------------------------------------------------------------------------------
+
+
+class StepEvent(BaseModel):
+    """A step that completed (each step once, in key order, however often it was retried)."""
+
+    type: Literal["step"] = "step"
+    cursor: str = Field(description="Resume after this event with ?after=CURSOR.")
+    run_id: str
+    step: StepView
+
+
+class FinishedEvent(BaseModel):
+    """The run ended: always the last event of a stream."""
+
+    type: Literal["finished"] = "finished"
+    cursor: Literal["end"] = "end"
+    run_id: str
+    status: str
+    stop_reason: str | None
+    answer: str | None
+    output: Any = None
+    error: str | None
+    usage: Usage
+
+    @classmethod
+    def of(cls, run: RunRecord) -> FinishedEvent:
+        return cls(
+            run_id=run.run_id, status=run.status.value,
+            stop_reason=run.stop_reason.value if run.stop_reason else None,
+            answer=run.answer, output=run.output, error=run.error, usage=run.usage,
+        )
+
+
+Event = StepEvent | FinishedEvent

@@ -1,0 +1,209 @@
+"""The runs API: create, read, stream, cancel, and list a conversation's runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ackloop.api import events
+from ackloop.api.errors import ApiError
+from ackloop.api.models import (
+    CURSOR_PATTERN,
+    CancelAccepted,
+    ConversationRuns,
+    CreateRun,
+    ErrorBody,
+    RunCreated,
+    RunSummary,
+    RunView,
+    StepView,
+)
+from ackloop.engine.deps import Deps
+from ackloop.engine.ingest import start_run
+from ackloop.errors import ConversationBusy, IdempotencyMismatch, PermanentError
+from ackloop.records import RunRecord
+from ackloop.wire import ID_PATTERN, QueryMessage
+
+RunId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=128,
+                                 description="A run id, as returned on create.")]
+ConversationId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=128)]
+Cursor = Annotated[str | None, Query(pattern=CURSOR_PATTERN,
+                                     description="Resume after this cursor (an event's cursor).")]
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text} for code, text in {
+        401: "Authentication required.", 404: "No such run.", 413: "Body too large.",
+        422: "Invalid input, with field-level messages.", 503: "Store briefly unavailable.",
+    }.items()
+}
+STREAM_CONTENT = {
+    "application/x-ndjson": {"schema": {"type": "string"},
+                             "example": '{"type":"step","cursor":"0000-model",...}\n'},
+    "text/event-stream": {"schema": {"type": "string"},
+                          "example": "id: 0000-model\nevent: step\ndata: {...}\n\n"},
+}
+
+router = APIRouter(tags=["runs"])
+
+
+async def deps_of(request: Request) -> Deps:
+    deps: Deps = await request.app.state.deps()
+    return deps
+
+
+async def start(deps: Deps, body: CreateRun, idempotency_key: str | None) -> tuple[RunRecord, bool]:
+    """Start (or find) the run for ``body``: once per request id, whatever the retries."""
+    if body.request_id and idempotency_key and body.request_id != idempotency_key:
+        raise ApiError(422, "invalid_request",
+                       "request_id and the Idempotency-Key header differ; send one of them")
+    request_id = body.request_id or idempotency_key or f"http-{uuid.uuid4().hex}"
+    if body.agent not in deps.agents.names():
+        raise ApiError(422, "unknown_agent", f"no agent {body.agent!r}; known: "
+                       f"{', '.join(deps.agents.names())}")
+    query = QueryMessage(request_id=request_id, text=body.text,
+                         conversation_id=body.conversation_id, agent=body.agent,
+                         options=body.options.to_wire())
+    try:
+        return await start_run(deps, query)
+    except IdempotencyMismatch as exc:
+        raise ApiError(409, "idempotency_mismatch", str(exc)) from exc
+    except ConversationBusy as exc:
+        raise ApiError(409, "conversation_busy", str(exc),
+                       headers={"Retry-After": str(round(exc.retry_after or 5))}) from exc
+    except PermanentError as exc:
+        raise ApiError(422, exc.reason, str(exc)) from exc
+
+
+async def wait_for(deps: Deps, run_id: str, seconds: float) -> RunRecord:
+    """The run once it has ended, or as it is when ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    poll = deps.settings.api_stream_poll_seconds
+    while True:
+        run = await existing_run(deps, run_id)
+        left = deadline - time.monotonic()
+        if run.status.terminal or left <= 0:
+            return run
+        await asyncio.sleep(min(poll, left))
+
+
+async def existing_run(deps: Deps, run_id: str) -> RunRecord:
+    run = await deps.store.get_run(run_id)
+    if run is None:
+        raise ApiError(404, "not_found", f"no run {run_id}")
+    return run
+
+
+def wants_sse(request: Request, fmt: str | None) -> bool:
+    if fmt is not None:
+        return fmt == "sse"
+    return "text/event-stream" in request.headers.get("accept", "")
+
+
+def event_stream(deps: Deps, run_id: str, after: str | None, sse: bool) -> StreamingResponse:
+    """The run's events as ndjson, or as Server-Sent Events."""
+    settings = deps.settings
+
+    async def body() -> AsyncIterator[str]:
+        async for event in events.run_events(
+            deps.store, run_id, after, poll_seconds=settings.api_stream_poll_seconds,
+            max_seconds=settings.api_stream_max_seconds,
+        ):
+            if sse:
+                yield events.sse(event)
+            elif event is not None:
+                yield events.ndjson(event)
+
+    media = "text/event-stream" if sse else "application/x-ndjson"
+    return StreamingResponse(body(), media_type=media,
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.post("/runs", status_code=202, response_model=RunCreated,
+             responses={409: {"model": ErrorBody, "description":
+                              "Idempotency key reused with another body, or conversation busy."},
+                        **ERRORS},
+             summary="Start a run")
+async def create_run(
+    request: Request,
+    body: CreateRun,
+    idempotency_key: Annotated[str | None, Header(pattern=ID_PATTERN, max_length=128,
+                                                  description="Makes retries safe.")] = None,
+) -> JSONResponse:
+    """Start a run; it goes on in the background. Poll it, stream it, or cancel it.
+
+    The same ``Idempotency-Key`` (or ``request_id``) with the same body answers the same run
+    (``created: false``); with a different body, 409.
+    """
+    deps = await deps_of(request)
+    run, created = await start(deps, body, idempotency_key)
+    answer = RunCreated(run_id=run.run_id, request_id=run.request_id,
+                        conversation_id=run.conversation_id, status=run.status.value,
+                        created=created)
+    return JSONResponse(answer.model_dump(mode="json"), status_code=202,
+                        headers={"Location": f"/runs/{run.run_id}"})
+
+
+@router.get("/runs/{run_id}", response_model=RunView, responses=ERRORS, summary="Get a run")
+async def get_run(request: Request, run_id: RunId) -> RunView:
+    """The run's status, stop reason, answer and usage, and each step with its timing."""
+    deps = await deps_of(request)
+    run = await existing_run(deps, run_id)
+    steps = await deps.store.list_steps(run_id)
+    return RunView(**RunSummary.of(run).model_dump(), model=run.model,
+                   steps=[StepView.of(s) for s in steps])
+
+
+@router.get("/runs/{run_id}/events", responses={200: {"content": STREAM_CONTENT,
+            "description": "Step events, then a finished event."}, **ERRORS},
+            response_class=StreamingResponse, summary="Stream a run's events")
+async def stream_run(
+    request: Request,
+    run_id: RunId,
+    after: Cursor = None,
+    format: Annotated[str | None, Query(pattern="^(ndjson|sse)$",
+                                        description="Overrides the Accept header.")] = None,
+    last_event_id: Annotated[str | None, Header(pattern=CURSOR_PATTERN)] = None,
+) -> StreamingResponse:
+    """Each completed step once (in execution order), then ``finished``: ndjson by default,
+    Server-Sent Events with ``Accept: text/event-stream`` or ``format=sse``. Resume with
+    ``after`` (or ``Last-Event-ID``) set to the last cursor received."""
+    deps = await deps_of(request)
+    await existing_run(deps, run_id)
+    return event_stream(deps, run_id, after or last_event_id, wants_sse(request, format))
+
+
+@router.post("/runs/{run_id}/cancel", status_code=202, response_model=CancelAccepted,
+             responses={200: {"model": CancelAccepted, "description": "Already finished."},
+                        **ERRORS}, summary="Cancel a run")
+async def cancel_run(request: Request, run_id: RunId) -> JSONResponse:
+    """Ask the run to stop: it ends ``cancelled`` at its next step boundary, and the step in
+    flight still records its result. Idempotent; 200 when the run had already finished."""
+    deps = await deps_of(request)
+    run = await deps.store.request_cancel(run_id)
+    if run is None:
+        raise ApiError(404, "not_found", f"no run {run_id}")
+    body = CancelAccepted(run_id=run_id, status=run.status.value,
+                          cancel_requested=run.cancel_requested)
+    return JSONResponse(body.model_dump(mode="json"), status_code=200 if run.status.terminal
+                        else 202)
+
+
+@router.get("/conversations/{conversation_id}/runs", response_model=ConversationRuns,
+            responses=ERRORS, summary="List a conversation's runs")
+async def list_runs(
+    request: Request,
+    conversation_id: ConversationId,
+    limit: Annotated[int, Query(ge=1, le=100)] = 100,
+) -> ConversationRuns:
+    """The runs of a conversation, oldest first (empty for an unknown conversation)."""
+    deps = await deps_of(request)
+    runs = await deps.store.list_runs(conversation_id, limit)
+    return ConversationRuns(conversation_id=conversation_id,
+                            runs=[RunSummary.of(r) for r in runs])
