@@ -115,10 +115,15 @@ async def _ask(settings: Settings, query: QueryMessage, run_id: str, timeout: fl
         return {"run_id": run_id, "request_id": query.request_id, "status": "timeout",
                 "answer": None, "steps": [s.key for s in steps], "elapsed_seconds": elapsed,
                 "error": f"no result after {timeout:.0f} s"}
+    versions = sorted({str((s.result or {}).get("model_version")) for s in steps
+                       if s.kind == "model" and (s.result or {}).get("model_version")})
     if not quiet:
         console.print(f"[dim]{run.status.value} ({run.stop_reason}) in {elapsed:.2f} s, "
                       f"{run.usage.model_calls} model call(s), {run.usage.tool_calls} tool "
-                      "call(s)[/]")
+                      f"call(s); model: {', '.join(versions) or run.model}[/]")
+        if any(v.startswith("scripted") for v in versions):
+            console.print("[yellow]answered by the scripted offline model (no Gemini "
+                          "credentials configured)[/]")
     return {
         "run_id": run.run_id,
         "request_id": run.request_id,
@@ -129,6 +134,7 @@ async def _ask(settings: Settings, query: QueryMessage, run_id: str, timeout: fl
         "output": run.output,
         "error": run.error,
         "usage": run.usage.model_dump(),
+        "model_versions": versions,
         "elapsed_seconds": round(elapsed, 3),
         "steps": [
             {"key": s.key, "kind": s.kind, "name": s.name, "attempts": s.attempts,
