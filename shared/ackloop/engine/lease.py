@@ -8,7 +8,9 @@ import logging
 from collections.abc import AsyncIterator
 
 from ackloop.clock import Clock
-from ackloop.errors import LeaseLost, RetryableError
+from ackloop.docdb.base import Snapshot
+from ackloop.errors import LeaseLost, RetryableError, UnknownRun
+from ackloop.keys import StepKey
 from ackloop.store import AgentStore, Claim
 
 log = logging.getLogger(__name__)
@@ -82,3 +84,33 @@ async def heartbeat(
         yield beat
     finally:
         await beat.stop()
+
+
+async def claim_with_run(
+    store: AgentStore, clock: Clock, *, run_id: str, key: StepKey, name: str, owner: str,
+    lease_seconds: float,
+) -> tuple[Snapshot, Claim]:
+    """Read the run and claim the step in one round trip; :class:`UnknownRun` if no run."""
+    run_snapshot, claim = await asyncio.gather(
+        store.get_run_snapshot(run_id),
+        store.claim_step(run_id, key, name, owner=owner, now=clock.now(),
+                         lease_seconds=lease_seconds),
+    )
+    if run_snapshot is None:
+        raise UnknownRun(run_id)
+    return run_snapshot, claim
+
+
+@contextlib.asynccontextmanager
+async def released_on_retry(store: AgentStore, clock: Clock, ref: ClaimRef) -> AsyncIterator[None]:
+    """On a retryable failure, give the lease back (honouring a retry-after) and re-raise, so
+    the redelivery can take the step at once instead of waiting for the lease to expire."""
+    try:
+        yield
+    except RetryableError as exc:
+        await store.release_step(
+            ref.claim,
+            error=f"{type(exc).__name__}: {exc}",
+            not_before=clock.now() + exc.retry_after if exc.retry_after else 0.0,
+        )
+        raise

@@ -22,9 +22,9 @@ from ackloop.docdb.base import Snapshot
 from ackloop.engine import outbox
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import finish_run
-from ackloop.engine.lease import ClaimRef, heartbeat
+from ackloop.engine.lease import ClaimRef, claim_with_run, heartbeat, released_on_retry
 from ackloop.engine.structured import contract_for, judge
-from ackloop.errors import PermanentError, RetryableError, UnknownRun
+from ackloop.errors import PermanentError, RetryableError
 from ackloop.keys import StepKey
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.records import Outgoing, RunRecord, StepRecord, StopReason
@@ -63,32 +63,17 @@ def tool_results(turn: int, call_count: int, steps: list[StepRecord]) -> list[St
 
 async def handle_model_step(deps: Deps, message: ModelStepMessage) -> None:
     key = StepKey.model(message.turn)
-    run_snapshot, claim = await asyncio.gather(
-        deps.store.get_run_snapshot(message.run_id),
-        deps.store.claim_step(
-            message.run_id,
-            key,
-            "model",
-            owner=deps.owner,
-            now=deps.clock.now(),
-            lease_seconds=deps.settings.lease_seconds,
-        ),
+    run_snapshot, claim = await claim_with_run(
+        deps.store, deps.clock, run_id=message.run_id, key=key, name="model",
+        owner=deps.owner, lease_seconds=deps.settings.lease_seconds,
     )
-    if run_snapshot is None:
-        raise UnknownRun(message.run_id)
     if claim.state == "completed":
         await outbox.resend(deps, message.run_id, claim.step.outbox)
         return
     ref = ClaimRef(claim)
     try:
-        await _run_claimed(deps, message, ref, run_snapshot)
-    except RetryableError as exc:
-        await deps.store.release_step(
-            ref.claim,
-            error=f"{type(exc).__name__}: {exc}",
-            not_before=deps.clock.now() + exc.retry_after if exc.retry_after else 0.0,
-        )
-        raise
+        async with released_on_retry(deps.store, deps.clock, ref):
+            await _run_claimed(deps, message, ref, run_snapshot)
     except PermanentError as exc:
         await finish_run(
             deps,

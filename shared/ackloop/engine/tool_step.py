@@ -8,15 +8,14 @@ step is claimed once.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 from ackloop.docdb.base import Snapshot
 from ackloop.engine import outbox
 from ackloop.engine.deps import Deps
-from ackloop.engine.lease import ClaimRef, heartbeat
-from ackloop.errors import PermanentError, RetryableError, UnknownRun
+from ackloop.engine.lease import ClaimRef, claim_with_run, heartbeat, released_on_retry
+from ackloop.errors import PermanentError
 from ackloop.keys import StepKey, tool_turn_range
 from ackloop.records import Outgoing, RunRecord, StepStatus
 from ackloop.tools.base import ToolContext, ToolOutcome
@@ -27,30 +26,15 @@ log = logging.getLogger(__name__)
 
 async def handle_tool_step(deps: Deps, message: ToolStepMessage) -> None:
     key = StepKey.tool(message.turn, message.index)
-    run_snapshot, claim = await asyncio.gather(
-        deps.store.get_run_snapshot(message.run_id),
-        deps.store.claim_step(
-            message.run_id,
-            key,
-            message.call.name,
-            owner=deps.owner,
-            now=deps.clock.now(),
-            lease_seconds=deps.settings.lease_seconds,
-        ),
+    run_snapshot, claim = await claim_with_run(
+        deps.store, deps.clock, run_id=message.run_id, key=key, name=message.call.name,
+        owner=deps.owner, lease_seconds=deps.settings.lease_seconds,
     )
-    if run_snapshot is None:
-        raise UnknownRun(message.run_id)
     if claim.state != "completed":
         ref = ClaimRef(claim)
         try:
-            await _run_claimed(deps, message, ref, run_snapshot)
-        except RetryableError as exc:
-            await deps.store.release_step(
-                ref.claim,
-                error=f"{type(exc).__name__}: {exc}",
-                not_before=deps.clock.now() + exc.retry_after if exc.retry_after else 0.0,
-            )
-            raise
+            async with released_on_retry(deps.store, deps.clock, ref):
+                await _run_claimed(deps, message, ref, run_snapshot)
         except PermanentError as exc:
             # The run must not stall: the failure becomes this call's result for the model.
             log.warning("run %s tool step %s failed: %s", message.run_id, key, exc)
