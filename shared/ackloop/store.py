@@ -436,3 +436,56 @@ class AgentStore:
 
     async def list_dead_letters(self) -> list[Snapshot]:
         return await self.db.list_all(self._dead_letters)
+
+    # -- redrive (``ackloop runs redrive``) -----------------------------------------------------
+
+    async def reopen_dead_lettered_run(
+        self, run_id: str, step_key: str | None, now: float
+    ) -> Literal["reopened", "running", "finished", "missing"]:
+        """Make a run that failed by dead-lettering runnable again, before its message is re-sent.
+
+        In one transaction: a run ``failed`` with a ``dead_lettered:`` error goes back to
+        ``running`` and becomes its conversation's active run again; the dead-lettered step (if it
+        is not completed) gets a fresh attempt budget. A run still running is left as it is (its
+        step is still reset); a run that ended any other way is not touched ("finished"). Raises
+        :class:`ConversationBusy` when another run of the conversation started meanwhile.
+        """
+
+        async def body(txn: Transaction) -> Literal["reopened", "running", "finished", "missing"]:
+            snap = await txn.get(self.run_path(run_id))
+            if snap is None:
+                return "missing"
+            run = RunRecord.model_validate(snap.data)
+            step = await txn.get(self.step_path(run_id, step_key)) if step_key else None
+            dead_lettered = (run.status is RunStatus.FAILED
+                             and (run.error or "").startswith("dead_lettered:"))
+            if run.status is not RunStatus.RUNNING and not dead_lettered:
+                return "finished"
+            outcome: Literal["reopened", "running"] = "running"
+            if dead_lettered:
+                conv_path = self.conversation_path(run.conversation_id)
+                conv = await txn.get(conv_path)
+                active = conv.data.get("active_run_id") if conv else None
+                if active not in (None, run_id):
+                    raise ConversationBusy(
+                        f"conversation {run.conversation_id!r} moved on to run {active}"
+                    )
+                txn.write(Write("update", snap.path, {
+                    "status": RunStatus.RUNNING.value, "stop_reason": None, "error": None,
+                    "finished_at": None,
+                }))
+                txn.write(Write("set", conv_path, {
+                    **(conv.data if conv else {"conversation_id": run.conversation_id}),
+                    "active_run_id": run_id, "updated_at": now,
+                }))
+                outcome = "reopened"
+            if step is not None and step.data.get("status") != StepStatus.COMPLETED.value:
+                txn.write(Write("update", step.path, {"attempts": 0, "not_before": 0.0}))
+            return outcome
+
+        return await self.db.transact(body)
+
+    async def mark_redriven(self, message_id: str, now: float, outcome: str) -> None:
+        """Record that a dead letter was re-driven (or why it was not)."""
+        await self.db.commit([Write("update", f"{self._dead_letters}/{message_id}",
+                                    {"redriven_at": now, "redrive_outcome": outcome})])

@@ -8,11 +8,13 @@ from pathlib import Path
 import typer
 
 from ackloop.cli import ask as ask_cmd
-from ackloop.cli import dev
+from ackloop.cli import chaos, dev, runs
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Durable AI agents on Pub/Sub and Firestore.")
 app.add_typer(dev.app, name="dev")
+app.add_typer(runs.app, name="runs")
+app.command("chaos")(chaos.chaos)
 app.command("ask")(ask_cmd.ask)
 
 FUNCTION_TARGETS = ("ingest", "model_step", "tool_step", "dead_letter", "api")

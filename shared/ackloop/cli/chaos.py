@@ -1,0 +1,53 @@
+"""``ackloop chaos``: the fault-injection suite, with Temporal's worker-kill test beside it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+
+from ackloop.chaos.config import ChaosConfig
+from ackloop.chaos.report import format_report
+from ackloop.chaos.runner import run_chaos
+from ackloop.chaos.targets import all_met
+
+
+def chaos(
+    quick: bool = typer.Option(False, help="Small configuration (under ~3 minutes), for CI."),
+    json_path: Path = typer.Option(None, "--json", help="Write every figure to this file."),
+    runs: int = typer.Option(None, help="Override the number of runs."),
+    concurrency: int = typer.Option(None, help="Override the runs in flight at once."),
+    lease_seconds: float = typer.Option(None, help="Override ACKLOOP_LEASE_SECONDS."),
+    seed: int = typer.Option(None, help="Seed of every dice."),
+    temporal: bool = typer.Option(True, help="Run Temporal's worker-kill test beside ours."),
+    directory: Path = typer.Option(None, help="Keep the stack's logs and ledgers here."),
+) -> None:
+    """Run agent runs through the full local stack while injecting faults; check every run.
+
+    Exits 1 when a target is not met.
+    """
+    config = ChaosConfig.quick() if quick else ChaosConfig()
+    config = replace(
+        config,
+        temporal=temporal,
+        runs=runs if runs is not None else config.runs,
+        concurrency=concurrency if concurrency is not None else config.concurrency,
+        lease_seconds=lease_seconds if lease_seconds is not None else config.lease_seconds,
+        seed=seed if seed is not None else config.seed,
+    )
+    where = directory or Path(tempfile.mkdtemp(prefix="ackloop-chaos-"))
+    command = "ackloop " + shlex.join(sys.argv[1:])
+    figures = asyncio.run(run_chaos(config, where, quick=quick, command=command,
+                                    log=lambda m: typer.echo(m, err=True)))
+    if json_path is not None:
+        json_path.write_text(json.dumps(figures, indent=2, default=str))
+    typer.echo(format_report(figures))
+    typer.echo(f"(logs and ledgers: {where})", err=True)
+    if not all_met(figures["targets"]):
+        raise typer.Exit(1)
