@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ackloop.cli import ask as ask_cmd
-from ackloop.cli import chaos, dev, runs
+from ackloop.cli import bench, chaos, dev, runs
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Durable AI agents on Pub/Sub and Firestore.")
@@ -16,6 +16,7 @@ app.add_typer(dev.app, name="dev")
 app.add_typer(runs.app, name="runs")
 app.command("chaos")(chaos.chaos)
 app.command("ask")(ask_cmd.ask)
+app.command("bench")(bench.bench)
 
 FUNCTION_TARGETS = ("ingest", "model_step", "tool_step", "dead_letter", "api")
 

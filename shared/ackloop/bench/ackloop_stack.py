@@ -1,0 +1,178 @@
+"""The ackloop side's processes: both emulators and the four step functions, on loopback.
+
+The benchmark starts emulators of its own on free ports (so its Firestore starts empty and
+their CPU is the benchmark's alone), runs every function through ``ackloop run`` (the
+container's entrypoint) with the scripted instant model, and reads each function's counters
+from ``GET /``. Logs go to files under the work directory; processes are stopped by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ackloop.devstack import emulators
+from ackloop.devstack.processes import ManagedProcess
+from ackloop.devstack.stack import FUNCTIONS, LocalStack, StackOptions
+from ackloop.devstack.topology import routes
+from ackloop.settings import Settings
+
+PROJECT = "ackloop-bench"
+STEP_FUNCTIONS = ("ingest", "model_step", "tool_step")
+
+
+def bench_env(tag: str, log_level: str) -> dict[str, str]:
+    """Environment of every function process: unique topics, the scripted model."""
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        "ACKLOOP_QUERIES_TOPIC": f"{tag}-queries",
+        "ACKLOOP_MODEL_STEPS_TOPIC": f"{tag}-model-steps",
+        "ACKLOOP_TOOL_STEPS_TOPIC": f"{tag}-tool-steps",
+        "ACKLOOP_ANSWERS_TOPIC": f"{tag}-answers",
+        "ACKLOOP_DEAD_LETTER_TOPIC": f"{tag}-dead-letter",
+        "ACKLOOP_PROJECT_ID": PROJECT,
+        "GOOGLE_CLOUD_PROJECT": PROJECT,
+        "ACKLOOP_MODEL_PROVIDER": "scripted",
+        "ACKLOOP_LOG_LEVEL": log_level,
+        # `ackloop run` execs functions-framework from PATH: make it this interpreter's.
+        "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
+    }
+
+
+@dataclass
+class BenchStack:
+    """A running ackloop stack for the benchmark."""
+
+    stack: LocalStack
+    settings: Settings
+    directory: Path
+    bridge: ManagedProcess | None = None
+
+    @classmethod
+    def start(
+        cls, directory: Path, *, log_level: str = "INFO",
+        emulator_ports: tuple[int, int] | None = None,
+    ) -> BenchStack:
+        """Start emulators (unless ``emulator_ports`` names running ones) and functions.
+
+        Raises ``EmulatorsMissing`` without the jars.
+        """
+        tag = f"b{uuid.uuid4().hex[:8]}"
+        env = bench_env(tag, log_level)
+        pubsub, firestore = emulator_ports or (emulators.free_port(), emulators.free_port())
+        options = StackOptions(
+            directory=directory,
+            project_id=PROJECT,
+            pubsub_port=pubsub,
+            firestore_port=firestore,
+            start_emulators=emulator_ports is None,
+            base_port=0,
+            sandbox_apis=False,
+            fake_gemini=False,
+            extra_env=env,
+            services=FUNCTIONS,
+        )
+        stack = LocalStack(options)
+        stack.up(log=lambda *_: None)
+        fields = {k.removeprefix("ACKLOOP_").lower(): v for k, v in env.items()
+                  if k.startswith("ACKLOOP_") and k != "ACKLOOP_PROJECT_ID"}
+        settings = Settings.model_validate({**fields, "ACKLOOP_PROJECT_ID": PROJECT})
+        return cls(stack, settings, directory)
+
+    def url(self, function: str) -> str:
+        """Base URL of a function process."""
+        assert self.stack.state is not None
+        return f"http://127.0.0.1:{self.stack.state.ports[function]}/"
+
+    def pid(self, name: str) -> int:
+        """PID of a process of the stack (a function or an emulator)."""
+        pid = self.stack.processes[name].pid
+        assert pid is not None, f"{name} is not running"
+        return pid
+
+    def cpu_roles(self) -> dict[str, int]:
+        """The process trees whose CPU counts for the ackloop side, by role (the client,
+        this process, is measured without its children)."""
+        roles = {name: self.pid(name) for name in STEP_FUNCTIONS}
+        for role in ("pubsub-emulator", "firestore-emulator"):
+            if role in self.stack.processes:
+                roles[role.replace("-", "_")] = self.pid(role)
+        if self.bridge is not None and self.bridge.pid is not None:
+            roles["push_bridge"] = self.bridge.pid
+        return roles
+
+    def _routes(self) -> dict[str, str]:
+        endpoints = {name: self.url(name) for name in FUNCTIONS}
+        return {r.subscription: r.endpoint for r in routes(self.settings, endpoints)}
+
+    def use_bridge(self) -> None:
+        """Deliver pushes with :mod:`ackloop.bench.push_bridge` instead of the emulator."""
+        if self.bridge is not None:
+            return
+        argv = [sys.executable, "-m", "ackloop.bench.push_bridge",
+                "--project", self.settings.project_id]
+        for subscription, url in self._routes().items():
+            argv += ["--route", f"{subscription}={url}"]
+        self.bridge = ManagedProcess("push-bridge", argv, self.directory / "logs" / "bridge.log")
+        self.bridge.start()
+        self._wait_pull_mode()
+
+    def use_emulator_push(self) -> None:
+        """Stop the bridge and let the emulator push again."""
+        from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+        if self.bridge is not None:
+            self.bridge.stop()
+            self.bridge = None
+        subscriber = pubsub_v1.SubscriberClient()
+        try:
+            for name, url in self._routes().items():
+                subscriber.modify_push_config(
+                    subscription=subscriber.subscription_path(self.settings.project_id, name),
+                    push_config={"push_endpoint": url},
+                )
+        finally:
+            subscriber.close()
+
+    def _wait_pull_mode(self, timeout_s: float = 30.0) -> None:
+        from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+        subscriber = pubsub_v1.SubscriberClient()
+        deadline = time.monotonic() + timeout_s
+        try:
+            for name in self._routes():
+                path = subscriber.subscription_path(self.settings.project_id, name)
+                while subscriber.get_subscription(subscription=path).push_config.push_endpoint:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"push bridge did not take over; see {self.directory}")
+                    time.sleep(0.05)
+        finally:
+            subscriber.close()
+
+    def counters(self) -> dict[str, dict[str, Any]]:
+        """Each step function's ``GET /`` counters: Firestore, publishes, deliveries."""
+        return {name: httpx.get(self.url(name), timeout=10).json() for name in STEP_FUNCTIONS}
+
+    def restart(self, function: str) -> float:
+        """Kill ``function`` and start it again; seconds from spawn to its first served request.
+
+        The first request (``GET /``) builds the process's clients, so this is the whole cold
+        start: interpreter, imports, gunicorn fork, dependencies.
+        """
+        self.stack.processes[function].kill()  # a crash: the cold start is what follows
+        began = time.monotonic()
+        self.stack.start_service(function).wait_ready(60.0)
+        return time.monotonic() - began
+
+    def stop(self) -> None:
+        """Stop every process of the stack, by PID."""
+        if self.bridge is not None:
+            self.bridge.stop()
+        self.stack.down()

@@ -1,0 +1,108 @@
+"""``ackloop bench``: both engines, one after the other, in one invocation; one result dict.
+
+The ackloop side runs first (emulators + functions), then the Temporal side (dev server with
+SQLite, and in-memory unless ``--quick``), each alone on the machine. Both sides' process CPU is
+recorded next to wall time, and each section records how busy the whole machine was, so a run
+disturbed by other load shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import platform
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ackloop.bench.ackloop_side import AckloopBenchConfig, measure_ackloop
+from ackloop.bench.procstats import MachineCpu
+from ackloop.bench.targets import check_targets
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What one ``ackloop bench`` invocation runs."""
+
+    quick: bool = False
+    ackloop: bool = True
+    temporal: bool = True
+    kill: bool = False
+    """Also run the Temporal worker-kill recovery tests (about a minute more)."""
+    workdir: Path | None = None
+    command: str = "ackloop bench"
+
+
+def machine() -> str:
+    """A one-line description of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    memory = psutil.virtual_memory().total / 2**30
+    return (f"{os.cpu_count()} cores ({cpu}), {memory:.0f} GiB, "
+            f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
+
+
+async def _section(name: str, coro: Any, log: Any) -> tuple[dict[str, Any], dict[str, float]]:
+    log(f"[{name}] starting")
+    busy = MachineCpu.now().busy_s
+    t0 = time.perf_counter()
+    result: dict[str, Any] = await coro
+    wall = time.perf_counter() - t0
+    load = {"wall_s": round(wall, 1),
+            "machine_busy_cpu_s": round(MachineCpu.now().busy_s - busy, 1),
+            "load_average_1m": round(os.getloadavg()[0], 2)}
+    log(f"[{name}] done in {wall:.0f} s")
+    return result, load
+
+
+def _temporal_config(options: BenchOptions) -> Any:
+    from ackloop.bench.temporal_side import TemporalBenchConfig
+
+    config = TemporalBenchConfig.quick() if options.quick else TemporalBenchConfig()
+    return config if options.kill else replace(config, kill_modes=())
+
+
+async def run_bench(options: BenchOptions, log: Any = print) -> dict[str, Any]:
+    """Run the selected sides and return every figure, the targets and the metadata."""
+    started = dt.datetime.now(dt.UTC)
+    workdir = options.workdir
+    result: dict[str, Any] = {
+        "meta": {
+            "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(),
+            "command": options.command,
+            "quick": options.quick,
+            "sections": {},
+        }
+    }
+    if options.ackloop:
+        config = AckloopBenchConfig.quick() if options.quick else AckloopBenchConfig()
+        coro = measure_ackloop(config, workdir / "ackloop" if workdir else None)
+        result["ackloop"], load = await _section("ackloop", coro, log)
+        result["meta"]["sections"]["ackloop"] = load
+    if options.temporal:
+        from ackloop.bench.temporal_side import measure_temporal
+
+        where = workdir / "temporal" if workdir else None
+        coro = measure_temporal(_temporal_config(options), where)
+        result["temporal"], load = await _section("temporal", coro, log)
+        result["meta"]["sections"]["temporal"] = load
+    if "ackloop" in result:
+        result["targets"] = check_targets(result["ackloop"], result.get("temporal"))
+    result["meta"]["total_wall_s"] = round(
+        (dt.datetime.now(dt.UTC) - started).total_seconds(), 1)
+    return result
+
+
+def run_bench_sync(options: BenchOptions, log: Any = print) -> dict[str, Any]:
+    """:func:`run_bench` from synchronous code."""
+    return asyncio.run(run_bench(options, log))
