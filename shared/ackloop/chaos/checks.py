@@ -96,6 +96,14 @@ def judge(
     if run is None:
         return Verdict("?", ref, template, "lost", problems=["no run record"])
     verdict = Verdict(run.run_id, ref, template, run.status.value, finished_at=run.finished_at)
+    if run.status is RunStatus.RUNNING and steps:
+        last = max(steps, key=lambda s: s.key)
+        verdict.problems.append(
+            f"not finished: last step {last.key} {last.status.value}, attempts {last.attempts}, "
+            f"owner {last.owner}, lease until {last.lease_expires_at:.1f}, "
+            f"error {last.last_error!r}")
+    elif run.status is RunStatus.RUNNING:
+        verdict.problems.append("not finished: no step was ever claimed")
     if run.status is RunStatus.FAILED:
         verdict.reason = (run.error or "").split(":", 1)[0] or None
         if not verdict.reason:

@@ -48,8 +48,11 @@ class DeadLetterResult:
 
     @property
     def ok(self) -> bool:
+        # A second redrive may still find a copy of the dead letter (Pub/Sub forwards at least
+        # once); it must not publish anything.
         return (self.dead_lettered and self.completed_after_redrive and self.answer_ok
-                and self.transcript_ok and not self.second_redrive and not self.problems
+                and self.transcript_ok and "redriven" not in self.second_redrive
+                and not self.problems
                 and all(n == 1 for n in self.model_answers_per_turn.values()))
 
     def as_dict(self) -> dict[str, Any]:
