@@ -140,7 +140,14 @@ class FirestoreDocumentDB:
         async def body(transaction: Any) -> T:
             return await fn(_FirestoreTransaction(client, transaction, self))
 
-        result: T = await body(client.transaction())
+        try:
+            result: T = await body(client.transaction())
+        except ValueError as exc:
+            # The client library gives up on a contended transaction with a ValueError
+            # ("Failed to commit transaction in N attempts"): contention, so retryable.
+            if isinstance(exc.__cause__, gexc.GoogleAPICallError) or "attempts" in str(exc):
+                raise StorageUnavailable(f"Firestore transaction: {exc}") from exc
+            raise
         return result
 
 
