@@ -5,6 +5,7 @@ Benchmarks read these counters from the adapters instead of estimating them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
@@ -20,6 +21,8 @@ class DocumentCounters:
     docs_read: int = 0
     docs_written: int = 0
     transactions: int = 0
+    bytes_read: int = 0
+    """JSON size of the documents read: how the cost of a read grows with what it returns."""
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -34,6 +37,7 @@ class CountingDocumentDB:
         self.counters.round_trips += 1
         found = await self.inner.get_all(paths)
         self.counters.docs_read += max(1, sum(1 for s in found if s is not None))
+        self.counters.bytes_read += sum(_size(s) for s in found if s is not None)
         return found
 
     async def create(self, path: str, data: JsonDict) -> Version:
@@ -50,6 +54,7 @@ class CountingDocumentDB:
         self.counters.round_trips += 1
         # Firestore bills a query that matches nothing as one read.
         self.counters.docs_read += max(1, len(found))
+        self.counters.bytes_read += sum(_size(s) for s in found)
         return found
 
     async def list_range(self, collection: str, start_id: str, end_id: str) -> list[Snapshot]:
@@ -82,8 +87,15 @@ class _CountingTransaction:
     async def get(self, path: str) -> Snapshot | None:
         self._counters.round_trips += 1
         self._counters.docs_read += 1
-        return await self._inner.get(path)
+        found = await self._inner.get(path)
+        if found is not None:
+            self._counters.bytes_read += _size(found)
+        return found
 
     def write(self, write: Write) -> None:
         self._counters.docs_written += 1
         self._inner.write(write)
+
+
+def _size(snapshot: Snapshot) -> int:
+    return len(json.dumps(snapshot.data, separators=(",", ":"), default=str))
