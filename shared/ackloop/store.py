@@ -23,6 +23,7 @@ from ackloop.docdb.base import (
     JsonDict,
     PreconditionFailed,
     Snapshot,
+    StorageUnavailable,
     Transaction,
     Version,
     Write,
@@ -43,6 +44,8 @@ from ackloop.wire import Usage
 
 # A chunk is rewritten on every append, so keep it well below Firestore's 1 MiB document cap.
 CHUNK_BYTES = 256 * 1024
+# Optimistic retries of :meth:`AgentStore.create_run` when its documents change meanwhile.
+CREATE_RUN_ATTEMPTS = 5
 
 ClaimState = Literal["new", "taken_over", "completed"]
 
@@ -111,19 +114,39 @@ class AgentStore:
 
         Raises :class:`IdempotencyMismatch` when the id exists with a different request body and
         :class:`ConversationBusy` while another run of the conversation is still running.
-        """
 
-        async def body(txn: Transaction) -> tuple[RunRecord, bool]:
-            existing = await txn.get(self.run_path(run.run_id))
-            if existing is not None:
-                stored = RunRecord.model_validate(existing.data)
+        No transaction: the run and its conversation are written in one atomic commit whose
+        preconditions (the run does not exist; the conversation is still at the version read)
+        make a concurrent writer fail it, and then the documents are read again. A run that
+        starts a conversation of its own (the default: the conversation id is the run id) is
+        one commit and no read.
+        """
+        run_path = self.run_path(run.run_id)
+        conv_path = self.conversation_path(run.conversation_id)
+        if run.conversation_id == run.run_id:
+            first = ConversationRecord(
+                conversation_id=run.conversation_id,
+                active_run_id=run.run_id,
+                run_count=1,
+                updated_at=run.created_at,
+            )
+            try:
+                await self.db.commit(
+                    [Write("create", run_path, run.to_doc()), Write("create", conv_path,
+                                                                    first.to_doc())]
+                )
+                return run, True
+            except AlreadyExists:
+                pass  # a redelivered query: read what is there
+        for _ in range(CREATE_RUN_ATTEMPTS):
+            run_snap, conv_snap = await self.db.get_all([run_path, conv_path])
+            if run_snap is not None:
+                stored = RunRecord.model_validate(run_snap.data)
                 if stored.request_hash != run.request_hash:
                     raise IdempotencyMismatch(
                         f"request id {run.request_id!r} was already used with a different body"
                     )
                 return stored, False
-            conv_path = self.conversation_path(run.conversation_id)
-            conv_snap = await txn.get(conv_path)
             conv = (
                 ConversationRecord.model_validate(conv_snap.data)
                 if conv_snap
@@ -141,11 +164,19 @@ class AgentStore:
                     "updated_at": run.created_at,
                 }
             )
-            txn.write(Write("set", conv_path, conv.to_doc()))
-            txn.write(Write("create", self.run_path(run.run_id), run.to_doc()))
-            return run, True
-
-        return await self.db.transact(body)
+            conv_write = (
+                Write("update", conv_path, conv.to_doc(), if_version=conv_snap.version)
+                if conv_snap
+                else Write("create", conv_path, conv.to_doc())
+            )
+            try:
+                await self.db.commit([Write("create", run_path, run.to_doc()), conv_write])
+                return run, True
+            except (AlreadyExists, PreconditionFailed):
+                continue  # written concurrently: read again
+        raise StorageUnavailable(
+            f"run {run.run_id}: conversation {run.conversation_id!r} kept changing", retry_after=1.0
+        )
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         (snap,) = await self.db.get_all([self.run_path(run_id)])
