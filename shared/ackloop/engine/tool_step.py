@@ -3,7 +3,9 @@
 Tool steps of one turn run in parallel and each writes only its own step document, so they
 never contend on a shared document. The last one to commit sees every sibling completed and
 triggers the next model step (the "join"); a duplicate trigger is harmless because the model
-step is claimed once.
+step is claimed once. When the turn made a single call there is nothing to join: the step's
+commit carries the next model step's message in its outbox, and it is sent right after (a
+redelivery of the completed step goes through the join, which re-sends it if still needed).
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage) -> None:
             # The run must not stall: the failure becomes this call's result for the model.
             log.warning("run %s tool step %s failed: %s", message.run_id, key, exc)
             failed = ToolOutcome(response={"error": f"{exc.reason}: {exc}"}, is_error=True)
-            await _commit(deps, ref, failed, None)
+            await _commit(deps, ref, message, failed, None)
         deps.faults.hit("tool:after_commit")
+        if message.call_count == 1:
+            await outbox.send(deps, message.run_id, _next_model_step(message))
+            return
     await join(deps, message)
 
 
@@ -53,7 +58,7 @@ async def _run_claimed(
         outcome = ToolOutcome(
             response={"error": f"not run: the run is {run.status}"}, is_error=True
         )
-        await _commit(deps, ref, outcome, None)
+        await _commit(deps, ref, message, outcome, None)
         return
     agent = deps.agents.get(run.agent)
     context = ToolContext(
@@ -71,7 +76,7 @@ async def _run_claimed(
             },
             is_error=True,
         )
-        await _commit(deps, ref, outcome, None)
+        await _commit(deps, ref, message, outcome, None)
         return
     if claim.state == "taken_over" and not _retry_safe(agent.toolbox, message.call.name):
         # The previous holder may have acted before it died: do not act twice.
@@ -82,14 +87,14 @@ async def _run_claimed(
             },
             is_error=True,
         )
-        await _commit(deps, ref, outcome, None)
+        await _commit(deps, ref, message, outcome, None)
         return
     started = time.monotonic()
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         outcome = await agent.toolbox.execute(message.call, context)
     beat.check()
     deps.faults.hit("tool:after_call")
-    await _commit(deps, ref, outcome, time.monotonic() - started)
+    await _commit(deps, ref, message, outcome, time.monotonic() - started)
 
 
 def _retry_safe(toolbox: object, name: str) -> bool:
@@ -98,17 +103,32 @@ def _retry_safe(toolbox: object, name: str) -> bool:
 
 
 async def _commit(
-    deps: Deps, ref: ClaimRef, outcome: ToolOutcome, call_seconds: float | None
+    deps: Deps,
+    ref: ClaimRef,
+    message: ToolStepMessage,
+    outcome: ToolOutcome,
+    call_seconds: float | None,
 ) -> None:
     await deps.store.complete_step(
         ref.claim,
         now=deps.clock.now(),
         result=outcome.model_dump(mode="json"),
-        outbox=[],
+        outbox=_next_model_step(message) if message.call_count == 1 else [],
         usage=Usage(tool_calls=1),
         call_seconds=call_seconds,
         error=str(outcome.response.get("error")) if outcome.is_error else None,
     )
+
+
+def _next_model_step(message: ToolStepMessage) -> list[Outgoing]:
+    """The message that triggers the model step after this tool step's turn."""
+    follow_up = ModelStepMessage(
+        run_id=message.run_id,
+        turn=message.turn + 1,
+        usage=message.usage.plus(Usage(tool_calls=message.call_count)),
+    )
+    return [Outgoing(topic="model_steps", data=follow_up.model_dump(mode="json"),
+                     target_step=str(StepKey.model(message.turn + 1)))]
 
 
 async def join(deps: Deps, message: ToolStepMessage) -> None:
@@ -121,15 +141,4 @@ async def join(deps: Deps, message: ToolStepMessage) -> None:
     done = sum(1 for s in steps if s.kind == "tool" and s.status is StepStatus.COMPLETED)
     if done < message.call_count:
         return
-    follow_up = ModelStepMessage(
-        run_id=message.run_id,
-        turn=message.turn + 1,
-        usage=message.usage.plus(Usage(tool_calls=message.call_count)),
-    )
-    await outbox.send(
-        deps,
-        message.run_id,
-        [Outgoing(topic="model_steps", data=follow_up.model_dump(mode="json"),
-                  target_step=next_key)],
-    )
-
+    await outbox.send(deps, message.run_id, _next_model_step(message))
