@@ -20,11 +20,6 @@ from tests.support.emulators import EmulatorSession
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 
 
-@pytest.mark.xfail(
-    reason="KNOWN: after a SIGKILL some step messages are not redelivered within the bounded "
-    "wait on the emulator stack (runs stuck); see the chaos report. Remove once fixed.",
-    strict=False,
-)
 async def test_quick_chaos_loses_nothing(emulator_session: EmulatorSession,
                                          tmp_path: Path) -> None:
     config = replace(ChaosConfig.quick(), temporal=False)

@@ -187,10 +187,6 @@ class ChaosStack:
 
 ACK_DEADLINE_S = 15
 """Ack deadline of the step subscriptions: longer than any delivery here takes."""
-RETRY_BACKOFF_S = (1, 2)
-"""Retry backoff (min, max) of the chaos stack's subscriptions."""
-
-
 def push_subscriptions(settings: Settings, endpoints: dict[str, str], attempts: int) -> None:
     """(Re-)create the subscriptions: the step ones as pull subscriptions that the delivery
     proxy (:mod:`ackloop.chaos.proxy`) turns into push, dead-lettering after ``attempts``
@@ -205,8 +201,8 @@ def push_subscriptions(settings: Settings, endpoints: dict[str, str], attempts: 
                 "name": name,
                 "topic": subscriber.topic_path(project, route.topic),
                 "ack_deadline_seconds": ACK_DEADLINE_S,
-                "retry_policy": {"minimum_backoff": {"seconds": RETRY_BACKOFF_S[0]},
-                                 "maximum_backoff": {"seconds": RETRY_BACKOFF_S[1]}},
+                # No retry policy: see ackloop.devstack.topology (the emulator stops
+                # redelivering after ~3 attempts when one is set).
             }
             if not route.dead_letter:  # the dead-letter function: the emulator pushes
                 request["push_config"] = {"push_endpoint": route.endpoint}

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
-from google.protobuf import duration_pb2
 
 from ackloop.settings import Settings
 
@@ -67,10 +66,11 @@ def create_topology(
                 "topic": publisher.topic_path(project, route.topic),
                 "push_config": {"push_endpoint": route.endpoint},
                 "ack_deadline_seconds": ack_deadline_seconds,
-                "retry_policy": {
-                    "minimum_backoff": duration_pb2.Duration(seconds=1),
-                    "maximum_backoff": duration_pb2.Duration(seconds=60),
-                },
+                # No retry policy here, on purpose: with one set, the emulator redelivers a
+                # rejected message about three times and then never again (measured for push
+                # and for pull with modify_ack_deadline); without one it redelivers every ~1 s
+                # until the dead-letter policy takes it. Production's exponential retry policy
+                # is declared in infra/pubsub.tf.
             }
             if route.dead_letter:
                 request["dead_letter_policy"] = {
