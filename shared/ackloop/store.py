@@ -421,10 +421,40 @@ class AgentStore:
 
     # -- transcript ------------------------------------------------------------------------
 
+    def chunk_path(self, conversation_id: str, index: int) -> str:
+        return f"{self.transcript_collection(conversation_id)}/{index:05d}"
+
     async def load_transcript(self, conversation_id: str) -> Transcript:
         snaps = await self.db.list_all(self.transcript_collection(conversation_id))
         chunks = [TranscriptChunk.model_validate(s.data) for s in snaps]
         return Transcript(conversation_id, chunks)
+
+    @staticmethod
+    def transcript_pointer(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
+        """Where ``transcript`` stands once ``writes`` (from :meth:`append_writes`) commit.
+
+        A step records it so that the next step reads exactly these chunks, together with the
+        run, in one round trip (:meth:`run_and_transcript`) instead of querying the collection.
+        """
+        indexes = [int(w.path.rsplit("/", 1)[1]) for w in writes]
+        indexes += [c.index for c in transcript.chunks]
+        return {"conversation_id": transcript.conversation_id,
+                "chunks": max(indexes, default=-1) + 1}
+
+    async def run_and_transcript(
+        self, run_id: str, pointer: JsonDict
+    ) -> tuple[Snapshot | None, Transcript | None]:
+        """The run and the transcript chunks a :meth:`transcript_pointer` names, in one read.
+
+        The transcript is None when a chunk is missing (the caller then lists them).
+        """
+        conversation_id = str(pointer["conversation_id"])
+        paths = [self.chunk_path(conversation_id, i) for i in range(int(pointer["chunks"]))]
+        run, *chunks = await self.db.get_all([self.run_path(run_id), *paths])
+        if any(c is None for c in chunks):
+            return run, None
+        loaded = [TranscriptChunk.model_validate(c.data) for c in chunks if c is not None]
+        return run, Transcript(conversation_id, loaded)
 
     def append_writes(
         self, transcript: Transcript, contents: Sequence[JsonDict], tail: str
@@ -436,7 +466,7 @@ class AgentStore:
         the chunk it read is the chunk it rewrites.
         """
         added = _size(list(contents))
-        collection = self.transcript_collection(transcript.conversation_id)
+        conversation_id = transcript.conversation_id
         last = transcript.chunks[-1] if transcript.chunks else None
         if last is not None and last.size + added <= CHUNK_BYTES:
             chunk = last.model_copy(
@@ -446,10 +476,10 @@ class AgentStore:
                     "size": last.size + added,
                 }
             )
-            return [Write("set", f"{collection}/{chunk.index:05d}", chunk.to_doc())]
+            return [Write("set", self.chunk_path(conversation_id, chunk.index), chunk.to_doc())]
         index = last.index + 1 if last is not None else 0
         chunk = TranscriptChunk(index=index, contents=list(contents), tail=tail, size=added)
-        return [Write("create", f"{collection}/{index:05d}", chunk.to_doc())]
+        return [Write("create", self.chunk_path(conversation_id, index), chunk.to_doc())]
 
     # -- unusable messages ---------------------------------------------------------------------
 

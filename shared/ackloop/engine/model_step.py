@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ackloop import conversation
@@ -24,11 +25,11 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.finish import finish_run
 from ackloop.engine.lease import ClaimRef, claim_with_run, heartbeat, released_on_retry
 from ackloop.engine.structured import contract_for, judge
-from ackloop.errors import PermanentError, RetryableError
+from ackloop.errors import PermanentError, RetryableError, UnknownRun
 from ackloop.keys import StepKey
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.records import Outgoing, RunRecord, StepRecord, StopReason
-from ackloop.store import Transcript
+from ackloop.store import Claim, Transcript
 from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -61,19 +62,25 @@ def tool_results(turn: int, call_count: int, steps: list[StepRecord]) -> list[St
     return done[:call_count]
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What a model step reads besides the run: the transcript (None: not read yet) and, after
+    turn 0, the previous turn's steps (its model step and tool results)."""
+
+    transcript: Transcript | None
+    previous: list[StepRecord]
+
+
 async def handle_model_step(deps: Deps, message: ModelStepMessage) -> None:
     key = StepKey.model(message.turn)
-    run_snapshot, claim = await claim_with_run(
-        deps.store, deps.clock, run_id=message.run_id, key=key, name="model",
-        owner=deps.owner, lease_seconds=deps.settings.lease_seconds,
-    )
+    run_snapshot, claim, inputs = await _claim_and_read(deps, message, key)
     if claim.state == "completed":
         await outbox.resend(deps, message.run_id, claim.step.outbox)
         return
     ref = ClaimRef(claim)
     try:
         async with released_on_retry(deps.store, deps.clock, ref):
-            await _run_claimed(deps, message, ref, run_snapshot)
+            await _run_claimed(deps, message, ref, run_snapshot, inputs)
     except PermanentError as exc:
         await finish_run(
             deps,
@@ -86,8 +93,45 @@ async def handle_model_step(deps: Deps, message: ModelStepMessage) -> None:
         log.warning("run %s failed at %s: %s", message.run_id, key, exc)
 
 
+async def _claim_and_read(
+    deps: Deps, message: ModelStepMessage, key: StepKey
+) -> tuple[Snapshot, Claim, Inputs]:
+    """Claim the step and read its inputs in as few round trips as possible.
+
+    Turn 0 reads the run beside the claim. Later turns read the previous turn's steps beside
+    the claim; the previous model step recorded where the transcript stands, so the run and the
+    transcript chunks then come in one read (the chunks are listed only for a step recorded
+    without it).
+    """
+    if message.turn == 0:
+        run_snapshot, claim = await claim_with_run(
+            deps.store, deps.clock, run_id=message.run_id, key=key, name="model",
+            owner=deps.owner, lease_seconds=deps.settings.lease_seconds,
+        )
+        return run_snapshot, claim, Inputs(None, [])
+    turn = message.turn - 1
+    claim, previous = await asyncio.gather(
+        deps.store.claim_step(message.run_id, key, "model", owner=deps.owner,
+                              now=deps.clock.now(), lease_seconds=deps.settings.lease_seconds),
+        deps.store.steps_in_range(
+            message.run_id, str(StepKey.model(turn)), f"{turn:04d}-tool-999"
+        ),
+    )
+    model_step = next((s for s in previous if s.kind == "model"), None)
+    pointer = (model_step.result or {}).get("transcript") if model_step else None
+    transcript: Transcript | None = None
+    found: Snapshot | None
+    if isinstance(pointer, dict):
+        found, transcript = await deps.store.run_and_transcript(message.run_id, pointer)
+    else:
+        found = await deps.store.get_run_snapshot(message.run_id)
+    if found is None:
+        raise UnknownRun(message.run_id)
+    return found, claim, Inputs(transcript, previous)
+
+
 async def _run_claimed(
-    deps: Deps, message: ModelStepMessage, ref: ClaimRef, run_snapshot: Snapshot
+    deps: Deps, message: ModelStepMessage, ref: ClaimRef, run_snapshot: Snapshot, inputs: Inputs
 ) -> None:
     claim = ref.claim
     run = RunRecord.model_validate(run_snapshot.data)
@@ -104,8 +148,8 @@ async def _run_claimed(
             reason="step_attempts_exhausted",
         )
     agent = deps.agents.get(run.agent)
-    transcript, previous = await _load_inputs(deps, run, message)
-    new_contents, final_output = _turn_input(run, message, previous)
+    transcript = await _transcript(deps, run, message, inputs)
+    new_contents, final_output = _turn_input(run, message, inputs.previous)
 
     stop = budget_stop(deps, run, message)
     if stop is None and final_output is not None:
@@ -195,6 +239,7 @@ async def _run_claimed(
         )
         return
     follow_ups = _tool_messages(run, agent, message.turn, turn.calls, usage)
+    result["transcript"] = deps.store.transcript_pointer(transcript, writes)
     await deps.store.complete_step(
         claim,
         now=deps.clock.now(),
@@ -208,26 +253,23 @@ async def _run_claimed(
     await outbox.send(deps, run.run_id, follow_ups)
 
 
-async def _load_inputs(
-    deps: Deps, run: RunRecord, message: ModelStepMessage
-) -> tuple[Transcript, list[StepRecord]]:
+async def _transcript(
+    deps: Deps, run: RunRecord, message: ModelStepMessage, inputs: Inputs
+) -> Transcript:
+    """The conversation so far, checked to end at the previous model step of this run."""
+    transcript = inputs.transcript
+    if transcript is None or transcript.conversation_id != run.conversation_id:
+        transcript = await deps.store.load_transcript(run.conversation_id)
     if message.turn == 0:
-        return await deps.store.load_transcript(run.conversation_id), []
-    previous_turn = message.turn - 1
-    transcript, steps = await asyncio.gather(
-        deps.store.load_transcript(run.conversation_id),
-        deps.store.steps_in_range(
-            run.run_id, str(StepKey.model(previous_turn)), f"{previous_turn:04d}-tool-999"
-        ),
-    )
-    expected = f"{run.run_id}/{StepKey.model(previous_turn)}"
+        return transcript
+    expected = f"{run.run_id}/{StepKey.model(message.turn - 1)}"
     if transcript.tail != expected:
         raise PermanentError(
             f"transcript of {run.conversation_id} ends at {transcript.tail!r}, expected "
             f"{expected!r}",
             reason="transcript_inconsistent",
         )
-    return transcript, steps
+    return transcript
 
 
 def _turn_input(
