@@ -87,7 +87,7 @@ class AckloopBenchConfig:
             cold_starts=3,
             contention_transactions=3,
             emulator_push_runs=10,
-            emulator_push_level=Level(50, 100),
+            emulator_push_level=Level(50, 60),
             run_timeout_s=60.0,
         )
 
@@ -255,33 +255,56 @@ async def _emulator_push(side: _Side) -> dict[str, Any]:
     return result
 
 
+class _Clock:
+    """Seconds spent in each part of the measurement, for the report."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.parts[name] = round(now - self._last, 1)
+        self._last = now
+
+
 async def _measure(side: _Side) -> dict[str, Any]:
     config = side.config
     project = side.stack.settings.project_id
+    clock = _Clock()
     await asyncio.to_thread(side.stack.use_bridge)
     await side.driver.run_pool(config.warmup.runs, config.warmup.concurrency)
     await side.driver.run_sequence(config.warmup_runs)
+    clock.lap("warmup")
     result: dict[str, Any] = {
         "transport": "push bridge (waiting pulls -> POST, see ackloop.bench.push_bridge)",
         "sequential": await _sequential(side),
         "concurrent": [],
     }
+    clock.lap("sequential")
     for level in config.concurrency:
         result["concurrent"].append(await _concurrent(side, level))
+        clock.lap(f"concurrent_{level.concurrency}")
     result["peak_rss_mib"] = {
         f: tree_peak_rss_mib(side.stack.pid(f)) for f in STEP_FUNCTIONS
     }
     result["peak_rss_mib_by_concurrency"] = dict(side.rss_during_load)
     growth = [await _growth(side, calls) for calls in config.growth_calls]
     result["growth"] = {"rows": growth, "verdict": growth_verdict(growth)}
+    clock.lap("growth")
     if config.emulator_push_runs > 0:
         await asyncio.to_thread(side.stack.use_emulator_push)
         await side.driver.run_sequence(config.warmup_runs)
         result["emulator_push"] = await _emulator_push(side)
+        clock.lap("emulator_push")
     result["delivery_floor"] = await measure_delivery_floor(project) if config.probe_floors else {}
+    clock.lap("delivery_floor")
     result["cold_start"] = await _cold_starts(side)
+    clock.lap("cold_start")
     if config.probe_floors:
         result["lock_floor"] = await measure_lock_floor(project, config.contention_transactions)
+        clock.lap("lock_floor")
+    result["phase_wall_s"] = clock.parts
     return result
 
 
@@ -303,6 +326,7 @@ async def measure_ackloop(
     stack = await asyncio.to_thread(
         BenchStack.start, root / "stack", log_level=config.log_level, emulator_ports=emulator_ports
     )
+    started = round(time.perf_counter() - t0, 1)
     watcher = AnswerWatcher(stack.settings)
     driver = RunDriver(stack.settings, watcher, config.run_timeout_s)
     try:
@@ -314,7 +338,9 @@ async def measure_ackloop(
     finally:
         driver.close()
         watcher.stop()
+        stopping = time.perf_counter()
         await asyncio.to_thread(stack.stop)
+    result["phase_wall_s"] |= {"start": started, "stop": round(time.perf_counter() - stopping, 1)}
     result["total_wall_s"] = round(time.perf_counter() - t0, 1)
     if own_dir:
         shutil.rmtree(root, ignore_errors=True)

@@ -43,7 +43,7 @@ from ackloop.bench.loopback_http import HttpError, LoopbackClient
 
 log = logging.getLogger("ackloop.bench.push_bridge")
 
-PULLERS_PER_SUBSCRIPTION = 4
+PULLERS_PER_SUBSCRIPTION = 8
 EMULATOR_POLL_S = 0.05
 """How often a waiting pull looks for messages in the emulator (hard-coded there)."""
 MAX_MESSAGES_PER_PULL = 100

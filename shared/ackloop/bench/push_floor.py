@@ -25,7 +25,7 @@ from typing import Any
 
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
-SAMPLES = 12
+SAMPLES = 8
 
 
 class _Receiver(BaseHTTPRequestHandler):
