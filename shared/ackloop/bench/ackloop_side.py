@@ -228,14 +228,22 @@ async def _cold_starts(side: _Side) -> dict[str, Any]:
         return {"seconds": times, "median_s": {}, "max_s": 0.0, "worst_median_s": 0.0,
                 "rss_after_first_request_mib": {}}
     idle_rss: dict[str, float] = {}
+    cpu: list[float] = []
+    meter = CpuMeter({})
+    meter.start()
     for function in STEP_FUNCTIONS:
         for _ in range(side.config.cold_starts):
-            took = await asyncio.to_thread(side.stack.restart, function)
+            took, used = await asyncio.to_thread(side.stack.restart, function)
             times.setdefault(function, []).append(round(took, 3))
+            cpu.append(used)
         idle_rss[function] = tree_peak_rss_mib(side.stack.pid(function))["largest"]
+    load = meter.stop()
+    wall = sum(t for ts in times.values() for t in ts)
     medians = {f: round(statistics.median(ts), 3) for f, ts in times.items()}
     return {
         "seconds": times,
+        "cpu_s_median": round(statistics.median(cpu), 3),
+        "machine_busy_cores": round(load["machine"] / wall, 2) if wall else 0.0,
         "median_s": medians,
         "max_s": max((t for ts in times.values() for t in ts), default=0.0),
         "worst_median_s": max(medians.values(), default=0.0),

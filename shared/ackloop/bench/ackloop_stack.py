@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from ackloop.bench.procstats import tree_cpu_seconds
 from ackloop.devstack import emulators
 from ackloop.devstack.processes import ManagedProcess
 from ackloop.devstack.stack import FUNCTIONS, LocalStack, StackOptions
@@ -160,16 +161,19 @@ class BenchStack:
         """Each step function's ``GET /`` counters: Firestore, publishes, deliveries."""
         return {name: httpx.get(self.url(name), timeout=10).json() for name in STEP_FUNCTIONS}
 
-    def restart(self, function: str) -> float:
-        """Kill ``function`` and start it again; seconds from spawn to its first served request.
+    def restart(self, function: str) -> tuple[float, float]:
+        """Kill ``function`` and start it again.
 
-        The first request (``GET /``) builds the process's clients, so this is the whole cold
-        start: interpreter, imports, gunicorn fork, dependencies.
+        Returns the seconds from spawn to its first served request and the CPU seconds the new
+        process used by then (the work of a cold start, whatever else the machine is doing). The
+        first request (``GET /``) builds the process's clients, so this is the whole cold start:
+        interpreter, imports, dependencies.
         """
         self.stack.processes[function].kill()  # a crash: the cold start is what follows
         began = time.monotonic()
         self.stack.start_service(function).wait_ready(60.0)
-        return time.monotonic() - began
+        took = time.monotonic() - began
+        return took, tree_cpu_seconds(self.pid(function))
 
     def stop(self) -> None:
         """Stop every process of the stack, by PID."""

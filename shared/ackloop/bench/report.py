@@ -49,7 +49,11 @@ def _cold(figures: Figures) -> str:
     if "cold_start" not in figures:
         return "-"
     cold = figures["cold_start"]
-    return f"{cold['worst_median_s']:.2f} (max {cold['max_s']:.2f})"
+    text = f"{cold['worst_median_s']:.2f} (max {cold['max_s']:.2f}"
+    if "cpu_s_median" in cold:
+        text += (f"; {cold['cpu_s_median']:.2f} s CPU; machine "
+                 f"{cold['machine_busy_cores']} cores busy")
+    return text + ")"
 
 
 ROWS: list[tuple[str, Cell]] = [
