@@ -24,11 +24,11 @@ def _series(result: Figures) -> dict[str, Figures]:
     return series
 
 
-def _value(figures: Figures, read: Callable[[Figures], float]) -> float:
+def _value(figures: Figures, read: Callable[[Figures], float]) -> float | None:
     try:
         return float(read(figures))
     except (KeyError, TypeError, StopIteration):
-        return 0.0
+        return None
 
 
 def _throughput(concurrency: int) -> Callable[[Figures], float]:
@@ -39,14 +39,21 @@ def _throughput(concurrency: int) -> Callable[[Figures], float]:
     return read
 
 
+def _cpu_at(concurrency: int) -> Callable[[Figures], float]:
+    def read(figures: Figures) -> float:
+        phase = next(p for p in figures["concurrent"] if p["concurrency"] == concurrency)
+        return float(phase["cpu_ms_per_run"]["total"])
+
+    return read
+
+
 PANELS: list[tuple[str, Callable[[Figures], float]]] = [
     ("per-step overhead p50 (ms, lower is better)",
      lambda f: f["sequential"]["step_overhead_ms"]["p50"]),
     ("run end-to-end p50, sequential (ms)", lambda f: f["sequential"]["e2e_ms"]["p50"]),
     ("runs/s at 50 concurrent (higher is better)", _throughput(50)),
     ("runs/s at 200 concurrent (higher is better)", _throughput(200)),
-    ("CPU ms per run, sequential, all processes",
-     lambda f: f["sequential"]["cpu_ms_per_run"]["total"]),
+    ("CPU ms per run at 50 concurrent, all processes", _cpu_at(50)),
 ]
 
 
@@ -63,11 +70,12 @@ def draw(result: Figures, path: Path) -> Path:
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 4.2))
     for ax, (title, read) in zip(axes, PANELS, strict=True):
         values = [_value(series[n], read) for n in names]
-        bars = ax.bar(range(len(names)), values, color=colours)
+        bars = ax.bar(range(len(names)), [v or 0.0 for v in values], color=colours)
         ax.set_title(title, fontsize=9)
         ax.set_xticks(range(len(names)), names, fontsize=7)
         for bar, value in zip(bars, values, strict=True):
-            ax.annotate(f"{value:.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            label = "n/a" if value is None else f"{value:.1f}"
+            ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=7)
     meta = result.get("meta", {})
     fig.suptitle(f"ackloop vs Temporal, reference workload - {meta.get('date', '')}, "
