@@ -12,6 +12,7 @@ documents. The invariants it keeps:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -356,7 +357,8 @@ class AgentStore:
         self, claim: Claim, *, error: str, not_before: float = 0.0
     ) -> None:
         """Give the lease back after a retryable failure so the redelivery need not wait."""
-        try:
+        # Already taken over (PreconditionFailed): the new holder owns the step now.
+        with contextlib.suppress(PreconditionFailed):
             await self.db.commit(
                 [
                     Write(
@@ -367,8 +369,6 @@ class AgentStore:
                     )
                 ]
             )
-        except PreconditionFailed:
-            pass  # already taken over: the new holder owns the step now
 
     async def complete_step(
         self,
@@ -484,10 +484,9 @@ class AgentStore:
     # -- unusable messages ---------------------------------------------------------------------
 
     async def record_poison(self, message_id: str, record: JsonDict) -> None:
-        try:
+        # The same poison message delivered again (AlreadyExists): one record is enough.
+        with contextlib.suppress(AlreadyExists):
             await self.db.create(f"{self._poison}/{message_id}", record)
-        except AlreadyExists:
-            pass  # the same poison message delivered again: one record is enough
 
     async def record_dead_letter(self, message_id: str, record: JsonDict) -> None:
         await self.db.commit([Write("set", f"{self._dead_letters}/{message_id}", record)])
