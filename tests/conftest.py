@@ -53,6 +53,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
         line = f"emulator tests SKIPPED: {_MISSING}"
         terminalreporter.write_sep("!", "EMULATOR TIER DID NOT RUN", red=True, bold=True)
         terminalreporter.write_line(line, red=True, bold=True)
+    else:
+        where = os.environ.get("PUBSUB_EMULATOR_HOST", "?")
+        terminalreporter.write_line(f"emulator tier ran (Pub/Sub emulator at {where})")
 
 
 @pytest.fixture(scope="session")

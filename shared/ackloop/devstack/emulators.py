@@ -70,15 +70,19 @@ def find_jars() -> EmulatorJars:
     """Locate both jars, or raise :class:`EmulatorsMissing` saying where it looked."""
     pubsub = os.environ.get("ACKLOOP_PUBSUB_EMULATOR_JAR")
     firestore = os.environ.get("ACKLOOP_FIRESTORE_EMULATOR_JAR")
-    looked: list[str] = []
+    looked: list[str] = [p for p in (pubsub, firestore) if p]
+    # An explicit path is the only place looked at for that jar, and it must exist.
+    explicit = {"pubsub": pubsub, "firestore": firestore}
+    pubsub = pubsub if pubsub and Path(pubsub).is_file() else None
+    firestore = firestore if firestore and Path(firestore).is_file() else None
     for root in _sdk_roots():
-        if pubsub is None:
+        if pubsub is None and not explicit["pubsub"]:
             lib = root / "platform/pubsub-emulator/lib"
             found = sorted(lib.glob("cloud-pubsub-emulator-*.jar"))
             looked.append(str(lib))
             if found:
                 pubsub = str(found[-1])
-        if firestore is None:
+        if firestore is None and not explicit["firestore"]:
             candidate = root / "platform/cloud-firestore-emulator/cloud-firestore-emulator.jar"
             looked.append(str(candidate))
             if candidate.exists():
