@@ -30,6 +30,26 @@ def check_schema(schema: dict[str, Any]) -> None:
         raise ValueError('output_schema must describe an object ("type": "object")')
 
 
+def _depth(value: Any) -> int:
+    # Firestore refuses maps nested deeper than 20 levels: bound what a client may send.
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def storable_text(value: str) -> str:
+    """Reject text Firestore cannot store (lone surrogates, which JSON can carry) or blank."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from exc
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
 def is_identifier(value: str) -> bool:
     """True when ``value`` is safe to use as a Firestore document id."""
     return bool(_ID_RE.match(value)) and not value.startswith("__")
@@ -64,7 +84,9 @@ class RunOptions(WireModel):
     max_steps: int | None = Field(default=None, ge=1, le=1000, description="Model steps.")
     max_seconds: float | None = Field(default=None, gt=0, le=86_400, description="Wall clock.")
     max_tool_calls: int | None = Field(default=None, ge=0, le=10_000, description="Tool calls.")
-    max_tokens: int | None = Field(default=None, ge=1, description="Total tokens.")
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=1_000_000_000, description="Total tokens."
+    )
     output_schema: dict[str, Any] | None = Field(
         default=None,
         description="JSON Schema (an object) the final answer must match; it becomes `output`.",
@@ -74,8 +96,8 @@ class RunOptions(WireModel):
     @classmethod
     def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
-            if len(str(value)) > 32_000:
-                raise ValueError("output_schema is larger than 32 000 characters")
+            if len(str(value)) > 32_000 or _depth(value) > 12:
+                raise ValueError("output_schema is too large or too deeply nested")
             check_schema(value)
         return value
 
@@ -95,10 +117,8 @@ class QueryMessage(WireModel):
 
     @field_validator("text")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("text must not be blank")
-        return value
+    def _storable(cls, value: str) -> str:
+        return storable_text(value)
 
 
 class FunctionCall(WireModel):

@@ -9,39 +9,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ackloop.records import RunRecord, StepRecord
-from ackloop.wire import ID_PATTERN, MAX_QUERY_CHARS, RunOptions, Usage, check_schema
+from ackloop.wire import ID_PATTERN, MAX_QUERY_CHARS, RunOptions, Usage, storable_text
 
 CURSOR_PATTERN = r"^(\d{4}-(model|tool-\d{3})|end)$"
 """A stream cursor: the key of the last step delivered, or ``end`` after the final event."""
 
 
-def _encodable(value: str) -> str:
-    # JSON may carry lone surrogates ("\ud800"); Firestore stores UTF-8 only.
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError("must be valid Unicode (no lone surrogates)") from exc
-    if not value.strip():
-        raise ValueError("must not be blank")
-    return value
-
-
-def _depth(value: Any) -> int:
-    # Firestore refuses maps nested deeper than 20 levels: bound what a client may send.
-    if isinstance(value, dict):
-        return 1 + max((_depth(v) for v in value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max((_depth(v) for v in value), default=0)
-    return 0
-
-
 QueryText = Annotated[
     str,
     Field(min_length=1, max_length=MAX_QUERY_CHARS, description="The user's question."),
-    AfterValidator(_encodable),
+    AfterValidator(storable_text),
 ]
 Id = Annotated[str, Field(pattern=ID_PATTERN, max_length=128)]
 
@@ -50,32 +30,8 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Options(Strict):
-    """Per-run limits; anything left out takes the agent's or the deployment's default."""
-
-    max_steps: int | None = Field(default=None, ge=1, le=1000, description="Model steps.")
-    max_seconds: float | None = Field(default=None, gt=0, le=86_400, description="Wall clock.")
-    max_tool_calls: int | None = Field(default=None, ge=0, le=10_000, description="Tool calls.")
-    max_tokens: int | None = Field(
-        default=None, ge=1, le=1_000_000_000, description="Total tokens."
-    )
-
-    output_schema: dict[str, Any] | None = Field(
-        default=None,
-        description="JSON Schema (an object) the final answer must match; it becomes `output`.",
-    )
-
-    @field_validator("output_schema")
-    @classmethod
-    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            if len(str(value)) > 32_000 or _depth(value) > 12:
-                raise ValueError("output_schema is too large or too deeply nested")
-            check_schema(value)
-        return value
-
-    def to_wire(self) -> RunOptions:
-        return RunOptions(**self.model_dump(exclude_none=True))
+Options = RunOptions
+"""Per-run limits; anything left out takes the agent's or the deployment's default."""
 
 
 class CreateRun(Strict):

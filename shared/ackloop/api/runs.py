@@ -69,7 +69,7 @@ async def start(deps: Deps, body: CreateRun, idempotency_key: str | None) -> tup
                        f"{', '.join(deps.agents.names())}")
     query = QueryMessage(request_id=request_id, text=body.text,
                          conversation_id=body.conversation_id, agent=body.agent,
-                         options=body.options.to_wire())
+                         options=body.options)
     try:
         return await start_run(deps, query)
     except IdempotencyMismatch as exc:
