@@ -12,9 +12,9 @@ from ackloop.wire import QueryMessage, RunOptions
 
 def test_lone_surrogates_and_blank_text_are_rejected() -> None:
     body = {"request_id": "r1", "text": "hi \ud800"}
-    with pytest.raises(ValidationError, match="lone surrogates"):
+    with pytest.raises(ValidationError, match="unicode"):
         QueryMessage.model_validate(body)  # as the HTTP API hands it over, after json.loads
-    with pytest.raises(ValidationError, match="json_invalid|Invalid JSON"):
+    with pytest.raises(ValidationError, match="Invalid JSON"):
         QueryMessage.model_validate_json(json.dumps(body))  # as a Pub/Sub message arrives
     with pytest.raises(ValidationError, match="blank"):
         QueryMessage(request_id="r1", text="   ")

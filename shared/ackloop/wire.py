@@ -40,11 +40,8 @@ def _depth(value: Any) -> int:
 
 
 def storable_text(value: str) -> str:
-    """Reject text Firestore cannot store (lone surrogates, which JSON can carry) or blank."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError("must be valid Unicode (no lone surrogates)") from exc
+    """Reject blank text. (Lone surrogates, which JSON can carry and Firestore cannot store,
+    are already refused by Pydantic's string validation.)"""
     if not value.strip():
         raise ValueError("must not be blank")
     return value
