@@ -32,7 +32,7 @@ test: install checkov
 	$(VENV)/bin/python -m pytest -q -ra
 
 lint: install
-	$(VENV)/bin/ruff check shared functions tests
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
 clean:

@@ -305,7 +305,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fault-rate", type=float, default=0.0, help="probability of a fault")
     parser.add_argument("--fault-kinds", default="500", help="faults drawn at --fault-rate")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random faults")
-    parser.add_argument("--policy", default="seed", help="'seed', 'catalog' (every built-in agent) or 'reference:TOOL'")
+    parser.add_argument(
+        "--policy", default="seed",
+        help="'seed', 'catalog' (every built-in agent) or 'reference:TOOL'",
+    )
     args = parser.parse_args(argv)
     server = FakeGeminiServer(
         _policy_from_name(args.policy),
