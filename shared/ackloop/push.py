@@ -60,5 +60,25 @@ def decode_push(body: bytes, headers: Mapping[str, str]) -> Delivery:
     )
 
 
+def encode_push(subscription: str, received: Any) -> bytes:
+    """The body Pub/Sub push would POST for ``received`` (a pulled ``ReceivedMessage``).
+
+    Used where a pull subscription stands in for push (the benchmark's and the chaos suite's
+    delivery bridges), so functions see exactly what production push sends them.
+    """
+    message = received.message
+    body = {
+        "message": {
+            "data": base64.b64encode(message.data).decode(),
+            "attributes": dict(message.attributes),
+            "messageId": message.message_id,
+            "publishTime": message.publish_time.isoformat().replace("+00:00", "Z"),
+        },
+        "subscription": subscription,
+        "deliveryAttempt": received.delivery_attempt or 1,
+    }
+    return json.dumps(body).encode()
+
+
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.support.emulators import EmulatorSession
-from tests.support.stack import RunningStack, start_stack
+from tests.support.stack import RunningStack, stack_factory, start_stack
 
 API_ENV = {
     "ACKLOOP_API_STREAM_POLL_SECONDS": "0.2",
@@ -42,14 +41,5 @@ async def api(api_stack: RunningStack) -> AsyncIterator[httpx.AsyncClient]:
 def fresh_stack(emulator_session: EmulatorSession, tmp_path: Path
                 ) -> Iterator[Callable[..., RunningStack]]:
     """Start a stack of one's own (other settings): ``fresh_stack(**start_stack options)``."""
-    started: list[RunningStack] = []
-
-    def make(**options: Any) -> RunningStack:
-        options["extra_env"] = API_ENV | options.get("extra_env", {})
-        running = start_stack(emulator_session, tmp_path / f"stack{len(started)}", **options)
-        started.append(running)
-        return running
-
-    yield make
-    for running in started:
-        running.stop()
+    with stack_factory(emulator_session, tmp_path, API_ENV) as make:
+        yield make

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.emulators import EmulatorSession
-from tests.support.stack import RunningStack, start_stack
+from tests.support.stack import RunningStack, stack_factory, start_stack
 
 
 @pytest.fixture(scope="session")
@@ -21,15 +21,8 @@ def stack(emulator_session: EmulatorSession, tmp_path_factory: pytest.TempPathFa
 
 
 @pytest.fixture
-def fresh_stack(emulator_session: EmulatorSession, tmp_path: Path):  # type: ignore[no-untyped-def]
+def fresh_stack(emulator_session: EmulatorSession, tmp_path: Path
+                ) -> Iterator[Callable[..., RunningStack]]:
     """Start a stack of one's own (fault points, other settings): ``fresh_stack(**options)``."""
-    started: list[RunningStack] = []
-
-    def make(**options) -> RunningStack:  # type: ignore[no-untyped-def]
-        running = start_stack(emulator_session, tmp_path / f"stack{len(started)}", **options)
-        started.append(running)
-        return running
-
-    yield make
-    for running in started:
-        running.stop()
+    with stack_factory(emulator_session, tmp_path) as make:
+        yield make

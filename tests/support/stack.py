@@ -8,9 +8,11 @@ by the fake server, so the real google-genai client is in the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import httpx
 from google.cloud import pubsub_v1
 
-from ackloop.devstack.stack import LocalStack, StackOptions, StackState
+from ackloop.devstack.stack import LocalStack, StackOptions, StackState, isolated_env
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.keys import run_id_for_request
 from ackloop.records import RunRecord, StepRecord
@@ -26,19 +28,6 @@ from ackloop.settings import Settings
 from ackloop.store import AgentStore
 from ackloop.wire import QueryMessage
 from tests.support.emulators import EmulatorSession
-
-
-def stack_env(tag: str) -> dict[str, str]:
-    return {
-        "ACKLOOP_QUERIES_TOPIC": f"{tag}-queries",
-        "ACKLOOP_MODEL_STEPS_TOPIC": f"{tag}-model-steps",
-        "ACKLOOP_TOOL_STEPS_TOPIC": f"{tag}-tool-steps",
-        "ACKLOOP_ANSWERS_TOPIC": f"{tag}-answers",
-        "ACKLOOP_DEAD_LETTER_TOPIC": f"{tag}-dead-letter",
-        "ACKLOOP_COLLECTION_PREFIX": tag.replace("-", "_") + "_",
-        "ACKLOOP_PROJECT_ID": "ackloop-test",
-        "GOOGLE_CLOUD_PROJECT": "ackloop-test",
-    }
 
 
 @dataclass
@@ -128,7 +117,7 @@ def start_stack(
     max_delivery_attempts: int = 5,
 ) -> RunningStack:
     tag = f"s{uuid.uuid4().hex[:8]}"
-    env = stack_env(tag) | {"ACKLOOP_LEASE_SECONDS": "3"} | (extra_env or {})
+    env = isolated_env(tag, session.project_id) | {"ACKLOOP_LEASE_SECONDS": "3"} | (extra_env or {})
     options = StackOptions(
         directory=directory,
         project_id=session.project_id,
@@ -153,3 +142,24 @@ def start_stack(
     )
     subscriber.close()
     return RunningStack(stack, state, settings, answers)
+
+
+@contextlib.contextmanager
+def stack_factory(
+    session: EmulatorSession, directory: Path, base_env: dict[str, str] | None = None
+) -> Iterator[Callable[..., RunningStack]]:
+    """Start stacks of one's own (fault points, other settings) with ``make(**options)``;
+    every stack started is stopped on exit."""
+    started: list[RunningStack] = []
+
+    def make(**options: Any) -> RunningStack:
+        options["extra_env"] = (base_env or {}) | options.get("extra_env", {})
+        running = start_stack(session, directory / f"stack{len(started)}", **options)
+        started.append(running)
+        return running
+
+    try:
+        yield make
+    finally:
+        for running in started:
+            running.stop()

@@ -8,7 +8,6 @@ from ``GET /``. Logs go to files under the work directory; processes are stopped
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import uuid
@@ -21,7 +20,7 @@ import httpx
 from ackloop.bench.procstats import tree_cpu_seconds
 from ackloop.devstack import emulators
 from ackloop.devstack.processes import ManagedProcess
-from ackloop.devstack.stack import FUNCTIONS, LocalStack, StackOptions
+from ackloop.devstack.stack import FUNCTIONS, LocalStack, StackOptions, isolated_env
 from ackloop.devstack.topology import routes
 from ackloop.settings import Settings
 
@@ -31,19 +30,10 @@ STEP_FUNCTIONS = ("ingest", "model_step", "tool_step")
 
 def bench_env(tag: str, log_level: str) -> dict[str, str]:
     """Environment of every function process: unique topics, the scripted model."""
-    venv_bin = str(Path(sys.executable).parent)
     return {
-        "ACKLOOP_QUERIES_TOPIC": f"{tag}-queries",
-        "ACKLOOP_MODEL_STEPS_TOPIC": f"{tag}-model-steps",
-        "ACKLOOP_TOOL_STEPS_TOPIC": f"{tag}-tool-steps",
-        "ACKLOOP_ANSWERS_TOPIC": f"{tag}-answers",
-        "ACKLOOP_DEAD_LETTER_TOPIC": f"{tag}-dead-letter",
-        "ACKLOOP_PROJECT_ID": PROJECT,
-        "GOOGLE_CLOUD_PROJECT": PROJECT,
+        **isolated_env(tag, PROJECT),
         "ACKLOOP_MODEL_PROVIDER": "scripted",
         "ACKLOOP_LOG_LEVEL": log_level,
-        # `ackloop run` execs functions-framework from PATH: make it this interpreter's.
-        "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
     }
 
 

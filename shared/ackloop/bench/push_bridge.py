@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import json
 import logging
 import math
 import os
@@ -40,6 +38,7 @@ from google.pubsub_v1.services.subscriber import SubscriberAsyncClient
 from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncIOTransport
 
 from ackloop.bench.loopback_http import HttpError, LoopbackClient
+from ackloop.push import encode_push
 
 log = logging.getLogger("ackloop.bench.push_bridge")
 
@@ -48,22 +47,6 @@ EMULATOR_POLL_S = 0.05
 """How often a waiting pull looks for messages in the emulator (hard-coded there)."""
 MAX_MESSAGES_PER_PULL = 100
 MIN_BACKOFF_S = 1
-
-
-def envelope(subscription: str, received: Any) -> bytes:
-    """The push request body Pub/Sub would send for one received message."""
-    message = received.message
-    body = {
-        "message": {
-            "data": base64.b64encode(message.data).decode(),
-            "attributes": dict(message.attributes),
-            "messageId": message.message_id,
-            "publishTime": message.publish_time.isoformat().replace("+00:00", "Z"),
-        },
-        "subscription": subscription,
-        "deliveryAttempt": received.delivery_attempt or 1,
-    }
-    return json.dumps(body).encode()
 
 
 def retry_after(headers: dict[str, str]) -> int:
@@ -113,7 +96,7 @@ class Route:
         status = 0
         headers: dict[str, str] = {}
         try:
-            status, headers = await self._http.post(envelope(self.subscription, received))
+            status, headers = await self._http.post(encode_push(self.subscription, received))
         except HttpError as exc:
             log.warning("push to %s failed: %s", self.endpoint, exc)
         if 200 <= status < 300:

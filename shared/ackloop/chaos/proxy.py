@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import math
 import random
@@ -42,6 +40,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ackloop.push import encode_push
+
 log = logging.getLogger("ackloop.chaos.proxy")
 
 UNREACHABLE = 502
@@ -57,20 +57,6 @@ class Route_:
     subscription: str
     name: str
     url: str
-
-
-def envelope(subscription: str, received: Any) -> bytes:
-    """The body Pub/Sub push would POST for ``received``."""
-    message = received.message
-    body: dict[str, Any] = {
-        "message": {"data": base64.b64encode(message.data).decode(),
-                    "attributes": dict(message.attributes), "messageId": message.message_id,
-                    "publishTime": message.publish_time.isoformat()},
-        "subscription": subscription,
-    }
-    if received.delivery_attempt:
-        body["deliveryAttempt"] = received.delivery_attempt
-    return json.dumps(body).encode()
 
 
 @dataclass
@@ -128,7 +114,7 @@ class DuplicatingDelivery:
             log.exception("delivery of %s failed", received.message.message_id)
 
     async def _deliver_and_settle(self, route: Route_, received: Any) -> None:
-        status, retry_after = await self.deliver(route, envelope(route.subscription, received))
+        status, retry_after = await self.deliver(route, encode_push(route.subscription, received))
         log.info("%s %s run=%s attempt=%s -> %s", route.name, received.message.message_id,
                  received.message.attributes.get("run_id"), received.delivery_attempt, status)
         if 200 <= status < 300:

@@ -26,7 +26,7 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined,unused-ignore]
 from ackloop.chaos.config import ChaosConfig
 from ackloop.devstack import emulators
 from ackloop.devstack.processes import ManagedProcess
-from ackloop.devstack.stack import FUNCTIONS, LocalStack, StackOptions, StackState
+from ackloop.devstack.stack import FUNCTIONS, LocalStack, StackOptions, StackState, isolated_env
 from ackloop.devstack.topology import create_topology, routes
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.engine.deps import FAULT_POINTS
@@ -218,16 +218,8 @@ def push_subscriptions(settings: Settings, endpoints: dict[str, str], attempts: 
 
 def _env(config: ChaosConfig, tag: str, model_url: str, ipapi_url: str, canary: str,
          project: str) -> dict[str, str]:
-    prefix = tag.replace("-", "_") + "_"
     return {
-        "ACKLOOP_PROJECT_ID": project,
-        "GOOGLE_CLOUD_PROJECT": project,
-        "ACKLOOP_QUERIES_TOPIC": f"{tag}-queries",
-        "ACKLOOP_MODEL_STEPS_TOPIC": f"{tag}-model-steps",
-        "ACKLOOP_TOOL_STEPS_TOPIC": f"{tag}-tool-steps",
-        "ACKLOOP_ANSWERS_TOPIC": f"{tag}-answers",
-        "ACKLOOP_DEAD_LETTER_TOPIC": f"{tag}-dead-letter",
-        "ACKLOOP_COLLECTION_PREFIX": prefix,
+        **isolated_env(tag, project),
         "ACKLOOP_MODEL_PROVIDER": "gemini",
         "ACKLOOP_GEMINI_BASE_URL": model_url,
         "ACKLOOP_GEMINI_API_KEY": canary,

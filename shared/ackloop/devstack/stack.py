@@ -27,6 +27,24 @@ FUNCTIONS = ("ingest", "model_step", "tool_step", "dead_letter")
 SERVICES = (*FUNCTIONS, "api")
 
 
+def isolated_env(tag: str, project: str) -> dict[str, str]:
+    """Settings that give a stack topics and collections of its own, named after ``tag``.
+
+    Pub/Sub has no reset and the emulators are shared, so tests, benchmarks and chaos runs
+    isolate each stack by name instead.
+    """
+    return {
+        "ACKLOOP_PROJECT_ID": project,
+        "GOOGLE_CLOUD_PROJECT": project,
+        "ACKLOOP_QUERIES_TOPIC": f"{tag}-queries",
+        "ACKLOOP_MODEL_STEPS_TOPIC": f"{tag}-model-steps",
+        "ACKLOOP_TOOL_STEPS_TOPIC": f"{tag}-tool-steps",
+        "ACKLOOP_ANSWERS_TOPIC": f"{tag}-answers",
+        "ACKLOOP_DEAD_LETTER_TOPIC": f"{tag}-dead-letter",
+        "ACKLOOP_COLLECTION_PREFIX": tag.replace("-", "_").lower() + "_",
+    }
+
+
 def project_root() -> Path:
     """The checkout holding ``functions/`` (the stack runs from a source checkout)."""
     if env := os.environ.get("ACKLOOP_PROJECT_ROOT"):

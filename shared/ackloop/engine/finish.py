@@ -7,6 +7,7 @@ from typing import Any
 
 from ackloop.docdb.base import Snapshot, Write
 from ackloop.engine.deps import Deps
+from ackloop.engine.outbox import send
 from ackloop.records import Outgoing, RunRecord, RunStatus, StopReason
 from ackloop.store import Claim
 from ackloop.wire import AnswerMessage, Usage
@@ -76,6 +77,4 @@ async def finish_run(
         error=error,
         extra_writes=[*transcript_writes, *run_writes],
     )
-    from ackloop.engine.outbox import send  # local: outbox imports nothing from here
-
     await send(deps, run.run_id, outbox)

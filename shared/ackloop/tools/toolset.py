@@ -34,6 +34,8 @@ class ToolSet:
                 raise ValueError(f"two tools are named {item.name!r}")
             self._tools[item.name] = item
         self._known = tuple(secret for secret in known_secrets if secret)
+        # Built once: the tools never change, and every model step sends them.
+        self._declarations = tuple(item.declaration() for item in self._tools.values())
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
@@ -63,7 +65,7 @@ class ToolSet:
 
     def declarations(self) -> list[JsonDict]:
         """Gemini ``FunctionDeclaration`` dicts, flat (no ``$ref``), one per tool."""
-        return [item.declaration() for item in self._tools.values()]
+        return [dict(declaration) for declaration in self._declarations]
 
     async def execute(self, call: FunctionCall, context: ToolContext) -> ToolOutcome:
         """Run ``call``. Tool failures become error outcomes; only cancellation propagates.
