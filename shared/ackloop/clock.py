@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Protocol
 
@@ -11,10 +12,17 @@ class Clock(Protocol):
         """Seconds since the epoch (wall clock: leases are compared across processes)."""
         ...
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` (a wait inside a request: a lease, a model's retry-after)."""
+        ...
+
 
 class SystemClock:
     def now(self) -> float:
         return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
 
 
 class ManualClock:
@@ -28,3 +36,8 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self._now += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        """Time passes at once; other tasks still get their turn."""
+        self._now += max(0.0, seconds)
+        await asyncio.sleep(0)

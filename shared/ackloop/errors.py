@@ -52,11 +52,33 @@ class StepConflict(PermanentError):
 
 
 class StepBusy(RetryableError):
-    """Another delivery holds a live lease on this step; try again after it expires."""
+    """Another delivery holds a live lease on this step; try again after it expires.
+
+    ``holder`` is the step record as read (its lease, ``not_before`` and the holder's message id).
+    """
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, holder: object = None
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.holder = holder
+
+
+class StepHeldElsewhere(AckloopError):
+    """A duplicate delivery of a step that another delivery holds with a live lease.
+
+    Not a failure: the holder's own message stays unacknowledged until it finishes (and is
+    redelivered if it dies), so this one is acknowledged instead of being nacked as a timer.
+    """
 
 
 class LeaseLost(RetryableError):
     """Our lease was taken over (it expired); our result must not be committed."""
+
+
+class StaleRead(AckloopError):
+    """A commit's precondition failed on a document other than the step (the run, the
+    conversation or a transcript chunk changed since it was read): read again and decide again."""
 
 
 class ConversationBusy(RetryableError):

@@ -24,6 +24,8 @@ JsonDict = dict[str, Any]
 
 
 class RunStatus(StrEnum):
+    QUEUED = "queued"
+    """Waiting for the conversation's active run to end; the commit that ends it starts this."""
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -31,7 +33,7 @@ class RunStatus(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self is not RunStatus.RUNNING
+        return self not in (RunStatus.RUNNING, RunStatus.QUEUED)
 
 
 class StopReason(StrEnum):
@@ -73,6 +75,9 @@ class RunRecord(Record):
     output: Any = None
     error: str | None = None
     created_at: float
+    started_at: float | None = None
+    progress_at: float | None = None
+    """When the run last moved: written with every model step's commit (the sweeper's clock)."""
     finished_at: float | None = None
     limits: RunLimits
     cancel_requested: bool = False
@@ -84,6 +89,9 @@ class RunRecord(Record):
 class ConversationRecord(Record):
     conversation_id: str
     active_run_id: str | None = None
+    queue: list[str] = Field(default_factory=list)
+    """Runs waiting for this conversation, oldest first (the end of the active run starts the
+    first of them)."""
     run_count: int = 0
     updated_at: float = 0.0
 
@@ -104,6 +112,9 @@ class Outgoing(Record):
     target_step: str | None = None
     """Key of the step this message triggers, if any: a redelivery re-sends only messages
     whose target step was never claimed."""
+    target_run: str | None = None
+    """The run of ``target_step`` when it is not the sending step's run (the next queued run
+    of the conversation)."""
 
 
 class StepRecord(Record):
@@ -118,6 +129,8 @@ class StepRecord(Record):
     owner: str = ""
     lease_expires_at: float = 0.0
     not_before: float = 0.0
+    message_id: str = ""
+    """Pub/Sub message id of the delivery that holds (or last held) the lease."""
     created_at: float = 0.0
     started_at: float = 0.0
     completed_at: float | None = None

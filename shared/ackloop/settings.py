@@ -71,12 +71,39 @@ class Settings(BaseSettings):
     ipapi_base_url: str = Field(default="http://ip-api.com", description="IP geolocation API.")
 
     lease_seconds: float = Field(
-        default=30.0,
+        default=10.0,
         gt=0,
-        description="How long a claimed step stays exclusive without a heartbeat.",
+        description="How long a claimed step stays exclusive without a heartbeat (renewed every "
+        "third of it). Bounds crash recovery: a delivery that finds a dead holder's lease waits "
+        "it out inside the request, then takes the step over.",
     )
     max_step_attempts: int = Field(
         default=8, ge=1, description="Claims of one step before its run is failed."
+    )
+    request_timeout_seconds: float = Field(
+        default=60.0,
+        ge=10,
+        le=3600,
+        description="This service's request timeout (for a push service also the subscription's "
+        "ack deadline): every wait inside a request ends in time to answer before it.",
+    )
+    claim_wait_seconds: float = Field(
+        default=25.0,
+        ge=0,
+        description="Longest a delivery waits inside its request for a step that another "
+        "delivery holds, before it acknowledges (a live holder) or answers 503.",
+    )
+    retry_wait_seconds: float = Field(
+        default=20.0,
+        ge=0,
+        description="Longest a model step waits inside its request for a model's retry-after; "
+        "a longer one releases the step and is left to Pub/Sub's redelivery.",
+    )
+    sweep_stale_seconds: float = Field(
+        default=180.0,
+        gt=0,
+        description="A running run with no progress for this long is resumed (or failed with a "
+        "cause) by the sweeper.",
     )
     default_max_steps: int = Field(default=20, ge=1, description="Model steps per run.")
     default_max_seconds: float = Field(default=300.0, gt=0, description="Wall clock per run.")

@@ -29,7 +29,15 @@ from ackloop.docdb.base import (
     Version,
     Write,
 )
-from ackloop.errors import ConversationBusy, IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
+from ackloop.errors import (
+    ConversationBusy,
+    IdempotencyMismatch,
+    LeaseLost,
+    PermanentError,
+    StaleRead,
+    StepBusy,
+    StepConflict,
+)
 from ackloop.keys import StepKey
 from ackloop.records import (
     ConversationRecord,
@@ -47,8 +55,30 @@ from ackloop.wire import Usage
 CHUNK_BYTES = 256 * 1024
 # Optimistic retries of :meth:`AgentStore.create_run` when its documents change meanwhile.
 CREATE_RUN_ATTEMPTS = 5
+# Runs that may wait behind a conversation's active run (the queue lives on one document).
+MAX_QUEUED_RUNS = 100
 
 ClaimState = Literal["new", "taken_over", "completed"]
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ends: what the run document and the answer message will say."""
+
+    status: RunStatus
+    stop_reason: StopReason
+    usage: Usage
+    answer: str | None = None
+    output: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class EndWrites:
+    """The writes that end a run, and the queued run of its conversation they start (if any)."""
+
+    writes: list[Write]
+    next_run_id: str | None
 
 
 @dataclass(frozen=True)
@@ -69,6 +99,8 @@ class Claim:
 class Transcript:
     conversation_id: str
     chunks: list[TranscriptChunk]
+    last_version: Version | None = None
+    """Version of the last chunk as read: an append rewrites it only if it is unchanged."""
 
     @property
     def contents(self) -> list[JsonDict]:
@@ -113,8 +145,9 @@ class AgentStore:
     async def create_run(self, run: RunRecord) -> tuple[RunRecord, bool]:
         """Create ``run`` unless its id exists; return the stored run and whether it is new.
 
-        Raises :class:`IdempotencyMismatch` when the id exists with a different request body and
-        :class:`ConversationBusy` while another run of the conversation is still running.
+        Raises :class:`IdempotencyMismatch` when the id exists with a different request body.
+        While another run of the conversation is active the new run is stored ``queued`` and
+        appended to the conversation's queue; the commit that ends the active run starts it.
 
         No transaction: the run and its conversation are written in one atomic commit whose
         preconditions (the run does not exist; the conversation is still at the version read)
@@ -124,7 +157,10 @@ class AgentStore:
         """
         run_path = self.run_path(run.run_id)
         conv_path = self.conversation_path(run.conversation_id)
+        fresh = run
         if run.conversation_id == run.run_id:
+            run = run.model_copy(update={"started_at": run.created_at,
+                                         "progress_at": run.created_at})
             first = ConversationRecord(
                 conversation_id=run.conversation_id,
                 active_run_id=run.run_id,
@@ -140,6 +176,7 @@ class AgentStore:
             except AlreadyExists:
                 pass  # a redelivered query: read what is there
         for _ in range(CREATE_RUN_ATTEMPTS):
+            run = fresh
             run_snap, conv_snap = await self.db.get_all([run_path, conv_path])
             if run_snap is not None:
                 stored = RunRecord.model_validate(run_snap.data)
@@ -154,17 +191,30 @@ class AgentStore:
                 else ConversationRecord(conversation_id=run.conversation_id)
             )
             if conv.active_run_id not in (None, run.run_id):
-                raise ConversationBusy(
-                    f"conversation {run.conversation_id!r} is busy with run {conv.active_run_id}",
-                    retry_after=5.0,
-                )
-            conv = conv.model_copy(
-                update={
-                    "active_run_id": run.run_id,
+                # Busy: the run waits, recorded and in order, instead of its query being nacked
+                # until the active run ends. That run's final commit starts it.
+                if len(conv.queue) >= MAX_QUEUED_RUNS:
+                    raise PermanentError(
+                        f"conversation {run.conversation_id!r} already has "
+                        f"{len(conv.queue)} runs waiting",
+                        reason="conversation_queue_full",
+                    )
+                run = run.model_copy(update={"status": RunStatus.QUEUED, "progress_at": None})
+                conv = conv.model_copy(update={
+                    "queue": [*conv.queue, run.run_id],
                     "run_count": conv.run_count + 1,
                     "updated_at": run.created_at,
-                }
-            )
+                })
+            else:
+                run = run.model_copy(update={"started_at": run.created_at,
+                                             "progress_at": run.created_at})
+                conv = conv.model_copy(
+                    update={
+                        "active_run_id": run.run_id,
+                        "run_count": conv.run_count + 1,
+                        "updated_at": run.created_at,
+                    }
+                )
             conv_write = (
                 Write("update", conv_path, conv.to_doc(), if_version=conv_snap.version)
                 if conv_snap
@@ -187,75 +237,92 @@ class AgentStore:
         (snap,) = await self.db.get_all([self.run_path(run_id)])
         return snap
 
+    async def runs_in_status(
+        self, status: RunStatus, order_by: str, limit: int = 200
+    ) -> list[RunRecord]:
+        """Runs in ``status``, oldest ``order_by`` first (the sweeper's query)."""
+        snaps = await self.db.list_where(self._runs, "status", status.value, order_by, limit)
+        return [RunRecord.model_validate(s.data) for s in snaps]
+
     async def list_runs(self, conversation_id: str, limit: int = 100) -> list[RunRecord]:
         snaps = await self.db.list_where(
             self._runs, "conversation_id", conversation_id, "created_at", limit
         )
         return [RunRecord.model_validate(s.data) for s in snaps]
 
-    def finish_run_writes(
-        self,
-        run_snapshot: Snapshot,
-        *,
-        status: RunStatus,
-        stop_reason: StopReason,
-        now: float,
-        usage: Usage,
-        steps_total: int,
-        answer: str | None = None,
-        output: Any = None,
-        error: str | None = None,
-    ) -> list[Write]:
-        """Writes that end a run; fenced on the run version the caller read."""
+    async def get_conversation_snapshot(self, conversation_id: str) -> Snapshot | None:
+        (snap,) = await self.db.get_all([self.conversation_path(conversation_id)])
+        return snap
+
+    def end_run_writes(
+        self, run_snapshot: Snapshot, conv_snapshot: Snapshot | None, end: RunEnd, now: float
+    ) -> EndWrites:
+        """Writes that end a run, each fenced on the version its caller read.
+
+        The run is fenced on its version, the conversation too: the same commit hands the
+        conversation to the first queued run (which becomes ``running``), so a follow-up that
+        arrived during the run starts exactly when it ends, and never twice.
+        """
         run = RunRecord.model_validate(run_snapshot.data)
         update = {
-            "status": status.value,
-            "stop_reason": stop_reason.value,
-            "answer": answer,
-            "output": output,
-            "error": error,
+            "status": end.status.value,
+            "stop_reason": end.stop_reason.value,
+            "answer": end.answer,
+            "output": end.output,
+            "error": end.error,
             "finished_at": now,
-            "usage": usage.model_dump(mode="json"),
-            "steps_total": steps_total,
+            "progress_at": now,
+            "usage": end.usage.model_dump(mode="json"),
+            "steps_total": end.usage.model_calls + end.usage.tool_calls,
         }
-        return [
-            Write("update", run_snapshot.path, update, if_version=run_snapshot.version),
-            Write(
-                "update",
-                self.conversation_path(run.conversation_id),
-                {"active_run_id": None, "updated_at": now},
-            ),
-        ]
+        writes = [Write("update", run_snapshot.path, update, if_version=run_snapshot.version)]
+        if conv_snapshot is None:
+            return EndWrites(writes, None)
+        conv = ConversationRecord.model_validate(conv_snapshot.data)
+        next_run_id: str | None = None
+        if conv.active_run_id == run.run_id:
+            next_run_id = conv.queue[0] if conv.queue else None
+            conv_update: JsonDict = {"active_run_id": next_run_id, "queue": conv.queue[1:],
+                                     "updated_at": now}
+        elif run.run_id in conv.queue:  # a queued run that ends before it started
+            conv_update = {"queue": [r for r in conv.queue if r != run.run_id], "updated_at": now}
+        else:
+            return EndWrites(writes, None)
+        writes.append(Write("update", conv_snapshot.path, conv_update,
+                            if_version=conv_snapshot.version))
+        if next_run_id is not None:
+            writes.append(Write("update", self.run_path(next_run_id), {
+                "status": RunStatus.RUNNING.value, "started_at": now, "progress_at": now}))
+        return EndWrites(writes, next_run_id)
+
+    async def end_run_now(
+        self, run_id: str, end: RunEnd, now: float, *, only_active: bool = False
+    ) -> tuple[RunRecord, str | None] | None:
+        """End a run that no step can end (a dead letter, a conflict, the sweeper, a cancel of
+        a queued run). Returns the ended run and the queued run it started, or None if the run
+        does not exist or has already ended. ``only_active``: leave a queued run alone."""
+
+        async def body(txn: Transaction) -> tuple[RunRecord, str | None] | None:
+            snap = await txn.get(self.run_path(run_id))
+            if snap is None:
+                return None
+            run = RunRecord.model_validate(snap.data)
+            if run.status.terminal or (only_active and run.status is RunStatus.QUEUED):
+                return None
+            conv = await txn.get(self.conversation_path(run.conversation_id))
+            ending = self.end_run_writes(snap, conv, end, now)
+            for write in ending.writes:
+                txn.write(replace(write, if_version=None))  # the transaction guards them
+            ended = run.model_copy(update={"status": end.status, "stop_reason": end.stop_reason,
+                                           "error": end.error, "finished_at": now})
+            return ended, ending.next_run_id
+
+        return await self.db.transact(body)
 
     async def fail_run(self, run_id: str, error: str, now: float) -> bool:
         """Mark a running run failed (used where no step can commit). True if it changed."""
-
-        async def body(txn: Transaction) -> bool:
-            snap = await txn.get(self.run_path(run_id))
-            if snap is None:
-                return False
-            run = RunRecord.model_validate(snap.data)
-            if run.status.terminal:
-                return False
-            conv_path = self.conversation_path(run.conversation_id)
-            conv = await txn.get(conv_path)
-            txn.write(
-                Write(
-                    "update",
-                    snap.path,
-                    {
-                        "status": RunStatus.FAILED.value,
-                        "stop_reason": StopReason.FAILED.value,
-                        "error": error,
-                        "finished_at": now,
-                    },
-                )
-            )
-            if conv is not None and conv.data.get("active_run_id") == run_id:
-                txn.write(Write("update", conv_path, {"active_run_id": None, "updated_at": now}))
-            return True
-
-        return await self.db.transact(body)
+        end = RunEnd(RunStatus.FAILED, StopReason.FAILED, Usage(), error=error)
+        return await self.end_run_now(run_id, end, now) is not None
 
     async def request_cancel(self, run_id: str) -> RunRecord | None:
         snap = await self.get_run_snapshot(run_id)
@@ -278,6 +345,7 @@ class AgentStore:
         owner: str,
         now: float,
         lease_seconds: float,
+        message_id: str = "",
     ) -> Claim:
         """Claim the step at ``key`` for ``owner``; see the module docstring for the rules.
 
@@ -293,6 +361,7 @@ class AgentStore:
             index=key.index,
             owner=owner,
             lease_expires_at=now + lease_seconds,
+            message_id=message_id,
             created_at=now,
             started_at=now,
         )
@@ -314,24 +383,26 @@ class AgentStore:
             return Claim(run_id, step, snap.version, "completed")
         wait = max(step.lease_expires_at, step.not_before) - now
         if wait > 0:
-            raise StepBusy(f"step {key} is leased by {step.owner}", retry_after=wait)
+            raise StepBusy(f"step {key} is leased by {step.owner}", retry_after=wait, holder=step)
         taken = step.model_copy(
             update={
                 "fence": step.fence + 1,
                 "attempts": step.attempts + 1,
                 "owner": owner,
                 "lease_expires_at": now + lease_seconds,
+                "message_id": message_id,
                 "started_at": now,
             }
         )
-        fields = {k: getattr(taken, k) for k in ("fence", "attempts", "owner")}
+        fields = {k: getattr(taken, k) for k in ("fence", "attempts", "owner", "message_id")}
         fields |= {"lease_expires_at": taken.lease_expires_at, "started_at": now}
         try:
             (version,) = await self.db.commit(
                 [Write("update", path, fields, if_version=snap.version)]
             )
         except PreconditionFailed as exc:
-            raise StepBusy(f"step {key} was claimed concurrently", retry_after=1.0) from exc
+            raise StepBusy(f"step {key} was claimed concurrently", retry_after=0.0,
+                           holder=step) from exc
         return Claim(run_id, taken, version, "taken_over")
 
     async def renew_lease(self, claim: Claim, *, now: float, lease_seconds: float) -> Claim:
@@ -384,7 +455,9 @@ class AgentStore:
     ) -> StepRecord:
         """Commit the step and everything that must land with it, atomically.
 
-        Raises :class:`LeaseLost` (nothing written) if the lease was taken over.
+        Raises :class:`LeaseLost` (nothing written) if the lease was taken over, and
+        :class:`StaleRead` (nothing written) if the step is still ours but another document of
+        the batch changed since it was read.
         """
         update: JsonDict = {
             "status": StepStatus.COMPLETED.value,
@@ -403,13 +476,27 @@ class AgentStore:
         )
         try:
             await self.db.commit([step_write, *extra_writes])
-        except PreconditionFailed as exc:
-            raise LeaseLost(f"step {claim.key} of {claim.run_id} lost its lease") from exc
+        except (PreconditionFailed, AlreadyExists) as exc:
+            await self._raise_conflict(claim, exc)
         return claim.step.model_copy(update=update | {"outbox": list(outbox)})
+
+    async def _raise_conflict(self, claim: Claim, exc: Exception) -> None:
+        """Tell a lost lease from a stale read after a commit was refused."""
+        (snap,) = await self.db.get_all([self.step_path(claim.run_id, claim.key)])
+        if snap is None or snap.version != claim.version:
+            raise LeaseLost(f"step {claim.key} of {claim.run_id} lost its lease") from exc
+        raise StaleRead(f"step {claim.key} of {claim.run_id}: {exc}") from exc
 
     async def get_steps(self, run_id: str, keys: Sequence[str]) -> list[StepRecord | None]:
         snaps = await self.db.get_all([self.step_path(run_id, k) for k in keys])
         return [StepRecord.model_validate(s.data) if s else None for s in snaps]
+
+    async def steps_exist(self, steps: Sequence[tuple[str, str]]) -> list[bool]:
+        """Whether each ``(run_id, step_key)`` has been claimed, in one round trip."""
+        if not steps:
+            return []
+        snaps = await self.db.get_all([self.step_path(run, key) for run, key in steps])
+        return [s is not None for s in snaps]
 
     async def steps_in_range(self, run_id: str, start: str, end: str) -> list[StepRecord]:
         snaps = await self.db.list_range(self.steps_collection(run_id), start, end)
@@ -427,7 +514,7 @@ class AgentStore:
     async def load_transcript(self, conversation_id: str) -> Transcript:
         snaps = await self.db.list_all(self.transcript_collection(conversation_id))
         chunks = [TranscriptChunk.model_validate(s.data) for s in snaps]
-        return Transcript(conversation_id, chunks)
+        return Transcript(conversation_id, chunks, snaps[-1].version if snaps else None)
 
     @staticmethod
     def transcript_pointer(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
@@ -453,8 +540,9 @@ class AgentStore:
         run, *chunks = await self.db.get_all([self.run_path(run_id), *paths])
         if any(c is None for c in chunks):
             return run, None
-        loaded = [TranscriptChunk.model_validate(c.data) for c in chunks if c is not None]
-        return run, Transcript(conversation_id, loaded)
+        present = [c for c in chunks if c is not None]
+        loaded = [TranscriptChunk.model_validate(c.data) for c in present]
+        return run, Transcript(conversation_id, loaded, present[-1].version if present else None)
 
     def append_writes(
         self, transcript: Transcript, contents: Sequence[JsonDict], tail: str
@@ -462,8 +550,9 @@ class AgentStore:
         """Writes that append ``contents`` to ``transcript`` (as loaded) and move its tail.
 
         Appends go to the last chunk while it stays under :data:`CHUNK_BYTES`, else to a new
-        one. Only the step that holds the lease on the run's current model step appends, so
-        the chunk it read is the chunk it rewrites.
+        one. The rewrite of the last chunk is fenced on the version read and a new chunk is a
+        ``create``: a writer that read an older transcript (a step of a run that has ended
+        meanwhile) cannot erase what another run appended.
         """
         added = _size(list(contents))
         conversation_id = transcript.conversation_id
@@ -476,7 +565,8 @@ class AgentStore:
                     "size": last.size + added,
                 }
             )
-            return [Write("set", self.chunk_path(conversation_id, chunk.index), chunk.to_doc())]
+            return [Write("update", self.chunk_path(conversation_id, chunk.index), chunk.to_doc(),
+                          if_version=transcript.last_version)]
         index = last.index + 1 if last is not None else 0
         chunk = TranscriptChunk(index=index, contents=list(contents), tail=tail, size=added)
         return [Write("create", self.chunk_path(conversation_id, index), chunk.to_doc())]

@@ -260,7 +260,7 @@ async def test_a_step_that_keeps_failing_ends_the_run_after_max_attempts():
     assert "attempted 3 times" in (run.error or "") and "503 unavailable" in (run.error or "")
 
 
-async def test_cancel_stops_at_the_next_step_boundary():
+async def test_cancel_after_the_fan_out_runs_no_pending_tool_and_ends_cancelled():
     model, tools = reference()
     loop = make_loop(model, tools)
     await loop.submit(QueryMessage(request_id="cancel", text="go"))
@@ -273,7 +273,10 @@ async def test_cancel_stops_at_the_next_step_boundary():
     await loop.run_until_idle()
     run = await loop.deps.store.get_run(run_id_for_request("cancel"))
     assert run is not None and run.status is RunStatus.CANCELLED
-    assert len(model.requests) == 1 and tools.executed["lookup"] == 1  # in-flight tool recorded
+    assert len(model.requests) == 1 and tools.executed["lookup"] == 0
+    steps = {s.key: s for s in await loop.deps.store.list_steps(run.run_id)}
+    assert "cancelled" in (steps["0000-tool-000"].last_error or "")
+    assert [a.status for a in loop.answers] == ["cancelled"]
 
 
 async def test_same_request_id_twice_starts_one_run():

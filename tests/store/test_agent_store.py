@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ackloop.errors import ConversationBusy, IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
+from ackloop.docdb.base import PreconditionFailed
+from ackloop.errors import IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
 from ackloop.keys import StepKey
 from ackloop.records import RunLimits, RunRecord, RunStatus
 from ackloop.store import CHUNK_BYTES, AgentStore
@@ -68,18 +69,34 @@ async def test_release_lets_the_next_delivery_in_after_not_before(store: AgentSt
     assert again.state == "taken_over" and again.step.last_error == "429"
 
 
-async def test_create_run_is_idempotent_and_guards_the_conversation(store: AgentStore) -> None:
+async def test_create_run_is_idempotent_and_queues_behind_the_active_run(
+    store: AgentStore,
+) -> None:
     run, created = await store.create_run(run_record())
     assert created and run.status is RunStatus.RUNNING
     again, created_again = await store.create_run(run_record())
     assert not created_again and again.run_id == "run-1"
     with pytest.raises(IdempotencyMismatch):
         await store.create_run(run_record(h="other"))
-    with pytest.raises(ConversationBusy):
-        await store.create_run(run_record("run-2"))
+    second, created = await store.create_run(run_record("run-2"))
+    assert created and second.status is RunStatus.QUEUED
+    third, _ = await store.create_run(run_record("run-3"))
+    assert third.status is RunStatus.QUEUED
     assert await store.fail_run("run-1", "boom", now=101)
-    _, created = await store.create_run(run_record("run-2"))
-    assert created and [r.run_id for r in await store.list_runs("conv-1")] == ["run-1", "run-2"]
+    # The end of the active run hands the conversation to the first queued run, in order.
+    assert (await store.get_run("run-2")).status is RunStatus.RUNNING  # type: ignore[union-attr]
+    assert (await store.get_run("run-3")).status is RunStatus.QUEUED  # type: ignore[union-attr]
+    assert [r.run_id for r in await store.list_runs("conv-1")] == ["run-1", "run-2", "run-3"]
+
+
+async def test_a_stale_transcript_append_cannot_overwrite_a_newer_one(store: AgentStore) -> None:
+    """A writer that read the transcript before another appended is refused (H3)."""
+    await store.db.commit(store.append_writes(await store.load_transcript("c"), [{"a": 1}], "r/0"))
+    stale = await store.load_transcript("c")
+    await store.db.commit(store.append_writes(stale, [{"b": 2}], "r2/0"))
+    with pytest.raises(PreconditionFailed):
+        await store.db.commit(store.append_writes(stale, [{"c": 3}], "r/1"))
+    assert (await store.load_transcript("c")).contents == [{"a": 1}, {"b": 2}]
 
 
 async def test_transcript_appends_roll_over_to_new_chunks(store: AgentStore) -> None:

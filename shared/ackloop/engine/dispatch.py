@@ -16,12 +16,21 @@ from pydantic import BaseModel, ValidationError
 
 from ackloop.engine.dead_letter import handle_dead_letter
 from ackloop.engine.deps import Deps
+from ackloop.engine.finish import end_run_now, run_end
 from ackloop.engine.ingest import start_run
+from ackloop.engine.lease import RequestScope
 from ackloop.engine.model_step import handle_model_step
 from ackloop.engine.tool_step import handle_tool_step
-from ackloop.errors import PermanentError, PoisonMessage, RetryableError, StepConflict
+from ackloop.errors import (
+    PermanentError,
+    PoisonMessage,
+    RetryableError,
+    StepConflict,
+    StepHeldElsewhere,
+)
 from ackloop.push import Delivery
-from ackloop.wire import ModelStepMessage, QueryMessage, ToolStepMessage
+from ackloop.records import StopReason
+from ackloop.wire import ModelStepMessage, QueryMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +72,15 @@ async def dispatch(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
         if isinstance(message, QueryMessage):
             run, created = await start_run(deps, message)
             return Outcome(200, {"run_id": run.run_id, "created": created})
+        served = RequestScope.starting(deps, delivery.message_id)
         if isinstance(message, ModelStepMessage):
-            await handle_model_step(deps, message)
+            await handle_model_step(deps, message, served)
         elif isinstance(message, ToolStepMessage):
-            await handle_tool_step(deps, message)
+            await handle_tool_step(deps, message, served)
         return Outcome(204)
+    except StepHeldElsewhere as exc:
+        log.info("%s message %s acknowledged: %s", kind, delivery.message_id, exc)
+        return Outcome(200, {"deferred": str(exc)})
     except RetryableError as exc:
         log.info("%s message %s will be redelivered: %s", kind, delivery.message_id, exc)
         return Outcome(503, {"error": str(exc), "retryable": True}, exc.retry_after)
@@ -98,4 +111,5 @@ async def _record_rejection(
     )
     run_id = delivery.attributes.get("run_id")
     if isinstance(exc, StepConflict) and run_id:
-        await deps.store.fail_run(run_id, f"{exc.reason}: {exc}", deps.clock.now())
+        await end_run_now(deps, run_id, run_end(StopReason.FAILED, Usage(),
+                                                error=f"{exc.reason}: {exc}"))

@@ -6,10 +6,11 @@ import hashlib
 import logging
 
 from ackloop.engine.deps import Deps
-from ackloop.engine.outbox import send
-from ackloop.keys import StepKey, run_id_for_request
-from ackloop.records import Outgoing, RunLimits, RunRecord, RunStatus
-from ackloop.wire import ModelStepMessage, QueryMessage
+from ackloop.engine.finish import first_step
+from ackloop.engine.outbox import resend, send
+from ackloop.keys import run_id_for_request
+from ackloop.records import RunLimits, RunRecord, RunStatus
+from ackloop.wire import QueryMessage
 
 log = logging.getLogger(__name__)
 
@@ -57,27 +58,20 @@ def new_run(deps: Deps, query: QueryMessage) -> RunRecord:
     )
 
 
-def first_step(run: RunRecord) -> Outgoing:
-    message = ModelStepMessage(run_id=run.run_id, turn=0)
-    return Outgoing(
-        topic="model_steps",
-        data=message.model_dump(mode="json"),
-        target_step=str(StepKey.model(0)),
-    )
-
-
 async def start_run(deps: Deps, query: QueryMessage) -> tuple[RunRecord, bool]:
     """Create the run for ``query`` (or find it) and make sure its first step is on its way.
 
-    A duplicate query whose first publish may have been lost (a crash right after the run was
+    A run for a busy conversation is stored ``queued`` (the active run's end starts it). A
+    duplicate query whose first publish may have been lost (a crash right after the run was
     created) re-sends the first step unless that step has already been claimed.
     """
     run, created = await deps.store.create_run(new_run(deps, query))
     if created:
-        log.info("run %s started for request %s", run.run_id, run.request_id)
-        await send(deps, run.run_id, [first_step(run)])
-    elif run.status is RunStatus.RUNNING:
-        (step0,) = await deps.store.get_steps(run.run_id, [str(StepKey.model(0))])
-        if step0 is None:
-            await send(deps, run.run_id, [first_step(run)])
+        log.info("run %s %s for request %s", run.run_id,
+                 "queued" if run.status is RunStatus.QUEUED else "started", run.request_id)
+    if run.status is RunStatus.RUNNING:
+        if created:
+            await send(deps, run.run_id, [first_step(run.run_id)])
+        else:
+            await resend(deps, run.run_id, [first_step(run.run_id)])
     return run, created

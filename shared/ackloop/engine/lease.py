@@ -1,4 +1,17 @@
-"""Keeping a step's lease alive while its model or tool call runs (the heartbeat)."""
+"""Claiming a step (waiting inside the request for a busy one) and keeping its lease alive.
+
+A delivery that finds its step held does not answer 503 to be retried later: Pub/Sub push does
+not time redeliveries for us (it ignores ``Retry-After``, backs off exponentially from 10 s,
+counts every nack toward the dead-letter policy and slows the whole subscription). It watches
+the step instead, bounded by the request's time:
+
+- the holder completes: this delivery re-sends what is still unsent and is acknowledged;
+- the holder's lease expires (it died): this delivery takes the step over and runs it;
+- the bound is reached while another *message* holds a live lease: acknowledged, since that
+  message stays unacknowledged until its holder finishes and is redelivered if it dies;
+- the bound is reached while the holder is a delivery of this same message (Pub/Sub gave up
+  waiting on it) or a retry-after runs past the bound: 503, Pub/Sub redelivers.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +19,48 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from ackloop.clock import Clock
 from ackloop.docdb.base import Snapshot
-from ackloop.errors import LeaseLost, RetryableError, UnknownRun
+from ackloop.engine.deps import Deps
+from ackloop.errors import (
+    LeaseLost,
+    RetryableError,
+    StepBusy,
+    StepHeldElsewhere,
+    UnknownRun,
+)
 from ackloop.keys import StepKey
+from ackloop.records import StepRecord
 from ackloop.store import AgentStore, Claim
 
 log = logging.getLogger(__name__)
+
+FIRST_POLL_S = 0.2
+MAX_POLL_S = 2.0
+COMMIT_MARGIN_S = 5.0
+"""Time kept in hand at the end of a request for the commit and the publish."""
+
+
+@dataclass(frozen=True)
+class RequestScope:
+    """What a handler knows of the delivery it serves: its message id and its time budget."""
+
+    message_id: str
+    deadline: float
+    """Clock time by which the request must have answered (its timeout, less a margin)."""
+
+    @classmethod
+    def starting(cls, deps: Deps, message_id: str) -> RequestScope:
+        return cls(message_id, deps.clock.now() + deps.settings.request_timeout_seconds
+                   - COMMIT_MARGIN_S)
+
+    def wait_until(self, deps: Deps, call_seconds: float) -> float:
+        """Until when a claim may wait: the configured bound, and room left for the call."""
+        now = deps.clock.now()
+        return now + max(0.0, min(deps.settings.claim_wait_seconds,
+                                  self.deadline - call_seconds - now))
 
 
 class ClaimRef:
@@ -22,6 +69,70 @@ class ClaimRef:
 
     def __init__(self, claim: Claim) -> None:
         self.claim = claim
+
+
+async def claim_waiting(
+    deps: Deps, run_id: str, key: StepKey, name: str, *, message_id: str, wait_until: float
+) -> Claim:
+    """Claim the step, watching it while another delivery holds it (see the module docstring).
+
+    Raises :class:`StepHeldElsewhere` (acknowledge) or :class:`StepBusy` (redeliver).
+    """
+    poll = FIRST_POLL_S
+    while True:
+        try:
+            return await deps.store.claim_step(
+                run_id, key, name, owner=deps.owner, now=deps.clock.now(),
+                lease_seconds=deps.settings.lease_seconds, message_id=message_id,
+            )
+        except StepBusy as busy:
+            holder = busy.holder if isinstance(busy.holder, StepRecord) else None
+            now = deps.clock.now()
+            if holder is None:
+                raise
+            free_at = max(holder.lease_expires_at, holder.not_before)
+            if now >= wait_until or holder.not_before > wait_until:
+                live_elsewhere = (holder.lease_expires_at > now and holder.not_before <= now
+                                  and holder.message_id not in ("", message_id))
+                if live_elsewhere:
+                    raise StepHeldElsewhere(
+                        f"step {key} of {run_id} is held by message {holder.message_id}"
+                    ) from busy
+                raise
+            await deps.clock.sleep(max(0.0, min(poll, free_at - now + 0.05, wait_until - now)))
+            poll = min(poll * 2, MAX_POLL_S)
+
+
+async def claim_with_run(
+    deps: Deps, run_id: str, key: StepKey, name: str, *, message_id: str, wait_until: float
+) -> tuple[Snapshot, Claim]:
+    """Read the run and claim the step (one round trip when the step is free).
+
+    A claim that had to wait reads the run again afterwards. If the run cannot be read, a
+    claim that was made is given back, so the redelivery need not wait out the lease.
+    """
+    got_run, got_claim = await asyncio.gather(
+        deps.store.get_run_snapshot(run_id),
+        deps.store.claim_step(run_id, key, name, owner=deps.owner, now=deps.clock.now(),
+                              lease_seconds=deps.settings.lease_seconds, message_id=message_id),
+        return_exceptions=True,
+    )
+    if isinstance(got_claim, StepBusy):
+        got_claim = await claim_waiting(deps, run_id, key, name, message_id=message_id,
+                                        wait_until=wait_until)
+        try:
+            got_run = await deps.store.get_run_snapshot(run_id)
+        except Exception as exc:
+            got_run = exc
+    if isinstance(got_claim, BaseException):
+        raise got_claim
+    if isinstance(got_run, BaseException):
+        if got_claim.state != "completed":
+            await deps.store.release_step(got_claim, error=f"run not read: {got_run}")
+        raise got_run
+    if got_run is None:
+        raise UnknownRun(run_id)
+    return got_run, got_claim
 
 
 class Heartbeat:
@@ -86,25 +197,12 @@ async def heartbeat(
         await beat.stop()
 
 
-async def claim_with_run(
-    store: AgentStore, clock: Clock, *, run_id: str, key: StepKey, name: str, owner: str,
-    lease_seconds: float,
-) -> tuple[Snapshot, Claim]:
-    """Read the run and claim the step in one round trip; :class:`UnknownRun` if no run."""
-    run_snapshot, claim = await asyncio.gather(
-        store.get_run_snapshot(run_id),
-        store.claim_step(run_id, key, name, owner=owner, now=clock.now(),
-                         lease_seconds=lease_seconds),
-    )
-    if run_snapshot is None:
-        raise UnknownRun(run_id)
-    return run_snapshot, claim
-
-
 @contextlib.asynccontextmanager
-async def released_on_retry(store: AgentStore, clock: Clock, ref: ClaimRef) -> AsyncIterator[None]:
-    """On a retryable failure, give the lease back (honouring a retry-after) and re-raise, so
-    the redelivery can take the step at once instead of waiting for the lease to expire."""
+async def released_on_failure(
+    store: AgentStore, clock: Clock, ref: ClaimRef
+) -> AsyncIterator[None]:
+    """On a retryable or unexpected failure, give the lease back (honouring a retry-after) and
+    re-raise, so the redelivery can take the step at once instead of waiting out the lease."""
     try:
         yield
     except RetryableError as exc:
@@ -113,4 +211,8 @@ async def released_on_retry(store: AgentStore, clock: Clock, ref: ClaimRef) -> A
             error=f"{type(exc).__name__}: {exc}",
             not_before=clock.now() + exc.retry_after if exc.retry_after else 0.0,
         )
+        raise
+    except Exception as exc:
+        with contextlib.suppress(Exception):  # the lease then simply expires
+            await store.release_step(ref.claim, error=f"{type(exc).__name__}: {exc}")
         raise

@@ -4,17 +4,17 @@
 2. Check the run: cancelled, out of budget, or ended by a final tool result -> end the run.
 3. Build the contents: the conversation's transcript, plus this turn's input (the user's text
    on turn 0, else the previous turn's tool results, in call order).
-4. Call the model with the lease kept alive; commit the step, the transcript append and the
-   follow-up messages (one tool step per call, or the answer) atomically; then publish.
+4. Call the model with the lease kept alive, and decide (:func:`decide`, a pure function):
+   one tool step per call, or the run's end.
+5. Commit the decision (:func:`ackloop.engine.finish.commit`), then publish.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ackloop import conversation
@@ -22,13 +22,20 @@ from ackloop.agents import AgentDefinition
 from ackloop.docdb.base import Snapshot
 from ackloop.engine import outbox
 from ackloop.engine.deps import Deps
-from ackloop.engine.finish import finish_run
-from ackloop.engine.lease import ClaimRef, claim_with_run, heartbeat, released_on_retry
-from ackloop.engine.structured import contract_for, judge
-from ackloop.errors import PermanentError, RetryableError, UnknownRun
+from ackloop.engine.finish import Decision, Reads, commit, run_end
+from ackloop.engine.lease import (
+    ClaimRef,
+    RequestScope,
+    claim_waiting,
+    claim_with_run,
+    heartbeat,
+    released_on_failure,
+)
+from ackloop.engine.structured import OutputContract, contract_for, judge
+from ackloop.errors import ModelRetryableError, PermanentError, RetryableError, UnknownRun
 from ackloop.keys import StepKey
 from ackloop.model.base import ModelRequest, ModelTurn
-from ackloop.records import Outgoing, RunRecord, StepRecord, StopReason
+from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StopReason
 from ackloop.store import Claim, Transcript
 from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 
@@ -71,30 +78,25 @@ class Inputs:
     previous: list[StepRecord]
 
 
-async def handle_model_step(deps: Deps, message: ModelStepMessage) -> None:
+async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: RequestScope) -> None:
     key = StepKey.model(message.turn)
-    run_snapshot, claim, inputs = await _claim_and_read(deps, message, key)
+    run_snapshot, claim, inputs = await _claim_and_read(deps, message, key, scope)
     if claim.state == "completed":
         await outbox.resend(deps, message.run_id, claim.step.outbox)
         return
     ref = ClaimRef(claim)
     try:
-        async with released_on_retry(deps.store, deps.clock, ref):
-            await _run_claimed(deps, message, ref, run_snapshot, inputs)
+        async with released_on_failure(deps.store, deps.clock, ref):
+            await _run_claimed(deps, message, ref, run_snapshot, inputs, scope)
     except PermanentError as exc:
-        await finish_run(
-            deps,
-            ref.claim,
-            run_snapshot,
-            stop_reason=StopReason.FAILED,
-            usage=message.usage,
-            error=f"{exc.reason}: {exc}",
-        )
+        # Before the transcript could be read (or it is inconsistent): end the run as it is.
         log.warning("run %s failed at %s: %s", message.run_id, key, exc)
+        await commit(deps, ref, _failure(exc, message.usage, []), Reads(run_snapshot),
+                     kind="model")
 
 
 async def _claim_and_read(
-    deps: Deps, message: ModelStepMessage, key: StepKey
+    deps: Deps, message: ModelStepMessage, key: StepKey, scope: RequestScope
 ) -> tuple[Snapshot, Claim, Inputs]:
     """Claim the step and read its inputs in as few round trips as possible.
 
@@ -103,154 +105,169 @@ async def _claim_and_read(
     transcript chunks then come in one read (the chunks are listed only for a step recorded
     without it).
     """
+    wait_until = scope.wait_until(deps, deps.settings.model_timeout_seconds)
     if message.turn == 0:
         run_snapshot, claim = await claim_with_run(
-            deps.store, deps.clock, run_id=message.run_id, key=key, name="model",
-            owner=deps.owner, lease_seconds=deps.settings.lease_seconds,
+            deps, message.run_id, key, "model", message_id=scope.message_id,
+            wait_until=wait_until,
         )
         return run_snapshot, claim, Inputs(None, [])
     turn = message.turn - 1
-    claim, previous = await asyncio.gather(
-        deps.store.claim_step(message.run_id, key, "model", owner=deps.owner,
-                              now=deps.clock.now(), lease_seconds=deps.settings.lease_seconds),
-        deps.store.steps_in_range(
+    claim = await claim_waiting(deps, message.run_id, key, "model",
+                                message_id=scope.message_id, wait_until=wait_until)
+    if claim.state == "completed":
+        return Snapshot("", {}, None), claim, Inputs(None, [])
+    try:
+        previous = await deps.store.steps_in_range(
             message.run_id, str(StepKey.model(turn)), f"{turn:04d}-tool-999"
-        ),
-    )
-    model_step = next((s for s in previous if s.kind == "model"), None)
-    pointer = (model_step.result or {}).get("transcript") if model_step else None
-    transcript: Transcript | None = None
-    found: Snapshot | None
-    if isinstance(pointer, dict):
-        found, transcript = await deps.store.run_and_transcript(message.run_id, pointer)
-    else:
-        found = await deps.store.get_run_snapshot(message.run_id)
+        )
+        model_step = next((s for s in previous if s.kind == "model"), None)
+        pointer = (model_step.result or {}).get("transcript") if model_step else None
+        transcript: Transcript | None = None
+        found: Snapshot | None
+        if isinstance(pointer, dict):
+            found, transcript = await deps.store.run_and_transcript(message.run_id, pointer)
+        else:
+            found = await deps.store.get_run_snapshot(message.run_id)
+    except Exception as exc:
+        await deps.store.release_step(claim, error=f"inputs not read: {exc}")
+        raise
     if found is None:
         raise UnknownRun(message.run_id)
     return found, claim, Inputs(transcript, previous)
 
 
 async def _run_claimed(
-    deps: Deps, message: ModelStepMessage, ref: ClaimRef, run_snapshot: Snapshot, inputs: Inputs
+    deps: Deps, message: ModelStepMessage, ref: ClaimRef, run_snapshot: Snapshot,
+    inputs: Inputs, scope: RequestScope,
 ) -> None:
     claim = ref.claim
     run = RunRecord.model_validate(run_snapshot.data)
-    key = claim.key
-    if run.status.terminal:
-        await deps.store.complete_step(
-            claim, now=deps.clock.now(), result={"skipped": f"run already {run.status}"}, outbox=[]
-        )
+    if run.status is not RunStatus.RUNNING:
+        # Ended (or not started): this step does not apply, so it is not recorded either.
+        await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
         return
-    if claim.step.attempts > deps.settings.max_step_attempts:
-        raise PermanentError(
-            f"step {key} was attempted {claim.step.attempts - 1} times; last error: "
-            f"{claim.step.last_error}",
-            reason="step_attempts_exhausted",
-        )
     agent = deps.agents.get(run.agent)
     transcript = await _transcript(deps, run, message, inputs)
     new_contents, final_output = _turn_input(run, message, inputs.previous)
+    reads = Reads(run_snapshot, transcript)
+    turn_ctx = TurnContext(run, message, agent, new_contents)
+    try:
+        if claim.step.attempts > deps.settings.max_step_attempts:
+            raise PermanentError(
+                f"step {claim.key} was attempted {claim.step.attempts - 1} times; last error: "
+                f"{claim.step.last_error}",
+                reason="step_attempts_exhausted",
+            )
+        stop = budget_stop(deps, run, message)
+        if stop is None and final_output is not None:
+            stop = StopReason.FINAL_TOOL
+        if stop is not None:
+            answer = _as_text(final_output) if final_output is not None else None
+            decision = Decision(
+                result={"stop_reason": stop.value}, contents=new_contents,
+                end=run_end(stop, message.usage, output=final_output, answer=answer))
+        else:
+            contract = contract_for(run.output_schema, agent.output_model)
+            tools = agent.toolbox.declarations()
+            request = ModelRequest(
+                model=run.model,
+                system_instruction=agent.system_instruction,
+                contents=conversation.answer_dangling_calls([*transcript.contents,
+                                                             *new_contents]),
+                tools=[*tools, contract.declaration()] if contract else tools,
+                timeout_seconds=deps.settings.model_timeout_seconds,
+            )
+            model_turn, call_seconds = await _call_model(deps, ref, request, scope)
+            deps.faults.hit("model:after_call")
+            decision = decide(turn_ctx, model_turn, contract, call_seconds)
+    except PermanentError as exc:
+        log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
+        decision = _failure(exc, message.usage, new_contents)
+    await commit(deps, ref, decision, reads, kind="model",
+                 redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
 
-    stop = budget_stop(deps, run, message)
-    if stop is None and final_output is not None:
-        stop = StopReason.FINAL_TOOL
-    tail = f"{run.run_id}/{key}"
-    if stop is not None:
-        await finish_run(
-            deps,
-            claim,
-            run_snapshot,
-            stop_reason=stop,
-            usage=message.usage,
-            output=final_output,
-            answer=_as_text(final_output) if final_output is not None else None,
-            transcript_writes=deps.store.append_writes(transcript, new_contents, tail),
-        )
-        return
 
-    contract = contract_for(run.output_schema, agent.output_model)
-    tools = agent.toolbox.declarations()
-    request = ModelRequest(
-        model=run.model,
-        system_instruction=agent.system_instruction,
-        contents=conversation.answer_dangling_calls([*transcript.contents, *new_contents]),
-        tools=[*tools, contract.declaration()] if contract else tools,
-        timeout_seconds=deps.settings.model_timeout_seconds,
-    )
+async def _call_model(
+    deps: Deps, ref: ClaimRef, request: ModelRequest, scope: RequestScope
+) -> tuple[ModelTurn, float]:
+    """Call the model with the lease kept alive, waiting out retryable errors in the request
+    while the wait is short (``retry_wait_seconds``) and the call still fits before the
+    request's deadline; a longer wait releases the step to Pub/Sub's redelivery."""
     started = time.monotonic()
+    backoff = 1.0
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
-        turn = await deps.model.generate(request)
-    call_seconds = time.monotonic() - started
-    claim = beat.check()
-    deps.faults.hit("model:after_call")
+        while True:
+            try:
+                turn = await deps.model.generate(request)
+                break
+            except ModelRetryableError as exc:
+                wait = exc.retry_after if exc.retry_after is not None else backoff
+                room = scope.deadline - deps.clock.now() - deps.settings.model_timeout_seconds
+                if wait > min(deps.settings.retry_wait_seconds, room) or beat.lost:
+                    raise
+                log.info("model call for %s: %s; trying again in %.1f s", ref.claim.key, exc,
+                         wait)
+                await deps.clock.sleep(wait)
+                backoff = min(backoff * 2, 8.0)
+    beat.check()
+    return turn, time.monotonic() - started
 
+
+@dataclass(frozen=True)
+class TurnContext:
+    """What a model step's decision depends on besides the model's answer."""
+
+    run: RunRecord
+    message: ModelStepMessage
+    agent: AgentDefinition
+    new_contents: list[JsonDict]
+
+
+def decide(
+    ctx: TurnContext, turn: ModelTurn, contract: OutputContract | None, call_seconds: float
+) -> Decision:
+    """What a model turn produces: the next steps, or the run's end. Pure."""
+    run, message, new_contents = ctx.run, ctx.message, ctx.new_contents
     usage = message.usage.plus(turn.usage)
     model_turn = conversation.model_content(turn.parts)
-    writes = deps.store.append_writes(transcript, [*new_contents, model_turn], tail)
-    result = _step_result(turn)
+    made = Decision(result=_step_result(turn), contents=[*new_contents, model_turn],
+                    step_usage=turn.usage, call_seconds=call_seconds)
     verdict = judge(contract, turn) if contract else None
     if verdict is not None and verdict.feedback is not None:
         # Not an acceptable final answer: the model hears why on its next turn.
-        follow_up = _next_model_step(run, message.turn, usage)
-        await deps.store.complete_step(
-            claim, now=deps.clock.now(), result=result | {"feedback": True}, outbox=follow_up,
-            usage=turn.usage, call_seconds=call_seconds,
-            extra_writes=deps.store.append_writes(
-                transcript, [*new_contents, model_turn, verdict.feedback], tail),
-        )
-        deps.faults.hit("model:after_commit")
-        await outbox.send(deps, run.run_id, follow_up)
-        return
+        return replace(made, result=(made.result or {}) | {"feedback": True},
+                       outbox=_next_model_step(run, message.turn, usage),
+                       contents=[*made.contents, verdict.feedback])
     if verdict is not None:
-        await finish_run(
-            deps, claim, run_snapshot, stop_reason=StopReason.ANSWERED, usage=usage,
-            answer=turn.text or json.dumps(verdict.output, ensure_ascii=False),
-            output=verdict.output, step_result=result, step_usage=turn.usage,
-            call_seconds=call_seconds, transcript_writes=writes,
-        )
-        return
+        answer = turn.text or json.dumps(verdict.output, ensure_ascii=False)
+        return replace(made, end=run_end(StopReason.ANSWERED, usage, answer=answer,
+                                         output=verdict.output))
     if not turn.calls:
-        await finish_run(
-            deps,
-            claim,
-            run_snapshot,
-            stop_reason=StopReason.ANSWERED,
-            usage=usage,
-            answer=turn.text or "",
-            step_result=result,
-            step_usage=turn.usage,
-            call_seconds=call_seconds,
-            transcript_writes=writes,
-        )
-        return
+        return replace(made, end=run_end(StopReason.ANSWERED, usage, answer=turn.text or ""))
     if usage.tool_calls + len(turn.calls) > run.limits.max_tool_calls:
         # The model's request is kept on the step, but not in the transcript: the next turn
         # of the conversation must not see calls that were never answered.
-        await finish_run(
-            deps,
-            claim,
-            run_snapshot,
-            stop_reason=StopReason.MAX_TOOL_CALLS,
-            usage=usage,
-            step_result=result,
-            step_usage=turn.usage,
-            call_seconds=call_seconds,
-            transcript_writes=deps.store.append_writes(transcript, new_contents, tail),
-        )
-        return
-    follow_ups = _tool_messages(run, agent, message.turn, turn.calls, usage)
-    result["transcript"] = deps.store.transcript_pointer(transcript, writes)
-    await deps.store.complete_step(
-        claim,
-        now=deps.clock.now(),
-        result=result,
-        outbox=follow_ups,
-        usage=turn.usage,
-        call_seconds=call_seconds,
-        extra_writes=writes,
-    )
-    deps.faults.hit("model:after_commit")
-    await outbox.send(deps, run.run_id, follow_ups)
+        return replace(made, contents=new_contents, end=run_end(StopReason.MAX_TOOL_CALLS, usage))
+    return replace(made, outbox=_tool_messages(run, ctx.agent, message.turn, turn.calls, usage))
+
+
+def _cancelled(decision: Decision, fresh: RunRecord, ctx: TurnContext) -> Decision:
+    """The decision again after the run changed while the model ran: a cancel wins over a
+    fan-out (the turn's tool results are kept; its unanswered calls are not)."""
+    if not fresh.cancel_requested or decision.end is not None:
+        return decision
+    usage = ctx.message.usage.plus(decision.step_usage or Usage())
+    return replace(decision, outbox=[], contents=ctx.new_contents,
+                   end=run_end(StopReason.CANCELLED, usage))
+
+
+def _failure(exc: PermanentError, usage: Usage, contents: list[JsonDict]) -> Decision:
+    """A permanent failure ends the run; the previous turn's tool results still go into the
+    transcript, so the conversation's next run knows those calls were made."""
+    error = f"{exc.reason}: {exc}"
+    return Decision(result={"error": error}, contents=contents, error=error,
+                    end=run_end(StopReason.FAILED, usage, error=error))
 
 
 async def _transcript(

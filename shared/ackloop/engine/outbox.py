@@ -30,7 +30,8 @@ async def send(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> None:
             deps.publisher.publish(
                 deps.topic(o.topic),
                 encode(o.data),
-                {"run_id": run_id, **({"step": o.target_step} if o.target_step else {})},
+                {"run_id": o.target_run or run_id,
+                 **({"step": o.target_step} if o.target_step else {})},
             )
             for o in outbox
         )
@@ -39,10 +40,11 @@ async def send(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> None:
 
 async def resend(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> int:
     """Re-send the entries whose target step was never claimed. Returns how many were sent."""
-    targets = [o.target_step for o in outbox if o.target_step]
-    existing = await deps.store.get_steps(run_id, targets) if targets else []
-    claimed = {t for t, step in zip(targets, existing, strict=True) if step is not None}
-    pending = [o for o in outbox if o.target_step not in claimed]
+    targeted = [o for o in outbox if o.target_step]
+    found = await deps.store.steps_exist(
+        [(o.target_run or run_id, str(o.target_step)) for o in targeted])
+    claimed = {id(o) for o, exists in zip(targeted, found, strict=True) if exists}
+    pending = [o for o in outbox if id(o) not in claimed]
     if pending:
         log.info("run %s: re-sending %d follow-up message(s)", run_id, len(pending))
         await send(deps, run_id, pending)

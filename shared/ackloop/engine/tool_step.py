@@ -16,50 +16,61 @@ import time
 from ackloop.docdb.base import Snapshot
 from ackloop.engine import outbox
 from ackloop.engine.deps import Deps
-from ackloop.engine.lease import ClaimRef, claim_with_run, heartbeat, released_on_retry
+from ackloop.engine.finish import Decision, Reads, commit
+from ackloop.engine.lease import (
+    ClaimRef,
+    RequestScope,
+    claim_with_run,
+    heartbeat,
+    released_on_failure,
+)
 from ackloop.errors import PermanentError
 from ackloop.keys import StepKey, tool_turn_range
-from ackloop.records import Outgoing, RunRecord, StepStatus
+from ackloop.records import Outgoing, RunRecord, RunStatus, StepStatus
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.wire import ModelStepMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
 
-async def handle_tool_step(deps: Deps, message: ToolStepMessage) -> None:
+async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestScope) -> None:
     key = StepKey.tool(message.turn, message.index)
     run_snapshot, claim = await claim_with_run(
-        deps.store, deps.clock, run_id=message.run_id, key=key, name=message.call.name,
-        owner=deps.owner, lease_seconds=deps.settings.lease_seconds,
+        deps, message.run_id, key, message.call.name, message_id=scope.message_id,
+        wait_until=scope.wait_until(deps, deps.settings.tool_timeout_seconds),
     )
     if claim.state != "completed":
         ref = ClaimRef(claim)
         try:
-            async with released_on_retry(deps.store, deps.clock, ref):
-                await _run_claimed(deps, message, ref, run_snapshot)
+            async with released_on_failure(deps.store, deps.clock, ref):
+                outcome, seconds = await _run_claimed(deps, message, ref, run_snapshot)
         except PermanentError as exc:
             # The run must not stall: the failure becomes this call's result for the model.
             log.warning("run %s tool step %s failed: %s", message.run_id, key, exc)
-            failed = ToolOutcome(response={"error": f"{exc.reason}: {exc}"}, is_error=True)
-            await _commit(deps, ref, message, failed, None)
-        deps.faults.hit("tool:after_commit")
+            outcome = ToolOutcome(response={"error": f"{exc.reason}: {exc}"}, is_error=True)
+            seconds = None
+        if outcome is None:
+            return  # the run has ended: nothing was run, nothing is recorded
+        await commit(deps, ref, _decision(message, outcome, seconds), Reads(run_snapshot),
+                     kind="tool")
         if message.call_count == 1:
-            await outbox.send(deps, message.run_id, _next_model_step(message))
-            return
+            return  # the follow-up went out with the commit
     await join(deps, message)
 
 
 async def _run_claimed(
     deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_snapshot: Snapshot
-) -> None:
+) -> tuple[ToolOutcome | None, float | None]:
+    """Run the call, or say why not. ``(None, None)``: the run has ended, record nothing."""
     claim = ref.claim
     run = RunRecord.model_validate(run_snapshot.data)
-    if run.status.terminal:
-        outcome = ToolOutcome(
-            response={"error": f"not run: the run is {run.status}"}, is_error=True
-        )
-        await _commit(deps, ref, message, outcome, None)
-        return
+    if run.status is not RunStatus.RUNNING:
+        await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
+        return None, None
+    if run.cancel_requested:
+        # Cancelled after the fan-out: the call is not made; the join still completes the
+        # turn so that the next model step ends the run as cancelled.
+        return _error("not run: the run was cancelled"), None
     agent = deps.agents.get(run.agent)
     context = ToolContext(
         run_id=run.run_id,
@@ -69,32 +80,22 @@ async def _run_claimed(
         timeout_seconds=deps.settings.tool_timeout_seconds,
     )
     if claim.step.attempts > deps.settings.max_step_attempts:
-        outcome = ToolOutcome(
-            response={
-                "error": f"the tool did not complete after {claim.step.attempts - 1} attempts "
-                f"(last error: {claim.step.last_error})"
-            },
-            is_error=True,
-        )
-        await _commit(deps, ref, message, outcome, None)
-        return
+        return _error(f"the tool did not complete after {claim.step.attempts - 1} attempts "
+                      f"(last error: {claim.step.last_error})"), None
     if claim.state == "taken_over" and not _retry_safe(agent.toolbox, message.call.name):
         # The previous holder may have acted before it died: do not act twice.
-        outcome = ToolOutcome(
-            response={
-                "error": "this call was interrupted and may or may not have taken effect; "
-                "it is not retried automatically because it is not safe to repeat"
-            },
-            is_error=True,
-        )
-        await _commit(deps, ref, message, outcome, None)
-        return
+        return _error("this call was interrupted and may or may not have taken effect; "
+                      "it is not retried automatically because it is not safe to repeat"), None
     started = time.monotonic()
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         outcome = await agent.toolbox.execute(message.call, context)
     beat.check()
     deps.faults.hit("tool:after_call")
-    await _commit(deps, ref, message, outcome, time.monotonic() - started)
+    return outcome, time.monotonic() - started
+
+
+def _error(text: str) -> ToolOutcome:
+    return ToolOutcome(response={"error": text}, is_error=True)
 
 
 def _retry_safe(toolbox: object, name: str) -> bool:
@@ -102,20 +103,12 @@ def _retry_safe(toolbox: object, name: str) -> bool:
     return bool(check(name)) if callable(check) else True
 
 
-async def _commit(
-    deps: Deps,
-    ref: ClaimRef,
-    message: ToolStepMessage,
-    outcome: ToolOutcome,
-    call_seconds: float | None,
-) -> None:
-    await deps.store.complete_step(
-        ref.claim,
-        now=deps.clock.now(),
+def _decision(message: ToolStepMessage, outcome: ToolOutcome, seconds: float | None) -> Decision:
+    return Decision(
         result=outcome.model_dump(mode="json"),
         outbox=_next_model_step(message) if message.call_count == 1 else [],
-        usage=Usage(tool_calls=1),
-        call_seconds=call_seconds,
+        step_usage=Usage(tool_calls=1),
+        call_seconds=seconds,
         error=str(outcome.response.get("error")) if outcome.is_error else None,
     )
 
