@@ -7,6 +7,7 @@ the ``user`` turn that follows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,10 @@ from ackloop.wire import FunctionCall
 JsonDict = dict[str, Any]
 
 NOT_EXECUTED = {"error": "not executed: the run that asked for this call ended before it ran"}
+
+TURN_RESULTS_BYTES = 512 * 1024
+"""Most a turn's tool results may take together. They are appended to the transcript as one
+content, and a Firestore document holds at most 1 MiB: many large results are cut to fit."""
 
 
 def user_text(text: str) -> JsonDict:
@@ -33,10 +38,42 @@ def function_response_part(call: FunctionCall, response: JsonDict) -> JsonDict:
 
 
 def function_responses(calls_and_responses: Sequence[tuple[FunctionCall, JsonDict]]) -> JsonDict:
+    pairs = _fitted(calls_and_responses, TURN_RESULTS_BYTES)
     return {
         "role": "user",
-        "parts": [function_response_part(call, response) for call, response in calls_and_responses],
+        "parts": [function_response_part(call, response) for call, response in pairs],
     }
+
+
+def _fitted(
+    pairs: Sequence[tuple[FunctionCall, JsonDict]], budget: int
+) -> list[tuple[FunctionCall, JsonDict]]:
+    """The responses, the largest cut down (with a note for the model) until all fit."""
+    sizes = [len(json.dumps(r, ensure_ascii=False)) for _, r in pairs]
+    if sum(sizes) <= budget or not pairs:
+        return list(pairs)
+    # The largest share that fits: every response at or under it is kept whole.
+    share = budget // len(pairs)
+    small = [s for s in sizes if s <= share]
+    while small and (room := (budget - sum(small)) // max(1, len(sizes) - len(small))) > share:
+        share = room
+        small = [s for s in sizes if s <= share]
+    fitted = []
+    for (call, response), size in zip(pairs, sizes, strict=True):
+        if size > share:
+            text = _cut(json.dumps(response, ensure_ascii=False), max(0, share - 200))
+            response = {"truncated": text, "note": f"this result was {size} bytes; the turn's "
+                        f"results are limited to {budget} bytes, so it was cut"}
+        fitted.append((call, response))
+    return fitted
+
+
+def _cut(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` whose JSON encoding fits ``limit`` bytes (escapes count)."""
+    cut = text[:limit]
+    while cut and (encoded := len(json.dumps(cut, ensure_ascii=False).encode())) > limit:
+        cut = cut[: max(0, len(cut) * limit // encoded - 1)]
+    return cut
 
 
 def calls_in(content: JsonDict) -> list[FunctionCall]:

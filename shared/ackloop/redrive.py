@@ -115,6 +115,8 @@ async def _redrive_one(
     except ConversationBusy as exc:
         log.warning("not re-driving %s: %s", message_id, exc)
         return result("conversation_busy")
+    if state == "missing" and origin == "queries":
+        state = "reopened"  # the query never made its run: re-publishing it starts the run
     if state in ("finished", "missing"):
         outcome: Outcome = "run_finished" if state == "finished" else "run_missing"
         await store.mark_redriven(message_id, clock.now(), outcome)

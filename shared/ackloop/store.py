@@ -324,6 +324,32 @@ class AgentStore:
         end = RunEnd(RunStatus.FAILED, StopReason.FAILED, Usage(), error=error)
         return await self.end_run_now(run_id, end, now) is not None
 
+    async def promote_queued(self, run_id: str, now: float) -> bool:
+        """Start a queued run whose conversation is free (its start was lost). True if so."""
+
+        async def body(txn: Transaction) -> bool:
+            snap = await txn.get(self.run_path(run_id))
+            if snap is None or snap.data.get("status") != RunStatus.QUEUED.value:
+                return False
+            run = RunRecord.model_validate(snap.data)
+            conv_path = self.conversation_path(run.conversation_id)
+            conv_snap = await txn.get(conv_path)
+            conv = (ConversationRecord.model_validate(conv_snap.data) if conv_snap
+                    else ConversationRecord(conversation_id=run.conversation_id))
+            if conv.active_run_id is not None:
+                active = await txn.get(self.run_path(conv.active_run_id))
+                if active is not None and not RunRecord.model_validate(active.data).status.terminal:
+                    return False
+            if conv.queue and conv.queue[0] != run_id:
+                return False  # an older queued run goes first
+            txn.write(Write("set", conv_path, conv.model_copy(update={
+                "active_run_id": run_id, "queue": conv.queue[1:], "updated_at": now}).to_doc()))
+            txn.write(Write("update", snap.path, {"status": RunStatus.RUNNING.value,
+                                                  "started_at": now, "progress_at": now}))
+            return True
+
+        return await self.db.transact(body)
+
     async def request_cancel(self, run_id: str) -> RunRecord | None:
         snap = await self.get_run_snapshot(run_id)
         if snap is None:

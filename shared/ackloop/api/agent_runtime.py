@@ -31,6 +31,7 @@ from ackloop.api.models import (
 )
 from ackloop.api.runs import ERRORS, deps_of, get_run, start, wait_for
 from ackloop.engine.deps import Deps
+from ackloop.engine.finish import cancel_run
 from ackloop.wire import Usage
 
 ApiMode = Literal["", "async", "stream", "async_stream"]
@@ -107,7 +108,7 @@ async def _query(deps: Deps, data: SyncQueryInput) -> QueryOutput:
 
 
 async def _cancel(deps: Deps, data: RunRef) -> CancelAccepted:
-    run = await deps.store.request_cancel(data.run_id)
+    run = await cancel_run(deps, data.run_id)
     if run is None:
         raise ApiError(404, "not_found", f"no run {data.run_id}")
     return CancelAccepted(run_id=run.run_id, status=run.status.value,

@@ -136,6 +136,16 @@ class CancelAccepted(BaseModel):
     )
 
 
+class SweptRun(BaseModel):
+    run_id: str
+    action: str = Field(description="resumed, failed, progressing or started")
+    detail: str
+
+
+class SweepReport(BaseModel):
+    swept: list[SweptRun] = Field(description="Runs found idle, and what was done to each.")
+
+
 class FieldError(BaseModel):
     field: str = Field(description="Where: body.text, path.run_id, header.idempotency-key...")
     message: str

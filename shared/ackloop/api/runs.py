@@ -24,11 +24,15 @@ from ackloop.api.models import (
     RunSummary,
     RunView,
     StepView,
+    SweepReport,
+    SweptRun,
 )
+from ackloop.engine import finish
 from ackloop.engine.deps import Deps
 from ackloop.engine.ingest import start_run
-from ackloop.errors import ConversationBusy, IdempotencyMismatch, PermanentError
+from ackloop.errors import IdempotencyMismatch, PermanentError
 from ackloop.records import RunRecord
+from ackloop.sweep import sweep
 from ackloop.wire import ID_PATTERN, QueryMessage
 
 RunId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=128,
@@ -71,14 +75,14 @@ async def start(deps: Deps, body: CreateRun, idempotency_key: str | None) -> tup
                          conversation_id=body.conversation_id, agent=body.agent,
                          options=body.options)
     try:
-        return await start_run(deps, query)
+        # The run is durable once committed: if its first publish fails, it is still accepted
+        # (202) and the sweeper sends that message, rather than a 503 inviting a second run.
+        return await start_run(deps, query, publish_failure_ok=True)
     except IdempotencyMismatch as exc:
         raise ApiError(409, "idempotency_mismatch", str(exc)) from exc
-    except ConversationBusy as exc:
-        raise ApiError(409, "conversation_busy", str(exc),
-                       headers={"Retry-After": str(round(exc.retry_after or 5))}) from exc
     except PermanentError as exc:
-        raise ApiError(422, exc.reason, str(exc)) from exc
+        status = 409 if exc.reason == "conversation_queue_full" else 422
+        raise ApiError(status, exc.reason, str(exc)) from exc
 
 
 async def wait_for(deps: Deps, run_id: str, seconds: float) -> RunRecord:
@@ -127,7 +131,8 @@ def event_stream(deps: Deps, run_id: str, after: str | None, sse: bool) -> Strea
 
 @router.post("/runs", status_code=202, response_model=RunCreated,
              responses={409: {"model": ErrorBody, "description":
-                              "Idempotency key reused with another body, or conversation busy."},
+                              "Idempotency key reused with another body, or too many runs "
+                              "already queued for the conversation."},
                         **ERRORS},
              summary="Start a run")
 async def create_run(
@@ -183,10 +188,11 @@ async def stream_run(
              responses={200: {"model": CancelAccepted, "description": "Already finished."},
                         **ERRORS}, summary="Cancel a run")
 async def cancel_run(request: Request, run_id: RunId) -> JSONResponse:
-    """Ask the run to stop: it ends ``cancelled`` at its next step boundary, and the step in
-    flight still records its result. Idempotent; 200 when the run had already finished."""
+    """Ask the run to stop: a queued run ends ``cancelled`` at once; a running one ends
+    ``cancelled`` at its next step boundary (the call in flight still records its result, tool
+    calls not started yet are not made). Idempotent; 200 when the run had already finished."""
     deps = await deps_of(request)
-    run = await deps.store.request_cancel(run_id)
+    run = await finish.cancel_run(deps, run_id)
     if run is None:
         raise ApiError(404, "not_found", f"no run {run_id}")
     body = CancelAccepted(run_id=run_id, status=run.status.value,
@@ -207,3 +213,20 @@ async def list_runs(
     runs = await deps.store.list_runs(conversation_id, limit)
     return ConversationRuns(conversation_id=conversation_id,
                             runs=[RunSummary.of(r) for r in runs])
+
+
+@router.post("/sweep", response_model=SweepReport, responses=ERRORS,
+             summary="Resume stalled runs (for Cloud Scheduler)")
+async def sweep_runs(
+    request: Request,
+    stale_seconds: Annotated[float | None, Query(gt=0, le=86_400, description=(
+        "Idle time after which a running run is resumed; default ACKLOOP_SWEEP_STALE_SECONDS."
+    ))] = None,
+) -> SweepReport:
+    """Find running runs that made no progress for a while and resume each from its ledger
+    (re-publishing the step message it needs; the step's claim absorbs duplicates), fail
+    those that cannot be resumed, and start queued runs whose conversation is free."""
+    deps = await deps_of(request)
+    swept = await sweep(deps, stale_after=stale_seconds)
+    return SweepReport(swept=[SweptRun(run_id=s.run_id, action=s.action, detail=s.detail)
+                              for s in swept])

@@ -1,4 +1,4 @@
-"""``ackloop runs dead-letters|redrive``: inspect dead-lettered steps and re-drive them.
+"""``ackloop runs dead-letters|redrive|sweep``: dead letters, re-driving them, stalled runs.
 
 Both read the deployment's settings from the environment (``ACKLOOP_*``; against the emulators,
 ``PUBSUB_EMULATOR_HOST`` and ``FIRESTORE_EMULATOR_HOST`` as ``ackloop dev up`` prints them).
@@ -16,10 +16,13 @@ from ackloop.bus.pubsub import PubSubPublisher
 from ackloop.clock import SystemClock
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.redrive import Redriven, pending_dead_letters, redrive
+from ackloop.runtime import build_deps
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
+from ackloop.sweep import Swept, sweep
 
-app = typer.Typer(no_args_is_help=True, help="Runs: dead letters and re-driving them.")
+app = typer.Typer(no_args_is_help=True,
+                  help="Runs: dead letters, re-driving them, and resuming stalled runs.")
 console = Console()
 
 
@@ -61,6 +64,31 @@ def redrive_command(
     _print(results)
     if any(r.outcome == "conversation_busy" for r in results):
         raise typer.Exit(1)
+
+
+@app.command("sweep")
+def sweep_command(
+    stale_seconds: float = typer.Option(
+        None, help="Idle time after which a running run is resumed "
+        "(default: ACKLOOP_SWEEP_STALE_SECONDS)."),
+) -> None:
+    """Resume runs that stopped moving, from their ledger; fail those that cannot be resumed.
+
+    Safe at any time: a re-sent step message is absorbed by the step's claim.
+    """
+    swept = asyncio.run(_sweep(stale_seconds))
+    if not swept:
+        console.print("no stalled runs")
+        return
+    table = Table("run", "action", "detail")
+    for s in swept:
+        table.add_row(s.run_id, s.action, s.detail)
+    console.print(table)
+
+
+async def _sweep(stale_seconds: float | None) -> list[Swept]:
+    deps = await build_deps(Settings())
+    return await sweep(deps, stale_after=stale_seconds)
 
 
 def _print(results: list[Redriven]) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from ackloop.errors import RetryableError
+from ackloop.errors import PermanentError, RetryableError
 
 T = TypeVar("T")
 Version = Any
@@ -24,6 +24,20 @@ class AlreadyExists(Exception):
 
 class PreconditionFailed(Exception):
     """A write's ``if_version`` no longer matches: someone else wrote the document."""
+
+
+MAX_DOCUMENT_BYTES = 1_048_576
+"""Firestore's document size limit."""
+MAX_WRITES_PER_COMMIT = 500
+"""Firestore's limit on the writes of one batch or transaction."""
+
+
+class InvalidWrite(PermanentError):
+    """The database refused a write as it is (too large a document, too many writes):
+    sending it again cannot help."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="invalid_write")
 
 
 class StorageUnavailable(RetryableError):

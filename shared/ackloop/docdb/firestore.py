@@ -18,6 +18,7 @@ from google.cloud.firestore_v1.field_path import FieldPath
 
 from ackloop.docdb.base import (
     AlreadyExists,
+    InvalidWrite,
     JsonDict,
     PreconditionFailed,
     Snapshot,
@@ -46,12 +47,16 @@ def _translated(fn: F) -> F:
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return await fn(*args, **kwargs)
+        except _TRANSIENT as exc:
+            # First: Aborted (contention) is a subclass of Conflict in google-api-core, and
+            # must not read as AlreadyExists.
+            raise StorageUnavailable(f"Firestore: {type(exc).__name__}: {exc}") from exc
         except (gexc.AlreadyExists, gexc.Conflict) as exc:
             raise AlreadyExists(str(exc)) from exc
+        except gexc.InvalidArgument as exc:
+            raise InvalidWrite(f"Firestore refused the write: {exc}") from exc
         except (gexc.FailedPrecondition, gexc.NotFound) as exc:
             raise PreconditionFailed(str(exc)) from exc
-        except _TRANSIENT as exc:
-            raise StorageUnavailable(f"Firestore: {type(exc).__name__}: {exc}") from exc
 
     return wrapper  # type: ignore[return-value]
 

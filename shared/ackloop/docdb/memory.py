@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from ackloop.docdb.base import (
+    MAX_DOCUMENT_BYTES,
+    MAX_WRITES_PER_COMMIT,
     AlreadyExists,
+    InvalidWrite,
     JsonDict,
     PreconditionFailed,
     Snapshot,
@@ -18,6 +22,11 @@ from ackloop.docdb.base import (
 )
 
 T = TypeVar("T")
+
+
+def _document_size(path: str, data: JsonDict) -> int:
+    """Close to Firestore's own count (UTF-8 strings plus a little per field and value)."""
+    return len(path.encode()) + 32 + len(json.dumps(data, ensure_ascii=False).encode())
 
 
 def _parent(path: str) -> str:
@@ -50,6 +59,10 @@ class MemoryDocumentDB:
             return self._apply(writes)
 
     def _apply(self, writes: Sequence[Write]) -> list[Version]:
+        # Firestore's limits, so that what passes here cannot fail there.
+        if len(writes) > MAX_WRITES_PER_COMMIT:
+            raise InvalidWrite(f"{len(writes)} writes in one commit (at most "
+                               f"{MAX_WRITES_PER_COMMIT})")
         # Check every precondition first: the batch is all or nothing.
         for w in writes:
             current = self._docs.get(w.path)
@@ -60,6 +73,11 @@ class MemoryDocumentDB:
                     raise PreconditionFailed(f"{w.path} does not exist")
                 if w.if_version is not None and current[1] != w.if_version:
                     raise PreconditionFailed(f"{w.path} changed since it was read")
+        for w in writes:
+            merged = ({**self._docs[w.path][0], **w.data} if w.op == "update" else w.data)
+            if (size := _document_size(w.path, merged)) > MAX_DOCUMENT_BYTES:
+                raise InvalidWrite(f"{w.path}: document of {size} bytes exceeds "
+                                   f"{MAX_DOCUMENT_BYTES}")
         versions: list[Version] = []
         for w in writes:
             version = next(self._versions)

@@ -31,7 +31,7 @@ from ackloop.errors import PermanentError, StaleRead
 from ackloop.keys import StepKey
 from ackloop.records import Outgoing, RunRecord, RunStatus, StopReason
 from ackloop.store import RunEnd, Transcript
-from ackloop.wire import AnswerMessage, ModelStepMessage, Usage
+from ackloop.wire import AnswerMessage, ModelStepMessage, ToolStepMessage, Usage
 
 JsonDict = dict[str, Any]
 COMMIT_ATTEMPTS = 4
@@ -96,6 +96,17 @@ def first_step(run_id: str, *, other_run: bool = False) -> Outgoing:
     message = ModelStepMessage(run_id=run_id, turn=0)
     return Outgoing(topic="model_steps", data=message.model_dump(mode="json"),
                     target_step=str(StepKey.model(0)), target_run=run_id if other_run else None)
+
+
+def after_tools(message: ToolStepMessage) -> Outgoing:
+    """The model step that follows the turn of tool step ``message`` (what the join sends)."""
+    follow_up = ModelStepMessage(
+        run_id=message.run_id,
+        turn=message.turn + 1,
+        usage=message.usage.plus(Usage(tool_calls=message.call_count)),
+    )
+    return Outgoing(topic="model_steps", data=follow_up.model_dump(mode="json"),
+                    target_step=str(StepKey.model(message.turn + 1)))
 
 
 async def commit(

@@ -58,20 +58,30 @@ def new_run(deps: Deps, query: QueryMessage) -> RunRecord:
     )
 
 
-async def start_run(deps: Deps, query: QueryMessage) -> tuple[RunRecord, bool]:
+async def start_run(
+    deps: Deps, query: QueryMessage, *, publish_failure_ok: bool = False
+) -> tuple[RunRecord, bool]:
     """Create the run for ``query`` (or find it) and make sure its first step is on its way.
 
     A run for a busy conversation is stored ``queued`` (the active run's end starts it). A
     duplicate query whose first publish may have been lost (a crash right after the run was
     created) re-sends the first step unless that step has already been claimed.
+    ``publish_failure_ok``: a run committed but not yet published is still a success (the
+    sweeper publishes its first step); otherwise the failure is raised, for a redelivery.
     """
     run, created = await deps.store.create_run(new_run(deps, query))
     if created:
         log.info("run %s %s for request %s", run.run_id,
                  "queued" if run.status is RunStatus.QUEUED else "started", run.request_id)
-    if run.status is RunStatus.RUNNING:
+    if run.status is not RunStatus.RUNNING:
+        return run, created
+    try:
         if created:
             await send(deps, run.run_id, [first_step(run.run_id)])
         else:
             await resend(deps, run.run_id, [first_step(run.run_id)])
+    except Exception:
+        if not publish_failure_ok:
+            raise
+        log.exception("run %s: first step not published; the sweeper will send it", run.run_id)
     return run, created

@@ -16,7 +16,7 @@ import time
 from ackloop.docdb.base import Snapshot
 from ackloop.engine import outbox
 from ackloop.engine.deps import Deps
-from ackloop.engine.finish import Decision, Reads, commit
+from ackloop.engine.finish import Decision, Reads, after_tools, commit
 from ackloop.engine.lease import (
     ClaimRef,
     RequestScope,
@@ -28,7 +28,7 @@ from ackloop.errors import PermanentError
 from ackloop.keys import StepKey, tool_turn_range
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepStatus
 from ackloop.tools.base import ToolContext, ToolOutcome
-from ackloop.wire import ModelStepMessage, ToolStepMessage, Usage
+from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +114,7 @@ def _decision(message: ToolStepMessage, outcome: ToolOutcome, seconds: float | N
 
 
 def _next_model_step(message: ToolStepMessage) -> list[Outgoing]:
-    """The message that triggers the model step after this tool step's turn."""
-    follow_up = ModelStepMessage(
-        run_id=message.run_id,
-        turn=message.turn + 1,
-        usage=message.usage.plus(Usage(tool_calls=message.call_count)),
-    )
-    return [Outgoing(topic="model_steps", data=follow_up.model_dump(mode="json"),
-                     target_step=str(StepKey.model(message.turn + 1)))]
+    return [after_tools(message)]
 
 
 async def join(deps: Deps, message: ToolStepMessage) -> None:

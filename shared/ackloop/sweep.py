@@ -1,0 +1,149 @@
+"""The sweeper: a safety net for runs that stopped moving.
+
+Pub/Sub redelivers whatever was not acknowledged, so a run stops moving only when a message that
+should exist does not: a publish lost after its commit with no redelivery to repeat it (the
+HTTP API committed a run and then could not publish), a dead letter re-driven into a step that
+has nothing left to send, a queued run whose start message was lost. The sweeper finds runs
+with no progress for ``sweep_stale_seconds`` and resumes each one *from its ledger*: it works out
+which step message the run needs next and publishes it again. The step's claim turns any
+duplicate into a no-op, so sweeping a healthy run costs a message, never a second execution.
+A run the ledger cannot resume is failed with the cause (and its end is published).
+
+It runs from ``ackloop runs sweep``, from ``POST /sweep`` on the API (Cloud Scheduler calls it;
+see ``infra/scheduler.tf``), and from the local stack.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from ackloop.engine.deps import Deps
+from ackloop.engine.finish import after_tools, end_run_now, first_step, run_end
+from ackloop.engine.outbox import send
+from ackloop.keys import StepKey
+from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StepStatus, StopReason
+from ackloop.wire import ToolStepMessage, Usage
+
+log = logging.getLogger(__name__)
+
+Action = Literal["resumed", "failed", "progressing", "started"]
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What the sweeper did to one run."""
+
+    run_id: str
+    action: Action
+    detail: str
+
+
+async def sweep(deps: Deps, *, stale_after: float | None = None, limit: int = 200) -> list[Swept]:
+    """Resume (or fail) every running run idle for ``stale_after`` seconds, and start queued
+    runs whose conversation has no active run. Idempotent; safe to run concurrently."""
+    stale_after = deps.settings.sweep_stale_seconds if stale_after is None else stale_after
+    threshold = deps.clock.now() - stale_after
+    swept: list[Swept] = []
+    for run in await deps.store.runs_in_status(RunStatus.RUNNING, "progress_at", limit):
+        if (run.progress_at or run.created_at) > threshold:
+            break  # oldest first: the rest moved recently
+        swept.append(await resume_run(deps, run, threshold))
+    for run in await deps.store.runs_in_status(RunStatus.QUEUED, "created_at", limit):
+        if run.created_at > threshold:
+            break
+        if (started := await _start_if_free(deps, run)) is not None:
+            swept.append(started)
+    for item in swept:
+        log.warning("sweeper: run %s %s (%s)", item.run_id, item.action, item.detail)
+    return swept
+
+
+async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
+    steps = await deps.store.list_steps(run.run_id)
+    now = deps.clock.now()
+    busy = [s.key for s in steps if s.lease_expires_at > now or s.not_before > now
+            or max(s.started_at, s.completed_at or 0.0) > threshold]
+    if busy:
+        return Swept(run.run_id, "progressing", f"step {busy[-1]} is live")
+    needed = next_messages(run, steps)
+    if not needed:
+        cause = (f"stalled at {steps[-1].key if steps else 'its start'} with nothing left to "
+                 "send")
+        ended = await end_run_now(deps, run.run_id, run_end(
+            StopReason.FAILED, Usage(), error=f"swept: {cause}"), only_active=True)
+        return Swept(run.run_id, "failed" if ended else "progressing", cause)
+    await send(deps, run.run_id, needed)
+    targets = ", ".join(str(o.target_step) for o in needed)
+    return Swept(run.run_id, "resumed", f"re-sent {targets}")
+
+
+def next_messages(run: RunRecord, steps: list[StepRecord]) -> list[Outgoing]:
+    """The step messages ``run`` needs to move on, read from its ledger. Pure.
+
+    Every step message is deterministic: the first model step's is fixed, a tool step's is in
+    its model step's outbox, and a model step's is in its predecessor's outbox or follows from
+    the turn's tool messages (the join). Steps that completed, or that were never claimed but
+    are not due yet, need nothing.
+    """
+    if not steps:
+        return [first_step(run.run_id)]
+    by_key = {s.key: s for s in steps}
+    turn = max(s.turn for s in steps)
+    model = by_key.get(str(StepKey.model(turn)))
+    if model is None or model.status is not StepStatus.COMPLETED:
+        message = _model_message(run, turn, by_key)
+        return [message] if message is not None else []
+    pending = [o for o in model.outbox if o.target_step and o.topic != "answers"
+               and _unfinished(by_key.get(o.target_step))]
+    tools = [o for o in model.outbox if o.topic == "tool_steps"]
+    if not pending and tools and all(_done(by_key.get(str(o.target_step))) for o in tools):
+        return [_joined(tools[0])]  # every tool is done; the join never fired
+    return pending
+
+
+def _model_message(run: RunRecord, turn: int, by_key: dict[str, StepRecord]) -> Outgoing | None:
+    """The message of the model step of ``turn``, from the previous turn's ledger."""
+    if turn == 0:
+        return first_step(run.run_id)
+    previous = by_key.get(str(StepKey.model(turn - 1)))
+    if previous is None:
+        return None
+    target = str(StepKey.model(turn))
+    direct = [o for o in previous.outbox if o.target_step == target]
+    if direct:  # the model was told to try again (a structured answer that did not validate)
+        return direct[0]
+    tools = [o for o in previous.outbox if o.topic == "tool_steps"]
+    if tools and all(_done(by_key.get(str(o.target_step))) for o in tools):
+        return _joined(tools[0])
+    return None
+
+
+def _joined(tool: Outgoing) -> Outgoing:
+    return after_tools(ToolStepMessage.model_validate(tool.data))
+
+
+def _done(step: StepRecord | None) -> bool:
+    return step is not None and step.status is StepStatus.COMPLETED
+
+
+def _unfinished(step: StepRecord | None) -> bool:
+    return step is None or step.status is not StepStatus.COMPLETED
+
+
+async def _start_if_free(deps: Deps, run: RunRecord) -> Swept | None:
+    """A queued run whose conversation has no active run: its start message was lost."""
+    conv = await deps.store.get_conversation_snapshot(run.conversation_id)
+    active = conv.data.get("active_run_id") if conv else None
+    if active == run.run_id:
+        return None  # promoted already; the running pass looks after it
+    if active is not None:
+        other = await deps.store.get_run(str(active))
+        if other is not None and not other.status.terminal:
+            return None  # still waiting its turn
+    started = await deps.store.promote_queued(run.run_id, deps.clock.now())
+    if not started:
+        return None
+    await send(deps, run.run_id, [first_step(run.run_id)])
+    return Swept(run.run_id, "started", "its conversation was free")
