@@ -14,6 +14,22 @@ locals {
     model_step = "model_steps"
     tool_step  = "tool_steps"
   }
+
+  # Delivery numbers: the retry policy, the dead-letter policy's attempts and each service's
+  # request timeout (for a push-triggered service also its ack deadline). The local stack reads
+  # the same file (ackloop.delivery), so local delivery behaves as deployed.
+  delivery = jsondecode(file("${path.module}/../shared/ackloop/delivery.json"))
+
+  # What is deployed: the file's numbers, unless a variable overrides them (they default to null).
+  max_delivery_attempts = coalesce(var.max_delivery_attempts, local.delivery.max_delivery_attempts)
+  retry_backoff_seconds = {
+    minimum = coalesce(var.retry_backoff_seconds.minimum, local.delivery.retry_policy.minimum_backoff_seconds)
+    maximum = coalesce(var.retry_backoff_seconds.maximum, local.delivery.retry_policy.maximum_backoff_seconds)
+  }
+  request_timeout_seconds = {
+    for name, seconds in local.delivery.request_timeout_seconds :
+    name => coalesce(var.request_timeout_seconds[name], seconds)
+  }
 }
 
 resource "google_pubsub_topic" "topic" {
@@ -41,7 +57,7 @@ resource "google_pubsub_subscription" "step" {
 
   # For push the ack deadline is also the request timeout: equal to the service's Cloud Run
   # timeout, so a delivery is never redelivered while Cloud Run may still be running it.
-  ack_deadline_seconds       = var.request_timeout_seconds[each.key]
+  ack_deadline_seconds       = local.request_timeout_seconds[each.key]
   message_retention_duration = "${var.message_retention_seconds}s"
   retain_acked_messages      = false
 
@@ -58,13 +74,13 @@ resource "google_pubsub_subscription" "step" {
   }
 
   retry_policy {
-    minimum_backoff = "${var.retry_backoff_seconds.minimum}s"
-    maximum_backoff = "${var.retry_backoff_seconds.maximum}s"
+    minimum_backoff = "${local.retry_backoff_seconds.minimum}s"
+    maximum_backoff = "${local.retry_backoff_seconds.maximum}s"
   }
 
   dead_letter_policy {
     dead_letter_topic     = google_pubsub_topic.topic["dead_letter"].id
-    max_delivery_attempts = var.max_delivery_attempts
+    max_delivery_attempts = local.max_delivery_attempts
   }
 
   # Never delete the subscription for inactivity (the default expires it after 31 idle days).
@@ -85,7 +101,7 @@ resource "google_pubsub_subscription" "dead_letter" {
   name    = "${google_pubsub_topic.topic["dead_letter"].name}-dead-letter"
   topic   = google_pubsub_topic.topic["dead_letter"].id
 
-  ack_deadline_seconds       = var.request_timeout_seconds.dead_letter
+  ack_deadline_seconds       = local.request_timeout_seconds.dead_letter
   message_retention_duration = "${var.message_retention_seconds}s"
 
   push_config {
@@ -98,8 +114,8 @@ resource "google_pubsub_subscription" "dead_letter" {
   }
 
   retry_policy {
-    minimum_backoff = "${var.retry_backoff_seconds.minimum}s"
-    maximum_backoff = "${var.retry_backoff_seconds.maximum}s"
+    minimum_backoff = "${local.retry_backoff_seconds.minimum}s"
+    maximum_backoff = "${local.retry_backoff_seconds.maximum}s"
   }
 
   expiration_policy {

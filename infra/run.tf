@@ -114,9 +114,10 @@ resource "google_cloud_run_v2_service" "service" {
 
     # Push-triggered services: the same value is the subscription's ack deadline (pubsub.tf), so
     # Pub/Sub never redelivers a message whose first delivery Cloud Run is still allowed to run.
-    # model_step >= model call + lease, tool_step >= tool call + lease (validated in variables.tf):
+    # model_step >= model call + lease, tool_step >= tool call + lease (validated in variables.tf;
+    # the numbers come from shared/ackloop/delivery.json unless overridden, see pubsub.tf):
     # a step that overruns its lease can be claimed again, and a request cut short is redelivered.
-    timeout = "${var.request_timeout_seconds[each.key]}s"
+    timeout = "${local.request_timeout_seconds[each.key]}s"
 
     max_instance_request_concurrency = each.value.concurrency
 

@@ -188,35 +188,39 @@ variable "log_level" {
 
 variable "request_timeout_seconds" {
   type = object({
-    ingest      = optional(number, 60)
-    model_step  = optional(number, 120)
-    tool_step   = optional(number, 90)
-    dead_letter = optional(number, 60)
-    api         = optional(number, 360)
+    ingest      = optional(number)
+    model_step  = optional(number)
+    tool_step   = optional(number)
+    dead_letter = optional(number)
+    api         = optional(number)
   })
-  description = "Cloud Run request timeout of each service, in seconds. For the four push-triggered services it is also the subscription's ack deadline (Pub/Sub caps it at 600 s). model_step must cover a model call plus a lease (model_timeout_seconds + lease_seconds), tool_step a tool call plus a lease; the api must cover a streamed run (run_limits.max_seconds)."
+  description = "Overrides of the Cloud Run request timeouts in shared/ackloop/delivery.json (unset: the file's, which the local stack uses too; ingest 60, model_step 120, tool_step 90, dead_letter 60, api 360 s). For the four push-triggered services the timeout is also the subscription's ack deadline (Pub/Sub caps it at 600 s). model_step must cover a model call plus a lease (model_timeout_seconds + lease_seconds), tool_step a tool call plus a lease; the api must cover a streamed run (run_limits.max_seconds)."
   default     = {}
+  nullable    = false
 
+  # Every check applies to the deployed value: the override, else the file's number (as
+  # local.request_timeout_seconds in pubsub.tf; a validation must name its own variable).
   validation {
     condition = alltrue([
       for name in ["ingest", "model_step", "tool_step", "dead_letter"] :
-      var.request_timeout_seconds[name] >= 10 && var.request_timeout_seconds[name] <= 600
+      coalesce(var.request_timeout_seconds[name], local.delivery.request_timeout_seconds[name]) >= 10 &&
+      coalesce(var.request_timeout_seconds[name], local.delivery.request_timeout_seconds[name]) <= 600
     ])
     error_message = "Push-triggered services need 10 <= timeout <= 600 s: the timeout is also the Pub/Sub ack deadline."
   }
 
   validation {
-    condition     = var.request_timeout_seconds.model_step >= var.model_timeout_seconds + var.lease_seconds
+    condition     = coalesce(var.request_timeout_seconds.model_step, local.delivery.request_timeout_seconds.model_step) >= var.model_timeout_seconds + var.lease_seconds
     error_message = "request_timeout_seconds.model_step must be >= model_timeout_seconds + lease_seconds."
   }
 
   validation {
-    condition     = var.request_timeout_seconds.tool_step >= var.tool_timeout_seconds + var.lease_seconds
+    condition     = coalesce(var.request_timeout_seconds.tool_step, local.delivery.request_timeout_seconds.tool_step) >= var.tool_timeout_seconds + var.lease_seconds
     error_message = "request_timeout_seconds.tool_step must be >= tool_timeout_seconds + lease_seconds."
   }
 
   validation {
-    condition     = var.request_timeout_seconds.api >= 1 && var.request_timeout_seconds.api <= 3600
+    condition     = coalesce(var.request_timeout_seconds.api, local.delivery.request_timeout_seconds.api) >= 1 && coalesce(var.request_timeout_seconds.api, local.delivery.request_timeout_seconds.api) <= 3600
     error_message = "Cloud Run allows request timeouts up to 3600 s."
   }
 }
@@ -293,33 +297,42 @@ variable "push_auth" {
 
 variable "max_delivery_attempts" {
   type        = number
-  description = "Deliveries of one message before Pub/Sub forwards it to the dead-letter topic (5..100). Keep it above max_step_attempts so the engine fails a run cleanly before Pub/Sub gives up on its message."
-  default     = 10
+  description = "Override of max_delivery_attempts in shared/ackloop/delivery.json (null: the file's, 10, which the local stack uses too): deliveries of one message before Pub/Sub forwards it to the dead-letter topic (5..100). Keep it above max_step_attempts so the engine fails a run cleanly before Pub/Sub gives up on its message."
+  default     = null
 
+  # Every check applies to the deployed value: the override, else the file's number (as
+  # local.max_delivery_attempts in pubsub.tf; a validation must name its own variable).
   validation {
-    condition     = var.max_delivery_attempts >= 5 && var.max_delivery_attempts <= 100
+    condition = (
+      coalesce(var.max_delivery_attempts, local.delivery.max_delivery_attempts) >= 5 &&
+      coalesce(var.max_delivery_attempts, local.delivery.max_delivery_attempts) <= 100
+    )
     error_message = "Pub/Sub accepts max_delivery_attempts between 5 and 100."
   }
 
   validation {
-    condition     = var.max_delivery_attempts > var.max_step_attempts
+    condition     = coalesce(var.max_delivery_attempts, local.delivery.max_delivery_attempts) > var.max_step_attempts
     error_message = "max_delivery_attempts must exceed max_step_attempts."
   }
 }
 
 variable "retry_backoff_seconds" {
   type = object({
-    minimum = optional(number, 10)
-    maximum = optional(number, 600)
+    minimum = optional(number)
+    maximum = optional(number)
   })
-  description = "Exponential backoff between redeliveries of a nacked (non-2xx) push message."
+  description = "Overrides of the retry policy in shared/ackloop/delivery.json (unset: the file's, minimum 10 and maximum 600 s, which the local stack follows too): exponential backoff between redeliveries of a push message that was not acknowledged."
   default     = {}
+  nullable    = false
 
+  # Checks the deployed values: each override, else the file's number (as
+  # local.retry_backoff_seconds in pubsub.tf; a validation must name its own variable).
   validation {
     condition = (
-      var.retry_backoff_seconds.minimum >= 0 &&
-      var.retry_backoff_seconds.minimum <= var.retry_backoff_seconds.maximum &&
-      var.retry_backoff_seconds.maximum <= 600
+      coalesce(var.retry_backoff_seconds.minimum, local.delivery.retry_policy.minimum_backoff_seconds) >= 0 &&
+      coalesce(var.retry_backoff_seconds.minimum, local.delivery.retry_policy.minimum_backoff_seconds) <=
+      coalesce(var.retry_backoff_seconds.maximum, local.delivery.retry_policy.maximum_backoff_seconds) &&
+      coalesce(var.retry_backoff_seconds.maximum, local.delivery.retry_policy.maximum_backoff_seconds) <= 600
     )
     error_message = "Pub/Sub needs 0 <= minimum <= maximum <= 600 seconds."
   }

@@ -108,6 +108,13 @@ def load_terraform(directory: Path, hcl2: ModuleType) -> TerraformConfig:
     return config
 
 
+def delivery_numbers() -> dict[str, Any]:
+    """The delivery numbers infra/pubsub.tf reads (``local.delivery``): shared/ackloop's file."""
+    path = Path(__file__).resolve().parents[2] / "shared" / "ackloop" / "delivery.json"
+    numbers: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return numbers
+
+
 def block(body: dict[str, Any], name: str) -> dict[str, Any]:
     """The single nested block `name` of a resource body."""
     blocks = body.get(name)
@@ -129,6 +136,7 @@ def dynamic_blocks(body: dict[str, Any], name: str) -> list[dict[str, Any]]:
 __all__ = [
     "TerraformConfig",
     "block",
+    "delivery_numbers",
     "dynamic_blocks",
     "expression",
     "is_expression",

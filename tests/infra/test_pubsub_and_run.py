@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.infra.terraform import TerraformConfig, block, expression
+from tests.infra.terraform import TerraformConfig, block, delivery_numbers, expression
 
 PUSH_SERVICES = {"ingest", "model_step", "tool_step", "dead_letter"}
 # The runtime layout: which topic drives which service.
@@ -44,39 +44,39 @@ def test_step_subscriptions_dead_letter_and_back_off(terraform: TerraformConfig)
     step = terraform.resource("google_pubsub_subscription", "step")
     policy = block(step, "dead_letter_policy")
     assert policy["dead_letter_topic"] == '${google_pubsub_topic.topic["dead_letter"].id}'
-    assert policy["max_delivery_attempts"] == "${var.max_delivery_attempts}"
-    attempts = terraform.variable_default("max_delivery_attempts")
+    assert policy["max_delivery_attempts"] == "${local.max_delivery_attempts}"
+    numbers = delivery_numbers()
+    attempts = numbers["max_delivery_attempts"]
     assert 5 <= attempts <= 100
     assert attempts > terraform.variable_default("max_step_attempts"), (
         "the engine should fail a run before Pub/Sub dead-letters its message"
     )
     for subscription in (step, terraform.resource("google_pubsub_subscription", "dead_letter")):
         retry = block(subscription, "retry_policy")
-        assert "var.retry_backoff_seconds.minimum" in retry["minimum_backoff"]
-        assert "var.retry_backoff_seconds.maximum" in retry["maximum_backoff"]
+        assert "local.retry_backoff_seconds.minimum" in retry["minimum_backoff"]
+        assert "local.retry_backoff_seconds.maximum" in retry["maximum_backoff"]
         assert block(subscription, "expiration_policy")["ttl"] == ""
-    minimum = terraform.variable_default("retry_backoff_seconds", "minimum")
-    maximum = terraform.variable_default("retry_backoff_seconds", "maximum")
+    minimum = numbers["retry_policy"]["minimum_backoff_seconds"]
+    maximum = numbers["retry_policy"]["maximum_backoff_seconds"]
     assert 0 < minimum <= maximum <= PUBSUB_MAX_ACK_DEADLINE
 
 
 def test_ack_deadline_is_the_service_timeout(terraform: TerraformConfig) -> None:
     service = terraform.resource("google_cloud_run_v2_service", "service")
-    assert block(service, "template")["timeout"] == "${var.request_timeout_seconds[each.key]}s"
+    assert block(service, "template")["timeout"] == "${local.request_timeout_seconds[each.key]}s"
     step = terraform.resource("google_pubsub_subscription", "step")
-    assert step["ack_deadline_seconds"] == "${var.request_timeout_seconds[each.key]}"
+    assert step["ack_deadline_seconds"] == "${local.request_timeout_seconds[each.key]}"
     dead_letter = terraform.resource("google_pubsub_subscription", "dead_letter")
-    assert dead_letter["ack_deadline_seconds"] == "${var.request_timeout_seconds.dead_letter}"
+    assert dead_letter["ack_deadline_seconds"] == "${local.request_timeout_seconds.dead_letter}"
     for name in PUSH_SERVICES:
-        timeout = terraform.variable_default("request_timeout_seconds", name)
+        timeout = delivery_numbers()["request_timeout_seconds"][name]
         assert 10 <= timeout <= PUBSUB_MAX_ACK_DEADLINE, f"{name}: ack deadline caps at 600 s"
 
 
 def test_step_timeouts_cover_a_call_plus_a_lease(terraform: TerraformConfig) -> None:
     lease = terraform.variable_default("lease_seconds")
-    model = terraform.variable_default("request_timeout_seconds", "model_step")
-    tool = terraform.variable_default("request_timeout_seconds", "tool_step")
-    api = terraform.variable_default("request_timeout_seconds", "api")
+    timeouts = delivery_numbers()["request_timeout_seconds"]
+    model, tool, api = timeouts["model_step"], timeouts["tool_step"], timeouts["api"]
     assert model >= terraform.variable_default("model_timeout_seconds") + lease
     assert tool >= terraform.variable_default("tool_timeout_seconds") + lease
     assert api >= terraform.variable_default("run_limits", "max_seconds"), "a streamed run fits"
