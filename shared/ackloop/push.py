@@ -63,11 +63,17 @@ def decode_push(body: bytes, headers: Mapping[str, str]) -> Delivery:
 def encode_push(subscription: str, received: Any) -> bytes:
     """The body Pub/Sub push would POST for ``received`` (a pulled ``ReceivedMessage``).
 
-    Used where a pull subscription stands in for push (the benchmark's and the chaos suite's
-    delivery bridges), so functions see exactly what production push sends them.
+    Used where a pull subscription stands in for push (the chaos suite's delivery proxy), so
+    functions see exactly what production push sends them.
     """
-    message = received.message
-    body = {
+    return push_envelope(subscription, received.message, received.delivery_attempt or 1)
+
+
+def push_envelope(subscription: str, message: Any, delivery_attempt: int | None) -> bytes:
+    """The push body for ``message`` (a ``PubsubMessage``) on its ``delivery_attempt``-th
+    delivery; ``None`` leaves ``deliveryAttempt`` out, as Pub/Sub does for a subscription
+    without a dead-letter policy."""
+    body: dict[str, Any] = {
         "message": {
             "data": base64.b64encode(message.data).decode(),
             "attributes": dict(message.attributes),
@@ -75,8 +81,9 @@ def encode_push(subscription: str, received: Any) -> bytes:
             "publishTime": message.publish_time.isoformat().replace("+00:00", "Z"),
         },
         "subscription": subscription,
-        "deliveryAttempt": received.delivery_attempt or 1,
     }
+    if delivery_attempt is not None:
+        body["deliveryAttempt"] = delivery_attempt
     return json.dumps(body).encode()
 
 
