@@ -21,6 +21,7 @@ import httpx
 from google.cloud import pubsub_v1
 
 from ackloop.devstack.stack import LocalStack, StackOptions, StackState, isolated_env
+from ackloop.devstack.topology import PushMode
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.keys import run_id_for_request
 from ackloop.records import RunRecord, StepRecord
@@ -115,7 +116,10 @@ def start_stack(
     service_env: dict[str, dict[str, str]] | None = None,
     extra_env: dict[str, str] | None = None,
     max_delivery_attempts: int = 5,
+    push: PushMode = "twin",
 ) -> RunningStack:
+    """A stack of real processes; ``push="twin"`` (the default, as ``ackloop dev up``) delivers
+    with the production-like push delivery, ``"emulator"`` with the emulator's own push."""
     tag = f"s{uuid.uuid4().hex[:8]}"
     env = isolated_env(tag, session.project_id) | {"ACKLOOP_LEASE_SECONDS": "3"} | (extra_env or {})
     options = StackOptions(
@@ -130,6 +134,7 @@ def start_stack(
         extra_env=env,
         service_env=service_env or {},
         max_delivery_attempts=max_delivery_attempts,
+        push=push,
     )
     stack = LocalStack(options)
     state = stack.up(log=lambda *_: None)

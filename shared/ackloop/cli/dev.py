@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -15,6 +16,13 @@ console = Console()
 DEFAULT_DIR = Path(".ackloop/dev")
 
 
+class Push(StrEnum):
+    """Who delivers the push subscriptions."""
+
+    twin = "twin"
+    emulator = "emulator"
+
+
 @app.command()
 def up(
     directory: Path = typer.Option(DEFAULT_DIR, help="Where logs and state go."),
@@ -26,6 +34,10 @@ def up(
     firestore_port: int = typer.Option(8086, help="Firestore emulator port."),
     emulators_only: bool = typer.Option(
         False, help="Start only the two emulators (for test runs that start their own stacks)."),
+    push: Push = typer.Option(
+        Push.twin, help="twin: the push delivery with production's retry policy, concurrency "
+        "and dead-lettering (ackloop.devstack.push_delivery); emulator: the emulator's own "
+        "push (serial, redelivers every ~1 s)."),
 ) -> None:
     """Start the emulators, topics, subscriptions and every function; wait until healthy."""
     if StackState.load(directory) and any(status(directory).values()):
@@ -37,7 +49,7 @@ def up(
         fake_gemini=fake_gemini and not emulators_only, base_port=base_port,
         pubsub_port=pubsub_port, firestore_port=firestore_port,
         services=() if emulators_only else StackOptions.services,
-        create_topology=not emulators_only,
+        create_topology=not emulators_only, push=push.value,
     )
     console.print("[bold]Starting the ackloop local stack[/]")
     try:

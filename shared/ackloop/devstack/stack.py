@@ -1,6 +1,7 @@
-"""The local stack behind ``ackloop dev up``: emulators, topology, tool sandbox, functions.
+"""The local stack behind ``ackloop dev up``: emulators, topology, tool sandbox, functions, and
+the push delivery (:mod:`ackloop.devstack.push_delivery`) unless the emulator pushes itself.
 
-Every process is started with the same entrypoint the container image uses (``ackloop run``
+Every function is started with the same entrypoint the container image uses (``ackloop run``
 with ``FUNCTION_TARGET``), bound to 127.0.0.1, logging to files under the stack's directory.
 The stack's state (PIDs, ports, environment) is kept in ``state.json`` there, so ``dev down``
 stops exactly what ``dev up`` started, by PID.
@@ -16,15 +17,20 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 import ackloop
+from ackloop.delivery import load_policy
 from ackloop.devstack import emulators
 from ackloop.devstack.processes import ManagedProcess, alive, stop_pid
-from ackloop.devstack.topology import create_topology
+from ackloop.devstack.topology import PushMode, create_topology, routes
 from ackloop.settings import Settings
 
 FUNCTIONS = ("ingest", "model_step", "tool_step", "dead_letter")
 SERVICES = (*FUNCTIONS, "api")
+PUSH_DELIVERY = "push-delivery"
 
 
 def isolated_env(tag: str, project: str) -> dict[str, str]:
@@ -112,7 +118,11 @@ class StackOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     service_env: dict[str, dict[str, str]] = field(default_factory=dict)
     """Extra environment for one service only (fault points in tests, say)."""
-    max_delivery_attempts: int = 5
+    max_delivery_attempts: int = field(
+        default_factory=lambda: load_policy().max_delivery_attempts)
+    """Dead-letter policy of the step subscriptions (default: the delivery policy's)."""
+    push: PushMode = "twin"
+    """Who pushes: the push delivery process (production semantics) or the emulator itself."""
     start_emulators: bool = True
     """False: use the emulators already listening on ``pubsub_port`` / ``firestore_port``."""
     services: tuple[str, ...] = ("ingest", "model_step", "tool_step", "dead_letter", "api")
@@ -174,17 +184,19 @@ class LocalStack:
                 state.ports[name] = self._port(o.base_port + i)
             if o.create_topology:
                 create_topology(
-                    Settings.model_validate(
-                        {"project_id": o.project_id, **self._topic_overrides()}),
-                    {n: f"http://127.0.0.1:{state.ports[n]}/" for n in FUNCTIONS},
-                    max_delivery_attempts=o.max_delivery_attempts,
+                    self.settings(), self.endpoints(),
+                    max_delivery_attempts=o.max_delivery_attempts, push=o.push,
                 )
-                log("  topics and push subscriptions created")
+                log(f"  topics and push subscriptions created (pushed by: {o.push})")
             for name in o.services:
                 self.start_service(name)
             for name in o.services:
                 took = self.processes[name].wait_ready(60.0)
                 log(f"  {name:<20} ready in {took:.1f} s  (http://127.0.0.1:{state.ports[name]})")
+            if o.create_topology and o.push == "twin":
+                took = self.start_push_delivery().wait_ready(60.0)
+                log(f"  {PUSH_DELIVERY:<20} ready in {took:.1f} s  "
+                    f"(log: {self.processes[PUSH_DELIVERY].log_path})")
             state.save()
             return state
         except BaseException:
@@ -193,6 +205,57 @@ class LocalStack:
 
     def _port(self, wanted: int) -> int:
         return emulators.free_port() if self.options.base_port == 0 else wanted
+
+    def settings(self) -> Settings:
+        """The settings naming this stack's topics (what its functions use)."""
+        return Settings.model_validate({"project_id": self.options.project_id,
+                                        **self._topic_overrides()})
+
+    def endpoints(self) -> dict[str, str]:
+        """Each function's URL (ports are assigned by :meth:`up`)."""
+        assert self.state is not None
+        return {n: f"http://127.0.0.1:{self.state.ports[n]}/" for n in FUNCTIONS}
+
+    def start_push_delivery(self, time_scale: float = 1.0) -> ManagedProcess:
+        """Start the push delivery for this stack's subscriptions (it takes them over from the
+        emulator's own push); ready once it serves ``GET /_stats``."""
+        assert self.state is not None
+        state = self.state
+        port = state.ports.get(PUSH_DELIVERY) or self._port(self.options.base_port + 12)
+        state.ports[PUSH_DELIVERY] = port
+        config = self.directory / "push-delivery.json"
+        config.write_text(json.dumps({
+            "project": self.options.project_id,
+            "routes": {r.subscription: r.endpoint
+                       for r in routes(self.settings(), self.endpoints())},
+            "time_scale": time_scale,
+            "stats_port": port,
+        }, indent=2))
+        proc = ManagedProcess(
+            PUSH_DELIVERY,
+            [sys.executable, "-m", "ackloop.devstack.push_delivery", "--config", str(config)],
+            self.directory / "logs" / f"{PUSH_DELIVERY}.log",
+            f"http://127.0.0.1:{port}/_stats",
+            env={**os.environ, **state.client_env()},
+        )
+        return self._start(PUSH_DELIVERY, proc)
+
+    def stop_push_delivery(self) -> None:
+        """Stop the push delivery (it hands its held messages back to the emulator)."""
+        proc = self.processes.pop(PUSH_DELIVERY, None)
+        if proc is not None:
+            proc.stop()
+        if self.state is not None:
+            self.state.pids.pop(PUSH_DELIVERY, None)
+            self.state.save()
+
+    def push_stats(self) -> dict[str, Any]:
+        """The push delivery's counters (``GET /_stats``): answers by status, redeliveries,
+        dead letters, windows, pushes in flight, per subscription."""
+        assert self.state is not None
+        url = f"http://127.0.0.1:{self.state.ports[PUSH_DELIVERY]}/_stats"
+        stats: dict[str, Any] = httpx.get(url, timeout=5.0).json()
+        return stats
 
     def _topic_overrides(self) -> dict[str, str]:
         keys = ("queries_topic", "model_steps_topic", "tool_steps_topic", "answers_topic",

@@ -1,17 +1,27 @@
 """Topics and subscriptions, as the deployment declares them (``infra/pubsub.tf``).
 
-Used by ``ackloop dev up`` and the tests to lay out the same topology on the emulator.
+Used by ``ackloop dev up`` and the tests to lay out the same topology on the emulator, with the
+same ack deadlines and dead-letter policy (both from :func:`ackloop.delivery.load_policy`).
+Who pushes is a choice (:data:`PushMode`): the local push delivery
+(:mod:`ackloop.devstack.push_delivery`, the default), which follows the production retry
+policy, or the emulator's own push loop.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Literal
 
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
+from ackloop.delivery import DeliveryPolicy, load_policy
 from ackloop.settings import Settings
+
+PushMode = Literal["twin", "emulator"]
+"""``twin``: pull subscriptions delivered by :mod:`ackloop.devstack.push_delivery`;
+``emulator``: the emulator's own push (serial, ~1 s redelivery, no retry policy)."""
 
 
 @dataclass(frozen=True)
@@ -20,19 +30,27 @@ class PushRoute:
     subscription: str
     endpoint: str
     dead_letter: bool = True
+    """Whether the subscription dead-letters (every one but the dead-letter topic's own)."""
+    ack_deadline_s: int = 60
+    """The pushed service's request timeout, as in production."""
 
 
-def routes(settings: Settings, endpoints: dict[str, str]) -> list[PushRoute]:
+def routes(
+    settings: Settings, endpoints: dict[str, str], policy: DeliveryPolicy | None = None
+) -> list[PushRoute]:
     """Push subscriptions for the functions listening at ``endpoints`` (by function name)."""
     s = settings
+    policy = policy or load_policy()
+    planned = [
+        (s.queries_topic, "ingest"),
+        (s.model_steps_topic, "model_step"),
+        (s.tool_steps_topic, "tool_step"),
+        (s.dead_letter_topic, "dead_letter"),
+    ]
     return [
-        PushRoute(s.queries_topic, f"{s.queries_topic}-push", endpoints["ingest"]),
-        PushRoute(s.model_steps_topic, f"{s.model_steps_topic}-push", endpoints["model_step"]),
-        PushRoute(s.tool_steps_topic, f"{s.tool_steps_topic}-push", endpoints["tool_step"]),
-        PushRoute(
-            s.dead_letter_topic, f"{s.dead_letter_topic}-push", endpoints["dead_letter"],
-            dead_letter=False,
-        ),
+        PushRoute(topic, f"{topic}-push", endpoints[service], dead_letter=service != "dead_letter",
+                  ack_deadline_s=int(policy.ack_deadline_s(service)))
+        for topic, service in planned
     ]
 
 
@@ -46,11 +64,17 @@ def create_topology(
     settings: Settings,
     endpoints: dict[str, str],
     *,
-    max_delivery_attempts: int = 5,
-    ack_deadline_seconds: int = 60,
+    max_delivery_attempts: int | None = None,
+    push: PushMode = "twin",
     answers_subscription: str | None = None,
 ) -> list[PushRoute]:
-    """Create (or keep) every topic and push subscription. Idempotent."""
+    """Create (or keep) every topic and push subscription. Idempotent.
+
+    ``max_delivery_attempts`` defaults to the delivery policy's. With ``push="twin"`` the
+    subscriptions get no push endpoint: the push delivery process delivers them.
+    """
+    policy = load_policy()
+    attempts = max_delivery_attempts or policy.max_delivery_attempts
     publisher = pubsub_v1.PublisherClient()
     subscriber = pubsub_v1.SubscriberClient()
     project = settings.project_id
@@ -59,30 +83,29 @@ def create_topology(
             with contextlib.suppress(gexc.AlreadyExists):
                 publisher.create_topic(name=publisher.topic_path(project, topic))
         dead_letter_topic = publisher.topic_path(project, settings.dead_letter_topic)
-        planned = routes(settings, endpoints)
+        planned = routes(settings, endpoints, policy)
         for route in planned:
+            push_config = {"push_endpoint": route.endpoint} if push == "emulator" else {}
             request: dict[str, object] = {
                 "name": subscriber.subscription_path(project, route.subscription),
                 "topic": publisher.topic_path(project, route.topic),
-                "push_config": {"push_endpoint": route.endpoint},
-                "ack_deadline_seconds": ack_deadline_seconds,
+                "push_config": push_config,
+                "ack_deadline_seconds": route.ack_deadline_s,
                 # No retry policy here, on purpose: with one set, the emulator redelivers a
                 # rejected message about three times and then never again (measured for push
                 # and for pull with modify_ack_deadline); without one it redelivers every ~1 s
-                # until the dead-letter policy takes it. Production's exponential retry policy
-                # is declared in infra/pubsub.tf.
+                # until the dead-letter policy takes it. The push delivery follows production's
+                # exponential retry policy (ackloop.delivery) itself.
             }
             if route.dead_letter:
                 request["dead_letter_policy"] = {
                     "dead_letter_topic": dead_letter_topic,
-                    "max_delivery_attempts": max_delivery_attempts,
+                    "max_delivery_attempts": attempts,
                 }
             try:
                 subscriber.create_subscription(request=request)
             except gexc.AlreadyExists:
-                subscriber.modify_push_config(
-                    subscription=request["name"], push_config=request["push_config"]
-                )
+                subscriber.modify_push_config(subscription=request["name"], push_config=push_config)
         if answers_subscription:
             with contextlib.suppress(gexc.AlreadyExists):
                 subscriber.create_subscription(
