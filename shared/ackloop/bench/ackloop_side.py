@@ -280,12 +280,13 @@ async def _measure(side: _Side) -> dict[str, Any]:
     config = side.config
     project = side.stack.settings.project_id
     clock = _Clock()
-    await asyncio.to_thread(side.stack.use_bridge)
+    await asyncio.to_thread(side.stack.use_push_delivery)
     await side.driver.run_pool(config.warmup.runs, config.warmup.concurrency)
     await side.driver.run_sequence(config.warmup_runs)
     clock.lap("warmup")
     result: dict[str, Any] = {
-        "transport": "push bridge (waiting pulls -> POST, see ackloop.bench.push_bridge)",
+        "transport": "push delivery (waiting pulls -> POST, production retry policy and "
+                     "push window, see ackloop.devstack.push_delivery)",
         "sequential": await _sequential(side),
         "concurrent": [],
     }

@@ -1,14 +1,16 @@
-"""The ackloop side's processes: both emulators and the four step functions, on loopback.
+"""The ackloop side's processes: both emulators, the four step functions and the push delivery.
 
 The benchmark starts emulators of its own on free ports (so its Firestore starts empty and
 their CPU is the benchmark's alone), runs every function through ``ackloop run`` (the
 container's entrypoint) with the scripted instant model, and reads each function's counters
-from ``GET /``. Logs go to files under the work directory; processes are stopped by PID.
+from ``GET /``. Pushes are delivered by the local stack's push delivery
+(:mod:`ackloop.devstack.push_delivery`, production's concurrency and retry policy), or for
+comparison by the emulator's own push loop. Logs go to files under the work directory;
+processes are stopped by PID.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -19,8 +21,13 @@ import httpx
 
 from ackloop.bench.procstats import tree_cpu_seconds
 from ackloop.devstack import emulators
-from ackloop.devstack.processes import ManagedProcess
-from ackloop.devstack.stack import FUNCTIONS, LocalStack, StackOptions, isolated_env
+from ackloop.devstack.stack import (
+    FUNCTIONS,
+    PUSH_DELIVERY,
+    LocalStack,
+    StackOptions,
+    isolated_env,
+)
 from ackloop.devstack.topology import routes
 from ackloop.settings import Settings
 
@@ -44,14 +51,14 @@ class BenchStack:
     stack: LocalStack
     settings: Settings
     directory: Path
-    bridge: ManagedProcess | None = None
 
     @classmethod
     def start(
         cls, directory: Path, *, log_level: str = "INFO",
         emulator_ports: tuple[int, int] | None = None,
     ) -> BenchStack:
-        """Start emulators (unless ``emulator_ports`` names running ones) and functions.
+        """Start emulators (unless ``emulator_ports`` names running ones), functions and the
+        push delivery.
 
         Raises ``EmulatorsMissing`` without the jars.
         """
@@ -95,33 +102,25 @@ class BenchStack:
         for role in ("pubsub-emulator", "firestore-emulator"):
             if role in self.stack.processes:
                 roles[role.replace("-", "_")] = self.pid(role)
-        if self.bridge is not None and self.bridge.pid is not None:
-            roles["push_bridge"] = self.bridge.pid
+        if PUSH_DELIVERY in self.stack.processes:
+            roles["push_delivery"] = self.pid(PUSH_DELIVERY)
         return roles
 
     def _routes(self) -> dict[str, str]:
         endpoints = {name: self.url(name) for name in FUNCTIONS}
         return {r.subscription: r.endpoint for r in routes(self.settings, endpoints)}
 
-    def use_bridge(self) -> None:
-        """Deliver pushes with :mod:`ackloop.bench.push_bridge` instead of the emulator."""
-        if self.bridge is not None:
-            return
-        argv = [sys.executable, "-m", "ackloop.bench.push_bridge",
-                "--project", self.settings.project_id]
-        for subscription, url in self._routes().items():
-            argv += ["--route", f"{subscription}={url}"]
-        self.bridge = ManagedProcess("push-bridge", argv, self.directory / "logs" / "bridge.log")
-        self.bridge.start()
-        self._wait_pull_mode()
+    def use_push_delivery(self) -> None:
+        """Deliver pushes with the push delivery (it takes the subscriptions over from the
+        emulator's own push; ready once it has)."""
+        if PUSH_DELIVERY not in self.stack.processes:
+            self.stack.start_push_delivery().wait_ready(60.0)
 
     def use_emulator_push(self) -> None:
-        """Stop the bridge and let the emulator push again."""
+        """Stop the push delivery and let the emulator push again."""
         from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
-        if self.bridge is not None:
-            self.bridge.stop()
-            self.bridge = None
+        self.stack.stop_push_delivery()
         subscriber = pubsub_v1.SubscriberClient()
         try:
             for name, url in self._routes().items():
@@ -129,21 +128,6 @@ class BenchStack:
                     subscription=subscriber.subscription_path(self.settings.project_id, name),
                     push_config={"push_endpoint": url},
                 )
-        finally:
-            subscriber.close()
-
-    def _wait_pull_mode(self, timeout_s: float = 30.0) -> None:
-        from google.cloud import pubsub_v1  # type: ignore[attr-defined]
-
-        subscriber = pubsub_v1.SubscriberClient()
-        deadline = time.monotonic() + timeout_s
-        try:
-            for name in self._routes():
-                path = subscriber.subscription_path(self.settings.project_id, name)
-                while subscriber.get_subscription(subscription=path).push_config.push_endpoint:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"push bridge did not take over; see {self.directory}")
-                    time.sleep(0.05)
         finally:
             subscriber.close()
 
@@ -167,6 +151,4 @@ class BenchStack:
 
     def stop(self) -> None:
         """Stop every process of the stack, by PID."""
-        if self.bridge is not None:
-            self.bridge.stop()
         self.stack.down()
