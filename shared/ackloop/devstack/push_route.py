@@ -229,10 +229,11 @@ class RouteDelivery:
         self.stats.answers[outcome] += 1
         self.flow.finished(ok, started_round, self._loop.time())
         self._wake.set()
-        if not self.owned:
-            return
         if ok:
             self._acknowledge(held)
+        elif not self.owned:  # released meanwhile: hand it back to whoever delivers it now
+            self._held.pop(held.ack_id, None)
+            await self._modify_deadline([held.ack_id], 0)
         elif sub.max_delivery_attempts and held.deliveries >= sub.max_delivery_attempts:
             await self._dead_letter(held)
         else:
@@ -299,7 +300,7 @@ class RouteDelivery:
 
     async def _lease_forever(self) -> None:
         """Keep every held message leased, so the emulator does not redeliver it by itself."""
-        while True:
+        while self.owned:
             await asyncio.sleep(LEASE_RENEW_S)
             await self._modify_deadline(list(self._held), LEASE_S)
 
