@@ -184,3 +184,24 @@ def test_the_window_shrinks_under_failures_and_grows_back(start_twin) -> None:
     assert min(windows) == 1, f"the window did not shrink under failures: {windows}"
     assert max([*windows[lowest:], stats["window"]]) > INITIAL_WINDOW, (
         f"the window did not grow back: {windows}")
+
+
+def test_a_subscription_recreated_by_someone_else_is_released(start_twin) -> None:
+    """Another deliverer (the chaos suite's proxy) may recreate a subscription it delivers
+    itself: the push delivery must stop delivering it rather than compete."""
+    with Endpoint(lambda *_: Answer(204)).running() as endpoint:
+        twin: Twin = start_twin(endpoint.url, time_scale=1.0)
+        first = twin.publish(b"before")
+        endpoint.wait_for(lambda: len(endpoint.of(first)) == 1, 10, "delivered while owned")
+        subscriber = pubsub_v1.SubscriberClient()
+        try:
+            subscriber.delete_subscription(subscription=twin.subscription)
+            subscriber.create_subscription(name=twin.subscription, topic=twin.topic,
+                                           ack_deadline_seconds=15)
+            endpoint.wait_for(lambda: not twin.stats()["owned"], 10, "released")
+            second = twin.publish(b"after")
+            taken = subscriber.pull(subscription=twin.subscription, max_messages=10, timeout=10)
+        finally:
+            subscriber.close()
+        assert [m.message.message_id for m in taken.received_messages] == [second]
+        assert endpoint.of(second) == []
