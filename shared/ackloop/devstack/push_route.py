@@ -166,12 +166,13 @@ class RouteDelivery:
                 log.warning("pull %s failed: %s", self.subscription.name, exc)
                 await asyncio.sleep(0.2)
                 continue
+            if not self.owned:  # released while this pull waited: hand its messages back
+                await self._modify_deadline([r.ack_id for r in response.received_messages], 0)
+                return
             for received in response.received_messages:
                 self._take(received)
 
     def _take(self, received: Any) -> None:
-        if not self.owned:
-            return
         held = Held(received.ack_id, received.message, max(received.delivery_attempt, 1) - 1)
         self._held[held.ack_id] = held
         self._ready.append(held)
