@@ -61,6 +61,9 @@ locals {
     ACKLOOP_IP_ECHO_URL               = var.tool_endpoints.ip_echo_url
     ACKLOOP_IPAPI_BASE_URL            = var.tool_endpoints.ipapi_base_url
     ACKLOOP_LEASE_SECONDS             = tostring(var.lease_seconds)
+    ACKLOOP_CLAIM_WAIT_SECONDS        = tostring(var.in_request_waits.claim_wait_seconds)
+    ACKLOOP_RETRY_WAIT_SECONDS        = tostring(var.in_request_waits.retry_wait_seconds)
+    ACKLOOP_SWEEP_STALE_SECONDS       = tostring(var.sweep.stale_seconds)
     ACKLOOP_MAX_STEP_ATTEMPTS         = tostring(var.max_step_attempts)
     ACKLOOP_DEFAULT_MAX_STEPS         = tostring(var.run_limits.max_steps)
     ACKLOOP_DEFAULT_MAX_SECONDS       = tostring(var.run_limits.max_seconds)
@@ -162,6 +165,13 @@ resource "google_cloud_run_v2_service" "service" {
       env {
         name  = "FUNCTION_TARGET"
         value = each.key
+      }
+
+      # The service's own request timeout (the template's timeout above): every wait the engine
+      # does inside a request (a busy step, a model's retry-after) ends in time to answer.
+      env {
+        name  = "ACKLOOP_REQUEST_TIMEOUT_SECONDS"
+        value = tostring(local.request_timeout_seconds[each.key])
       }
 
       dynamic "env" {

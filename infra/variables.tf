@@ -131,12 +131,55 @@ variable "tool_endpoints" {
 
 variable "lease_seconds" {
   type        = number
-  description = "ACKLOOP_LEASE_SECONDS: how long a claimed step stays exclusive without a heartbeat."
-  default     = 30
+  description = "ACKLOOP_LEASE_SECONDS: how long a claimed step stays exclusive without a heartbeat (renewed every third of it). It bounds crash recovery: a redelivery that finds a dead holder's lease waits it out inside its request, then takes the step over."
+  default     = 10
 
   validation {
     condition     = var.lease_seconds > 0
     error_message = "lease_seconds must be positive."
+  }
+}
+
+variable "in_request_waits" {
+  type = object({
+    claim_wait_seconds = optional(number, 25)
+    retry_wait_seconds = optional(number, 20)
+  })
+  description = "Waits the engine does inside a request instead of using Pub/Sub redelivery as a timer (push ignores Retry-After and backs off exponentially). claim_wait_seconds (ACKLOOP_CLAIM_WAIT_SECONDS): longest a delivery watches a step another delivery holds before it acknowledges (live holder) or answers 503; keep it above lease_seconds so a dead holder is taken over in the same request. retry_wait_seconds (ACKLOOP_RETRY_WAIT_SECONDS): longest retry-after a model step waits out in the request; a longer one releases the step to redelivery."
+  default     = {}
+  nullable    = false
+
+  validation {
+    condition     = var.in_request_waits.claim_wait_seconds >= 0 && var.in_request_waits.retry_wait_seconds >= 0
+    error_message = "in_request_waits must not be negative."
+  }
+
+  # Every push-triggered service must be able to wait a claim out and still answer in time.
+  validation {
+    condition = alltrue([
+      for name in ["ingest", "model_step", "tool_step", "dead_letter"] :
+      coalesce(var.request_timeout_seconds[name], local.delivery.request_timeout_seconds[name]) > var.in_request_waits.claim_wait_seconds
+    ])
+    error_message = "in_request_waits.claim_wait_seconds must be below every push-triggered service's request timeout."
+  }
+}
+
+variable "sweep" {
+  type = object({
+    stale_seconds = optional(number, 180)
+    schedule      = optional(string, "* * * * *")
+    time_zone     = optional(string, "Etc/UTC")
+  })
+  description = "The sweeper, a safety net for runs no message is moving: Cloud Scheduler calls the api's POST /sweep on schedule (cron, default every minute); a running run with no progress for stale_seconds (ACKLOOP_SWEEP_STALE_SECONDS) is resumed from its ledger or failed with a cause, and queued runs whose conversation is free are started. Keep stale_seconds above every step's request timeout, so a step still in its request is never swept."
+  default     = {}
+  nullable    = false
+
+  validation {
+    condition = alltrue([
+      for name in ["model_step", "tool_step"] :
+      var.sweep.stale_seconds > coalesce(var.request_timeout_seconds[name], local.delivery.request_timeout_seconds[name])
+    ])
+    error_message = "sweep.stale_seconds must exceed the model_step and tool_step request timeouts."
   }
 }
 

@@ -81,7 +81,7 @@ class Settings(BaseSettings):
         default=8, ge=1, description="Claims of one step before its run is failed."
     )
     request_timeout_seconds: float = Field(
-        default=60.0,
+        default=120.0,
         ge=10,
         le=3600,
         description="This service's request timeout (for a push service also the subscription's "

@@ -7,7 +7,7 @@ from typing import Any
 
 from ackloop.agents import AgentDefinition, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.clock import ManualClock
+from ackloop.clock import Clock, ManualClock
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.engine.deps import Deps, FaultPoints
@@ -68,6 +68,7 @@ def make_loop(
     settings: Settings | None = None,
     faults: FaultPoints | None = None,
     instructions: str = "Be brief.",
+    clock: Clock | None = None,
 ) -> InProcessLoop:
     settings = settings or Settings(lease_seconds=10.0)
     publisher = MemoryPublisher()
@@ -77,7 +78,7 @@ def make_loop(
         publisher=publisher,
         model=model,
         agents=AgentRegistry([AgentDefinition("default", instructions, toolbox)]),
-        clock=ManualClock(),
+        clock=clock or ManualClock(),
         owner="test-owner",
         faults=faults or FaultPoints(),
     )

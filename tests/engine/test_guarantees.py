@@ -247,10 +247,6 @@ async def test_a_model_step_never_builds_on_a_transcript_with_a_foreign_tail() -
     assert "completed" not in statuses
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine regression (faceb34): released_on_failure releases the step on a PermanentError, "
-    "then handle_model_step commits the failure with the released claim -> LeaseLost -> 503 on "
-    "every delivery; the run never fails"))
 async def test_a_transcript_with_a_foreign_tail_fails_the_run_with_that_reason() -> None:
     """An inconsistent history ends the run as failed (``transcript_inconsistent``), with its
     answer sent, and the delivery is acknowledged: it does not wait for dead-lettering."""

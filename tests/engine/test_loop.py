@@ -8,6 +8,7 @@ import json
 import pytest
 from pydantic import BaseModel, Field
 
+from ackloop.clock import SystemClock
 from ackloop.errors import ModelPermanentError, ModelRetryableError
 from ackloop.keys import run_id_for_request
 from ackloop.model.base import ModelRequest, ModelTurn
@@ -69,24 +70,21 @@ async def test_every_message_delivered_twice_executes_and_records_each_step_once
 
 
 async def test_concurrent_duplicate_deliveries_run_the_model_once():
+    """A duplicate that arrives while the step is held waits inside its request (on the real
+    clock, while the holder's heartbeat keeps the lease), then finds the step completed and is
+    acknowledged: the model runs once and neither delivery is nacked."""
     release = asyncio.Event()
+    calls = 0
 
-    async def slow_script_generate(request: ModelRequest) -> ModelTurn:
+    async def slow_generate(request: ModelRequest) -> ModelTurn:
+        nonlocal calls
+        calls += 1
         await release.wait()
         return text_turn("done", request=request)
 
     model = ScriptedModel()
-    model.generate = slow_script_generate  # type: ignore[method-assign]
-    calls = 0
-    original = model.generate
-
-    async def counting(request: ModelRequest) -> ModelTurn:
-        nonlocal calls
-        calls += 1
-        return await original(request)
-
-    model.generate = counting  # type: ignore[method-assign]
-    loop = make_loop(model, CountingToolbox())
+    model.generate = slow_generate  # type: ignore[method-assign]
+    loop = make_loop(model, CountingToolbox(), clock=SystemClock())
     await loop.submit(QueryMessage(request_id="conc", text="hi"))
     loop._collect()
     (kind, query), = list(loop._queue)
@@ -97,11 +95,13 @@ async def test_concurrent_duplicate_deliveries_run_the_model_once():
     loop._queue.clear()
 
     first = asyncio.create_task(loop.deliver(kind, step))
-    await asyncio.sleep(0.01)
-    second = await loop.deliver(kind, step)
-    assert second.status == 503  # the other delivery holds the lease
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(loop.deliver(kind, step))
+    await asyncio.sleep(0.5)
+    assert not second.done(), "the duplicate waits for the holder instead of answering 503"
     release.set()
     assert (await first).status == 204
+    assert (await second).status in (200, 204)
     assert calls == 1
 
 
@@ -217,7 +217,7 @@ async def test_wall_clock_budget_is_checked_before_each_model_call():
     assert len(model.requests) == 1
 
 
-async def test_retryable_model_error_is_redelivered_and_honours_retry_after():
+async def test_a_short_retry_after_is_waited_out_inside_the_request():
     attempts = []
 
     def script(request: ModelRequest) -> ModelTurn:
@@ -227,11 +227,31 @@ async def test_retryable_model_error_is_redelivered_and_honours_retry_after():
         return text_turn("ok")
 
     loop = make_loop(ScriptedModel(script), CountingToolbox())
+    started = loop.deps.clock.now()
+    run_id = await run_query(loop)
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.answer == "ok" and len(attempts) == 2
+    assert [e.outcome.status for e in loop.deliveries("model")] == [204]  # no nack
+    assert loop.deps.clock.now() - started >= 7.0  # the retry-after was honoured
+    (step,) = await loop.deps.store.get_steps(run_id, ["0000-model"])
+    assert step is not None and step.attempts == 1
+
+
+async def test_a_retry_after_beyond_the_bound_is_left_to_redelivery_and_honoured():
+    attempts = []
+
+    def script(request: ModelRequest) -> ModelTurn:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ModelRetryableError("429 quota", retry_after=45.0)
+        return text_turn("ok")
+
+    loop = make_loop(ScriptedModel(script), CountingToolbox())
     run_id = await run_query(loop)
     run = await loop.deps.store.get_run(run_id)
     assert run is not None and run.answer == "ok" and len(attempts) == 2
     retried = [e for e in loop.deliveries("model") if e.outcome.status == 503]
-    assert retried and retried[0].outcome.retry_after == pytest.approx(7.0)
+    assert len(retried) == 1 and retried[0].outcome.retry_after == pytest.approx(45.0)
     (step,) = await loop.deps.store.get_steps(run_id, ["0000-model"])
     assert step is not None and step.attempts == 2
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import AliasChoices
 
+from ackloop.delivery import load_policy
 from ackloop.settings import Settings
 from tests.infra.terraform import TerraformConfig, block, dynamic_blocks, expression
 
@@ -27,7 +28,7 @@ DELIBERATE_DIFFERENCES = {
 }
 
 # Settings whose Terraform value is derived rather than a plain variable; checked one by one below.
-DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key"} | {
+DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key", "request_timeout_seconds"} | {
     name for name in Settings.model_fields if name.endswith("_topic")
 }
 
@@ -168,3 +169,16 @@ def test_collections_follow_the_prefix_setting(terraform: TerraformConfig) -> No
     assert any("^[a-z0-9_]*$" in str(m) for m in pattern)
     validation = terraform.variables["collection_prefix"]["validation"][0]["condition"]
     assert re.search(r"\^\[a-z0-9_\]\*\$", validation)
+
+
+def test_each_service_is_told_its_own_request_timeout(terraform: TerraformConfig) -> None:
+    """request_timeout_seconds bounds every wait inside a request, so each service must get the
+    timeout Cloud Run really gives it (the template's), not one shared number."""
+    env = terraform_env(terraform)
+    (name,) = [n for n in env if setting_for(n) == "request_timeout_seconds"]
+    assert env[name] == "${tostring(local.request_timeout_seconds[each.key])}"
+    service = terraform.resource("google_cloud_run_v2_service", "service")
+    assert block(service, "template")["timeout"] == "${local.request_timeout_seconds[each.key]}s"
+    # The code's default is model_step's deployed timeout (the service that waits the longest).
+    assert (Settings.model_fields["request_timeout_seconds"].default
+            == load_policy().request_timeout_s["model_step"])

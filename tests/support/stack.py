@@ -115,13 +115,13 @@ def start_stack(
     *,
     service_env: dict[str, dict[str, str]] | None = None,
     extra_env: dict[str, str] | None = None,
-    max_delivery_attempts: int = 5,
+    max_delivery_attempts: int | None = None,
     push: PushMode = "twin",
 ) -> RunningStack:
     """A stack of real processes; ``push="twin"`` (the default, as ``ackloop dev up``) delivers
     with the production-like push delivery, ``"emulator"`` with the emulator's own push."""
     tag = f"s{uuid.uuid4().hex[:8]}"
-    env = isolated_env(tag, session.project_id) | {"ACKLOOP_LEASE_SECONDS": "3"} | (extra_env or {})
+    env = isolated_env(tag, session.project_id) | (extra_env or {})
     options = StackOptions(
         directory=directory,
         project_id=session.project_id,
@@ -133,7 +133,8 @@ def start_stack(
         fake_gemini=True,
         extra_env=env,
         service_env=service_env or {},
-        max_delivery_attempts=max_delivery_attempts,
+        # The shipped dead-letter policy unless a test asks for another.
+        **({} if max_delivery_attempts is None else {"max_delivery_attempts": max_delivery_attempts}),
         push=push,
     )
     stack = LocalStack(options)

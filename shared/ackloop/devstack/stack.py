@@ -286,7 +286,10 @@ class LocalStack:
         assert self.state is not None
         state = self.state
         own = self.options.service_env.get(name, {})
-        env = {**os.environ, **state.env, **own, **(extra_env or {}),
+        # As deployed (infra/run.tf): each service knows its own request timeout, which bounds
+        # every wait it does inside a request.
+        timeout = {"ACKLOOP_REQUEST_TIMEOUT_SECONDS": f"{load_policy().request_timeout_s[name]:g}"}
+        env = {**os.environ, **timeout, **state.env, **own, **(extra_env or {}),
                "FUNCTION_TARGET": name, "PORT": str(state.ports[name]), "ACKLOOP_HOST": "127.0.0.1"}
         proc = ManagedProcess(
             name,

@@ -26,6 +26,7 @@ from ackloop.docdb.base import Snapshot
 from ackloop.engine.deps import Deps
 from ackloop.errors import (
     LeaseLost,
+    PermanentError,
     RetryableError,
     StepBusy,
     StepHeldElsewhere,
@@ -212,6 +213,8 @@ async def released_on_failure(
             not_before=clock.now() + exc.retry_after if exc.retry_after else 0.0,
         )
         raise
+    except PermanentError:
+        raise  # the handler records the failure with this claim: the lease must still be held
     except Exception as exc:
         with contextlib.suppress(Exception):  # the lease then simply expires
             await store.release_step(ref.claim, error=f"{type(exc).__name__}: {exc}")
