@@ -88,7 +88,9 @@ async def test_class_methods_are_declared_for_the_deployment_spec(api: httpx.Asy
 
 async def test_stream_over_a_retried_step_shows_it_once(api: httpx.AsyncClient,
                                                         api_stack: RunningStack) -> None:
-    api_stack.schedule_model_faults("503*2")  # the first model call fails twice: redelivered
+    # The first model call is refused with a retry-after beyond the in-request bound
+    # (retry_wait_seconds, 20 s): the step is released and delivered again.
+    api_stack.schedule_model_faults("429:21")
     run_id = (await api.post("/runs", json={"text": "what is my ip address?"})).json()["run_id"]
     response = await api.get(f"/runs/{run_id}/events")
     events = [json.loads(line) for line in response.text.splitlines()]

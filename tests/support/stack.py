@@ -117,6 +117,7 @@ def start_stack(
     extra_env: dict[str, str] | None = None,
     max_delivery_attempts: int | None = None,
     push: PushMode = "twin",
+    push_time_scale: float = 1.0,
 ) -> RunningStack:
     """A stack of real processes; ``push="twin"`` (the default, as ``ackloop dev up``) delivers
     with the production-like push delivery, ``"emulator"`` with the emulator's own push."""
@@ -136,6 +137,7 @@ def start_stack(
         # The shipped dead-letter policy unless a test asks for another.
         **({} if max_delivery_attempts is None else {"max_delivery_attempts": max_delivery_attempts}),
         push=push,
+        push_time_scale=push_time_scale,
     )
     stack = LocalStack(options)
     state = stack.up(log=lambda *_: None)

@@ -123,6 +123,8 @@ class StackOptions:
     """Dead-letter policy of the step subscriptions (default: the delivery policy's)."""
     push: PushMode = "twin"
     """Who pushes: the push delivery process (production semantics) or the emulator itself."""
+    push_time_scale: float = 1.0
+    """The push delivery's one time factor (backoff, ack deadlines); 1 is production's."""
     start_emulators: bool = True
     """False: use the emulators already listening on ``pubsub_port`` / ``firestore_port``."""
     services: tuple[str, ...] = ("ingest", "model_step", "tool_step", "dead_letter", "api")
@@ -194,7 +196,7 @@ class LocalStack:
                 took = self.processes[name].wait_ready(60.0)
                 log(f"  {name:<20} ready in {took:.1f} s  (http://127.0.0.1:{state.ports[name]})")
             if o.create_topology and o.push == "twin":
-                took = self.start_push_delivery().wait_ready(60.0)
+                took = self.start_push_delivery(self.options.push_time_scale).wait_ready(60.0)
                 log(f"  {PUSH_DELIVERY:<20} ready in {took:.1f} s  "
                     f"(log: {self.processes[PUSH_DELIVERY].log_path})")
             state.save()

@@ -178,9 +178,13 @@ async def _run_claimed(
                 tools=[*tools, contract.declaration()] if contract else tools,
                 timeout_seconds=deps.settings.model_timeout_seconds,
             )
-            model_turn, call_seconds = await _call_model(deps, ref, request, scope)
+            model_turn, call_seconds, retried = await _call_model(deps, ref, request, scope)
             deps.faults.hit("model:after_call")
             decision = decide(turn_ctx, model_turn, contract, call_seconds)
+            if retried:  # the step record shows what was waited out inside this request
+                decision = replace(
+                    decision, result=(decision.result or {}) | {"model_retries": len(retried)},
+                    error=f"retried in the request: {retried[-1]}")
     except PermanentError as exc:
         log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
         decision = _failure(exc, message.usage, new_contents)
@@ -190,12 +194,15 @@ async def _run_claimed(
 
 async def _call_model(
     deps: Deps, ref: ClaimRef, request: ModelRequest, scope: RequestScope
-) -> tuple[ModelTurn, float]:
+) -> tuple[ModelTurn, float, list[str]]:
     """Call the model with the lease kept alive, waiting out retryable errors in the request
     while the wait is short (``retry_wait_seconds``) and the call still fits before the
-    request's deadline; a longer wait releases the step to Pub/Sub's redelivery."""
+    request's deadline; a longer wait releases the step to Pub/Sub's redelivery.
+
+    Returns the turn, the seconds spent, and the retryable errors waited out."""
     started = time.monotonic()
     backoff = 1.0
+    retried: list[str] = []
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         while True:
             try:
@@ -208,10 +215,11 @@ async def _call_model(
                     raise
                 log.info("model call for %s: %s; trying again in %.1f s", ref.claim.key, exc,
                          wait)
+                retried.append(f"{type(exc).__name__}: {exc}")
                 await deps.clock.sleep(wait)
                 backoff = min(backoff * 2, 8.0)
     beat.check()
-    return turn, time.monotonic() - started
+    return turn, time.monotonic() - started, retried
 
 
 @dataclass(frozen=True)
