@@ -83,6 +83,12 @@ class RunningStack:
         httpx.post(f"{self.fake_gemini}/_admin/faults", json={"faults": spec},
                    timeout=5).raise_for_status()
 
+    def set_sandbox_faults(self, **faults: object) -> None:
+        """Change the tool APIs' sandbox faults (see ackloop.tools.sandbox_faults.Faults)."""
+        assert self.state.sandbox_url
+        httpx.post(f"{self.state.sandbox_url}/_admin/faults", json=faults,
+                   timeout=5).raise_for_status()
+
     def sandbox_stats(self) -> dict[str, int]:
         """Counters of the tool APIs' sandbox: ``requests`` is how many tool HTTP calls ran."""
         assert self.state.sandbox_url
@@ -135,7 +141,8 @@ def start_stack(
         extra_env=env,
         service_env=service_env or {},
         # The shipped dead-letter policy unless a test asks for another.
-        **({} if max_delivery_attempts is None else {"max_delivery_attempts": max_delivery_attempts}),
+        **({} if max_delivery_attempts is None
+           else {"max_delivery_attempts": max_delivery_attempts}),
         push=push,
         push_time_scale=push_time_scale,
     )
