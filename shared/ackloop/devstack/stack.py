@@ -31,6 +31,7 @@ from ackloop.settings import Settings
 FUNCTIONS = ("ingest", "model_step", "tool_step", "dead_letter")
 SERVICES = (*FUNCTIONS, "api")
 PUSH_DELIVERY = "push-delivery"
+SCHEDULER = "scheduler"
 
 
 def isolated_env(tag: str, project: str) -> dict[str, str]:
@@ -125,6 +126,9 @@ class StackOptions:
     """Who pushes: the push delivery process (production semantics) or the emulator itself."""
     push_time_scale: float = 1.0
     """The push delivery's one time factor (backoff, ack deadlines); 1 is production's."""
+    sweep_every_s: float | None = 60.0
+    """The local Cloud Scheduler job: POST the API's /sweep this often (as deployed, every
+    minute); None: no sweeper."""
     start_emulators: bool = True
     """False: use the emulators already listening on ``pubsub_port`` / ``firestore_port``."""
     services: tuple[str, ...] = ("ingest", "model_step", "tool_step", "dead_letter", "api")
@@ -199,6 +203,10 @@ class LocalStack:
                 took = self.start_push_delivery(self.options.push_time_scale).wait_ready(60.0)
                 log(f"  {PUSH_DELIVERY:<20} ready in {took:.1f} s  "
                     f"(log: {self.processes[PUSH_DELIVERY].log_path})")
+            if o.sweep_every_s is not None and "api" in o.services:
+                took = self.start_scheduler(o.sweep_every_s).wait_ready(30.0)
+                log(f"  {SCHEDULER:<20} ready in {took:.1f} s  (POST /sweep every "
+                    f"{o.sweep_every_s:g} s; log: {self.processes[SCHEDULER].log_path})")
             state.save()
             return state
         except BaseException:
@@ -241,6 +249,23 @@ class LocalStack:
             env={**os.environ, **state.client_env()},
         )
         return self._start(PUSH_DELIVERY, proc)
+
+    def start_scheduler(self, every_s: float) -> ManagedProcess:
+        """Start the local stand-in for the Cloud Scheduler sweep job (infra/scheduler.tf)."""
+        assert self.state is not None
+        state = self.state
+        port = state.ports.get(SCHEDULER) or self._port(self.options.base_port + 13)
+        state.ports[SCHEDULER] = port
+        proc = ManagedProcess(
+            SCHEDULER,
+            [sys.executable, "-m", "ackloop.devstack.scheduler", "--url",
+             f"http://127.0.0.1:{state.ports['api']}/sweep", "--every", f"{every_s:g}",
+             "--stats-port", str(port)],
+            self.directory / "logs" / f"{SCHEDULER}.log",
+            f"http://127.0.0.1:{port}/_stats",
+            env=dict(os.environ),
+        )
+        return self._start(SCHEDULER, proc)
 
     def stop_push_delivery(self) -> None:
         """Stop the push delivery (it hands its held messages back to the emulator)."""

@@ -1,0 +1,93 @@
+"""The local sweep job: a real process POSTing to a real HTTP endpoint, as Cloud Scheduler does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from ackloop.devstack.emulators import free_port
+
+
+@pytest.fixture
+def fake_api() -> Iterator[tuple[str, list[str]]]:
+    calls: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            calls.append(self.path)
+            body = json.dumps({"swept": [{"run_id": f"run-{len(calls)}", "action": "resumed",
+                                          "detail": "model step re-sent"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/sweep", calls
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def start_job(url: str, port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "ackloop.devstack.scheduler", "--url", url,
+                             "--every", "0.2", "--stats-port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stats_once(port: int, counter: str, at_least: int) -> dict[str, Any]:
+    """The job's /_stats once ``counter`` reached ``at_least`` (or after 30 s)."""
+    deadline = time.monotonic() + 30
+    stats: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            stats = httpx.get(f"http://127.0.0.1:{port}/_stats", timeout=2).json()
+        except httpx.HTTPError:
+            stats = {}
+        if stats.get(counter, 0) >= at_least:
+            break
+        time.sleep(0.1)
+    return stats
+
+
+def test_the_job_posts_to_sweep_on_schedule_and_reports_what_was_swept(
+    fake_api: tuple[str, list[str]],
+) -> None:
+    url, calls = fake_api
+    port = free_port()
+    proc = start_job(url, port)
+    try:
+        stats = stats_once(port, "calls", 3)
+        assert stats["calls"] >= 3 and stats["failures"] == 0, stats
+        assert set(calls) == {"/sweep"} and len(calls) >= stats["calls"]
+        assert stats["swept"] == {"resumed": stats["calls"]}  # every answer's runs counted
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_failing_api_is_counted_not_fatal() -> None:
+    port = free_port()
+    dead = f"http://127.0.0.1:{free_port()}/sweep"  # nothing listens there
+    proc = start_job(dead, port)
+    try:
+        stats = stats_once(port, "failures", 2)
+        assert stats["failures"] >= 2 and proc.poll() is None, stats
+    finally:
+        proc.kill()
+        proc.wait()
