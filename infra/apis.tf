@@ -4,6 +4,7 @@ locals {
       "artifactregistry.googleapis.com",
       "cloudbuild.googleapis.com",
       "cloudresourcemanager.googleapis.com",
+      "cloudscheduler.googleapis.com",
       "firestore.googleapis.com",
       "iam.googleapis.com",
       "pubsub.googleapis.com",

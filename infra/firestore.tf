@@ -52,3 +52,31 @@ resource "google_firestore_index" "runs_by_conversation" {
     order      = "ASCENDING"
   }
 }
+
+# The sweeper's queries (sweep.py, through store.runs_in_status): runs in a status, oldest
+# first by a timestamp. Key = the status, value = the field ordered on.
+locals {
+  sweeper_run_orders = {
+    running = "progress_at" # runs no step has moved lately
+    queued  = "created_at"  # queued runs whose start message was lost
+  }
+}
+
+# runs where status == KEY order by VALUE (the sweeper).
+resource "google_firestore_index" "runs_by_status" {
+  for_each = local.sweeper_run_orders
+
+  project    = var.project_id
+  database   = local.firestore_database
+  collection = "${var.collection_prefix}runs"
+
+  fields {
+    field_path = "status"
+    order      = "ASCENDING"
+  }
+
+  fields {
+    field_path = each.value
+    order      = "ASCENDING"
+  }
+}

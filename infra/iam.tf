@@ -4,15 +4,19 @@
 
 locals {
   # Topics each service publishes to. Any step may end a run (answer or budget exhausted), so
-  # every step service can publish answers; ingest starts a run with its first model step;
-  # model_step fans out tool steps; the last tool step of a turn starts the next model step;
-  # the API only publishes queries.
+  # every step service can publish answers, and a run's end starts its conversation's next
+  # queued run (a model step). ingest starts a run with its first model step; model_step fans
+  # out tool steps; the last tool step of a turn starts the next model step; dead_letter fails
+  # the run of a message Pub/Sub gave up on. The api creates runs itself (never through the
+  # queries topic) and sends their first model step; its POST /sweep (sweep.py) re-sends the
+  # step message a stalled run needs (model or tool step), fails the runs it cannot resume and
+  # starts queued runs; cancelling a queued run publishes its end.
   publishes = {
     ingest      = ["model_steps", "answers"]
     model_step  = ["model_steps", "tool_steps", "answers"]
     tool_step   = ["model_steps", "answers"]
-    dead_letter = ["answers"]
-    api         = ["queries"]
+    dead_letter = ["model_steps", "answers"]
+    api         = ["model_steps", "tool_steps", "answers"]
   }
 
   publisher_bindings = merge([
@@ -110,6 +114,17 @@ resource "google_cloud_run_v2_service_iam_member" "api_invoker" {
   name     = google_cloud_run_v2_service.service["api"].name
   role     = "roles/run.invoker"
   member   = each.value
+}
+
+# The sweeper's identity may invoke the api (Cloud Scheduler's POST /sweep) and nothing else.
+resource "google_cloud_run_v2_service_iam_member" "sweeper_invokes_api" {
+  count = var.sweep.enabled ? 1 : 0
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.service["api"].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.sweeper[0].member
 }
 
 # The api reads its bearer token (api.auth = "bearer") from a secret created out of band.

@@ -16,6 +16,16 @@ resource "google_service_account" "push_invoker" {
   description  = "Signs the OIDC tokens of push deliveries; may only invoke the push-triggered services."
 }
 
+# The identity Cloud Scheduler uses to sign the OIDC token of the sweeper's call (scheduler.tf).
+resource "google_service_account" "sweeper" {
+  count = var.sweep.enabled ? 1 : 0
+
+  project      = var.project_id
+  account_id   = "ackloop-sweeper"
+  display_name = "ackloop sweeper"
+  description  = "Signs the OIDC token of Cloud Scheduler's POST /sweep; may only invoke the api service."
+}
+
 # The identity of cloudbuild.yaml: pushes images and rolls them out to the services.
 resource "google_service_account" "build" {
   project      = var.project_id

@@ -166,11 +166,13 @@ variable "in_request_waits" {
 
 variable "sweep" {
   type = object({
+    enabled       = optional(bool, true)
     stale_seconds = optional(number, 180)
     schedule      = optional(string, "* * * * *")
     time_zone     = optional(string, "Etc/UTC")
+    region        = optional(string, null)
   })
-  description = "The sweeper, a safety net for runs no message is moving: Cloud Scheduler calls the api's POST /sweep on schedule (cron, default every minute); a running run with no progress for stale_seconds (ACKLOOP_SWEEP_STALE_SECONDS) is resumed from its ledger or failed with a cause, and queued runs whose conversation is free are started. Keep stale_seconds above every step's request timeout, so a step still in its request is never swept."
+  description = "The sweeper, a safety net for runs no message is moving: Cloud Scheduler (in region; null: var.region) calls the api's POST /sweep on schedule (cron, default every minute) with an OIDC token of the ackloop-sweeper service account, the only identity besides api_invoker_members that may invoke the api; a running run with no progress for stale_seconds (ACKLOOP_SWEEP_STALE_SECONDS) is resumed from its ledger or failed with a cause, and queued runs whose conversation is free are started. Keep stale_seconds above every step's request timeout, so a step still in its request is never swept. The scheduled call needs api.auth = \"none\": Cloud Run checks the OIDC token in the Authorization header and removes its signature before the app sees it, so neither a bearer token nor an app-checked ID token can come with it, and Terraform refuses the combination. With api.auth = \"bearer\" or \"google_id_token\" set enabled = false and run `ackloop runs sweep` on a schedule of your own (it needs the api service account's permissions)."
   default     = {}
   nullable    = false
 
@@ -207,7 +209,7 @@ variable "run_limits" {
 
 variable "collection_prefix" {
   type        = string
-  description = "ACKLOOP_COLLECTION_PREFIX: prefix of the top-level Firestore collections (lets two deployments share one database). The TTL policy and the composite index follow it."
+  description = "ACKLOOP_COLLECTION_PREFIX: prefix of the top-level Firestore collections (lets two deployments share one database). The TTL policy and the composite indexes follow it."
   default     = ""
 
   validation {
