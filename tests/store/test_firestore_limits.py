@@ -1,0 +1,197 @@
+"""Firestore's limits and errors, as the DocumentDB adapters present them (H8, H10).
+
+The in-memory store refuses what Firestore refuses (a document over 1 MiB), so a run that
+passes on memory cannot fail on Firestore; a turn whose tool results total several MiB still
+fits, on both. Firestore's Aborted (contention) is retryable, never "already exists".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from google.api_core import exceptions as gexc
+
+from ackloop.conversation import TURN_RESULTS_BYTES
+from ackloop.docdb.base import (
+    MAX_DOCUMENT_BYTES,
+    MAX_WRITES_PER_COMMIT,
+    AlreadyExists,
+    DocumentDB,
+    InvalidWrite,
+    StorageUnavailable,
+    Write,
+)
+from ackloop.docdb.firestore import FirestoreDocumentDB
+from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.keys import run_id_for_request
+from ackloop.model.scripted import ScriptedModel
+from ackloop.model.turns import calls_turn, text_turn
+from ackloop.records import RunStatus
+from ackloop.store import AgentStore
+from ackloop.wire import QueryMessage
+from tests.engine.fakes import CountingToolbox, make_loop
+
+# -- the 1 MiB document limit, on memory and on the emulator --------------------------------------
+
+# Two string fields of half the total each (one property may hold at most 1,048,487 bytes).
+# The margins keep clear of the exact overheads, which Firestore and memory count differently.
+FITS, TOO_LARGE = MAX_DOCUMENT_BYTES - 8_000, MAX_DOCUMENT_BYTES + 12_000
+
+
+def halves(total: int) -> dict[str, str]:
+    return {"a": "a" * (total // 2), "b": "b" * (total // 2)}
+
+
+async def test_a_document_under_1_mib_is_stored_and_one_over_it_is_refused(
+    db: DocumentDB, prefix: str
+) -> None:
+    await db.create(f"{prefix}c/fits", halves(FITS))
+    with pytest.raises(InvalidWrite):
+        await db.create(f"{prefix}c/too-large", halves(TOO_LARGE))
+    fits, too_large = await db.get_all([f"{prefix}c/fits", f"{prefix}c/too-large"])
+    assert fits is not None and fits.data == halves(FITS) and too_large is None
+
+
+async def test_an_update_that_grows_a_document_over_1_mib_writes_nothing_of_its_batch(
+    db: DocumentDB, prefix: str
+) -> None:
+    """The merged document counts (not the update alone), and the batch is all or nothing."""
+    path, other = f"{prefix}c/growing", f"{prefix}c/other"
+    version = await db.create(path, {"a": "a" * (FITS // 2)})
+    with pytest.raises(InvalidWrite):
+        await db.commit([Write("set", other, {"n": 1}),
+                         Write("update", path, {"b": "b" * (TOO_LARGE // 2)},
+                               if_version=version)])
+    growing, untouched = await db.get_all([path, other])
+    assert growing is not None and set(growing.data) == {"a"} and growing.version == version
+    assert untouched is None
+
+
+async def test_the_memory_store_refuses_a_commit_of_more_writes_than_firestore_allows() -> None:
+    """Memory refuses more than MAX_WRITES_PER_COMMIT writes in one commit, and writes none of
+    them. (The Firestore emulator accepts 501: the memory store is the stricter of the two,
+    which keeps "passes on memory" implying "passes on Firestore".)"""
+    db = MemoryDocumentDB()
+    writes = [Write("create", f"c/{i:04d}", {"i": i}) for i in range(MAX_WRITES_PER_COMMIT + 1)]
+    with pytest.raises(InvalidWrite):
+        await db.commit(writes)
+    assert await db.list_all("c") == []
+    assert len(await db.commit(writes[:MAX_WRITES_PER_COMMIT])) == MAX_WRITES_PER_COMMIT
+
+
+# -- a fan-out whose results total several MiB (H8) ------------------------------------------------
+
+CALLS = 6
+RESULT_CHARS = 700_000  # each fits its own step document; together 4.2 MB
+
+
+def json_size(data: Any) -> int:
+    return len(json.dumps(data, ensure_ascii=False).encode())
+
+
+async def test_a_fan_out_whose_results_total_several_mib_completes_and_every_document_fits(
+    db: DocumentDB, prefix: str
+) -> None:
+    model = ScriptedModel.from_turns([
+        calls_turn([("big", {"key": str(i)}) for i in range(CALLS)]),
+        text_turn("summarised"),
+    ])
+    tools = CountingToolbox({"big": "x" * RESULT_CHARS})
+    loop = make_loop(model, tools)
+    loop.deps.store = store = AgentStore(db, prefix)
+    await loop.submit(QueryMessage(request_id=f"{prefix}fan-out", text="go"))
+    await loop.run_until_idle()
+
+    run = await store.get_run(run_id_for_request(f"{prefix}fan-out"))
+    assert run is not None and run.status is RunStatus.COMPLETED, run
+    assert run.answer == "summarised" and tools.executed["big"] == CALLS
+    # The ledger keeps every result whole; the model read them cut to fit one turn.
+    steps = await db.list_all(store.steps_collection(run.run_id))
+    whole = [s.data["result"]["response"]["result"] for s in steps if s.data["kind"] == "tool"]
+    assert [len(r) for r in whole] == [RESULT_CHARS] * CALLS
+    turn_results = model.requests[1].contents[-1]
+    responses = [p["function_response"]["response"] for p in turn_results["parts"]]
+    assert len(responses) == CALLS and all("truncated" in r for r in responses)
+    assert json_size(responses) <= TURN_RESULTS_BYTES
+    # Every document written fits Firestore's limit.
+    chunks = await db.list_all(store.transcript_collection(run.conversation_id))
+    sizes = [json_size(s.data) for s in [*steps, *chunks]]
+    assert chunks and max(sizes) < MAX_DOCUMENT_BYTES, sizes
+
+
+# -- Aborted is contention (H10) -----------------------------------------------------------------
+
+
+class _Reference:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def create(self, data: dict[str, Any]) -> None:
+        raise self.error
+
+
+class _Batch:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def create(self, ref: Any, data: Any) -> None:
+        pass
+
+    def set(self, ref: Any, data: Any) -> None:
+        pass
+
+    def update(self, ref: Any, data: Any, option: Any = None) -> None:
+        pass
+
+    async def commit(self) -> None:
+        raise self.error
+
+
+class FailingClient:
+    """A Firestore client whose every create and commit fails with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def document(self, path: str) -> _Reference:
+        return _Reference(self.error)
+
+    def batch(self) -> _Batch:
+        return _Batch(self.error)
+
+    def write_option(self, **condition: Any) -> dict[str, Any]:
+        return condition
+
+
+def failing_db(error: Exception) -> FirestoreDocumentDB:
+    return FirestoreDocumentDB(FailingClient(error))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("operation", ["create", "commit"])
+async def test_firestore_aborted_is_retryable_contention_not_already_exists(
+    operation: str,
+) -> None:
+    db = failing_db(gexc.Aborted("409 Too much contention on these documents"))
+    assert isinstance(gexc.Aborted("x"), gexc.Conflict)  # why the order of the mapping matters
+    with pytest.raises(StorageUnavailable) as raised:
+        if operation == "create":
+            await db.create("c/doc", {"n": 1})
+        else:
+            await db.commit([Write("update", "c/doc", {"n": 1}, if_version="v")])
+    assert not isinstance(raised.value, AlreadyExists)
+    assert "Aborted" in str(raised.value)
+
+
+async def test_firestore_already_exists_still_reads_as_already_exists() -> None:
+    with pytest.raises(AlreadyExists):
+        await failing_db(gexc.AlreadyExists("409 Document already exists")).create("c/d", {})
+
+
+async def test_a_poison_record_refused_by_contention_is_retried_not_dropped() -> None:
+    """``record_poison`` ignores AlreadyExists (the record is there already); under contention
+    it must not take the write for done: the delivery is redelivered instead."""
+    store = AgentStore(failing_db(gexc.Aborted("409 Too much contention")))
+    with pytest.raises(StorageUnavailable):
+        await store.record_poison("m-1", {"reason": "poison_message"})
