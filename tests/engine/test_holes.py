@@ -267,11 +267,7 @@ FAILURES = {
 
 @pytest.mark.parametrize("failure", [
     "safety_block", "bad_request", "attempts_exhausted",
-    pytest.param("dead_letter", marks=pytest.mark.xfail(strict=True, reason=(
-        "product bug: a model step dead-lettered after its turn's tools completed fails the "
-        "run through finish.end_run_now (engine/dead_letter.py handle_dead_letter), which "
-        "writes the run and conversation but not the tool results, so the next run of the "
-        "conversation is told the calls were 'not executed'"))),
+    "dead_letter",
 ])
 async def test_h4_a_run_failing_after_its_tools_ran_keeps_their_results_for_the_next_run(
     failure: str,
@@ -583,11 +579,6 @@ async def test_sweeper_starts_a_queued_run_whose_conversation_is_free() -> None:
     assert conversation is not None and conversation.data["active_run_id"] is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product issue (or undocumented design): engine/model_step.py budget_stop measures "
-    "max_seconds from run.created_at, so the time a follow-up waits in its conversation's "
-    "queue uses up its own budget; queued behind a longer run it ends completed/max_seconds "
-    "at its first model step, with no model call and no answer"))
 async def test_a_follow_up_queued_behind_a_long_run_keeps_its_own_wall_clock_budget() -> None:
     loop = make_loop(ScriptedModel(), CountingToolbox())
     model = ModelWithSideEffect(lambda request: text_turn("ok", request=request))

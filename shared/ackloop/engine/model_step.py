@@ -35,7 +35,14 @@ from ackloop.engine.structured import OutputContract, contract_for, judge
 from ackloop.errors import ModelRetryableError, PermanentError, RetryableError, UnknownRun
 from ackloop.keys import StepKey
 from ackloop.model.base import ModelRequest, ModelTurn
-from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StopReason
+from ackloop.records import (
+    Outgoing,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+    StopReason,
+)
 from ackloop.store import Claim, Transcript
 from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 
@@ -51,7 +58,9 @@ def budget_stop(deps: Deps, run: RunRecord, message: ModelStepMessage) -> StopRe
         return StopReason.CANCELLED
     if message.turn >= limits.max_steps:
         return StopReason.MAX_STEPS
-    if deps.clock.now() - run.created_at > limits.max_seconds:
+    # Wall clock from when the run became active: time waiting in its conversation's queue
+    # is not the run's own.
+    if deps.clock.now() - (run.started_at or run.created_at) > limits.max_seconds:
         return StopReason.MAX_SECONDS
     if limits.max_tokens is not None and usage.total_tokens >= limits.max_tokens:
         return StopReason.MAX_TOKENS
@@ -150,6 +159,8 @@ async def _run_claimed(
     agent = deps.agents.get(run.agent)
     transcript = await _transcript(deps, run, message, inputs)
     new_contents, final_output = _turn_input(run, message, inputs.previous)
+    if message.turn == 0:
+        new_contents = [*await _answers_left_by_the_previous_run(deps, transcript), *new_contents]
     reads = Reads(run_snapshot, transcript)
     turn_ctx = TurnContext(run, message, agent, new_contents)
     try:
@@ -295,6 +306,36 @@ async def _transcript(
             reason="transcript_inconsistent",
         )
     return transcript
+
+
+async def _answers_left_by_the_previous_run(
+    deps: Deps, transcript: Transcript
+) -> list[JsonDict]:
+    """The responses to calls the conversation's previous run asked for but never answered in
+    the transcript (it ended in between: a dead letter, a cancel, a budget, the sweeper), read
+    from that run's ledger: a call whose tool step completed gets its real result, so the model
+    never reads "not executed" for a call that ran (and a side-effecting tool is not asked for
+    again); the others are answered as not executed. Appended with this run's first turn."""
+    last = transcript.contents[-1] if transcript.contents else None
+    if last is None or last.get("role") != "model" or not transcript.tail:
+        return []
+    calls = conversation.calls_in(last)
+    previous_run, _, key = transcript.tail.partition("/")
+    try:
+        asked_at = StepKey.parse(key)
+    except ValueError:
+        return []
+    if not calls or asked_at.kind != "model":
+        return []
+    keys = [str(StepKey.tool(asked_at.turn, i)) for i in range(len(calls))]
+    steps = await deps.store.get_steps(previous_run, keys)
+    pairs = [
+        (call, (step.result or {}).get("response", conversation.NOT_EXECUTED)
+         if step is not None and step.status is StepStatus.COMPLETED
+         else conversation.NOT_EXECUTED)
+        for call, step in zip(calls, steps, strict=True)
+    ]
+    return [conversation.function_responses(pairs)]
 
 
 def _turn_input(
