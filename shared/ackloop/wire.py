@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from ackloop import patterns
+
 # Ids that end up in Firestore document paths: no "/", no leading "__", bounded length.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 _ID_RE = re.compile(ID_PATTERN)
@@ -28,6 +30,10 @@ def check_schema(schema: dict[str, Any]) -> None:
         raise ValueError(f"output_schema is not a valid JSON Schema: {exc.message}") from exc
     if schema.get("type") != "object":
         raise ValueError('output_schema must describe an object ("type": "object")')
+    if patterns.has_pattern_properties(schema):
+        raise ValueError("output_schema: patternProperties is not supported (use properties)")
+    for pattern in patterns.schema_patterns(schema):
+        patterns.compiled(pattern)  # ValueError says why RE2 refuses it
 
 
 def _depth(value: Any) -> int:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ackloop import conversation
+from ackloop import conversation, patterns
 from ackloop.model.base import ModelTurn
 from ackloop.wire import FunctionCall
 
@@ -60,8 +60,22 @@ def contract_for(
     return None
 
 
+def _linear_pattern(
+    validator: Any, pattern: str, instance: Any, schema: JsonDict
+) -> Iterator[jsonschema.ValidationError]:
+    """JSON Schema's ``pattern``, matched with RE2 (see :mod:`ackloop.patterns`)."""
+    if validator.is_type(instance, "string") and not patterns.search(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+# Draft 2020-12 with every caller-supplied regular expression run by RE2. patternProperties
+# (which jsonschema also matches with ``re`` inside additionalProperties) is refused up front.
+_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                          {"pattern": _linear_pattern})
+
+
 def from_json_schema(schema: JsonDict) -> OutputContract:
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _Validator(schema)
 
     def validate(value: Any) -> Any:
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
