@@ -49,6 +49,7 @@ from ackloop.records import (
     StopReason,
     TranscriptChunk,
 )
+from ackloop.tools.masking import mask_secrets
 from ackloop.wire import Usage
 
 # A chunk is rewritten on every append, so keep it well below Firestore's 1 MiB document cap.
@@ -71,6 +72,11 @@ class RunEnd:
     answer: str | None = None
     output: Any = None
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        # Every error a run ends with is stored and published: never with a credential in it.
+        if self.error is not None:
+            object.__setattr__(self, "error", mask_secrets(self.error))
 
 
 @dataclass(frozen=True)
@@ -461,7 +467,8 @@ class AgentStore:
                     Write(
                         "update",
                         self.step_path(claim.run_id, claim.key),
-                        {"lease_expires_at": 0.0, "last_error": error, "not_before": not_before},
+                        {"lease_expires_at": 0.0, "last_error": mask_secrets(error),
+                         "not_before": not_before},
                         if_version=claim.version,
                     )
                 ]
@@ -491,7 +498,7 @@ class AgentStore:
             "result": result,
             "outbox": [o.to_doc() for o in outbox],
             "lease_expires_at": 0.0,
-            "last_error": error,
+            "last_error": None if error is None else mask_secrets(error),
         }
         if usage is not None:
             update["usage"] = usage.model_dump(mode="json")

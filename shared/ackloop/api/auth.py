@@ -22,6 +22,7 @@ from fastapi import Request
 from ackloop.api.errors import ApiError
 from ackloop.api.tokens import IdTokenVerifier, InvalidToken, bearer_token, split_emails
 from ackloop.settings import Settings
+from ackloop.tools.masking import register_secret
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class ApiAuth:
             if not settings.api_bearer_token_file:
                 raise ValueError("ACKLOOP_API_AUTH=bearer needs ACKLOOP_API_BEARER_TOKEN_FILE")
             token = Path(settings.api_bearer_token_file).read_text().strip()
+            register_secret(token)
             if len(token) < 16:
                 raise ValueError("the API bearer token must be at least 16 characters")
             return cls("bearer", token=token)

@@ -18,6 +18,7 @@ from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.gemini_errors import TRANSPORT_ERRORS, from_api_error, from_transport_error
 from ackloop.model.gemini_turn import turn_from_response
 from ackloop.settings import Settings
+from ackloop.tools.masking import register_secret
 
 _NO_RETRIES = types.HttpRetryOptions(attempts=1)
 
@@ -100,6 +101,7 @@ class GeminiModel:
 def build_gemini_model(settings: Settings) -> GeminiModel:
     """The process's Gemini client, from validated settings."""
     api_key = settings.gemini_api_key.get_secret_value() if settings.gemini_api_key else None
+    register_secret(api_key)  # an upstream that echoes it must not put it in a record or a log
     return GeminiModel(
         api_key=api_key,
         base_url=settings.gemini_base_url,

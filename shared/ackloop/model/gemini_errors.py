@@ -11,6 +11,7 @@ import httpx
 from google.genai import errors as genai_errors
 
 from ackloop.errors import ModelPermanentError, ModelRetryableError
+from ackloop.tools.masking import mask_secrets
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _PERMANENT_REASONS = {
@@ -39,7 +40,8 @@ TRANSPORT_ERRORS = _transport_errors()
 
 def from_api_error(error: genai_errors.APIError) -> ModelRetryableError | ModelPermanentError:
     """429/408/5xx -> retryable (429 with ``retry_after``); any other status -> permanent."""
-    summary = f"Gemini answered {error.code} {error.status or ''}: {error.message or ''}".strip()
+    summary = mask_secrets(
+        f"Gemini answered {error.code} {error.status or ''}: {error.message or ''}".strip())
     if error.code in RETRYABLE_STATUS:
         return ModelRetryableError(summary, retry_after=retry_after_seconds(error))
     reason = _PERMANENT_REASONS.get(error.code, "model_invalid_request")
@@ -49,7 +51,8 @@ def from_api_error(error: genai_errors.APIError) -> ModelRetryableError | ModelP
 def from_transport_error(error: BaseException) -> ModelRetryableError:
     """The request timed out or the connection failed."""
     kind = "timed out" if "timeout" in type(error).__name__.lower() else "failed"
-    return ModelRetryableError(f"Gemini request {kind}: {type(error).__name__}: {error}")
+    return ModelRetryableError(
+        mask_secrets(f"Gemini request {kind}: {type(error).__name__}: {error}"))
 
 
 def retry_after_seconds(error: genai_errors.APIError) -> float | None:

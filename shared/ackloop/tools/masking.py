@@ -49,13 +49,25 @@ _TOKEN_SHAPES_RE = re.compile(
 )
 
 
+_REGISTERED: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    """Mask ``value`` everywhere in this process from now on: in :func:`mask_secrets` (and so
+    in every stored error and every log line), whatever its shape. For the process's own
+    credentials (the Gemini API key, the API's bearer token), registered where they are read."""
+    if value and len(value) >= 4:
+        _REGISTERED.add(value)
+
+
 def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
     """Return ``text`` with credentials replaced by ``***``.
 
-    ``known`` adds literal secrets to mask wherever they appear (the deployment's API key, say);
-    values shorter than 4 characters are ignored so that masking cannot shred ordinary text.
+    ``known`` adds literal secrets to mask wherever they appear, on top of those registered with
+    :func:`register_secret`; values shorter than 4 characters are ignored so that masking cannot
+    shred ordinary text.
     """
-    for secret in known:
+    for secret in (*known, *sorted(_REGISTERED, key=len, reverse=True)):
         if len(secret) >= 4:
             text = text.replace(secret, MASK)
     text = _URL_USERINFO_RE.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
