@@ -11,13 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from pydantic import SecretStr
+from tests.engine.fakes import CountingToolbox, make_loop
 
 from ackloop.keys import run_id_for_request
 from ackloop.model.gemini import build_gemini_model
 from ackloop.records import RunStatus
 from ackloop.settings import Settings
 from ackloop.wire import QueryMessage
-from tests.engine.fakes import CountingToolbox, make_loop
 
 KEY = "plain-looking-key-7d1f0c2b"  # no known token shape: only registration can mask it
 
@@ -40,7 +40,7 @@ def echoing_upstream() -> Iterator[tuple[str, list[int]]]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
