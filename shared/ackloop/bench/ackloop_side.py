@@ -5,11 +5,14 @@ instant ``bench_lookup`` tool (agent ``reference``), through real processes: the
 published to the queries topic, each step is a push delivery to a function process
 (``ackloop run``), and the answer is received from the answers topic. Measured:
 
-* per-step engine overhead, from the step documents (see :mod:`ackloop.bench.step_timing`);
+* per-step engine overhead, from the step documents (see :mod:`ackloop.bench.step_timing`),
+  and its split at the next step's claim;
 * run end-to-end, one run at a time, and throughput plus end-to-end with C concurrent runs;
 * CPU seconds per run of every process of the side (functions, both emulators, client) and of
   the machine (to show contention), and the peak RSS of each function process tree;
 * Firestore requests/documents and Pub/Sub publishes per step, counted by the functions;
+* pushes by HTTP answer, counted by the push delivery: non-2xx answers per 1,000 steps
+  (:mod:`ackloop.bench.push_answers`);
 * growth with conversation length (agent ``reference-long``);
 * cold start of a function process (spawn -> first request served);
 * the Firestore emulator's lock floor (:mod:`ackloop.bench.contention`).
@@ -22,21 +25,23 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ackloop.bench import ackloop_counts as counts
+from ackloop.bench import push_answers
 from ackloop.bench.ackloop_client import AnswerWatcher, RunDriver, RunResult, completed
 from ackloop.bench.ackloop_stack import STEP_FUNCTIONS, BenchStack
 from ackloop.bench.contention import measure_lock_floor
 from ackloop.bench.pricing import cost_per_1000_runs
 from ackloop.bench.procstats import CpuMeter, tree_peak_rss_mib
 from ackloop.bench.push_floor import measure_delivery_floor
-from ackloop.bench.step_timing import call_seconds, load_steps, step_gaps
+from ackloop.bench.step_timing import call_seconds, load_steps, split_gaps, step_gaps
 from ackloop.bench.temporal_side import distribution_ms
 from ackloop.docdb.firestore import FirestoreDocumentDB
+from ackloop.records import StepRecord
 from ackloop.store import AgentStore
 from ackloop.wire import RunOptions
 
@@ -106,12 +111,14 @@ async def _phase(
 ) -> dict[str, Any]:
     """Run one phase and summarise it: latency, throughput, overhead, CPU, counted operations."""
     meter = CpuMeter(side.stack.cpu_roles())
+    pushed_before = await asyncio.to_thread(_push_stats, side)
     before = await asyncio.to_thread(side.stack.counters)
     meter.start()
     t0 = time.perf_counter()
     results = await runner()
     wall = time.perf_counter() - t0
     cpu = meter.stop()
+    pushed_after = await asyncio.to_thread(_push_stats, side)
     after = await asyncio.to_thread(side.stack.counters)
     done = completed(results)
     steps = await load_steps(side.store, [r.run_id for r in done])
@@ -131,14 +138,31 @@ async def _phase(
         "e2e_ms": distribution_ms([r.seconds for r in done]),
         "engine_ms_per_run": distribution_ms(engine),
         "step_overhead_ms": distribution_ms([g for s in steps.values() for g in step_gaps(s)]),
+        "step_overhead_split_ms": _split(steps),
         "cpu_s": cpu,
         "cpu_ms_per_run": {k: round(v * 1000 / per_run, 2) for k, v in cpu.items()},
         "function_cpu_ms_per_run": round(function_cpu * 1000 / per_run, 2),
         "counted": {fn: {k: round(v, 1) for k, v in row.items()} for fn, row in delta.items()},
         "per_step": counts.per_unit(delta["total"], step_count),
         "per_run": counts.per_unit(delta["total"], len(done)),
+        "push_answers": (push_answers.between(pushed_before, pushed_after, step_count)
+                         if pushed_before is not None and pushed_after is not None else None),
         "errors": sorted({r.error for r in results if r.error})[:5],
     }
+
+
+def _split(steps: dict[str, list[StepRecord]]) -> dict[str, dict[str, float]]:
+    """The step overhead in two: to the next step's claim, and from its claim to its call."""
+    parts = [p for s in steps.values() for p in split_gaps(s)]
+    return {"to_claim": distribution_ms([a for a, _ in parts]),
+            "claim_to_call": distribution_ms([b for _, b in parts])}
+
+
+def _push_stats(side: _Side) -> Mapping[str, Any] | None:
+    """The push delivery's counters once nothing is in flight (None: the emulator pushes)."""
+    if side.stack.push_stats() is None:
+        return None
+    return push_answers.settled(lambda: side.stack.push_stats() or {})
 
 
 async def _sequential(side: _Side) -> dict[str, Any]:
@@ -193,8 +217,12 @@ async def _growth(side: _Side, calls: int) -> dict[str, Any]:
         "completed": phase["completed"],
         "runs": phase["runs"],
         "step_overhead_ms": phase["step_overhead_ms"],
+        "step_overhead_split_ms": phase["step_overhead_split_ms"],
         "e2e_ms": phase["e2e_ms"],
         "per_step": per_step,
+        "per_run": phase["per_run"],
+        "counted": phase["counted"],
+        "push_answers": phase["push_answers"],
         "errors": phase["errors"],
     }
 
@@ -263,6 +291,14 @@ async def _emulator_push(side: _Side) -> dict[str, Any]:
     return result
 
 
+def fault_free_answers(result: Mapping[str, Any]) -> dict[str, Any]:
+    """Pushes and non-2xx answers over every phase the push delivery delivered (sequential,
+    concurrent, growth: nothing is killed or refused in them), per 1,000 steps."""
+    phases = [result["sequential"], *result["concurrent"], *result["growth"]["rows"]]
+    measured = [p["push_answers"] for p in phases if p.get("push_answers") is not None]
+    return {**push_answers.combined(measured), "phases": len(measured)}
+
+
 class _Clock:
     """Seconds spent in each part of the measurement, for the report."""
 
@@ -301,6 +337,7 @@ async def _measure(side: _Side) -> dict[str, Any]:
     growth = [await _growth(side, calls) for calls in config.growth_calls]
     result["growth"] = {"rows": growth, "verdict": growth_verdict(growth)}
     clock.lap("growth")
+    result["push_answers"] = fault_free_answers(result)
     if config.emulator_push_runs > 0:
         await asyncio.to_thread(side.stack.use_emulator_push)
         await side.driver.run_sequence(config.warmup_runs)

@@ -131,6 +131,13 @@ class BenchStack:
         finally:
             subscriber.close()
 
+    def push_stats(self) -> dict[str, Any] | None:
+        """The push delivery's ``GET /_stats`` (pushes by HTTP answer, per subscription), or
+        None while the emulator pushes itself (it counts nothing)."""
+        if PUSH_DELIVERY not in self.stack.processes:
+            return None
+        return self.stack.push_stats()
+
     def counters(self) -> dict[str, dict[str, Any]]:
         """Each step function's ``GET /`` counters: Firestore, publishes, deliveries."""
         return {name: httpx.get(self.url(name), timeout=10).json() for name in STEP_FUNCTIONS}

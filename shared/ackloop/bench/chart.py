@@ -16,7 +16,7 @@ def _series(result: Figures) -> dict[str, Figures]:
     series: dict[str, Figures] = {}
     ack = result.get("ackloop")
     if ack:
-        series["ackloop\n(push bridge)"] = ack
+        series["ackloop\n(push delivery)"] = ack
         if ack.get("emulator_push"):
             series["ackloop\n(emulator push)"] = ack["emulator_push"]
     for storage, figures in ((result.get("temporal") or {}).get("storages") or {}).items():

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ackloop.bench.targets import OVERHEAD_RATIO_LIMIT
+
 Figures = dict[str, Any]
 Cell = Callable[[Figures], str]
 
@@ -78,7 +80,7 @@ def _columns(result: Figures) -> dict[str, Figures]:
     columns: dict[str, Figures] = {}
     ack = result.get("ackloop")
     if ack:
-        columns["ackloop (push bridge)"] = ack
+        columns["ackloop (push delivery)"] = ack
         if ack.get("emulator_push"):
             columns["ackloop (emulator push)"] = ack["emulator_push"]
     temporal = result.get("temporal") or {}
@@ -117,13 +119,44 @@ def counts_table(ack: Figures) -> str:
         f"| Firestore transactions | {per_step['transactions']:.2f} |",
         f"| Firestore bytes read | {per_step['bytes_read']:.0f} |",
         f"| Pub/Sub publishes | {per_step['published']:.2f} |",
-        f"| push deliveries (non-2xx) | {per_step['deliveries']:.2f} "
-        f"({per_step['redelivered']:.2f}) |",
+        f"| push deliveries (non-2xx), as the functions answered them | "
+        f"{per_step['deliveries']:.2f} ({per_step['redelivered']:.2f}) |",
         f"| cost per 1,000 runs, USD (list prices of {cost['prices_date']}) | "
         f"{cost['total_usd']:.4f} (Firestore {cost['firestore_usd']:.4f}, Pub/Sub "
         f"{cost['pubsub_usd']:.4f}, Cloud Run requests {cost['cloud_run_requests_usd']:.4f} + "
         f"CPU {cost['cloud_run_cpu_usd']:.4f}) |",
     ]
+    return "\n".join(lines)
+
+
+def headline(result: Figures) -> str:
+    """The two figures the issue tracks: the overhead ratio against Temporal, and the non-2xx
+    push answers per 1,000 steps."""
+    ack = result.get("ackloop") or {}
+    lines = []
+    sqlite = ((result.get("temporal") or {}).get("storages") or {}).get("sqlite")
+    if ack.get("sequential") and sqlite:
+        ours = ack["sequential"]["step_overhead_ms"]
+        theirs = sqlite["sequential"]["step_overhead_ms"]
+        ratio = ours["p50"] / theirs["p50"] if theirs["p50"] else float("nan")
+        lines.append(
+            f"- per-step overhead p50 / p95: ackloop {ours['p50']:.1f} / {ours['p95']:.1f} ms, "
+            f"Temporal (SQLite) {theirs['p50']:.1f} / {theirs['p95']:.1f} ms; "
+            f"ratio of the p50s **{ratio:.2f}** (target <= {OVERHEAD_RATIO_LIMIT})")
+    split = (ack.get("sequential") or {}).get("step_overhead_split_ms")
+    if split:
+        lines.append(
+            f"- ackloop's step overhead, p50 of each part: {split['to_claim']['p50']:.1f} ms from "
+            f"a call's end to the next step's claim (commit, publish, Pub/Sub delivery), "
+            f"{split['claim_to_call']['p50']:.1f} ms from the claim to the call (claim, reads)")
+    answered = ack.get("push_answers") or {}
+    if answered.get("steps"):
+        statuses = ", ".join(f"{k}: {n}" for k, n in answered["by_status"].items()) or "none"
+        lines.append(
+            f"- non-2xx push answers per 1,000 steps (push delivery's /_stats, fault-free "
+            f"phases): **{answered['non_2xx_per_1000_steps']:g}** ({answered['non_2xx']} of "
+            f"{answered['pushes']} pushes over {answered['steps']} steps; by answer: "
+            f"{statuses})")
     return "\n".join(lines)
 
 
@@ -177,6 +210,7 @@ def render(result: Figures) -> str:
     sections = [
         f"ackloop bench, {meta.get('date', '?')} on {meta.get('machine', '?')}; "
         f"command: `{meta.get('command', '?')}`",
+        headline(result),
         main_table(result),
     ]
     ack = result.get("ackloop")

@@ -10,6 +10,11 @@ that is, from the end of one call to the start of the next, with the model/tool 
 the commit, the publish, the push delivery, the claim and the loading of the next step's inputs.
 It is the same span Temporal's activity ledger measures (one activity's end to the next one's
 start). All timestamps come from this machine's clock.
+
+The step's claim time (``started_at``, taken as its delivery claims it) splits that span in two
+(:func:`split_gaps`): *to the claim* (the previous step's commit, its publish, the Pub/Sub
+delivery and the request's decoding) and *claim to call* (the claim and the reads of the step's
+inputs, inside the function).
 """
 
 from __future__ import annotations
@@ -37,12 +42,17 @@ def step_gaps(steps: Sequence[StepRecord]) -> list[float]:
     A model step of turn t > 0 is triggered by the last tool step of turn t - 1 to finish; a
     tool step of turn t by the model step of turn t.
     """
+    return [to_claim + in_step for to_claim, in_step in split_gaps(steps)]
+
+
+def split_gaps(steps: Sequence[StepRecord]) -> list[tuple[float, float]]:
+    """Each step gap as (trigger's call end -> claim, claim -> call start), in seconds."""
     models = {s.turn: s for s in steps if s.kind == "model"}
     tools: dict[int, list[StepRecord]] = {}
     for s in steps:
         if s.kind == "tool":
             tools.setdefault(s.turn, []).append(s)
-    gaps: list[float] = []
+    gaps: list[tuple[float, float]] = []
     for step in steps:
         start = _call_start(step)
         if start is None:
@@ -53,7 +63,8 @@ def step_gaps(steps: Sequence[StepRecord]) -> list[float]:
             triggers = tools.get(step.turn - 1, [])
         ends = [e for t in triggers if (e := _call_end(t)) is not None]
         if ends:
-            gaps.append(start - max(ends))
+            claimed = min(max(step.started_at, max(ends)), start)
+            gaps.append((claimed - max(ends), start - claimed))
     return gaps
 
 
