@@ -1,15 +1,30 @@
-"""The chaos suite's own logic: run references, in-flight detection, answer comparison."""
+"""The chaos suite's own logic: run references, in-flight detection, answer comparison, the
+shipped numbers and the time factor, transcript checks, the duplicating front."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections import Counter
+from pathlib import Path
 
-from ackloop.chaos.checks import normalize_answer
+import httpx
+import pytest
+
+from ackloop import records
+from ackloop.chaos.checks import check_conversation, normalize_answer, segments
+from ackloop.chaos.config import scaled_spec
+from ackloop.chaos.evidence import model_evidence
 from ackloop.chaos.kills import interrupted, kill_plan, owner_pid
 from ackloop.chaos.model_server import describe
+from ackloop.chaos.proxy import DuplicatingFront
+from ackloop.chaos.timing import Timing, min_factor
 from ackloop.chaos.workload import TEMPLATES, question, reference_of
+from ackloop.delivery import load_policy
 from ackloop.model.us_states import find_state_code
 from ackloop.records import StepRecord, StepStatus
+from ackloop.settings import Settings
+from ackloop.store import Transcript
 
 
 def test_the_reference_is_found_and_changes_no_state() -> None:
@@ -22,9 +37,10 @@ def test_the_reference_is_found_and_changes_no_state() -> None:
 def test_ledger_entry_names_run_turn_and_secret() -> None:
     body = {"contents": [{"role": "user", "parts": [{"text": "Where am I? (ref r0001)"}]},
                          {"role": "model", "parts": [{"text": "x"}]},
-                         {"role": "user", "parts": [{"text": "AIzaSECRET"}]}]}
+                         {"role": "user", "parts": [{"function_response": {
+                             "name": "x", "response": {"result": "AIzaSECRET"}}}]}]}
     assert describe(body, "AIzaSECRET") == {"ref": "r0001", "turn": 1, "contents": 3,
-                                            "secret": True}
+                                            "history": 0, "secret": True}
 
 
 def test_hour_rounded_times_are_masked() -> None:
@@ -55,3 +71,119 @@ def test_in_flight_steps_are_those_the_killed_process_held() -> None:
 def test_kill_plan_interleaves_points() -> None:
     assert kill_plan(("a", "b"), 2) == ["a", "b", "a", "b"]
     assert Counter(kill_plan(("a", "b", "c"), 3)) == {"a": 3, "b": 3, "c": 3}
+
+
+# -- the shipped numbers and the time factor ----------------------------------------------------
+
+
+def test_timing_is_the_shipped_numbers_with_one_factor() -> None:
+    policy, settings = load_policy(), Settings()
+    assert min_factor() == pytest.approx(10 / 60)
+    production = Timing.shipped(1.0)
+    assert production.dead_letter_after_s == 10 + 20 + 40 + 80 + 160 + 320 + 600 + 600 + 600
+    assert production.step_attempts_span_s == 10 + 20 + 40 + 80 + 160 + 320 + 600 + 600
+    scaled = Timing.shipped(0.25)
+    assert scaled.max_delivery_attempts == policy.max_delivery_attempts
+    assert scaled.max_step_attempts == Settings.model_fields["max_step_attempts"].default
+    assert scaled.lease_s == Settings.model_fields["lease_seconds"].default * 0.25
+    assert scaled.dead_letter_after_s == pytest.approx(production.dead_letter_after_s * 0.25)
+    assert scaled.request_timeout_s("model_step") == policy.request_timeout_s["model_step"] / 4
+    env = scaled.function_env()
+    assert "ACKLOOP_MAX_STEP_ATTEMPTS" not in env and "ACKLOOP_LEASE_SECONDS" in env
+    assert scaled.service_env()["ingest"] == {"ACKLOOP_REQUEST_TIMEOUT_SECONDS": "15"}
+    for service, variables in Timing.shipped().service_env().items():  # the engine accepts them
+        Settings(request_timeout_seconds=float(variables["ACKLOOP_REQUEST_TIMEOUT_SECONDS"]))
+        assert service in policy.request_timeout_s
+    assert settings.lease_seconds > 0
+    with pytest.raises(ValueError, match="below"):
+        Timing.shipped(0.1)
+
+
+def test_fault_specs_are_scaled_and_hang_outlasts_the_model_timeout() -> None:
+    timing = Timing.shipped(0.5)
+    assert scaled_spec("429:1*3", timing) == "429:0.500*3"
+    assert scaled_spec("500*3,malformed", timing) == "500*3,malformed"
+    hang = float(scaled_spec("delay:hang*2", timing).split(":")[1].split("*")[0])
+    assert hang > timing.model_timeout_s
+
+
+# -- conversations and transcripts ---------------------------------------------------------------
+
+
+def _content(role: str, text: str) -> dict[str, object]:
+    return {"role": role, "parts": [{"text": text}]}
+
+
+def _turn(ref: str, answer: str) -> list[dict[str, object]]:
+    return [_content("user", f"Where am I? (ref {ref})"),
+            {"role": "model", "parts": [{"function_call": {"name": "get_ip_address"}}]},
+            {"role": "user", "parts": [{"function_response": {"name": "get_ip_address"}}]},
+            _content("model", answer)]
+
+
+def _transcript(*turns: list[dict[str, object]]) -> Transcript:
+    contents = [c for turn in turns for c in turn]
+    chunk = records.TranscriptChunk(index=0, contents=contents, tail="x", size=1)
+    return Transcript("conv", [chunk])
+
+
+def _run(run_id: str, started: float, finished: float, answer: str) -> records.RunRecord:
+    limits = records.RunLimits(max_steps=5, max_seconds=60, max_tool_calls=5)
+    return records.RunRecord(
+        run_id=run_id, request_id=run_id, request_hash="h", conversation_id="conv",
+        agent="default", text="t", model="m", created_at=started, limits=limits,
+        status=records.RunStatus.COMPLETED, stop_reason=records.StopReason.ANSWERED,
+        started_at=started, finished_at=finished, answer=answer)
+
+
+def test_a_conversation_holds_every_turn_once_in_order() -> None:
+    runs = [("a1", _run("r1", 1.0, 2.0, "one")), ("a2", _run("r2", 2.0, 3.0, "two"))]
+    good = check_conversation("conv", runs, _transcript(_turn("a1", "one"), _turn("a2", "two")))
+    assert good.ok and [s.ref for s in segments(_transcript(_turn("a1", "one")))] == ["a1"]
+
+    lost = check_conversation("conv", runs, _transcript(_turn("a2", "two")))
+    assert lost.overwritten == ["a1: its turn is in the transcript 0 times"]
+    rewritten = check_conversation("conv", runs, _transcript(_turn("a1", "other"),
+                                                             _turn("a2", "two")))
+    assert rewritten.overwritten and not rewritten.ok
+    swapped = check_conversation("conv", runs, _transcript(_turn("a2", "two"),
+                                                           _turn("a1", "one")))
+    assert swapped.order_problems and not swapped.overwritten
+    overlapping = [("a1", _run("r1", 1.0, 2.5, "one")), ("a2", _run("r2", 2.0, 3.0, "two"))]
+    assert check_conversation("conv", overlapping, _transcript(
+        _turn("a1", "one"), _turn("a2", "two"))).order_problems == ["a2 started before a1 ended"]
+
+
+def test_ledger_of_a_follow_up_names_its_own_run_and_its_history(tmp_path: Path) -> None:
+    body = {"contents": [*_turn("a1", "one"), _content("user", "What is my ip? (ref a2)")]}
+    entry = describe(body, "")
+    assert (entry["ref"], entry["turn"], entry["history"], entry["contents"]) == ("a2", 0, 4, 5)
+    ledger = tmp_path / "ledger.jsonl"
+    lines = [{**entry, "t": 1.0, "fault": None},
+             {**entry, "t": 2.0, "fault": "delay", "delay_s": 1.0},
+             {**entry, "t": 3.0, "fault": "delay", "delay_s": 9.0}]
+    ledger.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    found = model_evidence(ledger, {"a2"}, timeout_s=5.0)
+    assert found.answered[("a2", 0)] == 2 and found.faults == {"delay": 1}
+    assert found.bad_context == [] and found.history[("a2", 0)] == {4}
+
+
+# -- the duplicating front ---------------------------------------------------------------------
+
+
+async def test_the_front_sends_a_second_copy_and_answers_with_the_first() -> None:
+    seen: list[bytes] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen.append(request.content)
+        return httpx.Response(503 if len(seen) == 1 else 204, headers={"retry-after": "3"})
+
+    front = DuplicatingFront({"model_step": "http://m/", "dead_letter": "http://d/"},
+                             frozenset({"dead_letter"}), concurrent_share=0.0)
+    front._client = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+    answer = await front.push("model_step", b"envelope")
+    await asyncio.sleep(0.05)  # the second copy goes after the first answered
+    assert answer.status == 503 and answer.headers == {"retry-after": "3"}
+    assert seen == [b"envelope", b"envelope"]
+    assert (await front.push("dead_letter", b"letter")).status == 204
+    assert seen[-1] == b"letter" and len(seen) == 3

@@ -1,20 +1,32 @@
-"""Per-run verdicts: outcome, answer against the fault-free reference, history, executions.
+"""Per-run verdicts: outcome, answer against the fault-free reference, history, executions;
+and per conversation: runs in order, no turn overwritten.
 
 A run's reference is the fault-free run of the same question that met the same tool outcomes
 (tool API faults reach the model by design: a failed weather.gov call becomes a tool error the
-model reads, so its answer differs; see :mod:`ackloop.chaos.runner`, calibration). Times in
+model reads, so its answer differs; see :mod:`ackloop.chaos.phases`, calibration). Times in
 the sandbox's alert headlines are rounded to the hour and masked before comparing.
+
+A run's part of its conversation's transcript (its *segment*) starts at its question, which
+names the run (``(ref ...)``), and runs to the next question. The transcript check is what an
+overwrite would break: afterwards, every completed run's segment is in its conversation's
+transcript exactly once, whole, ending in the run's answer, and the segments stand in the order
+the runs started, which is the order they were asked in.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from ackloop.chaos.evidence import ModelEvidence
-from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus
+from ackloop.chaos.workload import question_text, reference_of
+from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus, StopReason
 from ackloop.store import Transcript
+
+JsonDict = dict[str, Any]
 
 _WHEN = re.compile(r"[A-Z][a-z]{2} \d{1,2} at \d{1,2}:\d{2}[AP]M")
 
@@ -30,8 +42,41 @@ def tool_outcomes(steps: list[StepRecord]) -> tuple[str, ...]:
                  for s in sorted(steps, key=lambda s: s.key) if s.kind == "tool")
 
 
-def roles(transcript: Transcript) -> tuple[str, ...]:
-    return tuple(str(c.get("role", "user")) for c in transcript.contents)
+def roles(contents: list[JsonDict]) -> tuple[str, ...]:
+    return tuple(str(c.get("role", "user")) for c in contents)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One run's part of a transcript: its question and what followed, up to the next one."""
+
+    ref: str | None
+    contents: list[JsonDict]
+
+
+def segments(transcript: Transcript) -> list[Segment]:
+    """The transcript cut at every question."""
+    found: list[Segment] = []
+    for content in transcript.contents:
+        text = question_text(content)
+        if text is not None or not found:
+            found.append(Segment(reference_of(text or ""), []))
+        found[-1].contents.append(content)
+    return found
+
+
+def segments_of(transcript: Transcript, ref: str) -> list[Segment]:
+    return [s for s in segments(transcript) if s.ref == ref]
+
+
+def final_text(contents: list[JsonDict]) -> str | None:
+    """The text of the last model content (the answer of a run that ended answering)."""
+    for content in reversed(contents):
+        if content.get("role") == "model":
+            texts = [str(p["text"]) for p in content.get("parts") or []
+                     if p.get("text") and not p.get("thought")]
+            return "".join(texts)
+    return None
 
 
 @dataclass(frozen=True)
@@ -46,9 +91,11 @@ class Reference:
 RefKey = tuple[str, tuple[str, ...]]
 
 
-def reference(run: RunRecord, steps: list[StepRecord], transcript: Transcript) -> Reference:
+def reference(run: RunRecord, steps: list[StepRecord], transcript: Transcript, ref: str
+              ) -> Reference:
+    found = segments_of(transcript, ref)
     return Reference(normalize_answer(run.answer), tuple((s.key, s.name) for s in steps),
-                     roles(transcript))
+                     roles(found[0].contents) if found else ())
 
 
 @dataclass
@@ -60,6 +107,7 @@ class Verdict:
     template: str
     status: str
     reason: str | None = None
+    stop_reason: str | None = None
     answer_ok: bool | None = None
     history_ok: bool = True
     recorded_duplicates: int = 0
@@ -95,7 +143,8 @@ def judge(
     """The verdict on one run (``killed``: keys of its steps in flight at a kill)."""
     if run is None:
         return Verdict("?", ref, template, "lost", problems=["no run record"])
-    verdict = Verdict(run.run_id, ref, template, run.status.value, finished_at=run.finished_at)
+    verdict = Verdict(run.run_id, ref, template, run.status.value, finished_at=run.finished_at,
+                      stop_reason=run.stop_reason.value if run.stop_reason else None)
     if run.status is RunStatus.RUNNING and steps:
         last = max(steps, key=lambda s: s.key)
         verdict.problems.append(
@@ -116,14 +165,18 @@ def judge(
 def _check_history(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
                    transcript: Transcript, references: dict[RefKey, Reference],
                    template: str) -> None:
-    found = roles(transcript)
-    broken = _alternates(found)
+    mine = segments_of(transcript, verdict.ref)
+    found = roles(mine[0].contents) if mine else ()
+    broken = _alternates(found) + sum(len(s.contents) for s in mine[1:])
+    if len(mine) > 1:
+        verdict.problems.append(f"its turn is in the transcript {len(mine)} times")
     models = [s for s in steps if s.kind == "model"]
     turns = [s.turn for s in models]
     if turns != list(range(len(turns))):
         verdict.gaps += 1
         verdict.problems.append(f"model turns {turns} are not contiguous")
-    if run.status is not RunStatus.COMPLETED:
+    if run.status is not RunStatus.COMPLETED or run.stop_reason is not StopReason.ANSWERED:
+        # Failed, or stopped by a budget: no fault-free run to compare with.
         verdict.recorded_duplicates += broken
         verdict.history_ok = broken == 0 and not verdict.problems
         return
@@ -144,7 +197,9 @@ def _check_history(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
         verdict.problems.append("steps differ from the fault-free run's")
     if any(s.status is not StepStatus.COMPLETED for s in steps):
         verdict.problems.append("a step of a completed run is not completed")
-    if transcript.tail != f"{run.run_id}/{models[-1].key if models else ''}":
+    last = segments(transcript)[-1] if transcript.contents else None
+    if last is not None and last.ref == verdict.ref and transcript.tail != (
+            f"{run.run_id}/{models[-1].key if models else ''}"):
         verdict.problems.append(f"transcript tail {transcript.tail!r}")
     verdict.history_ok = (verdict.recorded_duplicates == 0 and verdict.gaps == 0
                           and not [p for p in verdict.problems if "answer" not in p])
@@ -177,3 +232,50 @@ def _check_executions(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
     if verdict.duplicates_outside_kills:
         verdict.problems.append(f"{verdict.duplicates_outside_kills} duplicate execution(s) "
                                 "of steps not in flight at a kill")
+
+
+@dataclass
+class ConversationVerdict:
+    """One conversation: its runs in the order asked, and what its transcript shows."""
+
+    conversation_id: str
+    runs: list[str]
+    overwritten: list[str] = field(default_factory=list)
+    """Refs of completed runs whose turn is not in the transcript once, whole, with its answer."""
+    order_problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.overwritten and not self.order_problems
+
+
+def check_conversation(conversation_id: str, runs: list[tuple[str, RunRecord | None]],
+                       transcript: Transcript) -> ConversationVerdict:
+    """``runs``: (ref, run record) of every run asked in the conversation."""
+    known = sorted(((ref, run) for ref, run in runs if run is not None),
+                   key=lambda item: item[1].created_at)
+    verdict = ConversationVerdict(conversation_id, [ref for ref, _ in known])
+    parts = segments(transcript)
+    for ref, run in known:
+        if run.status is not RunStatus.COMPLETED:
+            continue
+        mine = [s for s in parts if s.ref == ref]
+        if len(mine) != 1:
+            verdict.overwritten.append(f"{ref}: its turn is in the transcript {len(mine)} times")
+        elif run.answer is not None and normalize_answer(final_text(mine[0].contents)) != (
+                normalize_answer(run.answer)):
+            verdict.overwritten.append(f"{ref}: its turn in the transcript does not end in its "
+                                       "answer")
+    # Started order is the queue's order (the commit that created each run decides it, not
+    # its created_at, which two racing ingests may invert).
+    started = sorted(((ref, run) for ref, run in known if run.started_at is not None),
+                     key=lambda item: item[1].started_at or 0.0)
+    for (before, prior), (ref, run) in itertools.pairwise(started):
+        if prior.finished_at is None or (run.started_at or 0.0) < prior.finished_at - 1e-3:
+            verdict.order_problems.append(f"{ref} started before {before} ended")
+    written = [s.ref for s in parts]
+    expected = [ref for ref, _ in started if ref in written]
+    if [ref for ref in written if ref in expected] != expected or None in written:
+        verdict.order_problems.append(f"transcript holds the turns in the order {written}, "
+                                      f"the runs started in the order {expected}")
+    return verdict

@@ -30,12 +30,19 @@ class ModelEvidence:
     faults_by_ref: dict[str, Counter[str]] = field(default_factory=dict)
     secrets_in_context: int = 0
     bad_context: list[tuple[str, int, int]] = field(default_factory=list)
-    """(ref, turn, contents) of requests whose contents were not 2*turn+1 entries long."""
+    """(ref, turn, contents) of requests whose own contents (after the conversation's history)
+    were not 2*turn+1 entries long."""
+    history: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    """Per (ref, turn): the history lengths (earlier runs' contents) its requests carried."""
     requests: int = 0
 
 
-def model_evidence(ledger: Path, refs: set[str], since: float = 0.0) -> ModelEvidence:
-    """Count the ledger entries of the runs named by ``refs`` (received after ``since``)."""
+def model_evidence(ledger: Path, refs: set[str], since: float = 0.0,
+                   timeout_s: float = float("inf")) -> ModelEvidence:
+    """Count the ledger entries of the runs named by ``refs`` (received after ``since``).
+
+    A ``delay`` shorter than the model timeout ``timeout_s`` still answered; a longer one did
+    not (the caller gave up first)."""
     found = ModelEvidence()
     for entry in read_ledger(ledger):
         ref = entry.get("ref")
@@ -43,11 +50,15 @@ def model_evidence(ledger: Path, refs: set[str], since: float = 0.0) -> ModelEvi
             continue
         found.requests += 1
         turn = int(entry["turn"])
+        history = int(entry.get("history", 0))
+        found.history.setdefault((ref, turn), set()).add(history)
         if entry.get("secret"):
             found.secrets_in_context += 1
-        if int(entry["contents"]) != 2 * turn + 1:
+        if int(entry["contents"]) - history != 2 * turn + 1:
             found.bad_context.append((ref, turn, int(entry["contents"])))
         fault = entry.get("fault")
+        if fault == "delay" and float(entry.get("delay_s") or 0.0) < timeout_s:
+            fault = None
         if fault is None:
             found.answered[(ref, turn)] += 1
         else:

@@ -3,10 +3,15 @@
 ``python -m ackloop.chaos.model_server --port N --ledger FILE`` serves exactly what
 :class:`~ackloop.model.fake_server.FakeGeminiServer` serves (the scripted seed agent over the
 Gemini REST API, with the same admin fault injection), and appends one JSON line per
-``generateContent`` request to ``FILE``: the run's reference (``(ref ...)`` in the question), the
-turn (model contents already in the request), how many contents it carried, the fault served
-(``null`` for a normal answer) and whether the body held the canary secret
-(``ACKLOOP_CHAOS_CANARY``).
+``generateContent`` request to ``FILE``: the run's reference (``(ref ...)`` in its question, the
+last user text of the request: earlier runs of the conversation come before it), the turn (model
+contents after that question), how many contents it carried and how many of them were history
+(the conversation's earlier runs), the fault served (``null`` for a normal answer) and whether
+the body held the canary secret (``ACKLOOP_CHAOS_CANARY``).
+
+``--ref-faults FILE`` (a JSON object ``{ref prefix: fault spec}``, re-read when it changes)
+serves a fault to every request of the runs whose reference starts with a prefix, before and
+regardless of the scheduled faults: one run can be poisoned while the others go on.
 """
 
 from __future__ import annotations
@@ -21,42 +26,82 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ackloop.chaos.workload import reference_of
-from ackloop.model.fake_faults import Fault
+from ackloop.chaos.workload import question_text, reference_of
+from ackloop.model.fake_faults import Fault, parse_fault_spec
 from ackloop.model.fake_server import FakeGeminiServer, RecordedRequest
 
 
 def describe(body: dict[str, Any], canary: str) -> dict[str, Any]:
     """What the ledger keeps of one request body."""
     contents = body.get("contents") or []
-    first_text = ""
-    for content in contents:
-        texts = [p.get("text", "") for p in content.get("parts") or [] if "text" in p]
-        if content.get("role", "user") == "user" and texts:
-            first_text = " ".join(texts)
-            break
+    history, question = 0, ""
+    for index, content in enumerate(contents):
+        text = question_text(content)
+        if text is not None:
+            history, question = index, text
+    turn = sum(1 for c in contents[history:] if c.get("role") == "model")
     return {
-        "ref": reference_of(first_text),
-        "turn": sum(1 for c in contents if c.get("role") == "model"),
+        "ref": reference_of(question),
+        "turn": turn,
         "contents": len(contents),
+        "history": history,
         "secret": bool(canary) and canary in json.dumps(body),
     }
+
+
+class RefFaults:
+    """Faults by run reference prefix, from a JSON file re-read when it changes."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self._stamp: tuple[int, int] | None = None
+        self._rules: dict[str, Fault] = {}
+        self._lock = threading.Lock()
+
+    def _load(self) -> dict[str, Fault]:
+        if self._path is None:
+            return {}
+        try:
+            info = self._path.stat()
+            stamp = (info.st_ino, info.st_mtime_ns)  # each write is a new file, renamed in
+        except FileNotFoundError:
+            return {}
+        with self._lock:
+            if stamp != self._stamp:
+                raw = json.loads(self._path.read_text() or "{}")
+                self._rules = {str(k): parse_fault_spec(str(v))[0] for k, v in raw.items() if v}
+                self._stamp = stamp
+            return self._rules
+
+    def fault_for(self, ref: str | None) -> Fault | None:
+        if not ref:
+            return None
+        rules = self._load()
+        matches = [prefix for prefix in rules if ref.startswith(prefix)]
+        return rules[max(matches, key=len)] if matches else None
 
 
 class LedgerGeminiServer(FakeGeminiServer):
     """:class:`FakeGeminiServer` that writes every request and its fault to a JSON-lines file."""
 
-    def __init__(self, ledger: IO[str], canary: str, **kwargs: Any) -> None:
+    def __init__(self, ledger: IO[str], canary: str, ref_faults: Path | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._ledger = ledger
         self._canary = canary
         self._ledger_lock = threading.Lock()
+        self._ref_faults = RefFaults(ref_faults)
 
     def record(self, request: RecordedRequest) -> Fault | None:
-        fault = super().record(request)
         entry = describe(request.body, self._canary)
+        fault = self._ref_faults.fault_for(entry["ref"])
+        entry["poisoned"] = fault is not None
+        if fault is None:
+            fault = super().record(request)
         entry["t"] = time.time()
         entry["fault"] = None if fault is None else fault.kind
+        if fault is not None and fault.kind == "delay":
+            entry["delay_s"] = fault.value
         with self._ledger_lock:
             self._ledger.write(json.dumps(entry) + "\n")
             self._ledger.flush()
@@ -79,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Fake Gemini server with a request ledger.")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ledger", type=Path, required=True)
+    parser.add_argument("--ref-faults", type=Path, default=None)
     args = parser.parse_args(argv)
     stopping = threading.Event()
 
@@ -89,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, request_stop)
     with args.ledger.open("a", buffering=1) as ledger:
         server = LedgerGeminiServer(
-            ledger, os.environ.get("ACKLOOP_CHAOS_CANARY", ""), port=args.port
+            ledger, os.environ.get("ACKLOOP_CHAOS_CANARY", ""), args.ref_faults, port=args.port
         )
         server.start()
         print(f"fake Gemini server (ledger {args.ledger}) listening on {server.url}", flush=True)

@@ -1,4 +1,10 @@
-"""The phases of a chaos run: calibration (fault-free references) and the fault phase."""
+"""The phases of a chaos run: calibration (fault-free references) and the fault phase.
+
+The fault phase submits ``config.runs`` runs with every fault on: duplicated deliveries, kills
+at the four commit boundaries, model fault bursts, tool API faults, poison messages. Every
+``config.followup_every``-th run is asked in the conversation of the run before it, right after
+it, so it is queued behind it under the same faults.
+"""
 
 from __future__ import annotations
 
@@ -33,13 +39,13 @@ async def calibrate(stack: ChaosStack, tag: str) -> dict[RefKey, Reference]:
     store = stack.store()
     publisher = PubSubPublisher(stack.settings.project_id)
     references: dict[RefKey, Reference] = {}
-    stack.configure_proxy(duplicate=False)
+    stack.configure_front(duplicate=False)
     try:
         for index, (nws, ipapi, names) in enumerate(CALIBRATION):
             stack.tool_faults(nws_error_rate=nws, ipapi_timeout_rate=ipapi)
             runs = [await submit(publisher, stack.settings.queries_topic, BY_NAME[name],
                                  f"cal{index}-{i:02d}", tag) for i, name in enumerate(names)]
-            unfinished = await wait_all(store, runs, 60.0)
+            unfinished = await wait_all(store, runs, stack.timing.s(stack.config.settle_s))
             if unfinished:
                 raise RuntimeError(f"calibration runs did not finish: {unfinished}")
             for item in runs:
@@ -50,7 +56,7 @@ async def calibrate(stack: ChaosStack, tag: str) -> dict[RefKey, Reference]:
                 steps = await store.list_steps(item.run_id)
                 transcript = await store.load_transcript(run.conversation_id)
                 references[(item.template.name, tool_outcomes(steps))] = reference(
-                    run, steps, transcript)
+                    run, steps, transcript, item.ref)
     finally:
         publisher.close()
         stack.tool_faults(nws_error_rate=0.0, ipapi_timeout_rate=0.0)
@@ -83,7 +89,7 @@ async def _bursts(stack: ChaosStack, config: ChaosConfig, phase: FaultPhase,
     index = 0
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=config.burst_every_s)
+            await asyncio.wait_for(stop.wait(), timeout=stack.timing.s(config.burst_every_s))
         if stop.is_set():
             return
         spec = config.model_bursts[index % len(config.model_bursts)]
@@ -100,7 +106,7 @@ async def fault_phase(stack: ChaosStack, config: ChaosConfig, tag: str) -> Fault
     pending: list[Submitted] = []
     monitor = KillMonitor(stack, kill_plan(config.kill_points, config.kills_per_point),
                           lambda: [p.run_id for p in pending])
-    stack.configure_proxy(duplicate=True, concurrent_share=config.concurrent_share)
+    stack.configure_front(duplicate=True, concurrent_share=config.concurrent_share)
     stack.tool_faults(nws_error_rate=config.nws_error_rate,
                       ipapi_timeout_rate=config.ipapi_timeout_rate)
     phase.poison = await asyncio.to_thread(inject_poison, stack, tag)
@@ -112,8 +118,12 @@ async def fault_phase(stack: ChaosStack, config: ChaosConfig, tag: str) -> Fault
         next_index, last_submit = 0, time.monotonic()
         while next_index < config.runs or pending:
             while len(pending) < config.concurrency and next_index < config.runs:
-                item = await submit(publisher, stack.settings.queries_topic, pick(next_index),
-                                    f"r{next_index:04d}", tag)
+                follow_up = (config.followup_every > 0 and phase.runs
+                             and next_index % config.followup_every == config.followup_every - 1)
+                item = await submit(
+                    publisher, stack.settings.queries_topic, pick(next_index),
+                    f"r{next_index:04d}", tag,
+                    conversation_id=phase.runs[-1].conversation_id if follow_up else None)
                 pending.append(item)
                 phase.runs.append(item)
                 next_index += 1
@@ -123,7 +133,7 @@ async def fault_phase(stack: ChaosStack, config: ChaosConfig, tag: str) -> Fault
             done = await poll(store, pending)
             pending[:] = [p for p in pending if p not in done]
             if next_index >= config.runs and time.monotonic() - last_submit > (
-                    config.settle_timeout_s):
+                    stack.timing.s(config.settle_s)):
                 break
             await asyncio.sleep(0.2)
     finally:
@@ -132,6 +142,7 @@ async def fault_phase(stack: ChaosStack, config: ChaosConfig, tag: str) -> Fault
         publisher.close()
         stack.model_reset()
         stack.disarm_all()
+        stack.tool_faults(nws_error_rate=0.0, ipapi_timeout_rate=0.0)
     phase.ended = time.time()
     phase.stuck = list(pending)
     phase.kills = monitor.events

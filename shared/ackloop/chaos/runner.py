@@ -1,22 +1,37 @@
-"""``ackloop chaos`` from start to figures: stack, calibration, faults, checks, Temporal side."""
+"""``ackloop chaos`` from start to figures.
+
+One stack, shipped numbers, one time factor. Beside it from the start: the sweep job on its
+production schedule (part of the stack), a collector of every end message published, and the
+dead-letter path (its clock is the retry policy's). In order: calibration (fault-free
+references), the fault phase, the follow-up scenario, the 429 storm. Then every run is
+checked, every conversation's transcript too, and Temporal's worker-kill test runs if asked.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import os
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ackloop.bench.temporal_side import percentile
-from ackloop.chaos.checks import Reference, RefKey, Verdict, judge
+from ackloop.chaos.checks import (
+    ConversationVerdict,
+    Reference,
+    RefKey,
+    Verdict,
+    check_conversation,
+    judge,
+)
 from ackloop.chaos.config import ChaosConfig
 from ackloop.chaos.deadletter import dead_letter_phase
 from ackloop.chaos.evidence import (
+    ModelEvidence,
     model_evidence,
     sandbox_requests,
     secrets_in_logs,
@@ -24,12 +39,15 @@ from ackloop.chaos.evidence import (
 )
 from ackloop.chaos.phases import FaultPhase, calibrate, fault_phase
 from ackloop.chaos.poison import poison_outcome
+from ackloop.chaos.scenarios import followup_scenario, storm_phase
 from ackloop.chaos.stackup import ChaosStack, start_chaos_stack
 from ackloop.chaos.targets import evaluate_targets
 from ackloop.chaos.temporal import temporal_worker_kill
-from ackloop.chaos.workflow import Submitted
+from ackloop.chaos.workflow import AnswerCollector, Submitted
 
 _JUDGE_CONCURRENCY = 16
+INJECTED_PERMANENT = {"model_malformed_response": "malformed"}
+"""Failure reasons an injected model fault explains (reason -> the fault the run was served)."""
 
 
 def _dist(values: list[float]) -> dict[str, float]:
@@ -37,28 +55,40 @@ def _dist(values: list[float]) -> dict[str, float]:
             "p95": round(percentile(values, 95), 2), "max": round(max(values, default=0.0), 2)}
 
 
-async def _judge_all(stack: ChaosStack, phase: FaultPhase,
-                     references: dict[RefKey, Reference]) -> list[Verdict]:
+async def _judge_all(stack: ChaosStack, items: list[Submitted], references: dict[RefKey, Reference],
+                     model: ModelEvidence, killed: dict[str, set[str]]) -> list[Verdict]:
     store = stack.store()
-    refs = {s.ref for s in phase.runs}
-    model = model_evidence(stack.ledger_path, refs)
     tools = tool_executions(stack.logs_dir() / "tool_step.log")
-    killed: dict[str, set[str]] = {}
-    for event in phase.kills:
-        for run_id, key in event.in_flight:
-            killed.setdefault(run_id, set()).add(key)
     gate = asyncio.Semaphore(_JUDGE_CONCURRENCY)
 
     async def one(item: Submitted) -> Verdict:
         async with gate:
             run = await store.get_run(item.run_id)
             steps = await store.list_steps(item.run_id)
-            transcript = await store.load_transcript(run.conversation_id if run else item.run_id)
+            transcript = await store.load_transcript(run.conversation_id if run
+                                                     else item.conversation_id)
         return judge(run, steps, transcript, ref=item.ref, template=item.template.name,
                      references=references, model=model, tools=tools,
                      killed=killed.get(item.run_id, set()))
 
-    return list(await asyncio.gather(*(one(item) for item in phase.runs)))
+    return list(await asyncio.gather(*(one(item) for item in items)))
+
+
+async def _check_conversations(stack: ChaosStack, items: list[Submitted]
+                               ) -> list[ConversationVerdict]:
+    store = stack.store()
+    by_conversation: dict[str, list[Submitted]] = defaultdict(list)
+    for item in items:
+        by_conversation[item.conversation_id].append(item)
+    gate = asyncio.Semaphore(_JUDGE_CONCURRENCY)
+
+    async def one(conversation_id: str, members: list[Submitted]) -> ConversationVerdict:
+        async with gate:
+            runs = [(m.ref, await store.get_run(m.run_id)) for m in members]
+            transcript = await store.load_transcript(conversation_id)
+        return check_conversation(conversation_id, runs, transcript)
+
+    return list(await asyncio.gather(*(one(c, m) for c, m in by_conversation.items())))
 
 
 def _recovery(phase: FaultPhase, verdicts: list[Verdict]) -> list[float]:
@@ -67,7 +97,7 @@ def _recovery(phase: FaultPhase, verdicts: list[Verdict]) -> list[float]:
             if run in finished]
 
 
-def _proxy_faults(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+def _front_faults(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
     delta = Counter(after["counters"])
     delta.subtract(Counter(before["counters"]))
     total: Counter[str] = Counter()
@@ -81,42 +111,102 @@ def _proxy_faults(before: dict[str, Any], after: dict[str, Any]) -> dict[str, in
     return dict(total)
 
 
+def _sweeps(stats: dict[str, Any]) -> dict[str, Any]:
+    return {"passes": stats.get("calls", 0), "failed_passes": stats.get("failures", 0),
+            "actions": stats.get("swept", {})}
+
+
+def _push_totals(stats: dict[str, Any]) -> dict[str, int]:
+    totals: Counter[str] = Counter()
+    for sub in stats.get("subscriptions", {}).values():
+        totals["redeliveries"] += int(sub.get("redeliveries", 0))
+        totals["dead_lettered"] += int(sub.get("dead_lettered", 0))
+        totals["acked"] += int(sub.get("acked", 0))
+        for outcome, count in sub.get("answers", {}).items():
+            if not str(outcome).startswith("2"):
+                totals["failed_pushes"] += int(count)
+    return dict(totals)
+
+
+def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(set(before) | set(after))}
+
+
+class _Background:
+    """What runs beside the phases: the answers collector and the dead-letter path."""
+
+    def __init__(self, stack: ChaosStack, config: ChaosConfig, tag: str) -> None:
+        self.answers = AnswerCollector(stack.answers_subscription)
+        self.references: asyncio.Future[dict[RefKey, Reference]] = (
+            asyncio.get_running_loop().create_future())
+        self.storm_over = asyncio.Event()
+        self.answers.start()
+        self.dead_letter = (asyncio.create_task(dead_letter_phase(
+            stack, tag, self.answers, self.references, self.storm_over))
+            if config.dead_letter_phase else None)
+
+    async def close(self) -> None:
+        if self.dead_letter is not None and not self.dead_letter.done():
+            self.dead_letter.cancel()
+            with contextlib.suppress(BaseException):
+                await self.dead_letter
+        if not self.references.done():
+            self.references.cancel()
+        with contextlib.suppress(Exception):
+            await self.answers.stop()
+
+
 async def run_chaos(config: ChaosConfig, directory: Path, *, quick: bool = False,
                     command: str = "ackloop chaos", log: Any = print) -> dict[str, Any]:
     """Run everything; return the figures (JSON-able)."""
     began = time.monotonic()
     tag = uuid.uuid4().hex[:6]
-    log(f"[chaos] starting the stack in {directory}")
+    timing = config.timing()
+    log(f"[chaos] {timing.describe()}; starting the stack in {directory}")
     stack = await asyncio.to_thread(start_chaos_stack, config, directory, log=log)
+    background = _Background(stack, config, tag)
+    found: dict[str, Any] = {}
     try:
         log("[chaos] calibration: fault-free reference runs")
         references = await calibrate(stack, tag)
-        sandbox_before, proxy_before = stack.sandbox_stats(), stack.proxy_stats()
+        background.references.set_result(references)
+        before = (stack.sandbox_stats(), stack.front_stats())
         log(f"[chaos] fault phase: {config.runs} runs, concurrency {config.concurrency}, "
-            f"{config.kills} kills, lease {config.lease_seconds:g} s")
+            f"{config.kills} kills, lease {timing.lease_s:.3g} s")
         phase = await fault_phase(stack, config, tag)
-        sandbox_after, proxy_after = stack.sandbox_stats(), stack.proxy_stats()
-        log(f"[chaos] fault phase done in {phase.ended - phase.started:.0f} s; checking runs")
-        verdicts = await _judge_all(stack, phase, references)
-        answers = [json.loads(raw) for raw in stack.pull_answers() if raw.startswith(b"{")]
-        poison = await poison_outcome(stack, phase.poison)
+        after = (stack.sandbox_stats(), stack.front_stats())
+        log(f"[chaos] fault phase done in {phase.ended - phase.started:.0f} s; follow-up "
+            "scenario")
+        followup = await followup_scenario(stack, config, references, tag, background.answers)
+        log(f"[chaos] 429 storm: {timing.s(config.storm_s):.0f} s, {config.storm_runs} runs")
+        storm = await storm_phase(stack, config, references, tag)
+        background.storm_over.set()
         dead_letter: dict[str, Any] = {"skipped": "disabled"}
-        if config.dead_letter_phase:
-            log("[chaos] dead-letter phase")
-            dead_letter = (await dead_letter_phase(stack, references, tag)).as_dict()
-        secrets = secrets_in_logs(stack.logs_dir(), stack.canary)
-        context_secrets = model_evidence(stack.ledger_path, {s.ref for s in phase.runs}
-                                         ).secrets_in_context
+        poisoned: list[Submitted] = []
+        if background.dead_letter is not None:
+            log(f"[chaos] waiting for the dead-letter path (dead letter expected after "
+                f"{timing.dead_letter_after_s:.0f} s of backoff)")
+            letters = await background.dead_letter
+            dead_letter, poisoned = letters.as_dict(), letters.submitted
+        await background.answers.stop()
+        log("[chaos] checking every run and conversation")
+        found = await _gather(stack, phase, followup.submitted, storm.submitted, poisoned,
+                              references, background.answers)
+        found.update(poison=await poison_outcome(stack, phase.poison), dead_letter=dead_letter,
+                     followup=followup.as_dict(), storm=storm.as_dict(),
+                     sweeper=_sweeps(stack.sweep_stats()),
+                     sandbox=(before[0], after[0]), front=(before[1], after[1]),
+                     push=_push_totals(stack.push_stats()),
+                     secrets=secrets_in_logs(stack.logs_dir(), stack.canary))
     finally:
+        await background.close()
         stack.stop()
     stack_wall = time.monotonic() - began
     temporal: dict[str, Any] = {"skipped": "disabled"}
     if config.temporal:
         log(f"[chaos] Temporal worker-kill test ({config.temporal_kill_runs} runs per mode)")
         temporal = await temporal_worker_kill(config.temporal_kill_runs, directory / "temporal")
-    figures = _figures(config, phase, verdicts, answers, poison, dead_letter, temporal,
-                       secrets, context_secrets, sandbox_before, sandbox_after,
-                       proxy_before, proxy_after, stack)
+    figures = _figures(config, phase, found, temporal)
     figures["wall_s"] = round(time.monotonic() - began, 1)
     figures["stack_wall_s"] = round(stack_wall, 1)
     figures["command"] = command
@@ -124,48 +214,104 @@ async def run_chaos(config: ChaosConfig, directory: Path, *, quick: bool = False
     return figures
 
 
-def _figures(config: ChaosConfig, phase: FaultPhase, verdicts: list[Verdict],
-             answers: list[dict[str, Any]], poison: dict[str, int], dead_letter: dict[str, Any],
-             temporal: dict[str, Any], secrets: dict[str, int], context_secrets: int,
-             sandbox_before: dict[str, dict[str, int]], sandbox_after: dict[str, dict[str, int]],
-             proxy_before: dict[str, Any], proxy_after: dict[str, Any],
-             stack: ChaosStack) -> dict[str, Any]:
-    model = model_evidence(stack.ledger_path, {s.ref for s in phase.runs})
-    tools = tool_executions(stack.logs_dir() / "tool_step.log")
-    run_ids = {v.run_id for v in verdicts}
-    sb_after, sb_before = sandbox_requests(sandbox_after), sandbox_requests(sandbox_before)
-    answered = {a.get("run_id") for a in answers}
+async def _gather(stack: ChaosStack, phase: FaultPhase, followups: list[Submitted],
+                  storm: list[Submitted], poisoned: list[Submitted],
+                  references: dict[RefKey, Reference], answers: AnswerCollector
+                  ) -> dict[str, Any]:
+    refs = {s.ref for s in [*phase.runs, *followups, *storm]}
+    model = model_evidence(stack.ledger_path, refs, timeout_s=stack.timing.model_timeout_s)
+    killed: dict[str, set[str]] = {}
+    for event in phase.kills:
+        for run_id, key in event.in_flight:
+            killed.setdefault(run_id, set()).add(key)
+    verdicts = await _judge_all(stack, phase.runs, references, model, killed)
+    others = await _judge_all(stack, [*followups, *storm], references, model, {})
+    conversations = await _check_conversations(stack, [*phase.runs, *followups, *storm,
+                                                       *poisoned])
+    return {"verdicts": verdicts, "others": others, "conversations": conversations,
+            "model": model, "answered": set(answers.by_run),
+            "tools": tool_executions(stack.logs_dir() / "tool_step.log"),
+            "run_ids": {v.run_id for v in verdicts}}
+
+
+def _outcome(verdicts: list[Verdict], answered: set[str], stuck: set[str],
+             model: ModelEvidence) -> dict[str, Any]:
     statuses = Counter(v.status for v in verdicts)
     terminal = [v for v in verdicts if v.status in ("completed", "failed", "cancelled")]
-    stuck = {s.run_id for s in phase.stuck}
-    completed = [v for v in verdicts if v.status == "completed"]
+    explained = [v for v in terminal if v.status == "failed" and v.reason in INJECTED_PERMANENT
+                 and model.faults_by_ref.get(v.ref, Counter())[INJECTED_PERMANENT[v.reason]]]
+    # Every other run that ended without its answer: under the fault phase's transient faults
+    # nothing else explains it but the kills and the duplicates.
+    unexplained = [v for v in terminal if v not in explained
+                   and not (v.status == "completed" and v.stop_reason == "answered")]
+    return {
+        "completed": statuses["completed"],
+        "failed": statuses["failed"],
+        "failed_reasons": dict(Counter(v.reason or "none" for v in verdicts
+                                       if v.status == "failed")),
+        "completed_without_answer": dict(Counter(v.stop_reason for v in verdicts
+                                                 if v.status == "completed"
+                                                 and v.stop_reason != "answered")),
+        "failed_by_injected_model_fault": len(explained),
+        "ended_by_crash_or_duplicate": len(unexplained),
+        "stuck": sum(1 for v in verdicts if v.run_id in stuck
+                     or v.status in ("running", "queued")),
+        "lost": sum(1 for v in verdicts if v.status == "lost")
+        + sum(1 for v in terminal if v.run_id not in answered),
+        "no_answer_message": sum(1 for v in terminal if v.run_id not in answered),
+    }
+
+
+def _figures(config: ChaosConfig, phase: FaultPhase, found: dict[str, Any],
+             temporal: dict[str, Any]) -> dict[str, Any]:
+    timing = config.timing()
+    verdicts: list[Verdict] = found["verdicts"]
+    others: list[Verdict] = found["others"]
+    everyone = [*verdicts, *others]
+    model: ModelEvidence = found["model"]
+    tools = found["tools"]
+    conversations: list[ConversationVerdict] = found["conversations"]
+    sandbox_before, sandbox_after = (sandbox_requests(s) for s in found["sandbox"])
+    completed = [v for v in verdicts if v.status == "completed" and v.answer_ok is not None]
+    recovery = _recovery(phase, verdicts)
+    storm, followup, dead_letter = found["storm"], found["followup"], found["dead_letter"]
+    dl_runs = dead_letter.get("runs", {})
     return {
         "config": asdict(config),
+        "timing": timing.as_dict(),
         "cpus": os.cpu_count(),
-        "lease_seconds": config.lease_seconds,
+        "lease_seconds": round(timing.lease_s, 4),
         "runs": len(verdicts),
         "fault_phase_s": round(phase.ended - phase.started, 1),
         "faults": {
-            "deliveries": _proxy_faults(proxy_before, proxy_after),
+            "deliveries": _front_faults(*found["front"]),
+            "push_delivery": found["push"],
             "kills": dict(Counter(e.point for e in phase.kills)),
             "kills_not_fired": phase.kills_not_fired,
             "unexpected_exits": phase.unexpected_exits,
             "model": dict(model.faults),
             "model_bursts": len(phase.bursts),
-            "tool": {k: sb_after[k] - sb_before[k] for k in ("nws_500", "ipapi_timeouts")},
+            "tool": {k: sandbox_after[k] - sandbox_before[k]
+                     for k in ("nws_500", "ipapi_timeouts")},
             "poison": {"published": len(phase.poison.published),
                        "posted_to_endpoints": len(phase.poison.direct)
                        + len(phase.poison.direct_status)},
         },
-        "outcome": {
-            "completed": statuses["completed"],
-            "failed": statuses["failed"],
-            "failed_reasons": dict(Counter(v.reason or "none" for v in verdicts
-                                           if v.status == "failed")),
-            "stuck": sum(1 for v in verdicts if v.run_id in stuck or v.status == "running"),
-            "lost": sum(1 for v in verdicts if v.status == "lost")
-            + sum(1 for v in terminal if v.run_id not in answered),
-            "no_answer_message": sum(1 for v in terminal if v.run_id not in answered),
+        "outcome": _outcome(verdicts, found["answered"], {s.run_id for s in phase.stuck}, model),
+        "all_runs": {
+            "runs": len(everyone) + len(dl_runs),
+            "lost": sum(1 for v in everyone if v.status == "lost"
+                        or (v.status in ("completed", "failed", "cancelled")
+                            and v.run_id not in found["answered"]))
+            + sum(1 for r in dl_runs.values() if r.get("status") and not r.get("ends_published")),
+            "stuck": sum(1 for v in everyone if v.status in ("running", "queued"))
+            + sum(1 for r in dl_runs.values() if r.get("status") is None),
+            "conversations": len(conversations),
+            "conversations_with_follow_ups": sum(1 for c in conversations if len(c.runs) > 1),
+            "transcript_overwrites": sum(len(c.overwritten) for c in conversations),
+            "conversation_order_problems": sum(len(c.order_problems) for c in conversations),
+            "duplicate_recorded_steps": sum(v.recorded_duplicates for v in others),
+            "duplicate_executions": sum(v.model_duplicates + v.tool_duplicates for v in others),
         },
         "checks": {
             "answers_equal_fault_free": sum(1 for v in completed if v.answer_ok),
@@ -182,16 +328,18 @@ def _figures(config: ChaosConfig, phase: FaultPhase, verdicts: list[Verdict],
             "in_flight_ran_twice": sum(v.in_flight_ran_twice for v in verdicts),
             "missing_executions": sum(v.missing_executions for v in verdicts),
             "model_context_anomalies": len(model.bad_context),
-            "secrets_in_logs": secrets,
-            "secrets_in_model_context": context_secrets,
+            "secrets_in_logs": found["secrets"],
+            "secrets_in_model_context": model.secrets_in_context,
             "tool_requests": {
-                "sandbox": sb_after["requests"] - sb_before["requests"],
-                "logged_executions": sum(n for (run, _), n in tools.items() if run in run_ids),
+                "sandbox": sandbox_after["requests"] - sandbox_before["requests"],
+                "logged_executions": sum(n for (run, _), n in tools.items()
+                                         if run in found["run_ids"]),
             },
-            "poison": poison,
+            "poison": found["poison"],
         },
         "recovery": {
-            "ackloop": _dist(_recovery(phase, verdicts)),
+            "ackloop": _dist(recovery),
+            "ackloop_production_equivalent": _dist([r / timing.factor for r in recovery]),
             "restart_s": _dist([e.restart_s for e in phase.kills]),
             "temporal": {mode: temporal[mode]["kill_to_complete_s"] | {
                 "completed": temporal[mode]["completed"], "runs": temporal[mode]["runs"],
@@ -200,6 +348,11 @@ def _figures(config: ChaosConfig, phase: FaultPhase, verdicts: list[Verdict],
                 for mode in ("seed", "tuned") if mode in temporal},
             "temporal_skipped": temporal.get("skipped"),
         },
+        "followup": followup,
+        "storm": storm,
         "dead_letter": dead_letter,
-        "problems": [f"{v.ref} {v.run_id}: {p}" for v in verdicts for p in v.problems][:30],
+        "sweeper": found["sweeper"],
+        "problems": ([f"{v.ref} {v.run_id}: {p}" for v in everyone for p in v.problems]
+                     + [f"conversation {c.conversation_id}: {p}" for c in conversations
+                        for p in [*c.overwritten, *c.order_problems]])[:30],
     }

@@ -1,16 +1,22 @@
 """The stack a chaos run drives, and its fault hooks.
 
-It is :class:`~ackloop.devstack.stack.LocalStack` (emulators, sandbox APIs, every function run by
-``ackloop run``) plus three processes of its own: the fake Gemini server with a ledger
+It is :class:`~ackloop.devstack.stack.LocalStack` (emulators, sandbox APIs, every function and
+the API run by ``ackloop run``, the shipped topology and dead-letter policy, the sweep job
+POSTing the API's ``/sweep`` on production's schedule) delivered by the local push delivery with
+production's retry policy (``LocalStack.start_push_delivery``), all at the run's time factor,
+plus three processes of its own: the fake Gemini server with a ledger
 (:mod:`ackloop.chaos.model_server`), a second sandbox that serves ip-api (so its timeouts can be
-set apart from weather.gov's 500s) and the duplicating proxy (:mod:`ackloop.chaos.proxy`), which
-the push subscriptions are re-pointed at. The model and tool functions start with every fault
-point of their kind configured but disarmed (marker files present); :meth:`ChaosStack.arm`
-removes one marker so the next step that reaches that point SIGKILLs its process.
+set apart from weather.gov's 500s) and the duplicating front (:mod:`ackloop.chaos.proxy`), which
+the push delivery's routes point at. Every function gets the shipped settings with their
+durations scaled (:class:`~ackloop.chaos.timing.Timing`). The model and tool functions start
+with every fault point of their kind configured but disarmed (marker files present);
+:meth:`ChaosStack.arm` removes one marker so the next step that reaches that point SIGKILLs its
+process.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import string
@@ -23,18 +29,26 @@ from typing import Any
 import httpx
 from google.cloud import pubsub_v1  # type: ignore[attr-defined,unused-ignore]
 
-from ackloop.chaos.config import ChaosConfig
+from ackloop.chaos.config import ChaosConfig, scaled_spec
+from ackloop.chaos.timing import Timing
 from ackloop.devstack import emulators
 from ackloop.devstack.processes import ManagedProcess
-from ackloop.devstack.stack import FUNCTIONS, LocalStack, StackOptions, StackState, isolated_env
-from ackloop.devstack.topology import create_topology, routes
+from ackloop.devstack.stack import (
+    FUNCTIONS,
+    SCHEDULER,
+    SERVICES,
+    LocalStack,
+    StackOptions,
+    StackState,
+    isolated_env,
+)
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.engine.deps import FAULT_POINTS
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
 
-PUSHED = ("ingest", "model_step", "tool_step")
-"""Functions behind the duplicating proxy (the dead-letter function is reached directly)."""
+NOT_DUPLICATED = ("dead_letter",)
+"""Functions the duplicating front never sends a second copy to."""
 
 
 def canary_key() -> str:
@@ -66,25 +80,43 @@ class Emulators:
         return cls(emulators.free_port(), emulators.free_port(), True)
 
 
+class FrontedStack(LocalStack):
+    """A local stack whose push subscriptions point at the duplicating front, not the functions."""
+
+    def __init__(self, options: StackOptions, front_url: str) -> None:
+        super().__init__(options)
+        self.front_url = front_url
+
+    def endpoints(self) -> dict[str, str]:
+        return {name: f"{self.front_url}/{name}" for name in FUNCTIONS}
+
+    def function_urls(self) -> dict[str, str]:
+        """Where each function itself listens (behind the front)."""
+        assert self.state is not None
+        return {n: f"http://127.0.0.1:{self.state.ports[n]}/" for n in FUNCTIONS}
+
+
 @dataclass
 class ChaosStack:
     """A running chaos stack. Build with :func:`start_chaos_stack`; stop with :meth:`stop`."""
 
     config: ChaosConfig
+    timing: Timing
     directory: Path
-    stack: LocalStack
+    stack: FrontedStack
     state: StackState
     settings: Settings
     model_url: str
     sandbox_url: str
     ipapi_url: str
-    proxy_url: str
-    endpoints: dict[str, str]
+    front_url: str
     answers_subscription: str
     canary: str
     ledger_path: Path
+    ref_faults_path: Path
     marker_dir: Path
     extra: list[ManagedProcess] = field(default_factory=list)
+    ref_rules: dict[str, str] = field(default_factory=dict)
 
     # -- clients -------------------------------------------------------------------------
 
@@ -113,22 +145,58 @@ class ChaosStack:
         path = self.marker_dir / marker_name(point)
         return path.stat().st_mtime if path.exists() else None
 
-    def configure_proxy(self, **settings: Any) -> dict[str, Any]:
-        response = httpx.post(f"{self.proxy_url}/_config", json=settings, timeout=5)
+    def configure_front(self, **settings: Any) -> dict[str, Any]:
+        response = httpx.post(f"{self.front_url}/_config", json=settings, timeout=5)
         response.raise_for_status()
         result: dict[str, Any] = response.json()
         return result
 
-    def proxy_stats(self) -> dict[str, Any]:
-        result: dict[str, Any] = httpx.get(f"{self.proxy_url}/_stats", timeout=5).json()
+    def front_stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = httpx.get(f"{self.front_url}/_stats", timeout=5).json()
+        return result
+
+    def push_stats(self) -> dict[str, Any]:
+        """The push delivery's counters, per subscription."""
+        return self.stack.push_stats()
+
+    def sweep_stats(self) -> dict[str, Any]:
+        """The sweep job's counters: calls, failures, what the sweeps did."""
+        url = f"http://127.0.0.1:{self.state.ports[SCHEDULER]}/_stats"
+        result: dict[str, Any] = httpx.get(url, timeout=5).json()
         return result
 
     def model_faults(self, spec: str) -> None:
-        httpx.post(f"{self.model_url}/_admin/faults", json={"faults": spec},
-                   timeout=5).raise_for_status()
+        """Schedule model faults (seconds at production scale, scaled here)."""
+        httpx.post(f"{self.model_url}/_admin/faults",
+                   json={"faults": scaled_spec(spec, self.timing)}, timeout=5).raise_for_status()
+
+    def model_storm(self, kinds: str | None) -> None:
+        """Answer every model call with one of ``kinds`` (production seconds), or stop."""
+        body: dict[str, Any] = (
+            {"fault_rate": 1.0, "fault_kinds": scaled_spec(kinds, self.timing),
+             "seed": self.config.seed} if kinds else {"fault_rate": 0.0, "fault_kinds": ""})
+        httpx.post(f"{self.model_url}/_admin/faults", json=body, timeout=5).raise_for_status()
 
     def model_reset(self) -> None:
         httpx.post(f"{self.model_url}/_admin/reset", json={}, timeout=5).raise_for_status()
+
+    def poison_refs(self, rules: dict[str, str]) -> None:
+        """Serve a fault (production seconds) to every model call of the runs whose reference
+        starts with a prefix (added to the rules in force)."""
+        self.ref_rules.update(rules)
+        self._write_ref_rules()
+
+    def cure_refs(self, *prefixes: str) -> None:
+        """Stop poisoning the runs of these prefixes."""
+        for prefix in prefixes:
+            self.ref_rules.pop(prefix, None)
+        self._write_ref_rules()
+
+    def _write_ref_rules(self) -> None:
+        scaled = {prefix: scaled_spec(spec, self.timing) for prefix, spec in self.ref_rules.items()}
+        tmp = self.ref_faults_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(scaled))
+        tmp.replace(self.ref_faults_path)
 
     def tool_faults(self, *, nws_error_rate: float, ipapi_timeout_rate: float) -> None:
         """Set weather.gov 500s (main sandbox) and ip-api timeouts (second sandbox)."""
@@ -137,7 +205,7 @@ class ChaosStack:
             "error_rate": nws_error_rate, "paths": ["/alerts"], "seed": seed,
         }).raise_for_status()
         httpx.post(f"{self.ipapi_url}/_admin/faults", timeout=5, json={
-            "delay_seconds": self.config.tool_timeout_s if ipapi_timeout_rate else 0.0,
+            "delay_seconds": self.timing.tool_timeout_s if ipapi_timeout_rate else 0.0,
             "delay_rate": ipapi_timeout_rate, "paths": ["/json"], "seed": seed,
         }).raise_for_status()
 
@@ -147,33 +215,12 @@ class ChaosStack:
             "ipapi": httpx.get(f"{self.ipapi_url}/_admin/stats", timeout=5).json(),
         }
 
-    def set_dead_letter_attempts(self, attempts: int) -> None:
-        """Re-create the push subscriptions with another dead-letter policy (only while no
-        message is in flight: re-creating drops what a subscription holds)."""
-        push_subscriptions(self.settings, self.endpoints, attempts)
-
     def publish(self, topic: str, data: bytes, **attributes: str) -> str:
         client = pubsub_v1.PublisherClient()
         message_id: str = client.publish(
             client.topic_path(self.settings.project_id, topic), data, **attributes
         ).result(timeout=30)
         return message_id
-
-    def pull_answers(self) -> list[bytes]:
-        """Drain the answers subscription."""
-        subscriber = pubsub_v1.SubscriberClient()
-        found: list[bytes] = []
-        try:
-            while True:
-                response = subscriber.pull(subscription=self.answers_subscription,
-                                           max_messages=500, timeout=10)
-                if not response.received_messages:
-                    return found
-                found += [m.message.data for m in response.received_messages]
-                subscriber.acknowledge(subscription=self.answers_subscription,
-                                       ack_ids=[m.ack_id for m in response.received_messages])
-        finally:
-            subscriber.close()
 
     def restart(self, name: str) -> float:
         """Start a killed function again; seconds until it is healthy."""
@@ -185,51 +232,18 @@ class ChaosStack:
             proc.stop()
 
 
-ACK_DEADLINE_S = 15
-"""Ack deadline of the step subscriptions: longer than any delivery here takes."""
-def push_subscriptions(settings: Settings, endpoints: dict[str, str], attempts: int) -> None:
-    """(Re-)create the subscriptions: the step ones as pull subscriptions that the delivery
-    proxy (:mod:`ackloop.chaos.proxy`) turns into push, dead-lettering after ``attempts``
-    deliveries; the dead-letter one as a plain push subscription."""
-    subscriber = pubsub_v1.SubscriberClient()
-    project = settings.project_id
-    try:
-        for route in routes(settings, endpoints):
-            name = subscriber.subscription_path(project, route.subscription)
-            subscriber.delete_subscription(subscription=name)
-            request: dict[str, Any] = {
-                "name": name,
-                "topic": subscriber.topic_path(project, route.topic),
-                "ack_deadline_seconds": ACK_DEADLINE_S,
-                # No retry policy: see ackloop.devstack.topology (the emulator stops
-                # redelivering after ~3 attempts when one is set).
-            }
-            if not route.dead_letter:  # the dead-letter function: the emulator pushes
-                request["push_config"] = {"push_endpoint": route.endpoint}
-            if route.dead_letter:
-                request["dead_letter_policy"] = {
-                    "dead_letter_topic": subscriber.topic_path(project, settings.dead_letter_topic),
-                    "max_delivery_attempts": attempts,
-                }
-            subscriber.create_subscription(request=request)
-    finally:
-        subscriber.close()
-
-
-def _env(config: ChaosConfig, tag: str, model_url: str, ipapi_url: str, canary: str,
+def _env(timing: Timing, tag: str, model_url: str, ipapi_url: str, canary: str,
          project: str) -> dict[str, str]:
+    """Every function's environment: the stack's names, the model and tool endpoints, and the
+    shipped settings with their durations scaled (nothing else is overridden)."""
     return {
         **isolated_env(tag, project),
         "ACKLOOP_MODEL_PROVIDER": "gemini",
         "ACKLOOP_GEMINI_BASE_URL": model_url,
         "ACKLOOP_GEMINI_API_KEY": canary,
         "ACKLOOP_IPAPI_BASE_URL": ipapi_url,
-        "ACKLOOP_LEASE_SECONDS": f"{config.lease_seconds:g}",
-        "ACKLOOP_MODEL_TIMEOUT_SECONDS": f"{config.model_timeout_s:g}",
-        "ACKLOOP_TOOL_TIMEOUT_SECONDS": f"{config.tool_timeout_s:g}",
-        "ACKLOOP_MAX_STEP_ATTEMPTS": str(config.max_step_attempts),
         "ACKLOOP_LOG_LEVEL": "INFO",
-        **config.extra,
+        **timing.function_env(),
     }
 
 
@@ -239,9 +253,20 @@ def _helper(name: str, argv: list[str], logs: Path, port: int,
                           env={**os.environ, **(env or {})})
 
 
+def _service_env(timing: Timing, marker_dir: Path) -> dict[str, dict[str, str]]:
+    """Per service: its scaled request timeout, and the fault points of the step functions."""
+    env = timing.service_env()
+    for service, kind in (("model_step", "model"), ("tool_step", "tool")):
+        env[service] = {**env.get(service, {}),
+                        "ACKLOOP_FAULT_CRASH_AT": f"{kind}:after_call,{kind}:after_commit",
+                        "ACKLOOP_FAULT_MARKER_DIR": str(marker_dir)}
+    return env
+
+
 def start_chaos_stack(config: ChaosConfig, directory: Path, *,
                       project_id: str = "ackloop-chaos", log: Any = print) -> ChaosStack:
     """Start everything (reusing running emulators if the environment names them)."""
+    timing = config.timing()
     directory.mkdir(parents=True, exist_ok=True)
     logs = directory / "logs"
     marker_dir = directory / "fault-markers"
@@ -251,32 +276,34 @@ def start_chaos_stack(config: ChaosConfig, directory: Path, *,
     tag = f"x{uuid.uuid4().hex[:8]}"
     canary = canary_key()
     ledger = directory / "model-ledger.jsonl"
-    ports = {n: emulators.free_port() for n in ("model", "ipapi", "proxy")}
+    ref_faults = directory / "model-ref-faults.json"
+    ref_faults.write_text("{}")
+    ports = {n: emulators.free_port() for n in ("model", "ipapi", "front")}
     helpers = [
         _helper("model-server", [sys.executable, "-m", "ackloop.chaos.model_server", "--port",
-                                 str(ports["model"]), "--ledger", str(ledger)], logs,
+                                 str(ports["model"]), "--ledger", str(ledger),
+                                 "--ref-faults", str(ref_faults)], logs,
                 ports["model"], {"ACKLOOP_CHAOS_CANARY": canary}),
         _helper("sandbox-ipapi", [sys.executable, "-m", "ackloop.tools.sandbox_apis",
                                   "--port", str(ports["ipapi"])], logs, ports["ipapi"]),
     ]
     for proc in helpers:
         proc.start()
-    model_url, ipapi_url = (f"http://127.0.0.1:{ports[n]}" for n in ("model", "ipapi"))
+    model_url, ipapi_url, front_url = (f"http://127.0.0.1:{ports[n]}"
+                                       for n in ("model", "ipapi", "front"))
     emu = Emulators.from_environment()
-    env = _env(config, tag, model_url, ipapi_url, canary, project_id)
-    crash = {
-        "model_step": {"ACKLOOP_FAULT_CRASH_AT": "model:after_call,model:after_commit",
-                       "ACKLOOP_FAULT_MARKER_DIR": str(marker_dir)},
-        "tool_step": {"ACKLOOP_FAULT_CRASH_AT": "tool:after_call,tool:after_commit",
-                      "ACKLOOP_FAULT_MARKER_DIR": str(marker_dir)},
-    }
+    env = _env(timing, tag, model_url, ipapi_url, canary, project_id)
     options = StackOptions(
         directory=directory, project_id=project_id, pubsub_port=emu.pubsub_port,
         firestore_port=emu.firestore_port, base_port=0, sandbox_apis=True, fake_gemini=False,
-        extra_env=env, service_env=crash, max_delivery_attempts=config.max_delivery_attempts,
-        start_emulators=emu.start, services=("ingest", "model_step", "tool_step", "dead_letter"),
+        extra_env=env, service_env=_service_env(timing, marker_dir),
+        # The shipped topology and dead-letter policy (StackOptions' defaults). The emulator's
+        # own push is the starting point only: the push delivery below takes every
+        # subscription over before anything is published.
+        push="emulator", start_emulators=emu.start, services=SERVICES,
+        sweep_every_s=timing.sweep_every_s,
     )
-    stack = LocalStack(options)
+    stack = FrontedStack(options, front_url)
     try:
         for proc in helpers:
             proc.wait_ready(30.0)
@@ -284,23 +311,25 @@ def start_chaos_stack(config: ChaosConfig, directory: Path, *,
         settings = Settings.model_validate(
             {k.removeprefix("ACKLOOP_").lower(): v for k, v in env.items()
              if k.startswith("ACKLOOP_")})
-        endpoints = {n: f"http://127.0.0.1:{state.ports[n]}/" for n in FUNCTIONS}
         answers = f"{tag}-answers-tail"
-        create_topology(settings, endpoints, max_delivery_attempts=config.max_delivery_attempts,
-                        answers_subscription=answers)
-        push_subscriptions(settings, endpoints, config.max_delivery_attempts)
-        subscriber = pubsub_v1.SubscriberClient
-        delivered = [f"--route={subscriber.subscription_path(project_id, r.subscription)}="
-                     f"{name}={r.endpoint}" for r in routes(settings, endpoints)
-                     for name in PUSHED if r.endpoint == endpoints[name]]
-        proxy = _helper("dup-proxy", [sys.executable, "-m", "ackloop.chaos.proxy", "--port",
-                                      str(ports["proxy"]), "--seed", str(config.seed),
+        subscriber = pubsub_v1.SubscriberClient()
+        try:
+            subscriber.create_subscription(
+                name=subscriber.subscription_path(project_id, answers),
+                topic=subscriber.topic_path(project_id, settings.answers_topic))
+        finally:
+            subscriber.close()
+        routes = [f"--route={name}={url}" for name, url in stack.function_urls().items()]
+        front = _helper("dup-front", [sys.executable, "-m", "ackloop.chaos.proxy", "--port",
+                                      str(ports["front"]), "--seed", str(config.seed),
                                       "--concurrent-share", str(config.concurrent_share),
-                                      *delivered], logs, ports["proxy"])
-        helpers.append(proxy.start())
-        proxy.wait_ready(30.0)
-        proxy_url = f"http://127.0.0.1:{ports['proxy']}"
-        log("  step subscriptions delivered by the duplicating proxy")
+                                      *routes, *(f"--no-duplicate={n}" for n in NOT_DUPLICATED)],
+                        logs, ports["front"])
+        helpers.append(front.start())
+        front.wait_ready(30.0)
+        took = stack.start_push_delivery(time_scale=timing.factor).wait_ready(60.0)
+        log(f"  push delivery ready in {took:.1f} s: production retry policy x "
+            f"{timing.factor:.4g}, via the duplicating front")
     except BaseException:
         stack.down()
         for proc in reversed(helpers):
@@ -308,9 +337,10 @@ def start_chaos_stack(config: ChaosConfig, directory: Path, *,
         raise
     assert state.sandbox_url is not None
     return ChaosStack(
-        config=config, directory=directory, stack=stack, state=state, settings=settings,
-        model_url=model_url, sandbox_url=state.sandbox_url, ipapi_url=ipapi_url,
-        proxy_url=proxy_url, endpoints=endpoints,
+        config=config, timing=timing, directory=directory, stack=stack, state=state,
+        settings=settings, model_url=model_url, sandbox_url=state.sandbox_url,
+        ipapi_url=ipapi_url, front_url=front_url,
         answers_subscription=pubsub_v1.SubscriberClient.subscription_path(project_id, answers),
-        canary=canary, ledger_path=ledger, marker_dir=marker_dir, extra=helpers,
+        canary=canary, ledger_path=ledger, ref_faults_path=ref_faults, marker_dir=marker_dir,
+        extra=helpers,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _REF = re.compile(r"\(ref ([a-z0-9-]+)\)")
 
@@ -47,3 +48,13 @@ def reference_of(text: str) -> str | None:
 def pick(index: int) -> Template:
     """The template of run ``index``: a fixed rotation, so the mix is the same every time."""
     return TEMPLATES[index % len(TEMPLATES)]
+
+
+def question_text(content: dict[str, Any]) -> str | None:
+    """The text of a user question (not a tool result) in a Gemini content, or None: where a
+    run's part of a conversation starts."""
+    parts = content.get("parts") or []
+    if content.get("role", "user") != "user" or any("function_response" in p for p in parts):
+        return None
+    texts = [str(p["text"]) for p in parts if p.get("text")]
+    return " ".join(texts) if texts else None
