@@ -2,46 +2,30 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
 import pytest
 
 from ackloop.devstack.emulators import free_port
+from tests.support.json_server import json_server
 
 
 @pytest.fixture
 def fake_api() -> Iterator[tuple[str, list[str]]]:
     calls: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            calls.append(self.path)
-            body = json.dumps({"swept": [{"run_id": f"run-{len(calls)}", "action": "resumed",
-                                          "detail": "model step re-sent"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(path: str, _: Mapping[str, str]) -> tuple[int, Any]:
+        calls.append(path)
+        return 200, {"swept": [{"run_id": f"run-{len(calls)}", "action": "resumed",
+                                "detail": "model step re-sent"}]}
 
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/sweep", calls
-    finally:
-        server.shutdown()
-        server.server_close()
+    with json_server(respond) as url:
+        yield f"{url}/sweep", calls
 
 
 def start_job(url: str, port: int) -> subprocess.Popen[bytes]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
 from tests.engine.fakes import CountingToolbox, make_loop
+from tests.support.json_server import json_server
 
 from ackloop.keys import run_id_for_request
 from ackloop.model.gemini import build_gemini_model
@@ -23,39 +23,26 @@ KEY = "plain-looking-key-7d1f0c2b"  # no known token shape: only registration ca
 
 
 @pytest.fixture
-def echoing_upstream() -> Iterator[tuple[str, list[int]]]:
-    """A Gemini-compatible endpoint that refuses every call, quoting the caller's key."""
+def echoing_upstream() -> Iterator[str]:
+    """A Gemini-compatible endpoint that refuses every call, quoting the caller's key: 503
+    first, then 400."""
     statuses = [503, 400]
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            key = self.headers.get("x-goog-api-key", "")
-            code = statuses.pop(0) if len(statuses) > 1 else statuses[0]
-            body = json.dumps({"error": {
-                "code": code, "status": "INVALID_ARGUMENT" if code == 400 else "UNAVAILABLE",
-                "message": f"API key {key} rejected (key={key})"}}).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(_: str, headers: Mapping[str, str]) -> tuple[int, Any]:
+        key = next((v for k, v in headers.items() if k.lower() == "x-goog-api-key"), "")
+        code = statuses.pop(0) if len(statuses) > 1 else statuses[0]
+        return code, {"error": {
+            "code": code, "status": "INVALID_ARGUMENT" if code == 400 else "UNAVAILABLE",
+            "message": f"API key {key} rejected (key={key})"}}
 
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", statuses
-    finally:
-        server.shutdown()
-        server.server_close()
+    with json_server(respond) as url:
+        yield url
 
 
 async def test_an_echoed_key_is_masked_in_every_record_message_and_log(
-    echoing_upstream: tuple[str, list[int]], caplog: pytest.LogCaptureFixture
+    echoing_upstream: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    url, _ = echoing_upstream
+    url = echoing_upstream
     settings = Settings(model_provider="gemini", gemini_api_key=SecretStr(KEY),
                         gemini_base_url=url, retry_wait_seconds=0)
     loop = make_loop(build_gemini_model(settings), CountingToolbox(), settings=settings)

@@ -49,7 +49,8 @@ _TOKEN_SHAPES_RE = re.compile(
 )
 
 
-_REGISTERED: set[str] = set()
+_REGISTERED: tuple[str, ...] = ()
+"""Registered secrets, longest first (a secret containing another is masked whole)."""
 
 
 def register_secret(value: str | None) -> None:
@@ -57,7 +58,8 @@ def register_secret(value: str | None) -> None:
     in every stored error and every log line), whatever its shape. For the process's own
     credentials (the Gemini API key, the API's bearer token), registered where they are read."""
     if value and len(value) >= 4:
-        _REGISTERED.add(value)
+        global _REGISTERED
+        _REGISTERED = tuple(sorted({*_REGISTERED, value}, key=len, reverse=True))
 
 
 def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
@@ -67,7 +69,7 @@ def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
     :func:`register_secret`; values shorter than 4 characters are ignored so that masking cannot
     shred ordinary text.
     """
-    for secret in (*known, *sorted(_REGISTERED, key=len, reverse=True)):
+    for secret in (*known, *_REGISTERED):
         if len(secret) >= 4:
             text = text.replace(secret, MASK)
     text = _URL_USERINFO_RE.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
