@@ -653,9 +653,11 @@ class AgentStore:
                     raise ConversationBusy(
                         f"conversation {run.conversation_id!r} moved on to run {active}"
                     )
+                # A redrive is an operator's decision to try again: the run's time budget
+                # starts over, or a run failed late would stop again at its first claim.
                 txn.write(Write("update", snap.path, {
                     "status": RunStatus.RUNNING.value, "stop_reason": None, "error": None,
-                    "finished_at": None,
+                    "finished_at": None, "started_at": now, "progress_at": now,
                 }))
                 txn.write(Write("set", conv_path, {
                     **(conv.data if conv else {"conversation_id": run.conversation_id}),

@@ -18,11 +18,12 @@ Three poisoned runs (references ``dla``, ``dlb``, ``dlc``):
 * ``dla``: the path above; then the cause is fixed (the 429s stop) and
   :func:`ackloop.redrive.redrive` re-drives it: it must complete with the fault-free answer,
   its model step answered exactly once, its transcript whole, and a second redrive must find
-  nothing to do. It is asked with ``max_seconds`` above the dead-letter time: a redriven run
-  keeps its ``created_at``, so under the shipped 300 s budget it would stop at once.
-* ``dlb``: the same with the shipped budget, to show exactly that (reported, not a target).
+  nothing to do. It is asked with ``max_seconds`` above the dead-letter time.
+* ``dlb``: the same with the shipped budget (300 s, long spent when it is re-driven): a redrive
+  starts the run's time budget over, so it must complete too.
 * ``dlc``: a model that answers 500 to everything (a step that fails on every delivery), to show
-  what ends it under the shipped numbers (reported, not a target).
+  what ends it under the shipped numbers (reported, not a target): its budget or its attempts,
+  with the run failed and the 500 as the cause.
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ class DeadLetterResult:
         return (self.dead_lettered("dla") and self.dead_lettered("dlb")
                 and self.runs["dla"].redriven == ["redriven"]
                 and self.runs["dla"].after_redrive == "completed/answered"
+                and self.runs["dlb"].redriven == ["redriven"]
+                and self.runs["dlb"].after_redrive == "completed/answered"
                 and self.answer_ok and self.transcript_ok
                 and "redriven" not in self.second_redrive and not self.problems
                 and bool(self.model_answers_per_turn)
@@ -169,7 +172,8 @@ async def dead_letter_phase(stack: ChaosStack, tag: str, answers: AnswerCollecto
                               max_step_attempts=timing.max_step_attempts)
     store = stack.store()
     publisher = PubSubPublisher(stack.settings.project_id)
-    # Enough for the dead letter and the redrive after it (a redriven run keeps created_at).
+    # Enough for the dead letter and the redrive after it without counting on the redrive
+    # restarting the budget (``dlb`` checks that).
     budget = RunOptions(max_seconds=2 * timing.dead_letter_after_s + timing.s(600))
     bound = 1.5 * timing.dead_letter_after_s + timing.s(600)
     stack.poison_refs({"dla": QUOTA_SPENT, "dlb": QUOTA_SPENT, "dlc": ALWAYS_500})

@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 JsonDict = dict[str, Any]
 
 
+_RUN_BUDGETS = frozenset({StopReason.MAX_STEPS, StopReason.MAX_SECONDS, StopReason.MAX_TOKENS})
+
+
 def budget_stop(deps: Deps, run: RunRecord, message: ModelStepMessage) -> StopReason | None:
     """The reason to stop before calling the model, if any."""
     limits, usage = run.limits, message.usage
@@ -171,6 +174,15 @@ async def _run_claimed(
                 reason="step_attempts_exhausted",
             )
         stop = budget_stop(deps, run, message)
+        if stop in _RUN_BUDGETS and claim.step.attempts > 1 and claim.step.last_error:
+            # The budget ran out while this very step kept failing: that failure, not the
+            # budget, is why the run has no answer, and the run says so.
+            raise PermanentError(
+                f"the run's {stop} budget ran out while step {claim.key} was being retried "
+                f"({claim.step.attempts - 1} failed attempt(s)); last error: "
+                f"{claim.step.last_error}",
+                reason="retries_outlasted_budget",
+            )
         if stop is None and final_output is not None:
             stop = StopReason.FINAL_TOOL
         if stop is not None:
