@@ -46,22 +46,28 @@ def to_json_value(value: Any) -> Any:
 
 def cap_result(result: Any, max_bytes: int) -> Any:
     """``result`` unchanged when ``{"result": result}`` fits in ``max_bytes`` of JSON; otherwise
-    its text cut to fit, ending with a marker that tells the model how much was left out."""
+    the longest prefix of its text that fits once JSON-escaped, ending with a marker that tells
+    the model how much was left out (text that escapes heavily keeps fewer characters, never
+    none while one fits)."""
     size = _json_size(result)
     if size <= max_bytes:
         return result
     text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
     total = len(text.encode())
-    keep = max_bytes
-    while True:
-        cut = text.encode()[:keep].decode(errors="ignore")
-        dropped = total - len(cut.encode())
-        capped = f"{cut}\n...[truncated: {dropped} of {total} bytes omitted]"
-        excess = _json_size(capped) - max_bytes
-        if excess <= 0 or keep == 0:
-            return capped
-        # JSON escaping makes bytes and characters differ; shrink by the measured excess.
-        keep = max(0, keep - excess)
+
+    def capped(chars: int) -> str:
+        cut = text[:chars]
+        return f"{cut}\n...[truncated: {total - len(cut.encode())} of {total} bytes omitted]"
+
+    # The longest prefix that fits: the JSON size grows with the prefix, so bisect on it.
+    fits, too_long = 0, len(text)
+    while too_long - fits > 1:
+        middle = (fits + too_long) // 2
+        if _json_size(capped(middle)) <= max_bytes:
+            fits = middle
+        else:
+            too_long = middle
+    return capped(fits)
 
 
 def _json_size(result: Any) -> int:
