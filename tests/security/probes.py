@@ -177,6 +177,23 @@ def all_runs(stack: RunningStack) -> list[dict[str, Any]]:
             for s in db.collection(f"{stack.settings.collection_prefix}runs").stream()]
 
 
+def wait_for(what: str, check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def finish_all(stack: RunningStack, timeout: float) -> list[dict[str, Any]]:
+    """Wait until every run of the stack has ended; its runs."""
+    wait_for("every run ended", lambda: all(
+        r.get("status") in ("completed", "failed", "cancelled") for r in all_runs(stack)),
+        timeout)
+    return all_runs(stack)
+
+
 def ledger(stack: RunningStack, run_id: str) -> list[StepRecord]:
     db = firestore_client(stack)
     steps = db.collection(f"{stack.settings.collection_prefix}runs/{run_id}/steps").stream()

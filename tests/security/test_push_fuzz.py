@@ -26,12 +26,14 @@ from tests.security.probes import (
     changed,
     documents,
     failures,
+    finish_all,
     ledger,
     ledger_problems,
     own_record,
     send,
     under,
     unrecorded_tool_calls,
+    wait_for,
 )
 from tests.support.stack import RunningStack
 
@@ -54,22 +56,6 @@ def target_of(stack: RunningStack, run_id: str, *, live: bool = False,
             if calls:
                 turns.append(tuple(calls))
     return Target(run_id, tuple(turns), live=live, request_id=request_id)
-
-
-def wait_for(what: str, check: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout} s")
-
-
-def finish_all(stack: RunningStack, timeout: float) -> list[dict[str, Any]]:
-    wait_for("every run ended", lambda: all(
-        r.get("status") in ("completed", "failed", "cancelled") for r in all_runs(stack)),
-        timeout)
-    return all_runs(stack)
 
 
 def test_forged_and_malformed_envelopes(security_stack: RunningStack) -> None:
