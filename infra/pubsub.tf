@@ -8,6 +8,11 @@ locals {
     dead_letter = "ackloop-dead-letter"
   }
 
+  # The audience of every push token: a custom audience of the push-triggered services (run.tf),
+  # which the services also check (ACKLOOP_PUSH_AUTH_AUDIENCE). A fixed string, because a service
+  # cannot be told its own URL (Terraform would need the service to create the service).
+  push_audience = "ackloop-push:${var.project_id}"
+
   # Push subscriptions that drive the agent loop: key = the service they push to.
   step_subscriptions = {
     ingest     = "queries"
@@ -67,9 +72,11 @@ resource "google_pubsub_subscription" "step" {
   push_config {
     push_endpoint = google_cloud_run_v2_service.service[each.key].uri
 
+    # Cloud Run IAM verifies this token in front of the service (run.invoker, iam.tf), removes
+    # its signature and passes its claims on, which the service checks (push_auth, run.tf).
     oidc_token {
       service_account_email = google_service_account.push_invoker.email
-      audience              = google_cloud_run_v2_service.service[each.key].uri
+      audience              = local.push_audience
     }
   }
 
@@ -109,7 +116,7 @@ resource "google_pubsub_subscription" "dead_letter" {
 
     oidc_token {
       service_account_email = google_service_account.push_invoker.email
-      audience              = google_cloud_run_v2_service.service["dead_letter"].uri
+      audience              = local.push_audience
     }
   }
 

@@ -84,8 +84,12 @@ locals {
     ACKLOOP_GEMINI_BASE_URL       = var.gemini_base_url
     ACKLOOP_API_ID_TOKEN_AUDIENCE = var.api.id_token_audience
     ACKLOOP_API_ID_TOKEN_EMAILS   = var.api.id_token_emails
-    ACKLOOP_PUSH_AUTH_AUDIENCE    = var.push_auth.audience
-    ACKLOOP_PUSH_AUTH_EMAIL       = var.push_auth.service_account_email
+    # What a push token must say (push_auth.mode "cloud_run_iam"): for the subscriptions'
+    # audience, minted for the push identity (pubsub.tf).
+    ACKLOOP_PUSH_AUTH_AUDIENCE = var.push_auth.mode == "none" ? null : local.push_audience
+    ACKLOOP_PUSH_AUTH_EMAIL    = var.push_auth.mode == "none" ? null : google_service_account.push_invoker.email
+    # The scheduled sweeper's identity, let through to POST /sweep whatever api.auth is.
+    ACKLOOP_API_SWEEPER_EMAIL = one(google_service_account.sweeper[*].email)
     # The token itself never reaches Terraform: the secret is mounted as a file (api only).
     ACKLOOP_API_BEARER_TOKEN_FILE = var.api.bearer_token_secret_id == null ? null : "${local.api_token_dir}/token"
   }
@@ -111,6 +115,10 @@ resource "google_cloud_run_v2_service" "service" {
   description         = each.value.description
   ingress             = each.value.ingress
   deletion_protection = var.deletion_protection
+
+  # Push tokens carry local.push_audience (pubsub.tf): Cloud Run IAM accepts it as well as the
+  # service URL.
+  custom_audiences = contains(local.push_services, each.key) ? [local.push_audience] : []
 
   template {
     service_account = google_service_account.service[each.key].email

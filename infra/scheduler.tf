@@ -33,7 +33,9 @@ resource "google_cloud_scheduler_job" "sweep" {
     uri         = "${google_cloud_run_v2_service.service["api"].uri}/sweep"
 
     # Cloud Run IAM checks this token (roles/run.invoker, iam.tf); its audience is the
-    # service URL, which Cloud Run accepts without a custom audience.
+    # service URL, which Cloud Run accepts without a custom audience. Cloud Run removes its
+    # signature; the api lets its claims through on POST /sweep whatever api.auth is
+    # (ACKLOOP_API_SWEEPER_EMAIL, run.tf).
     oidc_token {
       service_account_email = google_service_account.sweeper[0].email
       audience              = google_cloud_run_v2_service.service["api"].uri
@@ -41,13 +43,6 @@ resource "google_cloud_scheduler_job" "sweep" {
   }
 
   lifecycle {
-    # Cloud Scheduler sends its OIDC token in Authorization, and Cloud Run removes the signature
-    # of a token it has checked before the app sees it: no app-level check can pass the call.
-    precondition {
-      condition     = var.api.auth == "none"
-      error_message = "The scheduled sweeper cannot call the api with api.auth = \"${var.api.auth}\": Cloud Scheduler sends only its OIDC token (in Authorization), which Cloud Run checks and strips of its signature, so the app's bearer or ID-token check refuses it. Either keep api.auth = \"none\" (Cloud Run IAM, api_invoker_members, still guards the api), or set sweep.enabled = false and run `ackloop runs sweep` on a schedule of your own."
-    }
-
     precondition {
       condition     = local.sweep_attempt_deadline_seconds >= 15
       error_message = "Cloud Scheduler waits at least 15 s for an HTTP target: request_timeout_seconds.api must be at least 15 for the sweeper."

@@ -172,7 +172,7 @@ variable "sweep" {
     time_zone     = optional(string, "Etc/UTC")
     region        = optional(string, null)
   })
-  description = "The sweeper, a safety net for runs no message is moving: Cloud Scheduler (in region; null: var.region) calls the api's POST /sweep on schedule (cron, default every minute) with an OIDC token of the ackloop-sweeper service account, the only identity besides api_invoker_members that may invoke the api; a running run with no progress for stale_seconds (ACKLOOP_SWEEP_STALE_SECONDS) is resumed from its ledger or failed with a cause, and queued runs whose conversation is free are started. Keep stale_seconds above every step's request timeout, so a step still in its request is never swept. The scheduled call needs api.auth = \"none\": Cloud Run checks the OIDC token in the Authorization header and removes its signature before the app sees it, so neither a bearer token nor an app-checked ID token can come with it, and Terraform refuses the combination. With api.auth = \"bearer\" or \"google_id_token\" set enabled = false and run `ackloop runs sweep` on a schedule of your own (it needs the api service account's permissions)."
+  description = "The sweeper, a safety net for runs no message is moving: Cloud Scheduler (in region; null: var.region) calls the api's POST /sweep on schedule (cron, default every minute) with an OIDC token of the ackloop-sweeper service account, the only identity besides api_invoker_members that may invoke the api; a running run with no progress for stale_seconds (ACKLOOP_SWEEP_STALE_SECONDS) is resumed from its ledger or failed with a cause, and queued runs whose conversation is free are started. Keep stale_seconds above every step's request timeout, so a step still in its request is never swept. The scheduled call carries only that token, which Cloud Run checks and strips of its signature; the api lets it through on POST /sweep whatever api.auth is, because its claims name ackloop-sweeper (ACKLOOP_API_SWEEPER_EMAIL). Or set enabled = false and run `ackloop runs sweep` on a schedule of your own (it needs the api service account's permissions)."
   default     = {}
   nullable    = false
 
@@ -289,8 +289,14 @@ variable "max_instances" {
 
 variable "api_invoker_members" {
   type        = list(string)
-  description = "IAM members allowed to call the HTTP API service (e.g. \"user:you@example.com\", \"group:team@example.com\"). The API is never public."
+  description = "IAM members allowed to call the HTTP API service (e.g. \"user:you@example.com\", \"group:team@example.com\"). The API is never public: allUsers and allAuthenticatedUsers are refused."
   default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for member in var.api_invoker_members : !contains(["allusers", "allauthenticatedusers"], lower(trimspace(member)))])
+    error_message = "api_invoker_members must not contain allUsers or allAuthenticatedUsers: the API is never public (name users, groups or service accounts)."
+  }
 }
 
 variable "api" {
@@ -304,12 +310,17 @@ variable "api" {
     stream_poll_seconds    = optional(number, 0.5)
     stream_max_seconds     = optional(number, 300)
   })
-  description = "HTTP API service settings (ACKLOOP_API_*). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails). Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api."
+  description = "HTTP API service settings (ACKLOOP_API_*). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"cloud_run_iam\" (the token Cloud Run verified must name one of the comma-separated id_token_emails, and carry id_token_audience when set), \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file; callers send the IAM token in X-Serverless-Authorization) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails; the app verifies the signature, so callers send the IAM token in X-Serverless-Authorization). The scheduled sweeper passes every mode on POST /sweep (ACKLOOP_API_SWEEPER_EMAIL). Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api."
   default     = {}
 
   validation {
-    condition     = contains(["none", "bearer", "google_id_token"], var.api.auth)
-    error_message = "api.auth must be none, bearer or google_id_token."
+    condition     = contains(["none", "bearer", "google_id_token", "cloud_run_iam"], var.api.auth)
+    error_message = "api.auth must be none, bearer, google_id_token or cloud_run_iam."
+  }
+
+  validation {
+    condition     = var.api.auth != "cloud_run_iam" || var.api.id_token_emails != null
+    error_message = "api.auth = \"cloud_run_iam\" needs api.id_token_emails (who may call)."
   }
 
   validation {
@@ -325,16 +336,15 @@ variable "api" {
 
 variable "push_auth" {
   type = object({
-    mode                  = optional(string, "none")
-    audience              = optional(string, null)
-    service_account_email = optional(string, null)
+    mode = optional(string, "cloud_run_iam")
   })
-  description = "In-app verification of the Pub/Sub push OIDC token by the step services (ACKLOOP_PUSH_AUTH*): mode \"oidc\" checks a Google signature, the audience (unset: the URL pushed to) and, when set, the signing service account. Cloud Run IAM already checks the token in front of the services."
+  description = "What the step services check of a Pub/Sub push token themselves (ACKLOOP_PUSH_AUTH). Cloud Run IAM verifies the token in front of them (only ackloop-push may invoke them) and removes its signature; with mode \"cloud_run_iam\" (default) each service also checks the forwarded claims: minted for ackloop-push (ACKLOOP_PUSH_AUTH_EMAIL), for the subscriptions' audience (ACKLOOP_PUSH_AUTH_AUDIENCE), by Google, unexpired. \"none\" leaves it to Cloud Run IAM alone. \"oidc\" (the app verifying the signature) is refused: behind Cloud Run IAM no signature is left to verify."
   default     = {}
+  nullable    = false
 
   validation {
-    condition     = contains(["none", "oidc"], var.push_auth.mode)
-    error_message = "push_auth.mode must be none or oidc."
+    condition     = contains(["none", "cloud_run_iam"], var.push_auth.mode)
+    error_message = "push_auth.mode must be \"cloud_run_iam\" or \"none\". \"oidc\" cannot work here: every ackloop service requires Cloud Run IAM, which verifies the push token and removes its signature before the service sees it, so an in-app signature check would refuse every push and dead-letter every step."
   }
 }
 

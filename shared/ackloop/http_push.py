@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ackloop.api.tokens import IdTokenVerifier, InvalidToken, bearer_token
+from ackloop.api.tokens import (
+    IdTokenVerifier,
+    InvalidToken,
+    bearer_token,
+    cloud_run_checked_claims,
+    cloud_run_checked_token,
+)
 from ackloop.engine.dispatch import Kind, dispatch
 from ackloop.push import MalformedPush, decode_push
 from ackloop.runtime import process_deps
@@ -35,29 +42,52 @@ def push_verifier() -> IdTokenVerifier:
 
 async def authenticate_push(settings: Settings, request: Request,
                             verifier: IdTokenVerifier | None = None) -> str | None:
-    """Why the push must be refused, or None. Checks only when ``ACKLOOP_PUSH_AUTH=oidc``.
+    """Why the push must be refused, or None. Nothing is checked when ``ACKLOOP_PUSH_AUTH=none``.
 
-    The token must be Google-signed, for ``ACKLOOP_PUSH_AUTH_AUDIENCE`` (default: the URL the
-    push was sent to, which is what Pub/Sub uses when a subscription names no audience) and,
-    when ``ACKLOOP_PUSH_AUTH_EMAIL`` is set, minted for that service account.
+    The token must be for ``ACKLOOP_PUSH_AUTH_AUDIENCE`` (configured, never taken from the
+    request) and name ``ACKLOOP_PUSH_AUTH_EMAIL`` (both required by :class:`Settings`), come from
+    Google's issuer and be unexpired. ``oidc`` also verifies Google's signature, which only works
+    where nothing strips it; ``cloud_run_iam`` trusts Cloud Run IAM in front to have verified it
+    (Cloud Run removes the signature of the token it checked).
     """
-    if settings.push_auth != "oidc":
+    if settings.push_auth == "none":
         return None
-    if settings.push_auth_audience:
-        audience: str | list[str] = settings.push_auth_audience
-    else:
-        url = request.url.replace(scheme="https", query="")
-        base = str(url).rstrip("/")
-        audience = [base, f"{base}/"]
+    audience, email = settings.push_auth_audience, settings.push_auth_email
+    assert audience and email, "Settings requires both when push_auth is not 'none'"
     try:
+        if settings.push_auth == "cloud_run_iam":
+            cloud_run_checked_claims(cloud_run_checked_token(request.headers), emails=[email],
+                                     audience=audience, now=time.time())
+            return None
         token = bearer_token(request.headers.get("authorization"))
         claims = await (verifier or push_verifier()).verify_async(token, audience)
-        wanted = settings.push_auth_email
-        if wanted and (claims.get("email") != wanted or claims.get("email_verified") is False):
-            raise InvalidToken(f"push token is for {claims.get('email')!r}, not {wanted!r}")
+        named = str(claims.get("email", "")).lower()
+        if named != email.lower() or claims.get("email_verified") is not True:
+            raise InvalidToken(f"push token is for {claims.get('email')!r}, not {email!r}")
     except InvalidToken as exc:
         return str(exc)
     return None
+
+
+class BodyTooLarge(Exception):
+    """The request body is longer than the limit (found before reading past it)."""
+
+
+async def read_bounded_body(request: Request, limit: int) -> bytes:
+    """The request body, read as it streams in and abandoned at ``limit`` bytes: a client cannot
+    make the process buffer more than that (a declared Content-Length over it is refused before
+    reading anything)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
@@ -66,8 +96,18 @@ def _json(status: int, body: object, headers: dict[str, str] | None = None) -> R
     )
 
 
+def _refuse(reason: str) -> Response:
+    _rejected["unauthenticated"] = _rejected.get("unauthenticated", 0) + 1
+    return _json(401, {"error": f"push not authenticated: {reason}"})
+
+
 async def handle_push(kind: Kind, request: Request) -> Response:
     deps = await process_deps()
+    if request.method not in ("GET", "POST"):
+        return _json(405, {"error": "POST a Pub/Sub push envelope"})
+    # The same check for the counters as for a push: nothing is shown before it.
+    if refused := await authenticate_push(deps.settings, request):
+        return _refuse(refused)
     if request.method == "GET":
         counters = getattr(deps.store.db, "counters", None)
         return _json(
@@ -82,13 +122,9 @@ async def handle_push(kind: Kind, request: Request) -> Response:
                 "rejected": dict(_rejected),
             },
         )
-    if request.method != "POST":
-        return _json(405, {"error": "POST a Pub/Sub push envelope"})
-    if refused := await authenticate_push(deps.settings, request):
-        _rejected["unauthenticated"] = _rejected.get("unauthenticated", 0) + 1
-        return _json(401, {"error": f"push not authenticated: {refused}"})
-    body = await request.body()
-    if len(body) > MAX_PUSH_BYTES:
+    try:
+        body = await read_bounded_body(request, MAX_PUSH_BYTES)
+    except BodyTooLarge:
         return _json(413, {"error": f"body larger than {MAX_PUSH_BYTES} bytes"})
     try:
         delivery = decode_push(body, request.headers)

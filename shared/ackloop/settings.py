@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ModelProvider = Literal["auto", "gemini", "scripted"]
-ApiAuth = Literal["none", "bearer", "google_id_token"]
-PushAuth = Literal["none", "oidc"]
+ApiAuth = Literal["none", "bearer", "google_id_token", "cloud_run_iam"]
+PushAuth = Literal["none", "oidc", "cloud_run_iam"]
 
 
 class Settings(BaseSettings):
@@ -113,7 +113,9 @@ class Settings(BaseSettings):
     api_auth: ApiAuth = Field(
         default="none",
         description="HTTP API authentication in the app: 'none' (local, or Cloud Run IAM in "
-        "front), 'bearer' (a shared token from api_bearer_token_file) or 'google_id_token'.",
+        "front), 'bearer' (a shared token from api_bearer_token_file), 'google_id_token' (a "
+        "token the app verifies) or 'cloud_run_iam' (the token Cloud Run IAM verified in front "
+        "must name one of api_id_token_emails).",
     )
     api_bearer_token_file: str | None = Field(
         default=None,
@@ -124,7 +126,14 @@ class Settings(BaseSettings):
     )
     api_id_token_emails: str | None = Field(
         default=None,
-        description="Comma-separated emails allowed to call with an ID token (unset: any).",
+        description="Comma-separated emails allowed to call with an ID token (google_id_token: "
+        "unset means any; cloud_run_iam: required).",
+    )
+    api_sweeper_email: str | None = Field(
+        default=None,
+        description="Service account whose Cloud Run IAM-checked token may POST /sweep whatever "
+        "api_auth says (the scheduled sweeper, which can send no other credential). Set it only "
+        "behind Cloud Run IAM.",
     )
     api_query_timeout_seconds: float = Field(
         default=50.0, gt=0, description="How long a synchronous query waits for its run."
@@ -140,13 +149,20 @@ class Settings(BaseSettings):
     )
     push_auth: PushAuth = Field(
         default="none",
-        description="Step push endpoints: 'oidc' verifies the Pub/Sub push OIDC token.",
+        description="Step push endpoints: 'cloud_run_iam' checks the claims of the push token "
+        "Cloud Run IAM verified in front (email, audience, issuer, expiry; Cloud Run removed its "
+        "signature), 'oidc' verifies the token's Google signature itself (only where no Cloud "
+        "Run IAM strips it), 'none' checks nothing (local).",
     )
     push_auth_audience: str | None = Field(
-        default=None, description="Audience of push tokens; unset: the URL the push was sent to."
+        default=None,
+        description="Audience push tokens must carry (the subscription's oidc_token audience); "
+        "required unless push_auth is 'none'.",
     )
     push_auth_email: str | None = Field(
-        default=None, description="Service account that must have signed push tokens."
+        default=None,
+        description="Service account push tokens must name (the subscription's push identity); "
+        "required unless push_auth is 'none'.",
     )
 
     log_level: str = Field(default="INFO", description="Python log level.")
@@ -162,3 +178,17 @@ class Settings(BaseSettings):
     def collection(self, name: str) -> str:
         """Name of a top-level Firestore collection, with the configured prefix."""
         return f"{self.collection_prefix}{name}"
+    @model_validator(mode="after")
+    def _push_auth_is_complete(self) -> Settings:
+        """A push check without its email would pass a token of any service account, and one
+        without its audience a token minted for any service: refuse the configuration."""
+        if self.push_auth != "none":
+            missing = [name for name, value in (("ACKLOOP_PUSH_AUTH_EMAIL", self.push_auth_email),
+                                                ("ACKLOOP_PUSH_AUTH_AUDIENCE",
+                                                 self.push_auth_audience)) if not value]
+            if missing:
+                raise ValueError(
+                    f"ACKLOOP_PUSH_AUTH={self.push_auth} needs {' and '.join(missing)}: without "
+                    "them a token of any service account, or for any service, would pass")
+        return self
+

@@ -20,10 +20,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ackloop.api.app import create_app
+from ackloop.api.errors import ApiError
 from ackloop.engine.deps import Deps
 from ackloop.http_push import authenticate_push
 from ackloop.settings import Settings
-from tests.api.tokens_support import Issuer
+from tests.api.tokens_support import Issuer, as_forwarded_by_cloud_run
 from tests.support.stack import RunningStack
 
 TOKEN = "a-long-enough-shared-token-0123456789"
@@ -112,6 +113,77 @@ async def test_google_id_tokens_are_checked_for_signature_issuer_audience_and_em
     assert issuer.certs.calls == 1  # Google's certificates are fetched once, then cached
 
 
+SWEEPER = "ackloop-sweeper@proj.iam.gserviceaccount.com"
+API_CALLER = "team-bot@proj.iam.gserviceaccount.com"
+
+
+async def _past_auth() -> Deps:
+    """Reached only by a request that passed authentication: a distinctive answer, no engine."""
+    raise ApiError(418, "past_auth", "authenticated")
+
+
+async def test_cloud_run_iam_mode_checks_who_the_checked_token_names() -> None:
+    """The API behind Cloud Run IAM, with one token per caller (as gcloud prints it): the app
+    reads the claims Cloud Run verified and lets only the configured emails through."""
+    issuer = Issuer()
+    with pytest.raises(ValueError, match="ACKLOOP_API_ID_TOKEN_EMAILS"):
+        create_app(Settings(api_auth="cloud_run_iam"))
+    app = create_app(Settings(api_auth="cloud_run_iam", api_id_token_emails=API_CALLER),
+                     deps=_past_auth)
+
+    def forwarded(email: str, **claims: object) -> str:
+        return as_forwarded_by_cloud_run(issuer.token("32555940559.apps.googleusercontent.com",
+                                                      email=email, **claims))
+
+    cases = {
+        "allowed caller": ({"Authorization": f"Bearer {forwarded(API_CALLER)}"}, 400),
+        "another invoker": ({"Authorization": f"Bearer {forwarded('someone@example.com')}"}, 401),
+        "no token": ({}, 401),
+        "forged Authorization next to the checked header": (
+            {"X-Serverless-Authorization": f"Bearer {forwarded('someone@example.com')}",
+             "Authorization": f"Bearer {forwarded(API_CALLER)}"}, 401),
+        "expired": ({"Authorization": f"Bearer {forwarded(API_CALLER, exp=1)}"}, 401),
+    }
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for name, (headers, status) in cases.items():
+            response = await client.post("/api/reasoning_engine", json=UNKNOWN_METHOD,
+                                         headers=headers)
+            assert response.status_code == status, (name, response.text)
+
+
+async def test_the_scheduled_sweeper_passes_every_auth_mode(tmp_path: Path) -> None:
+    """Cloud Scheduler sends only its OIDC token, which Cloud Run checks and strips: the app
+    accepts it on POST /sweep from the configured sweeper, whatever api_auth is, and nowhere
+    else."""
+    issuer = Issuer()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    sweeper_token = as_forwarded_by_cloud_run(
+        issuer.token("https://ackloop-api.example.run.app", email=SWEEPER))
+    intruder_token = as_forwarded_by_cloud_run(
+        issuer.token("https://ackloop-api.example.run.app", email="intruder@example.com"))
+    modes = [
+        Settings(api_auth="bearer", api_bearer_token_file=str(token_file)),
+        Settings(api_auth="google_id_token", api_id_token_audience="https://api.example"),
+        Settings(api_auth="cloud_run_iam", api_id_token_emails=API_CALLER),
+    ]
+    for settings in modes:
+        configured = settings.model_copy(update={"api_sweeper_email": SWEEPER})
+        for app_settings, sweeper_passes in ((settings, False), (configured, True)):
+            app = create_app(app_settings, deps=_past_auth, id_token_verifier=issuer.verifier())
+            async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+                as_sweeper = {"Authorization": f"Bearer {sweeper_token}"}
+                sweep = await client.post("/sweep", headers=as_sweeper)
+                intruder = await client.post(
+                    "/sweep", headers={"Authorization": f"Bearer {intruder_token}"})
+                elsewhere = await client.post("/api/reasoning_engine", json=UNKNOWN_METHOD,
+                                              headers=as_sweeper)
+            mode = (app_settings.api_auth, sweeper_passes)
+            assert sweep.status_code == (418 if sweeper_passes else 401), (mode, sweep.text)
+            assert intruder.status_code == 401, mode
+            assert elsewhere.status_code == 401, mode
+
+
 def _push_app(settings: Settings, issuer: Issuer) -> Starlette:
     async def endpoint(request: Request) -> Response:
         refused = await authenticate_push(settings, request, issuer.verifier())
@@ -120,46 +192,119 @@ def _push_app(settings: Settings, issuer: Issuer) -> Starlette:
     return Starlette(routes=[Route("/", endpoint, methods=["POST"])])
 
 
-async def test_push_oidc_token_audience_defaults_to_the_pushed_url() -> None:
-    issuer = Issuer()
-    email = "push@proj.iam.gserviceaccount.com"
-    settings = Settings(push_auth="oidc", push_auth_email=email)
-    async with serving(_push_app(settings, issuer)) as url:
-        audience = url.replace("http://", "https://")
-        async with httpx.AsyncClient(base_url=url) as client:
-            async def push(token: str | None) -> int:
-                headers = {"Authorization": f"Bearer {token}"} if token else {}
-                return (await client.post("/", json={}, headers=headers)).status_code
+PUSH_EMAIL = "ackloop-push@proj.iam.gserviceaccount.com"
+PUSH_AUDIENCE = "ackloop-push:proj"
 
-            assert await push(issuer.token(audience, email=email)) == 204
-            assert await push(issuer.token(audience + "/", email=email)) == 204
-            assert await push(None) == 401
-            assert await push(issuer.token(audience, email="other@example.com")) == 401
-            assert await push(issuer.token("https://another-service.run.app", email=email)) == 401
+
+def test_push_auth_needs_its_email_and_audience() -> None:
+    """Without the email a token of any service account would pass; without the audience, a
+    token minted for any service (or an audience read off the request's Host header)."""
+    for mode in ("oidc", "cloud_run_iam"):
+        with pytest.raises(ValueError, match="ACKLOOP_PUSH_AUTH_EMAIL"):
+            Settings(push_auth=mode, push_auth_audience=PUSH_AUDIENCE)
+        with pytest.raises(ValueError, match="ACKLOOP_PUSH_AUTH_AUDIENCE"):
+            Settings(push_auth=mode, push_auth_email=PUSH_EMAIL)
+        Settings(push_auth=mode, push_auth_email=PUSH_EMAIL, push_auth_audience=PUSH_AUDIENCE)
+
+
+async def test_push_oidc_verifies_signature_for_the_configured_audience_and_email() -> None:
+    issuer = Issuer()
+    settings = Settings(push_auth="oidc", push_auth_email=PUSH_EMAIL,
+                        push_auth_audience=PUSH_AUDIENCE)
+    async with serving(_push_app(settings, issuer)) as url, \
+            httpx.AsyncClient(base_url=url) as client:
+        async def push(token: str | None, host: str | None = None) -> int:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            if host:
+                headers["Host"] = host
+            return (await client.post("/", json={}, headers=headers)).status_code
+
+        assert await push(issuer.token(PUSH_AUDIENCE, email=PUSH_EMAIL)) == 204
+        assert await push(None) == 401
+        other = "other@proj.iam.gserviceaccount.com"
+        assert await push(issuer.token(PUSH_AUDIENCE, email=other)) == 401
+        assert await push(issuer.token(PUSH_AUDIENCE, email=PUSH_EMAIL,
+                                       email_verified=False)) == 401
+        # The audience is the configured one, never the request's Host.
+        assert await push(issuer.token("https://evil.example", email=PUSH_EMAIL),
+                          host="evil.example") == 401
+        # A token Cloud Run already checked has no signature left: oidc cannot accept it.
+        forwarded = as_forwarded_by_cloud_run(issuer.token(PUSH_AUDIENCE, email=PUSH_EMAIL))
+        assert await push(forwarded) == 401
     off = Settings()
     async with serving(_push_app(off, issuer)) as url, httpx.AsyncClient(base_url=url) as client:
         assert (await client.post("/", json={})).status_code == 204
 
 
+async def test_push_behind_cloud_run_iam_checks_the_forwarded_claims() -> None:
+    """What a push service sees in production: Pub/Sub's token, verified by Cloud Run IAM and
+    forwarded with its signature removed. Its claims still have to name the push identity and
+    the configured audience."""
+    issuer = Issuer()
+    settings = Settings(push_auth="cloud_run_iam", push_auth_email=PUSH_EMAIL,
+                        push_auth_audience=PUSH_AUDIENCE)
+
+    def forwarded(audience: str = PUSH_AUDIENCE, **claims: object) -> str:
+        return as_forwarded_by_cloud_run(issuer.token(audience, **({"email": PUSH_EMAIL} | claims)))
+
+    past = int(time.time()) - 3600
+    cases: dict[str, tuple[dict[str, str], int]] = {
+        "the push identity": ({"Authorization": f"Bearer {forwarded()}"}, 204),
+        "still signed (no Cloud Run in front strips it)":
+            ({"Authorization": f"Bearer {issuer.token(PUSH_AUDIENCE, email=PUSH_EMAIL)}"}, 204),
+        "no token": ({}, 401),
+        "another service account": (
+            {"Authorization": f"Bearer {forwarded(email='intruder@proj.iam.gserviceaccount.com')}"},
+            401),
+        "email not verified": ({"Authorization": f"Bearer {forwarded(email_verified=False)}"}, 401),
+        "another audience": (
+            {"Authorization": f"Bearer {forwarded('https://other.run.app')}"}, 401),
+        "expired": ({"Authorization": f"Bearer {forwarded(iat=past - 600, exp=past)}"}, 401),
+        "not Google's issuer": (
+            {"Authorization": f"Bearer {forwarded(iss='https://evil.example')}"}, 401),
+        "not a JWT": ({"Authorization": "Bearer abc.def.SIGNATURE_REMOVED_BY_GOOGLE"}, 401),
+        # Cloud Run checks X-Serverless-Authorization when present and passes Authorization on
+        # untouched: only the checked header counts.
+        "checked header is someone else's, Authorization forged": (
+            {"X-Serverless-Authorization": f"Bearer {forwarded(email='user@example.com')}",
+             "Authorization": f"Bearer {forwarded()}"}, 401),
+        "checked header is the push identity": (
+            {"X-Serverless-Authorization": f"Bearer {forwarded()}",
+             "Authorization": "Bearer something-else"}, 204),
+    }
+    async with serving(_push_app(settings, issuer)) as url, \
+            httpx.AsyncClient(base_url=url) as client:
+        for name, (headers, status) in cases.items():
+            response = await client.post("/", json={}, headers=headers)
+            assert response.status_code == status, (name, response.text)
+    assert issuer.certs.calls == 0, "cloud_run_iam never fetches certificates"
+
+
 @pytest.mark.emulator
 @pytest.mark.slow
-async def test_step_function_refuses_unauthenticated_pushes_when_configured(
+async def test_step_function_refuses_unauthenticated_pushes_and_counters_when_configured(
     fresh_stack: Callable[..., RunningStack],
 ) -> None:
-    stack = fresh_stack(service_env={"model_step": {"ACKLOOP_PUSH_AUTH": "oidc"}})
+    env = {"ACKLOOP_PUSH_AUTH": "cloud_run_iam", "ACKLOOP_PUSH_AUTH_EMAIL": PUSH_EMAIL,
+           "ACKLOOP_PUSH_AUTH_AUDIENCE": PUSH_AUDIENCE}
+    stack = fresh_stack(service_env={"model_step": env})
     data = json.dumps({"v": 1, "kind": "model", "run_id": "run-x", "turn": 0}).encode()
     envelope = {"message": {"data": base64.b64encode(data).decode(), "messageId": "m-1"},
                 "subscription": "test"}
     url = f"http://127.0.0.1:{stack.state.ports['model_step']}/"
+    push_token = as_forwarded_by_cloud_run(Issuer().token(PUSH_AUDIENCE, email=PUSH_EMAIL))
     async with httpx.AsyncClient() as client:
         refused = await client.post(url, json=envelope)
         forged = await client.post(url, json=envelope,
                                    headers={"Authorization": "Bearer abc.def.ghi"})
-    assert refused.status_code == forged.status_code == 401
+        counters_refused = await client.get(url)
+        counters = await client.get(url, headers={"Authorization": f"Bearer {push_token}"})
+    assert refused.status_code == forged.status_code == counters_refused.status_code == 401
     assert "push not authenticated" in refused.json()["error"]
-    assert stack.service("model_step")["rejected"] == {"unauthenticated": 2}
+    assert "deliveries" not in counters_refused.json(), "counters shown before any auth"
+    assert counters.status_code == 200
+    assert counters.json()["rejected"] == {"unauthenticated": 3}
     # The other step functions keep the default (no check in the app).
     tool = f"http://127.0.0.1:{stack.state.ports['tool_step']}/"
     async with httpx.AsyncClient() as client:
         assert (await client.post(tool, content=b"{not json")).status_code == 400
-

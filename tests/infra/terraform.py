@@ -142,3 +142,19 @@ __all__ = [
     "is_expression",
     "load_terraform",
 ]
+
+
+def variable_block(directory: Path, name: str) -> str:
+    """The source text of ``variable "name" { ... }`` in ``directory``'s .tf files."""
+    opening = re.compile(r'^variable\s+"' + re.escape(name) + r'"\s*\{', re.MULTILINE)
+    for path in sorted(directory.glob("*.tf")):
+        text = path.read_text(encoding="utf-8")
+        match = opening.search(text)
+        if match is None:
+            continue
+        depth = 0
+        for index in range(match.end() - 1, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[index], 0)
+            if depth == 0:
+                return text[match.start():index + 1]
+    raise AssertionError(f"no variable {name!r} in {directory}")

@@ -22,7 +22,7 @@ def _push(subscription: dict[str, Any], service_ref: str) -> None:
     uri = f"${{google_cloud_run_v2_service.service[{service_ref}].uri}}"
     assert push["push_endpoint"] == uri, "push to the service URL (path /)"
     token = block(push, "oidc_token")
-    assert token["audience"] == uri, "the OIDC audience must be the service URL"
+    assert token["audience"] == "${local.push_audience}", "one configured push audience"
     assert token["service_account_email"] == "${google_service_account.push_invoker.email}"
 
 
@@ -35,9 +35,37 @@ def test_step_subscriptions_follow_the_runtime_layout(terraform: TerraformConfig
     assert dead_letter["topic"] == '${google_pubsub_topic.topic["dead_letter"].id}'
 
 
-def test_push_endpoints_and_audiences_are_the_service_urls(terraform: TerraformConfig) -> None:
+def test_push_endpoints_are_the_service_urls_and_tokens_carry_the_push_audience(
+    terraform: TerraformConfig,
+) -> None:
     _push(terraform.resource("google_pubsub_subscription", "step"), "each.key")
     _push(terraform.resource("google_pubsub_subscription", "dead_letter"), '"dead_letter"')
+    # Cloud Run IAM accepts a token for a custom audience only if the service declares it.
+    service = terraform.resource("google_cloud_run_v2_service", "service")
+    assert service["custom_audiences"] == (
+        "${contains(local.push_services, each.key) ? [local.push_audience] : []}"
+    )
+    assert "var.project_id" in terraform.locals["push_audience"]
+
+
+def test_the_offered_push_auth_is_the_one_that_works_behind_cloud_run_iam(
+    terraform: TerraformConfig,
+) -> None:
+    """Every ackloop service requires Cloud Run IAM, which verifies the push token and removes its
+    signature: an in-app signature check ("oidc") would refuse every push. Terraform offers the
+    claims check on the forwarded token by default and refuses "oidc"."""
+    assert terraform.variable_default("push_auth", "mode") == "cloud_run_iam"
+    (validation,) = terraform.variables["push_auth"]["validation"]
+    assert validation["condition"] == '${contains(["none", "cloud_run_iam"], var.push_auth.mode)}'
+    assert "oidc" in validation["error_message"] and "signature" in validation["error_message"]
+    env = terraform.locals["optional_service_env"]
+    assert env["ACKLOOP_PUSH_AUTH_AUDIENCE"] == (
+        '${var.push_auth.mode == "none" ? null : local.push_audience}')
+    assert env["ACKLOOP_PUSH_AUTH_EMAIL"] == (
+        '${var.push_auth.mode == "none" ? null : google_service_account.push_invoker.email}')
+    # Nothing deployed is reachable without Cloud Run IAM: no service grants allUsers.
+    for name, body in terraform.resources_of("google_cloud_run_v2_service_iam_member").items():
+        assert "allUsers" not in str(body["member"]), name
 
 
 def test_step_subscriptions_dead_letter_and_back_off(terraform: TerraformConfig) -> None:

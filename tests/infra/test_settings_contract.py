@@ -25,10 +25,13 @@ FUNCTION_TARGETS = {"ingest", "model_step", "tool_step", "dead_letter", "api"}
 DELIBERATE_DIFFERENCES = {
     "model_provider": "deployed services use Gemini or fail loudly, never the scripted fallback",
     "project_id": "no default: the project is always given",
+    "push_auth": "deployed step services sit behind Cloud Run IAM and check the claims it "
+    "forwards (cloud_run_iam); locally nothing sends a push token",
 }
 
 # Settings whose Terraform value is derived rather than a plain variable; checked one by one below.
-DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key", "request_timeout_seconds"} | {
+DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key", "request_timeout_seconds",
+           "push_auth_audience", "push_auth_email", "api_sweeper_email"} | {
     name for name in Settings.model_fields if name.endswith("_topic")
 }
 
@@ -145,6 +148,11 @@ def test_derived_settings_keep_the_code_defaults(terraform: TerraformConfig) -> 
     )
     assert terraform.variable_default("gemini_backend") == "api_key"
     assert fields["use_vertexai"].default is False
+    # Push auth and the sweeper's identity: what infra/ creates, not variables (checked in
+    # test_pubsub_and_run.py and test_sweeper.py).
+    assert "local.push_audience" in expression(env["ACKLOOP_PUSH_AUTH_AUDIENCE"])
+    assert "google_service_account.push_invoker.email" in expression(env["ACKLOOP_PUSH_AUTH_EMAIL"])
+    assert "google_service_account.sweeper" in expression(env["ACKLOOP_API_SWEEPER_EMAIL"])
     # firestore_database: the managed database's name, which is var.firestore_database.
     assert terraform.variable_default("firestore_database") == fields["firestore_database"].default
     assert "var.firestore_database" in expression(terraform.locals["firestore_database"])

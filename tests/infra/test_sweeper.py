@@ -9,9 +9,11 @@ against an in-memory store that notes every query, through one stalled run of ea
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
+import json
 import re
-from collections.abc import Awaitable, Callable
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast, get_args
@@ -20,6 +22,7 @@ from starlette.testclient import TestClient
 
 from ackloop.agents import AgentRegistry
 from ackloop.api.app import create_app
+from ackloop.api.auth import SWEEP_PATH
 from ackloop.api.runs import sweep_runs
 from ackloop.bus.memory import MemoryPublisher
 from ackloop.clock import ManualClock
@@ -229,28 +232,49 @@ def test_scheduler_waits_for_its_api_and_its_permission(terraform: TerraformConf
     assert "${google_cloud_run_v2_service_iam_member.sweeper_invokes_api}" in depends_on
 
 
-def test_app_level_auth_is_refused_with_a_way_out(terraform: TerraformConfig) -> None:
+def test_every_api_auth_mode_lets_the_sweeper_through(terraform: TerraformConfig) -> None:
+    """Cloud Scheduler can send only its OIDC token; the api is told the sweeper's identity and
+    accepts that token on its sweep route in every auth mode, so no precondition ties the
+    sweeper to api.auth = "none"."""
     preconditions = block(_job(terraform), "lifecycle")["precondition"]
-    (auth,) = [p for p in preconditions if "var.api.auth" in p["condition"]]
-    assert auth["condition"] == '${var.api.auth == "none"}'
-    for way_out in ("keep api.auth", "sweep.enabled = false", "ackloop runs sweep"):
-        assert way_out in auth["error_message"], way_out
-    description = terraform.variables["sweep"]["description"]
-    assert "enabled = false" in description and "ackloop runs sweep" in description
+    assert not [p for p in preconditions if "var.api.auth" in p["condition"]]
+    env = terraform.locals["optional_service_env"]
+    assert env["ACKLOOP_API_SWEEPER_EMAIL"] == f"${{one({SWEEPER}[*].email)}}"
+    app = create_app(Settings(api_auth="none"))
+    assert str(app.url_path_for(sweep_runs.__name__)) == SWEEP_PATH
 
 
-def test_the_app_checks_its_own_auth_on_sweep(tmp_path: Path) -> None:
-    """Why app-level auth is refused: the app guards /sweep too, and the scheduler's request
-    carries only its (Cloud Run-checked) OIDC token. If /sweep stops being guarded, or the app
-    learns to accept such a call, the precondition above can be relaxed."""
+def _sweeper_token(email: str) -> str:
+    """A token as Cloud Run forwards it: verified in front, signature removed."""
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    claims = {"iss": "https://accounts.google.com", "aud": "https://ackloop-api.example.run.app",
+              "email": email, "email_verified": True, "exp": int(time.time()) + 600}
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.SIGNATURE_REMOVED_BY_GOOGLE"
+
+
+def test_the_api_sweeps_for_the_sweeper_under_bearer_auth(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("a-bearer-token-of-the-operator")
-    app = create_app(Settings(api_auth="bearer", api_bearer_token_file=str(token_file)),
-                     deps=cast(Callable[[], Awaitable[Deps]], None))
-    oidc = "eyJhbGciOiJSUzI1NiJ9.eyJlbWFpbCI6InN3ZWVwZXIifQ.SIGNATURE_REMOVED_BY_GOOGLE"
+    sweeper = "ackloop-sweeper@proj.iam.gserviceaccount.com"
+    settings = Settings(api_auth="bearer", api_bearer_token_file=str(token_file),
+                        api_sweeper_email=sweeper)
+    deps = Deps(settings=settings, store=AgentStore(cast(Any, MemoryDocumentDB()), PREFIX),
+                publisher=MemoryPublisher(), model=cast(Any, None), agents=AgentRegistry(),
+                clock=ManualClock(), owner="sweeper-test")
+
+    async def the_deps() -> Deps:
+        return deps
+
+    app = create_app(settings, deps=the_deps)
     with TestClient(app) as client:
-        response = client.post("/sweep", headers={"Authorization": f"Bearer {oidc}"})
-    assert response.status_code == 401
+        swept = client.post("/sweep",
+                            headers={"Authorization": f"Bearer {_sweeper_token(sweeper)}"})
+        other = client.post("/sweep", headers={
+            "Authorization": f"Bearer {_sweeper_token('someone@example.com')}"})
+    assert swept.status_code == 200, swept.text
+    assert other.status_code == 401
 
 
 # --- IAM ------------------------------------------------------------------------------------

@@ -6,12 +6,16 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
 
 import pytest
+
+from tests.infra.terraform import variable_block
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
@@ -67,3 +71,21 @@ def require_executable(name: str, env_var: str | None = None) -> str:
         where = f" (nor ${env_var})" if env_var else ""
         loud_skip(name, f"`{name}` is not on PATH{where}")
     return path
+
+
+def terraform_accepts(terraform_bin: str, variable: str, value: str) -> tuple[bool, str]:
+    """Whether Terraform accepts ``value`` (HCL) for ``variable``, by planning a module holding
+    only that variable's block from infra/ (its own validations, no providers: runs offline).
+    Only for variables whose validations name nothing but themselves."""
+    with tempfile.TemporaryDirectory() as workdir:
+        module = Path(workdir)
+        (module / "main.tf").write_text(variable_block(INFRA, variable) + "\n", encoding="utf-8")
+        (module / "values.auto.tfvars").write_text(f"{variable} = {value}\n", encoding="utf-8")
+        env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
+        for command in (["init", "-input=false", "-backend=false"],
+                        ["plan", "-input=false", "-no-color", "-refresh=false"]):
+            result = subprocess.run([terraform_bin, *command], cwd=module, capture_output=True,
+                                    text=True, timeout=120, check=False, env=env)
+            if result.returncode != 0:
+                return False, result.stdout + result.stderr
+    return True, ""

@@ -8,25 +8,64 @@
   of ``ACKLOOP_API_ID_TOKEN_EMAILS`` when set. Behind Cloud Run IAM, send the IAM token in
   ``X-Serverless-Authorization`` so that ``Authorization`` reaches the app intact (Cloud Run
   strips the signature of a token it has checked itself).
+- ``cloud_run_iam``: behind Cloud Run IAM (the deployment), the token Cloud Run verified must
+  name one of ``ACKLOOP_API_ID_TOKEN_EMAILS`` (and carry ``ACKLOOP_API_ID_TOKEN_AUDIENCE`` when
+  set). One token, as ``gcloud auth print-identity-token`` gives it; the app reads its claims,
+  since Cloud Run removed its signature.
+
+The check names the caller (:func:`caller_of`): ``bearer`` for the holder of the shared token,
+``google:<subject>`` for an ID token, ``anonymous`` when the app checks no one. Runs and
+conversations belong to the caller who created them (see ``ackloop.api.runs``).
+
+Whatever the mode, ``POST /sweep`` also passes when the Cloud Run-checked token names
+``ACKLOOP_API_SWEEPER_EMAIL``: Cloud Scheduler can send nothing but that token.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastapi import Request
 
 from ackloop.api.errors import ApiError
-from ackloop.api.tokens import IdTokenVerifier, InvalidToken, bearer_token, split_emails
+from ackloop.api.tokens import (
+    IdTokenVerifier,
+    InvalidToken,
+    bearer_token,
+    cloud_run_checked_claims,
+    cloud_run_checked_token,
+    split_emails,
+)
+from ackloop.records import ANONYMOUS
 from ackloop.settings import Settings
 from ackloop.tools.masking import register_secret
 
 log = logging.getLogger(__name__)
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+BEARER_CALLER = "bearer"
+
+
+def caller_of(request: Request) -> str:
+    """Who made ``request``, as :meth:`ApiAuth.check` established it."""
+    caller: str = getattr(request.state, "caller", ANONYMOUS)
+    return caller
+
+
+def google_caller(claims: Mapping[str, Any]) -> str:
+    """The caller an ID token names: its subject (stable for an account, unlike its email)."""
+    subject = str(claims.get("sub") or "")
+    if not subject:
+        raise InvalidToken("token has no subject")
+    return f"google:{subject}"
+# The route the scheduled sweeper calls (api/runs.py).
+SWEEP_PATH = "/sweep"
 
 
 @dataclass(frozen=True)
@@ -37,10 +76,20 @@ class ApiAuth:
     token: str | None = None
     audience: str | None = None
     verifier: IdTokenVerifier | None = None
+    emails: tuple[str, ...] = ()
+    sweeper: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, verifier: IdTokenVerifier | None = None) -> ApiAuth:
         """Validated at start-up: a mode without what it needs fails loudly here."""
+        sweeper = settings.api_sweeper_email or None
+        if settings.api_auth == "cloud_run_iam":
+            callers = tuple(split_emails(settings.api_id_token_emails))
+            if not callers:
+                raise ValueError("ACKLOOP_API_AUTH=cloud_run_iam needs ACKLOOP_API_ID_TOKEN_EMAILS "
+                                 "(who may call: Cloud Run IAM lets any invoker through)")
+            return cls("cloud_run_iam", audience=settings.api_id_token_audience, emails=callers,
+                       sweeper=sweeper)
         if settings.api_auth == "bearer":
             if not settings.api_bearer_token_file:
                 raise ValueError("ACKLOOP_API_AUTH=bearer needs ACKLOOP_API_BEARER_TOKEN_FILE")
@@ -48,7 +97,7 @@ class ApiAuth:
             register_secret(token)
             if len(token) < 16:
                 raise ValueError("the API bearer token must be at least 16 characters")
-            return cls("bearer", token=token)
+            return cls("bearer", token=token, sweeper=sweeper)
         if settings.api_auth == "google_id_token":
             if not settings.api_id_token_audience:
                 raise ValueError(
@@ -59,21 +108,39 @@ class ApiAuth:
                             "ACKLOOP_API_ID_TOKEN_EMAILS to restrict it",
                             settings.api_id_token_audience)
             return cls("google_id_token", audience=settings.api_id_token_audience,
-                       verifier=verifier or IdTokenVerifier(emails=emails))
+                       verifier=verifier or IdTokenVerifier(emails=emails), sweeper=sweeper)
         return cls("none")
 
+    def _is_the_sweeper(self, request: Request) -> bool:
+        if not self.sweeper or request.method != "POST" or request.url.path != SWEEP_PATH:
+            return False
+        try:
+            cloud_run_checked_claims(cloud_run_checked_token(request.headers),
+                                     emails=[self.sweeper], audience=None, now=time.time())
+        except InvalidToken:
+            return False
+        return True
+
     async def check(self, request: Request) -> None:
-        if self.mode == "none":
+        if self.mode == "none" or self._is_the_sweeper(request):
             return
         try:
+            if self.mode == "cloud_run_iam":
+                claims = cloud_run_checked_claims(cloud_run_checked_token(request.headers),
+                                                  emails=self.emails, audience=self.audience,
+                                                  now=time.time())
+                request.state.caller = google_caller(claims)
+                return
             token = bearer_token(request.headers.get("authorization"))
             if self.mode == "bearer":
                 assert self.token is not None
                 if not hmac.compare_digest(token.encode(), self.token.encode()):
                     raise InvalidToken("wrong bearer token")
+                request.state.caller = BEARER_CALLER
             else:
                 assert self.verifier is not None and self.audience is not None
-                await self.verifier.verify_async(token, self.audience)
+                verified = await self.verifier.verify_async(token, self.audience)
+                request.state.caller = google_caller(verified)
         except InvalidToken as exc:
             log.info("API call refused: %s", exc)
             # A wrong shared token gets no detail; a bad ID token says what was wrong with it.

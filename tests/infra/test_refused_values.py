@@ -1,0 +1,30 @@
+"""Values infra/ must refuse, checked by Terraform itself: each variable's block is planned alone
+(no providers, so it runs offline) with the value, and its validation must reject it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.infra.tools import require_executable, terraform_accepts
+
+CASES = [
+    # The API is never public.
+    ("api_invoker_members", '["allUsers"]', False),
+    ("api_invoker_members", '["user:you@example.com", "allAuthenticatedUsers"]', False),
+    ("api_invoker_members", '[" AllUsers "]', False),
+    ("api_invoker_members", '["user:you@example.com", "group:team@example.com"]', True),
+    ("api_invoker_members", "[]", True),
+    # Behind Cloud Run IAM no signature is left to verify: "oidc" would refuse every push.
+    ("push_auth", '{ mode = "oidc" }', False),
+    ("push_auth", "{}", True),
+    ("push_auth", '{ mode = "none" }', True),
+]
+
+
+@pytest.mark.parametrize(("variable", "value", "accepted"), CASES)
+def test_terraform_refuses_what_cannot_work(variable: str, value: str, accepted: bool) -> None:
+    terraform_bin = require_executable("terraform", "TERRAFORM_BIN")
+    ok, output = terraform_accepts(terraform_bin, variable, value)
+    assert ok == accepted, f"{variable} = {value}: {'accepted' if ok else output}"
+    if not accepted:
+        assert "Invalid value for variable" in output, output
