@@ -15,6 +15,11 @@ from typing import Literal
 
 StepKind = Literal["model", "tool"]
 
+MAX_TURN = 9999
+"""The last turn a key can name (four digits)."""
+MAX_INDEX = 999
+"""The last call index a key can name (three digits)."""
+
 _KEY_RE = re.compile(r"^(?P<turn>\d{4})-(?P<kind>model|tool)(?:-(?P<index>\d{3}))?$")
 
 
@@ -27,7 +32,7 @@ class StepKey:
     index: int = 0
 
     def __post_init__(self) -> None:
-        if not 0 <= self.turn <= 9999 or not 0 <= self.index <= 999:
+        if not 0 <= self.turn <= MAX_TURN or not 0 <= self.index <= MAX_INDEX:
             raise ValueError(f"step position out of range: turn={self.turn} index={self.index}")
 
     def __str__(self) -> str:
@@ -65,3 +70,21 @@ def run_id_for_request(request_id: str) -> str:
     """The run id is a function of the request id, so a duplicate query finds the same run."""
     digest = hashlib.sha256(request_id.encode()).hexdigest()[:20]
     return f"run-{digest}"
+
+
+# Document ids a message id may be used as unchanged: Pub/Sub's are decimal digits.
+_PLAIN_MESSAGE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+_HASHED_MESSAGE_ID = re.compile(r"^h~[0-9a-f]{40}$")
+
+
+def message_doc_id(message_id: str) -> str:
+    """The document id that records the message ``message_id`` (poison, dead letters).
+
+    A message id comes from the request: one that is not plain (a ``/`` would nest the path,
+    ``.``, ``__x__`` or a huge id are refused by Firestore) is replaced by its hash, so any id
+    names exactly one document of the collection. A document id it returned is returned as is.
+    """
+    if _PLAIN_MESSAGE_ID.match(message_id) or _HASHED_MESSAGE_ID.match(message_id):
+        return message_id
+    digest = hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return f"h~{digest}"

@@ -14,6 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+MAX_MESSAGE_ID_CHARS = 256
+"""Pub/Sub's message ids are a few dozen digits; a longer one is not from Pub/Sub."""
+MAX_FIELD_CHARS = 1024
+"""Optional text of the envelope (subscription, publish time) kept beyond this is dropped."""
+MAX_KEPT_ATTRIBUTE_CHARS = 64 * 1024
+"""What a poison or dead-letter record keeps of a message's attributes."""
+
 
 class MalformedPush(ValueError):
     """The request body is not a push envelope at all (this is not Pub/Sub talking)."""
@@ -27,6 +34,17 @@ class Delivery:
     subscription: str | None = None
     delivery_attempt: int | None = None
     publish_time: str | None = None
+
+    def storable_attributes(self, limit: int = MAX_KEPT_ATTRIBUTE_CHARS) -> dict[str, str]:
+        """The attributes, as many as fit in ``limit`` characters: what a record keeps of them
+        (a push may carry more than a document can hold)."""
+        kept: dict[str, str] = {}
+        for key, value in sorted(self.attributes.items()):
+            limit -= len(key) + len(value)
+            if limit < 0:
+                break
+            kept[key] = value
+        return kept
 
 
 def decode_push(body: bytes, headers: Mapping[str, str]) -> Delivery:
@@ -44,19 +62,29 @@ def decode_push(body: bytes, headers: Mapping[str, str]) -> Delivery:
     message_id = message.get("messageId") or message.get("message_id")
     if not isinstance(message_id, str) or not message_id:
         raise MalformedPush("message has no messageId")
+    if len(message_id) > MAX_MESSAGE_ID_CHARS or not _printable(message_id):
+        raise MalformedPush(
+            f"messageId must be printable text of at most {MAX_MESSAGE_ID_CHARS} characters")
+    raw_data = message.get("data") or ""
+    if not isinstance(raw_data, str):
+        raise MalformedPush("message data must be a base64 string")
     try:
-        data = base64.b64decode(message.get("data") or "", validate=False)
+        data = base64.b64decode(raw_data, validate=False)
     except (binascii.Error, ValueError) as exc:
         raise MalformedPush(f"message data is not base64: {exc}") from exc
     attributes = message.get("attributes") or {}
+    if not isinstance(attributes, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and _printable(k)
+            and _printable(v, lines=True) for k, v in attributes.items()):
+        raise MalformedPush("message attributes must be an object of strings")
     attempt = payload.get("deliveryAttempt")
     return Delivery(
         message_id=message_id,
         data=data,
-        attributes={str(k): str(v) for k, v in attributes.items()},
-        subscription=_str(payload.get("subscription")) or _str(headers.get("ce-source")),
-        delivery_attempt=int(attempt) if isinstance(attempt, int) else None,
-        publish_time=_str(message.get("publishTime") or message.get("publish_time")),
+        attributes=dict(attributes),
+        subscription=_text(payload.get("subscription")) or _text(headers.get("ce-source")),
+        delivery_attempt=attempt if type(attempt) is int and attempt >= 0 else None,
+        publish_time=_text(message.get("publishTime") or message.get("publish_time")),
     )
 
 
@@ -87,5 +115,19 @@ def push_envelope(subscription: str, message: Any, delivery_attempt: int | None)
     return json.dumps(body).encode()
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _printable(text: str, *, lines: bool = False) -> bool:
+    """Text that can be stored and logged as it is: valid UTF-8 (no lone surrogate), and no
+    control character (``lines``: tabs and line breaks allowed)."""
+    allowed = "\t\n\r" if lines else ""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return all(c.isprintable() or c in allowed for c in text)
+
+
+def _text(value: Any) -> str | None:
+    """An optional string field of the envelope: kept only if it is storable text."""
+    if isinstance(value, str) and len(value) <= MAX_FIELD_CHARS and _printable(value):
+        return value
+    return None

@@ -13,6 +13,7 @@ documents. The invariants it keeps:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -38,7 +39,7 @@ from ackloop.errors import (
     StepBusy,
     StepConflict,
 )
-from ackloop.keys import StepKey
+from ackloop.keys import StepKey, message_doc_id
 from ackloop.records import (
     ConversationRecord,
     Outgoing,
@@ -437,6 +438,25 @@ class AgentStore:
                            holder=step) from exc
         return Claim(run_id, taken, version, "taken_over")
 
+    async def run_and_steps(
+        self, run_id: str, keys: Sequence[str]
+    ) -> tuple[Snapshot | None, list[StepRecord | None]]:
+        """The run and some of its steps, in one read."""
+        run, *steps = await self.db.get_all(
+            [self.run_path(run_id), *(self.step_path(run_id, k) for k in keys)])
+        return run, [StepRecord.model_validate(s.data) if s else None for s in steps]
+
+    async def completed_step(self, run_id: str, key: StepKey) -> Claim | None:
+        """The step at ``key`` if it has completed (to send its outbox again), without claiming
+        anything: what a delivery for a run that takes no new step may still do."""
+        (snap,) = await self.db.get_all([self.step_path(run_id, str(key))])
+        if snap is None:
+            return None
+        step = StepRecord.model_validate(snap.data)
+        if step.status is not StepStatus.COMPLETED:
+            return None
+        return Claim(run_id, step, snap.version, "completed")
+
     async def renew_lease(self, claim: Claim, *, now: float, lease_seconds: float) -> Claim:
         """Extend the lease (the heartbeat). Raises :class:`LeaseLost` if it was taken over."""
         until = now + lease_seconds
@@ -607,12 +627,31 @@ class AgentStore:
     # -- unusable messages ---------------------------------------------------------------------
 
     async def record_poison(self, message_id: str, record: JsonDict) -> None:
+        """Keep a rejected message under its (safe) id; the first record of an id stays."""
         # The same poison message delivered again (AlreadyExists): one record is enough.
         with contextlib.suppress(AlreadyExists):
-            await self.db.create(f"{self._poison}/{message_id}", record)
+            await self.db.create(f"{self._poison}/{message_doc_id(message_id)}", record)
 
-    async def record_dead_letter(self, message_id: str, record: JsonDict) -> None:
-        await self.db.commit([Write("set", f"{self._dead_letters}/{message_id}", record)])
+    async def record_dead_letter(self, message_id: str, record: JsonDict) -> str:
+        """Keep a dead letter, create-only; returns its document id.
+
+        The dead letter's own redelivery (same id, same data) finds its record and keeps it. A
+        different message under an id already recorded (ids come from the request) is kept
+        beside it under an id derived from both, never over it.
+        """
+        doc_id = message_doc_id(message_id)
+        for _ in range(2):
+            path = f"{self._dead_letters}/{doc_id}"
+            try:
+                await self.db.create(path, record | {"message_id": doc_id})
+                return doc_id
+            except AlreadyExists:
+                (snap,) = await self.db.get_all([path])
+                if snap is not None and snap.data.get("data") == record.get("data"):
+                    return doc_id
+            digest = hashlib.sha256(str(record.get("data")).encode()).hexdigest()
+            doc_id = message_doc_id(f"{doc_id}\n{digest}")
+        return doc_id  # the derived id holds yet another message: that one stays
 
     async def list_poison(self) -> list[JsonDict]:
         return [s.data for s in await self.db.list_all(self._poison)]
@@ -672,5 +711,6 @@ class AgentStore:
 
     async def mark_redriven(self, message_id: str, now: float, outcome: str) -> None:
         """Record that a dead letter was re-driven (or why it was not)."""
-        await self.db.commit([Write("update", f"{self._dead_letters}/{message_id}",
+        path = f"{self._dead_letters}/{message_doc_id(message_id)}"
+        await self.db.commit([Write("update", path,
                                     {"redriven_at": now, "redrive_outcome": outcome})])

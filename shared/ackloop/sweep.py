@@ -21,6 +21,7 @@ from typing import Literal
 
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import after_tools, end_run_now, first_step, run_end
+from ackloop.engine.ledger import scheduled_model_message
 from ackloop.engine.outbox import send
 from ackloop.keys import StepKey
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StepStatus, StopReason
@@ -105,19 +106,7 @@ def next_messages(run: RunRecord, steps: list[StepRecord]) -> list[Outgoing]:
 
 def _model_message(run: RunRecord, turn: int, by_key: dict[str, StepRecord]) -> Outgoing | None:
     """The message of the model step of ``turn``, from the previous turn's ledger."""
-    if turn == 0:
-        return first_step(run.run_id)
-    previous = by_key.get(str(StepKey.model(turn - 1)))
-    if previous is None:
-        return None
-    target = str(StepKey.model(turn))
-    direct = [o for o in previous.outbox if o.target_step == target]
-    if direct:  # the model was told to try again (a structured answer that did not validate)
-        return direct[0]
-    tools = [o for o in previous.outbox if o.topic == "tool_steps"]
-    if tools and all(_done(by_key.get(str(o.target_step))) for o in tools):
-        return _joined(tools[0])
-    return None
+    return scheduled_model_message(run.run_id, turn, by_key)
 
 
 def _joined(tool: Outgoing) -> Outgoing:

@@ -13,6 +13,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from ackloop import patterns
+from ackloop.keys import MAX_INDEX, MAX_TURN
 
 # Ids that end up in Firestore document paths: no "/", no leading "__", bounded length.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
@@ -20,6 +21,10 @@ _ID_RE = re.compile(ID_PATTERN)
 Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 
 MAX_QUERY_CHARS = 32_000
+
+# A step's position must fit its key (``{turn:04d}-tool-{index:03d}``): a message beyond it
+# could never be claimed, so the schema refuses it as poison.
+MAX_CALLS_PER_TURN = MAX_INDEX + 1
 
 
 def check_schema(schema: dict[str, Any]) -> None:
@@ -65,11 +70,11 @@ class WireModel(BaseModel):
 class Usage(WireModel):
     """Cumulative resource use of a run. Carried on step messages so budgets need no extra read."""
 
-    model_calls: int = 0
-    tool_calls: int = 0
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
+    model_calls: int = Field(default=0, ge=0)
+    tool_calls: int = Field(default=0, ge=0)
+    prompt_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    total_tokens: int = Field(default=0, ge=0)
 
     def plus(self, other: Usage) -> Usage:
         return Usage(
@@ -138,7 +143,7 @@ class ModelStepMessage(WireModel):
     v: Literal[1] = 1
     kind: Literal["model"] = "model"
     run_id: Identifier
-    turn: int = Field(ge=0)
+    turn: int = Field(ge=0, le=MAX_TURN)
     usage: Usage = Usage()
 
 
@@ -148,9 +153,9 @@ class ToolStepMessage(WireModel):
     v: Literal[1] = 1
     kind: Literal["tool"] = "tool"
     run_id: Identifier
-    turn: int = Field(ge=0)
-    index: int = Field(ge=0)
-    call_count: int = Field(ge=1)
+    turn: int = Field(ge=0, le=MAX_TURN)
+    index: int = Field(ge=0, lt=MAX_CALLS_PER_TURN)
+    call_count: int = Field(ge=1, le=MAX_CALLS_PER_TURN)
     call: FunctionCall
     agent: Identifier = "default"
     usage: Usage = Usage()

@@ -341,16 +341,22 @@ async def test_poison_messages_are_acknowledged_and_recorded():
                                                    "unknown_run"]
 
 
-async def test_a_different_step_at_the_same_key_fails_loudly():
+async def test_a_tool_message_naming_another_call_than_the_ledger_is_refused():
+    """A tool step message whose call is not the one its model step committed at that index
+    is acknowledged as unscheduled: the other tool does not run and the run is not failed."""
     model = ScriptedModel(reference_workload_script("lookup", calls=1))
-    loop = make_loop(model, CountingToolbox({"lookup": "1", "other": "2"}))
+    tools = CountingToolbox({"lookup": "1", "other": "2"})
+    loop = make_loop(model, tools)
     run_id = await run_query(loop)
     forged = {"run_id": run_id, "turn": 0, "index": 0, "call_count": 1, "call": {"name": "other"}}
     await loop.deps.publisher.publish(
         loop.deps.settings.tool_steps_topic, json.dumps(forged).encode(), {"run_id": run_id}
     )
     await loop.run_until_idle()
-    assert loop.log[-1].outcome.body["reason"] == "step_conflict"
+    assert loop.log[-1].outcome.body["reason"] == "unscheduled_step"
+    assert tools.executed["other"] == 0
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
 
 
 ANSWER_SCHEMA = {

@@ -4,11 +4,17 @@ Pub/Sub forwards a message to the dead-letter topic after the subscription's max
 attempts. The message is kept in ``dead_letters`` so ``ackloop runs redrive`` can re-publish it
 once the cause is fixed. Its step decides what happens to the run:
 
+- the run's ledger never scheduled the step (see :mod:`ackloop.engine.ledger`): the message
+  was not published by the engine, and the run is left alone;
 - the step has completed, or a live delivery holds it: the dead letter was a duplicate, and the
   run is left alone (failing it would throw away the holder's work);
 - otherwise the run fails with the cause (the step's last recorded error), its end is
   published on the answers topic, and the conversation's next queued run starts. A query
   dead-lettered before its run existed fails nothing: re-drive it.
+
+Every dead letter is recorded once (create-only, under an id that is safe as a path), with at
+most :data:`MAX_KEPT_DATA_BYTES` of its data, and acknowledged: the dead-letter topic's own
+subscription never has to redeliver a message because of what it holds.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import end_run_now, publish_end, run_end
+from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled_model_step
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.push import Delivery
 from ackloop.records import StepStatus, StopReason
@@ -31,12 +38,24 @@ log = logging.getLogger(__name__)
 
 _ANY = TypeAdapter(ModelStepMessage | ToolStepMessage | QueryMessage)
 
+MAX_KEPT_DATA_BYTES = 512 * 1024
+"""What a dead-letter record keeps of the message's data (a document holds at most 1 MiB);
+a message cut short is kept for inspection and never re-driven."""
 
-def _identify(data: bytes) -> tuple[str | None, str | None, str | None]:
-    """(origin topic kind, run id, step key) of a dead-lettered message, as far as known."""
+StepMessage = ModelStepMessage | ToolStepMessage
+
+
+def _identify(data: bytes) -> ModelStepMessage | ToolStepMessage | QueryMessage | None:
+    """The dead-lettered message, if it is one of ours."""
     try:
-        message = _ANY.validate_json(data)
+        return _ANY.validate_json(data)
     except ValidationError:
+        return None
+
+
+def _where(message: StepMessage | QueryMessage | None) -> tuple[str | None, str | None, str | None]:
+    """(origin topic kind, run id, step key) of a dead-lettered message, as far as known."""
+    if message is None:
         return None, None, None
     if isinstance(message, QueryMessage):
         return "queries", run_id_for_request(message.request_id), None
@@ -45,13 +64,45 @@ def _identify(data: bytes) -> tuple[str | None, str | None, str | None]:
     return "tool_steps", message.run_id, str(StepKey.tool(message.turn, message.index))
 
 
+async def _scheduled(deps: Deps, message: StepMessage) -> str | None:
+    """Why the run's ledger does not know ``message`` as one of its step messages, or None
+    when it does (the engine published it)."""
+    try:
+        if isinstance(message, ToolStepMessage):
+            run, (model_step,) = await deps.store.run_and_steps(
+                message.run_id, [str(StepKey.model(message.turn))])
+            if run is None:
+                return f"run {message.run_id} does not exist"
+            committed_tool_message(model_step, message)
+            return None
+        if message.turn == 0:
+            exists = await deps.store.get_run_snapshot(message.run_id) is not None
+            return None if exists else f"run {message.run_id} does not exist"
+        turn = message.turn - 1
+        previous = await deps.store.steps_in_range(
+            message.run_id, str(StepKey.model(turn)), f"{turn:04d}-tool-999")
+        scheduled_model_step(message, {s.key: s for s in previous})
+        return None
+    except Unscheduled as exc:
+        return str(exc)
+
+
 async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
-    origin, run_id, step_key = _identify(delivery.data)
+    message = _identify(delivery.data)
+    origin, run_id, step_key = _where(message)
     cause = "no error was recorded"
     verdict = "fail"
-    if run_id and step_key:
-        (step,) = await deps.store.get_steps(run_id, [step_key])
-        if step is None:
+    if message is None:
+        verdict, cause = "unknown", "not a message of ours: nothing to fail"
+    elif step_key is not None and run_id is not None and not isinstance(message, QueryMessage):
+        unknown = await _scheduled(deps, message)
+        step = None
+        if unknown is None:
+            (step,) = await deps.store.get_steps(run_id, [step_key])
+        if unknown is not None:
+            verdict = "unscheduled"
+            cause = f"not a step its run's ledger scheduled, so the run is left alone: {unknown}"
+        elif step is None:
             cause = "the step was never claimed (every delivery was rejected)"
         elif step.status is StepStatus.COMPLETED:
             verdict, cause = "duplicate", "the step has completed: this was a duplicate"
@@ -65,24 +116,29 @@ async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
         else:
             verdict, cause = "not_started", "the run was never created: re-drive the query"
     source = delivery.attributes.get("CloudPubSubDeadLetterSourceSubscription", "")
+    kept = delivery.data[:MAX_KEPT_DATA_BYTES]
+    truncated = len(kept) < len(delivery.data)
     record = {
         "message_id": delivery.message_id,
-        "origin": origin,
+        "origin": None if truncated else origin,
         "run_id": run_id,
         "step": step_key,
-        "source_subscription": source,
+        "source_subscription": source[:1024],
         "delivery_attempts": delivery.attributes.get(
             "CloudPubSubDeadLetterSourceDeliveryCount", delivery.delivery_attempt
         ),
         "cause": cause,
         "verdict": verdict,
-        "data": base64.b64encode(delivery.data).decode(),
-        "attributes": {k: v for k, v in delivery.attributes.items()
+        "data": base64.b64encode(kept).decode(),
+        "data_bytes": len(delivery.data),
+        "data_truncated": truncated,
+        "attributes": {k: v for k, v in delivery.storable_attributes().items()
                        if not k.startswith("CloudPubSubDeadLetter")},
+        "pubsub_message_id": delivery.message_id,
         "received_at": deps.clock.now(),
         "redriven_at": None,
     }
-    await deps.store.record_dead_letter(delivery.message_id, record)
+    doc_id = await deps.store.record_dead_letter(delivery.message_id, record)
     failed = False
     if run_id and verdict == "fail":
         error = f"dead_lettered: step {step_key} exhausted its delivery attempts; cause: {cause}"
@@ -93,10 +149,11 @@ async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
             run = await deps.store.get_run(run_id)
             if run is not None and (run.error or "") == error:
                 await publish_end(deps, run)
-    if verdict != "duplicate":
-        log.error("dead letter %s (run %s, %s): %s", delivery.message_id, run_id, step_key, cause)
+    if verdict == "fail":
+        log.error("dead letter %s (run %s, %s): %s", doc_id, run_id, step_key, cause)
     else:
-        log.warning("dead letter %s (run %s, %s) left alone: %s", delivery.message_id, run_id,
-                    step_key, cause)
+        log.warning("dead letter %s (run %s, %s) left alone: %s", doc_id, run_id, step_key,
+                    cause)
     return {"run_id": run_id, "step": step_key, "run_failed": failed, "verdict": verdict,
+            "record": doc_id,
             "data_preview": json.dumps(delivery.data[:200].decode(errors="replace"))}

@@ -34,6 +34,9 @@ from ackloop.wire import ModelStepMessage, QueryMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
+MAX_KEPT_ERROR_CHARS = 16 * 1024
+"""What a poison record keeps of the error that rejected its message."""
+
 Kind = Literal["query", "model", "tool", "dead_letter"]
 _MODELS: dict[str, type[BaseModel]] = {
     "query": QueryMessage,
@@ -65,6 +68,7 @@ def decode(kind: Kind, data: bytes) -> BaseModel:
 
 
 async def dispatch(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
+    message: BaseModel | None = None
     try:
         if kind == "dead_letter":
             return Outcome(200, await handle_dead_letter(deps, delivery))
@@ -82,18 +86,28 @@ async def dispatch(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
         log.info("%s message %s acknowledged: %s", kind, delivery.message_id, exc)
         return Outcome(200, {"deferred": str(exc)})
     except RetryableError as exc:
-        log.info("%s message %s will be redelivered: %s", kind, delivery.message_id, exc)
-        return Outcome(503, {"error": str(exc), "retryable": True}, exc.retry_after)
+        return _retry(kind, delivery, exc)
     except PermanentError as exc:
-        await _record_rejection(deps, kind, delivery, exc)
+        try:
+            await _record_rejection(deps, kind, delivery, exc, message)
+        except RetryableError as failed:  # not recorded yet: the redelivery records it
+            return _retry(kind, delivery, failed)
+        except Exception:  # a redelivery could not record it either: the log line is its record
+            log.exception("%s message %s: its rejection could not be recorded", kind,
+                          delivery.message_id)
         return Outcome(200, {"error": str(exc), "reason": exc.reason, "acknowledged": True})
     except Exception:
         log.exception("%s message %s failed unexpectedly", kind, delivery.message_id)
         return Outcome(500, {"error": "internal error; the message will be redelivered"})
 
 
+def _retry(kind: Kind, delivery: Delivery, exc: RetryableError) -> Outcome:
+    log.info("%s message %s will be redelivered: %s", kind, delivery.message_id, exc)
+    return Outcome(503, {"error": str(exc), "retryable": True}, exc.retry_after)
+
+
 async def _record_rejection(
-    deps: Deps, kind: Kind, delivery: Delivery, exc: PermanentError
+    deps: Deps, kind: Kind, delivery: Delivery, exc: PermanentError, message: BaseModel | None
 ) -> None:
     log.warning("%s message %s rejected (%s): %s", kind, delivery.message_id, exc.reason, exc)
     await deps.store.record_poison(
@@ -102,14 +116,15 @@ async def _record_rejection(
             "message_id": delivery.message_id,
             "kind": kind,
             "reason": exc.reason,
-            "error": str(exc),
+            "error": str(exc)[:MAX_KEPT_ERROR_CHARS],
             "data": base64.b64encode(delivery.data[:4096]).decode(),
-            "attributes": delivery.attributes,
+            "attributes": delivery.storable_attributes(),
             "subscription": delivery.subscription,
             "received_at": deps.clock.now(),
         },
     )
-    run_id = delivery.attributes.get("run_id")
-    if isinstance(exc, StepConflict) and run_id:
-        await end_run_now(deps, run_id, run_end(StopReason.FAILED, Usage(),
-                                                error=f"{exc.reason}: {exc}"))
+    # A different step recorded at this step's key: the run named by the message's body (which
+    # its ledger checks have read), never by its attributes, which nothing checked.
+    if isinstance(exc, StepConflict) and isinstance(message, ModelStepMessage | ToolStepMessage):
+        await end_run_now(deps, message.run_id, run_end(StopReason.FAILED, Usage(),
+                                                        error=f"{exc.reason}: {exc}"))

@@ -33,7 +33,7 @@ from ackloop.errors import (
     UnknownRun,
 )
 from ackloop.keys import StepKey
-from ackloop.records import StepRecord
+from ackloop.records import RunRecord, RunStatus, StepRecord
 from ackloop.store import AgentStore, Claim
 
 log = logging.getLogger(__name__)
@@ -104,36 +104,43 @@ async def claim_waiting(
             poll = min(poll * 2, MAX_POLL_S)
 
 
-async def claim_with_run(
-    deps: Deps, run_id: str, key: StepKey, name: str, *, message_id: str, wait_until: float
-) -> tuple[Snapshot, Claim]:
-    """Read the run and claim the step (one round trip when the step is free).
+async def claim_in_run(
+    deps: Deps, run_id: str, run_snapshot: Snapshot | None, key: StepKey, name: str, *,
+    message_id: str, wait_until: float,
+) -> tuple[Snapshot, Claim] | None:
+    """Claim a step of a run read just before (and found to have scheduled the step).
 
-    A claim that had to wait reads the run again afterwards. If the run cannot be read, a
-    claim that was made is given back, so the redelivery need not wait out the lease.
+    Nothing is written for a run that does not exist (:class:`UnknownRun`) or that is not
+    running (None: the message is acknowledged as having nothing left to do), except that a
+    completed step is returned as it is, so that its outbox can be sent again. A claim that had
+    to wait reads the run again afterwards; if that read fails, the claim is given back so the
+    redelivery need not wait out the lease.
     """
-    got_run, got_claim = await asyncio.gather(
-        deps.store.get_run_snapshot(run_id),
-        deps.store.claim_step(run_id, key, name, owner=deps.owner, now=deps.clock.now(),
-                              lease_seconds=deps.settings.lease_seconds, message_id=message_id),
-        return_exceptions=True,
-    )
-    if isinstance(got_claim, StepBusy):
-        got_claim = await claim_waiting(deps, run_id, key, name, message_id=message_id,
-                                        wait_until=wait_until)
-        try:
-            got_run = await deps.store.get_run_snapshot(run_id)
-        except Exception as exc:
-            got_run = exc
-    if isinstance(got_claim, BaseException):
-        raise got_claim
-    if isinstance(got_run, BaseException):
-        if got_claim.state != "completed":
-            await deps.store.release_step(got_claim, error=f"run not read: {got_run}")
-        raise got_run
-    if got_run is None:
+    if run_snapshot is None:
         raise UnknownRun(run_id)
-    return got_run, got_claim
+    status = RunRecord.model_validate(run_snapshot.data).status
+    if status is not RunStatus.RUNNING:
+        done = await deps.store.completed_step(run_id, key)
+        if done is None:
+            log.info("run %s is %s: step %s is not claimed", run_id, status, key)
+            return None
+        return run_snapshot, done
+    try:
+        return run_snapshot, await deps.store.claim_step(
+            run_id, key, name, owner=deps.owner, now=deps.clock.now(),
+            lease_seconds=deps.settings.lease_seconds, message_id=message_id)
+    except StepBusy:
+        claim = await claim_waiting(deps, run_id, key, name, message_id=message_id,
+                                    wait_until=wait_until)
+    try:
+        fresh = await deps.store.get_run_snapshot(run_id)
+    except Exception as exc:
+        if claim.state != "completed":
+            await deps.store.release_step(claim, error=f"run not read: {exc}")
+        raise
+    if fresh is None:
+        raise UnknownRun(run_id)
+    return fresh, claim
 
 
 class Heartbeat:

@@ -26,13 +26,13 @@ from ackloop.engine.finish import Decision, Reads, commit, run_end
 from ackloop.engine.lease import (
     ClaimRef,
     RequestScope,
-    claim_waiting,
-    claim_with_run,
+    claim_in_run,
     heartbeat,
     released_on_failure,
 )
+from ackloop.engine.ledger import scheduled_model_step
 from ackloop.engine.structured import OutputContract, contract_for, judge
-from ackloop.errors import ModelRetryableError, PermanentError, RetryableError, UnknownRun
+from ackloop.errors import ModelRetryableError, PermanentError, RetryableError
 from ackloop.keys import StepKey
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.records import (
@@ -92,7 +92,10 @@ class Inputs:
 
 async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: RequestScope) -> None:
     key = StepKey.model(message.turn)
-    run_snapshot, claim, inputs = await _claim_and_read(deps, message, key, scope)
+    read = await _claim_and_read(deps, message, key, scope)
+    if read is None:
+        return  # the run has ended: nothing to run
+    message, run_snapshot, claim, inputs = read
     if claim.state == "completed":
         await outbox.resend(deps, message.run_id, claim.step.outbox)
         return
@@ -109,44 +112,46 @@ async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: Reques
 
 async def _claim_and_read(
     deps: Deps, message: ModelStepMessage, key: StepKey, scope: RequestScope
-) -> tuple[Snapshot, Claim, Inputs]:
-    """Claim the step and read its inputs in as few round trips as possible.
+) -> tuple[ModelStepMessage, Snapshot, Claim, Inputs] | None:
+    """Read the step's inputs, check that the ledger scheduled it, then claim it, in as few
+    round trips as possible. Returns the message as the ledger scheduled it (its usage is the
+    ledger's), or None when the run is not running (nothing is claimed).
 
-    Turn 0 reads the run beside the claim. Later turns read the previous turn's steps beside
-    the claim; the previous model step recorded where the transcript stands, so the run and the
-    transcript chunks then come in one read (the chunks are listed only for a step recorded
-    without it).
+    Turn 0 reads the run. Later turns read the previous turn's steps (which must have scheduled
+    this one: :class:`~ackloop.engine.ledger.Unscheduled` otherwise); the previous model step
+    recorded where the transcript stands, so the run and the transcript chunks then come in
+    one read (the chunks are listed only for a step recorded without it). Nothing is written
+    before these checks pass.
     """
     wait_until = scope.wait_until(deps, deps.settings.model_timeout_seconds)
+    run_id = message.run_id
     if message.turn == 0:
-        run_snapshot, claim = await claim_with_run(
-            deps, message.run_id, key, "model", message_id=scope.message_id,
-            wait_until=wait_until,
+        message = scheduled_model_step(message, {})
+        claimed = await claim_in_run(
+            deps, run_id, await deps.store.get_run_snapshot(run_id), key, "model",
+            message_id=scope.message_id, wait_until=wait_until,
         )
-        return run_snapshot, claim, Inputs(None, [])
+        return None if claimed is None else (message, *claimed, Inputs(None, []))
     turn = message.turn - 1
-    claim = await claim_waiting(deps, message.run_id, key, "model",
-                                message_id=scope.message_id, wait_until=wait_until)
-    if claim.state == "completed":
-        return Snapshot("", {}, None), claim, Inputs(None, [])
-    try:
-        previous = await deps.store.steps_in_range(
-            message.run_id, str(StepKey.model(turn)), f"{turn:04d}-tool-999"
-        )
-        model_step = next((s for s in previous if s.kind == "model"), None)
-        pointer = (model_step.result or {}).get("transcript") if model_step else None
-        transcript: Transcript | None = None
-        found: Snapshot | None
-        if isinstance(pointer, dict):
-            found, transcript = await deps.store.run_and_transcript(message.run_id, pointer)
-        else:
-            found = await deps.store.get_run_snapshot(message.run_id)
-    except Exception as exc:
-        await deps.store.release_step(claim, error=f"inputs not read: {exc}")
-        raise
-    if found is None:
-        raise UnknownRun(message.run_id)
-    return found, claim, Inputs(transcript, previous)
+    previous = await deps.store.steps_in_range(
+        run_id, str(StepKey.model(turn)), f"{turn:04d}-tool-999")
+    message = scheduled_model_step(message, {s.key: s for s in previous})
+    model_step = next((s for s in previous if s.kind == "model"), None)
+    pointer = (model_step.result or {}).get("transcript") if model_step else None
+    transcript: Transcript | None = None
+    found: Snapshot | None
+    if isinstance(pointer, dict):
+        found, transcript = await deps.store.run_and_transcript(run_id, pointer)
+    else:
+        found = await deps.store.get_run_snapshot(run_id)
+    claimed = await claim_in_run(deps, run_id, found, key, "model",
+                                 message_id=scope.message_id, wait_until=wait_until)
+    if claimed is None:
+        return None
+    run_snapshot, claim = claimed
+    if run_snapshot is not found:
+        transcript = None  # the claim waited: read the transcript again
+    return message, run_snapshot, claim, Inputs(transcript, previous)
 
 
 async def _run_claimed(

@@ -20,11 +20,12 @@ from ackloop.engine.finish import Decision, Reads, after_tools, commit
 from ackloop.engine.lease import (
     ClaimRef,
     RequestScope,
-    claim_with_run,
+    claim_in_run,
     heartbeat,
     released_on_failure,
 )
-from ackloop.errors import PermanentError
+from ackloop.engine.ledger import committed_tool_message
+from ackloop.errors import PermanentError, UnknownRun
 from ackloop.keys import StepKey, tool_turn_range
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepStatus
 from ackloop.tools.base import ToolContext, ToolOutcome
@@ -35,10 +36,21 @@ log = logging.getLogger(__name__)
 
 async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestScope) -> None:
     key = StepKey.tool(message.turn, message.index)
-    run_snapshot, claim = await claim_with_run(
-        deps, message.run_id, key, message.call.name, message_id=scope.message_id,
+    # The run and the model step that asked for this call, before anything is written: only
+    # the call that model step committed runs, never the message's own.
+    run_snapshot, (model_step,) = await deps.store.run_and_steps(
+        message.run_id, [str(StepKey.model(message.turn))])
+    if run_snapshot is None:
+        raise UnknownRun(message.run_id)
+    message = committed_tool_message(model_step, message)
+    claimed = await claim_in_run(
+        deps, message.run_id, run_snapshot, key, message.call.name,
+        message_id=scope.message_id,
         wait_until=scope.wait_until(deps, deps.settings.tool_timeout_seconds),
     )
+    if claimed is None:
+        return  # the run has ended: nothing to run
+    run_snapshot, claim = claimed
     if claim.state != "completed":
         ref = ClaimRef(claim)
         try:
