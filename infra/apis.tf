@@ -10,6 +10,7 @@ locals {
       "pubsub.googleapis.com",
       "run.googleapis.com",
       "secretmanager.googleapis.com",
+      "storage.googleapis.com",
     ],
     var.gemini_backend == "vertex" ? ["aiplatform.googleapis.com"] : [],
   )

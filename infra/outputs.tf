@@ -41,6 +41,11 @@ output "build_service_account" {
   value       = google_service_account.build.id
 }
 
+output "build_source_staging_dir" {
+  description = "Where gcloud builds submit stages the source, readable by the build service account (--gcs-source-staging-dir)."
+  value       = "gs://${google_storage_bucket.build_source.name}/source"
+}
+
 output "firestore_database" {
   description = "Firestore database id the services use."
   value       = local.firestore_database

@@ -146,9 +146,11 @@ resource "google_cloud_run_v2_service" "service" {
       }
     }
 
-    # Scale to zero: a step exists only while a push request is in flight.
+    # Scale to zero by default: a step exists only while a push request is in flight. Warm
+    # instances (min_instances) spare a run the cold start at each hop, at the cost of idle
+    # instances (billed at the idle rate with cpu_idle).
     scaling {
-      min_instance_count = 0
+      min_instance_count = var.min_instances[each.key]
       max_instance_count = var.max_instances[each.key]
     }
 

@@ -287,6 +287,31 @@ variable "max_instances" {
   }
 }
 
+variable "min_instances" {
+  type = object({
+    ingest      = optional(number, 0)
+    model_step  = optional(number, 0)
+    tool_step   = optional(number, 0)
+    dead_letter = optional(number, 0)
+    api         = optional(number, 0)
+  })
+  description = "Instances of each service kept warm (default 0: every service scales to zero). One run crosses api or ingest, model_step and tool_step in turn, so with all at zero an idle deployment can pay a cold start at each hop; 1 on model_step and tool_step (and api) removes most of that. Warm instances are billed while idle."
+  default     = {}
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for n in values(var.min_instances) : n >= 0 && n == floor(n)])
+    error_message = "min_instances values must be whole numbers >= 0."
+  }
+
+  validation {
+    condition = alltrue([
+      for name, n in var.min_instances : n <= coalesce(var.max_instances[name], 1000)
+    ])
+    error_message = "min_instances must not exceed max_instances for any service."
+  }
+}
+
 variable "api_invoker_members" {
   type        = list(string)
   description = "IAM members allowed to call the HTTP API service (e.g. \"user:you@example.com\", \"group:team@example.com\"). The API is never public: allUsers and allAuthenticatedUsers are refused."

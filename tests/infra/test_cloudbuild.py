@@ -146,3 +146,64 @@ def test_deploys_the_services_terraform_declares(
 
 def test_custom_service_account_builds_log_to_cloud_logging(build: dict[str, Any]) -> None:
     assert build["options"]["logging"] == "CLOUD_LOGGING_ONLY"
+
+
+# Executables the repository's CI script may call that python:*-slim images do not have, with the
+# Debian package that provides each.
+NOT_IN_SLIM_PYTHON = {"make": "make", "java": "openjdk-"}
+
+
+def test_the_test_step_installs_what_its_script_calls(build: dict[str, Any]) -> None:
+    """The test step runs .ci/run in the slim Python image: every tool that script calls and the
+    image lacks (make, a JRE for the emulators) must be installed by the step first."""
+    step = next(s for s in build["steps"] if s["id"] == "test")
+    image = build["substitutions"][step["name"].strip("${}")]
+    assert image.startswith("python:") and "slim" in image, image
+    script = " ".join(strings(step))
+    assert "bash .ci/run" in script
+    ci_run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    called = {tool for tool in NOT_IN_SLIM_PYTHON
+              if re.search(rf"(^|[\s;&|(]){tool}(\s|$)", ci_run, re.MULTILINE)}
+    assert "make" in called, ".ci/run no longer calls make: update this test"
+    installs = " ".join(re.findall(r"apt-get install [^\n]*", script)).split()
+    for tool in called:
+        package = NOT_IN_SLIM_PYTHON[tool]
+        assert any(word.startswith(package) for word in installs), (
+            f"the test step runs .ci/run, which calls {tool}, in {image} without installing "
+            f"{package}: apt-get install it before .ci/run")
+    before = script.index("apt-get install")
+    assert before < script.index("bash .ci/run")
+
+
+def test_the_build_account_may_read_the_source_gcloud_stages(terraform: TerraformConfig) -> None:
+    """gcloud builds submit --service-account uploads the source to a bucket and the build, as
+    ackloop-build, reads it from there: the build account needs a Storage read role on exactly
+    that bucket, and the documented commands must stage into it."""
+    bucket = terraform.resource("google_storage_bucket", "build_source")
+    assert bucket["uniform_bucket_level_access"] is True
+    assert bucket["public_access_prevention"] == "enforced"
+    grants = {
+        name: body
+        for name, body in terraform.resources_of("google_storage_bucket_iam_member").items()
+        if body["member"] == "${google_service_account.build.member}"
+    }
+    assert grants, "the build service account has no Storage role: its builds fail with 403"
+    (grant,) = grants.values()
+    assert grant["bucket"] == "${google_storage_bucket.build_source.name}"
+    assert grant["role"] == "roles/storage.objectViewer", "read the source, nothing more"
+    for name, body in terraform.resources_of("google_project_iam_member").items():
+        if body["member"] == "${google_service_account.build.member}":
+            assert not str(body["role"]).startswith("roles/storage."), (
+                f"{name}: a project-wide Storage role is more than the build needs")
+    assert "storage.googleapis.com" in str(terraform.locals["required_apis"])
+    staging = "${google_storage_bucket.build_source.name}"
+    outputs = {name: body for file in terraform.files.values()
+               for block_ in file.get("output", []) for name, body in block_.items()}
+    assert outputs["build_source_staging_dir"]["value"] == f"gs://{staging}/source"
+    deploy = (REPO / "docs" / "deploy.md").read_text(encoding="utf-8")
+    submits = re.findall(r"^gcloud builds submit(?:[^\n]*\\\n)*[^\n]*", deploy, re.MULTILINE)
+    assert submits
+    for command in submits:
+        assert '--gcs-source-staging-dir="$STAGING"' in command, command
+    assert "terraform output -raw build_source_staging_dir" in deploy
+    assert "google_storage_bucket_iam_member.build_reads_source" in deploy, "bootstrap target"

@@ -121,7 +121,12 @@ def test_services_scale_to_zero_with_bounded_instances_and_deliberate_concurrenc
     service = terraform.resource("google_cloud_run_v2_service", "service")
     template = block(service, "template")
     scaling = block(template, "scaling")
-    assert scaling["min_instance_count"] == 0
+    # Warm instances per service are offered; by default every service scales to zero.
+    assert scaling["min_instance_count"] == "${var.min_instances[each.key]}"
+    assert set(terraform.object_optional_defaults("min_instances")) == set(
+        terraform.locals["services"])
+    for name in terraform.locals["services"]:
+        assert terraform.variable_default("min_instances", name) == 0, name
     assert scaling["max_instance_count"] == "${var.max_instances[each.key]}"
     assert template["max_instance_request_concurrency"] == "${each.value.concurrency}"
     for name, spec in terraform.locals["services"].items():

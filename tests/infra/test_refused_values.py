@@ -7,7 +7,7 @@ import pytest
 
 from tests.infra.tools import require_executable, terraform_accepts
 
-CASES = [
+CASES: list[tuple[str, str, bool]] = [
     # The API is never public.
     ("api_invoker_members", '["allUsers"]', False),
     ("api_invoker_members", '["user:you@example.com", "allAuthenticatedUsers"]', False),
@@ -18,13 +18,21 @@ CASES = [
     ("push_auth", '{ mode = "oidc" }', False),
     ("push_auth", "{}", True),
     ("push_auth", '{ mode = "none" }', True),
+    # Warm instances per service: whole, not negative, within max_instances.
+    ("min_instances", "{}", True),
+    ("min_instances", "{ model_step = 1, tool_step = 1, api = 1 }", True),
+    ("min_instances", "{ api = -1 }", False),
+    ("min_instances", "{ ingest = 0.5 }", False),
+    ("min_instances", "{ dead_letter = 3 }", False),  # above its max_instances of 2
 ]
+# Variables a validation refers to besides its own.
+ALSO = {"min_instances": ("max_instances",)}
 
 
 @pytest.mark.parametrize(("variable", "value", "accepted"), CASES)
 def test_terraform_refuses_what_cannot_work(variable: str, value: str, accepted: bool) -> None:
     terraform_bin = require_executable("terraform", "TERRAFORM_BIN")
-    ok, output = terraform_accepts(terraform_bin, variable, value)
+    ok, output = terraform_accepts(terraform_bin, variable, value, ALSO.get(variable, ()))
     assert ok == accepted, f"{variable} = {value}: {'accepted' if ok else output}"
     if not accepted:
         assert "Invalid value for variable" in output, output

@@ -73,13 +73,16 @@ def require_executable(name: str, env_var: str | None = None) -> str:
     return path
 
 
-def terraform_accepts(terraform_bin: str, variable: str, value: str) -> tuple[bool, str]:
+def terraform_accepts(terraform_bin: str, variable: str, value: str,
+                      also: tuple[str, ...] = ()) -> tuple[bool, str]:
     """Whether Terraform accepts ``value`` (HCL) for ``variable``, by planning a module holding
-    only that variable's block from infra/ (its own validations, no providers: runs offline).
-    Only for variables whose validations name nothing but themselves."""
+    only that variable's block from infra/ (its own validations, no providers: runs offline),
+    and the blocks of the variables ``also`` names (which its validations refer to; they keep
+    their defaults)."""
     with tempfile.TemporaryDirectory() as workdir:
         module = Path(workdir)
-        (module / "main.tf").write_text(variable_block(INFRA, variable) + "\n", encoding="utf-8")
+        blocks = [variable_block(INFRA, name) for name in (variable, *also)]
+        (module / "main.tf").write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
         (module / "values.auto.tfvars").write_text(f"{variable} = {value}\n", encoding="utf-8")
         env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
         for command in (["init", "-input=false", "-backend=false"],
