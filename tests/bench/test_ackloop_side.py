@@ -65,10 +65,10 @@ def test_firestore_requests_per_step_stay_within_four(result: dict[str, Any]) ->
     per_step = result["sequential"]["per_step"]
     per_run = result["sequential"]["per_run"]
     # Round trips of a reference run: ingest 1 (run + conversation in one commit); model step
-    # of turn 0: 4 (run get and step create side by side, transcript query, commit); each tool
-    # step 3 (run get, create, commit); the next model step 4 (create, previous turn's range,
-    # run + transcript chunks in one batch get, commit); the last one 5 (+ the conversation,
-    # read by the commit that ends the run). 1 + 4 + 3 + 4 + 3 + 5 = 20 for 5 steps.
+    # of turn 0: 4 (run get, then step create, transcript query, commit); each tool step 3 (run
+    # + its model step in one batch get, create, commit); the next model step 4 (previous
+    # turn's range, run + transcript chunks in one batch get, create, commit); the last one 5
+    # (+ the conversation, read by the commit that ends the run). 1 + 4 + 3 + 4 + 3 + 5 = 20.
     assert per_run["requests"] <= 20
     assert per_step["requests"] <= 4
     assert per_run["transactions"] == 0
@@ -82,13 +82,14 @@ def reads_budget(tool_calls: int) -> int:
 
     ingest 0 (the run and its conversation are created in one commit, nothing read); the model
     step of turn 0: 2 (the run; the transcript query, billed one read even when empty); each
-    tool step: 1 (the run; a single call needs no join query); each later model step: 4 (the
-    previous turn's model and tool step in one range query, the run and the one transcript
-    chunk in one batch get); the last model step: 1 more (the conversation, read by the commit
-    that ends the run to hand it to a queued follow-up). 5 per model/tool pair + 3 per run:
-    (5n + 3) / (2n + 1) per step, 2.67 at n = 1, 2.56 at n = 4, falling towards 2.5.
+    tool step: 2 (the run and the model step whose committed call it runs, in one batch get; a
+    single call needs no join query); each later model step: 4 (the previous turn's model and
+    tool step in one range query, the run and the one transcript chunk in one batch get); the
+    last model step: 1 more (the conversation, read by the commit that ends the run to hand it
+    to a queued follow-up). 6 per model/tool pair + 3 per run: (6n + 3) / (2n + 1) per step,
+    3.0 at n = 1, 3.0 at n = 4: constant.
     """
-    return 5 * tool_calls + 3
+    return 6 * tool_calls + 3
 
 
 def test_reads_per_step_do_not_grow_with_the_conversation(result: dict[str, Any]) -> None:
