@@ -1,4 +1,5 @@
-"""Many idle event streams on a long run: 400 clients follow the events of one ~600-step run
+"""Many idle event streams on a long run: 400 clients follow the events of the longest run the
+shipped budget ceilings allow (max_steps_ceiling model steps, one tool call each)
 while a caller keeps reading the run. The API process's resident memory (real process, /proc)
 stays under 256 MiB, no stream or read is answered 5xx (a stream over the process's limit may be
 refused with 503 and Retry-After, which is counted apart), and reads keep being answered."""
@@ -11,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from ackloop.settings import Settings
 from tests.security.figures import FIGURES
 from tests.security.probes import bound_s, rss_sampler
 from tests.support.stack import RunningStack
@@ -18,8 +20,8 @@ from tests.support.stack import RunningStack
 pytestmark = [pytest.mark.emulator, pytest.mark.slow, pytest.mark.timeout(420)]
 
 STREAMS = 400
-CALLS = 300
-"""Tool calls of the long run: 2 * CALLS + 1 steps."""
+CALLS = Settings().max_steps_ceiling - 1
+"""Tool calls of the long run: 2 * CALLS + 1 steps (199 with the shipped ceiling of 100)."""
 RSS_LIMIT_MIB = 256
 RUN_WAIT_S = 300
 
