@@ -26,7 +26,7 @@ from ackloop.bus.base import Publisher
 from ackloop.clock import Clock
 from ackloop.errors import ConversationBusy
 from ackloop.settings import Settings
-from ackloop.store import AgentStore
+from ackloop.store import DEAD_LETTER_PAGE, AgentStore
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +56,13 @@ def origin_topic(settings: Settings, origin: str | None) -> str | None:
 
 
 async def pending_dead_letters(
-    store: AgentStore, *, run_id: str | None = None, message_ids: Sequence[str] = ()
+    store: AgentStore, *, run_id: str | None = None, message_ids: Sequence[str] = (),
+    page_size: int = DEAD_LETTER_PAGE,
 ) -> list[dict[str, object]]:
-    """Dead letters not yet re-driven, oldest first, optionally for one run or some ids."""
+    """Dead letters not yet re-driven, oldest first, optionally for one run or some ids. Every
+    dead letter is read, a page at a time (:meth:`AgentStore.list_dead_letters`)."""
     found = []
-    for snap in await store.list_dead_letters():
+    for snap in await store.list_dead_letters(page_size):
         record = {"message_id": snap.id, **snap.data}
         if record.get("redriven_at") is not None:
             continue

@@ -59,6 +59,9 @@ CHUNK_BYTES = 256 * 1024
 CREATE_RUN_ATTEMPTS = 5
 # Runs that may wait behind a conversation's active run (the queue lives on one document).
 MAX_QUEUED_RUNS = 100
+# Dead letters read per query when listing them, and an id above every document id.
+DEAD_LETTER_PAGE = 500
+LAST_DOCUMENT_ID = "\U0010ffff"
 
 ClaimState = Literal["new", "taken_over", "completed"]
 
@@ -656,8 +659,19 @@ class AgentStore:
     async def list_poison(self) -> list[JsonDict]:
         return [s.data for s in await self.db.list_all(self._poison)]
 
-    async def list_dead_letters(self) -> list[Snapshot]:
-        return await self.db.list_all(self._dead_letters)
+    async def list_dead_letters(self, page_size: int = DEAD_LETTER_PAGE) -> list[Snapshot]:
+        """Every dead letter, by id, read ``page_size`` at a time from a cursor on the id (the
+        last one read): however many there are, none is left out."""
+        page = await self.db.list_all(self._dead_letters, limit=page_size)
+        found = list(page)
+        while len(page) == page_size:
+            # The range starts at the cursor, inclusive: one more than a page, less the cursor.
+            cursor = found[-1].id
+            read = await self.db.list_range(self._dead_letters, cursor, LAST_DOCUMENT_ID,
+                                            limit=page_size + 1)
+            page = [snap for snap in read if snap.id != cursor][:page_size]
+            found.extend(page)
+        return found
 
     # -- redrive (``ackloop runs redrive``) -----------------------------------------------------
 

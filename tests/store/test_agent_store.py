@@ -111,3 +111,24 @@ async def test_transcript_appends_roll_over_to_new_chunks(store: AgentStore) -> 
     assert len(transcript.contents) == 5 and len(transcript.chunks) >= 2
     assert all(c.size <= CHUNK_BYTES for c in transcript.chunks)
     assert transcript.tail == "run/0004-model"
+
+
+async def test_dead_letters_are_listed_past_any_page(store: AgentStore) -> None:
+    """More dead letters than one query returns (Firestore's former cap of 1000, and pages of
+    7): every one is listed, and the newest are not dropped."""
+    from ackloop.docdb.base import Write
+    from ackloop.redrive import pending_dead_letters
+
+    count = 1010
+    writes = [Write("set", f"{store._dead_letters}/m-{n:05d}",
+                    {"run_id": f"run-{n % 3}", "received_at": float(n), "origin": "model_steps"})
+              for n in range(count)]
+    for start in range(0, count, 500):
+        await store.db.commit(writes[start:start + 500])
+    listed = [snap.id for snap in await store.list_dead_letters()]
+    assert listed == [f"m-{n:05d}" for n in range(count)]
+    small_pages = [snap.id for snap in await store.list_dead_letters(page_size=7)]
+    assert small_pages == listed
+    newest = await pending_dead_letters(store, run_id="run-1", page_size=7)
+    assert [r["message_id"] for r in newest][-1] == f"m-{count - 1 - (count - 1 - 1) % 3:05d}"
+    assert len(newest) == len(range(1, count, 3))
