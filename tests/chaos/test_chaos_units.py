@@ -18,6 +18,7 @@ from ackloop.chaos.evidence import model_evidence
 from ackloop.chaos.kills import interrupted, kill_plan, owner_pid
 from ackloop.chaos.model_server import describe
 from ackloop.chaos.proxy import DuplicatingFront
+from ackloop.chaos.scenarios import StormResult
 from ackloop.chaos.timing import Timing, min_factor
 from ackloop.chaos.workload import TEMPLATES, question, reference_of
 from ackloop.delivery import load_policy
@@ -187,3 +188,10 @@ async def test_the_front_sends_a_second_copy_and_answers_with_the_first() -> Non
     assert seen == [b"envelope", b"envelope"]
     assert (await front.push("dead_letter", b"letter")).status == 204
     assert seen[-1] == b"letter" and len(seen) == 3
+
+
+def test_storm_runs_ended_by_their_budget_are_not_failures_of_the_retry_bound() -> None:
+    result = StormResult(failed_reasons={"retries_outlasted_budget": 3}, failures_implied=0)
+    assert (result.failed, result.ended_by_budget, result.ok) == (0, 3, True)
+    result.failed_reasons["step_attempts_exhausted"] = 1
+    assert (result.failed, result.ok) == (1, False)

@@ -138,9 +138,12 @@ def _scenarios(f: dict[str, Any]) -> list[str]:
         f"Gemini 429 storm ({storm.get('storm_s')} s, retry-after {storm.get('retry_after_s')} s)",
         _row("runs asked during it, by outcome", f"{storm.get('runs')}: "
              f"{_kv(storm.get('outcomes', {}))}", 2),
-        _row("failed (reasons) / implied by the retry bound",
-             f"{storm.get('failed')} ({_kv(storm.get('failed_reasons', {}))}) / "
-             f"{storm.get('failures_implied')} (storm < bound {storm.get('bound_s')} s)", 2),
+        _row("failed by the retries / implied by the retry bound",
+             f"{storm.get('failed')} / {storm.get('failures_implied')} "
+             f"(storm < bound {storm.get('bound_s')} s)", 2),
+        _row("failed (reasons; a budget end included)",
+             f"{_kv(storm.get('failed_reasons', {})) or 0}; ended by their budget "
+             f"{storm.get('ended_by_budget', 0)}", 2),
         _row("answers equal the fault-free run's", f"{storm.get('answers_ok')}/"
              f"{storm.get('answered')}", 2),
         _row("most claims of one step / 429s served",

@@ -14,7 +14,9 @@ runs are asked. What the shipped numbers imply: a step is claimed at most ``max_
 times before its run fails, and those claims are spread over at least
 :attr:`~ackloop.chaos.timing.Timing.step_attempts_span_s` of retry backoff; a storm shorter
 than that fails no run. Runs still caught in the storm after ``default_max_seconds`` end at
-their next step with stop reason ``max_seconds`` (completed, no answer): reported, not failed.
+their next claim by their budget: ``failed`` with ``retries_outlasted_budget`` and the 429 as
+the cause when the step had failed attempts, else ``completed``/``max_seconds``. Both are
+budget ends, reported beside the failures the retry bound is judged on.
 """
 
 from __future__ import annotations
@@ -166,6 +168,10 @@ async def _check_followups(stack: ChaosStack, store: AgentStore, result: FollowU
                                        and normalize_answer(run.answer) == expected.answer)
 
 
+BUDGET_ENDS = frozenset({"retries_outlasted_budget"})
+"""Failure reasons that are the run's budget running out while a step was retried."""
+
+
 @dataclass
 class StormResult:
     """What the storm did to the runs asked during it."""
@@ -193,7 +199,12 @@ class StormResult:
 
     @property
     def failed(self) -> int:
-        return sum(self.failed_reasons.values())
+        """Runs failed by the retries themselves (attempts, dead letter), not by their budget."""
+        return sum(n for reason, n in self.failed_reasons.items() if reason not in BUDGET_ENDS)
+
+    @property
+    def ended_by_budget(self) -> int:
+        return sum(n for reason, n in self.failed_reasons.items() if reason in BUDGET_ENDS)
 
     @property
     def ok(self) -> bool:
@@ -202,7 +213,8 @@ class StormResult:
     def as_dict(self) -> dict[str, Any]:
         found = asdict(self)
         found.pop("submitted")
-        return {**found, "failed": self.failed, "ok": self.ok}
+        return {**found, "failed": self.failed, "ended_by_budget": self.ended_by_budget,
+                "ok": self.ok}
 
 
 async def storm_phase(stack: ChaosStack, config: ChaosConfig,

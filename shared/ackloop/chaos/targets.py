@@ -58,7 +58,8 @@ def evaluate_targets(f: dict[str, Any], *, quick: bool) -> list[dict[str, Any]]:
                 f["storm"].get("ok", False),
                 f"failed {f['storm'].get('failed')} (implied {f['storm'].get('failures_implied')}:"
                 f" storm {f['storm'].get('storm_s')} s vs bound {f['storm'].get('bound_s')} s), "
-                f"stuck {f['storm'].get('stuck')}"),
+                f"stuck {f['storm'].get('stuck')}; ended by their budget "
+                f"{f['storm'].get('ended_by_budget', 0)}"),
     ]
     if quick:
         targets.append(_target(f"wall time <= {QUICK_MAX_WALL_S:.0f} s",
