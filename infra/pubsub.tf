@@ -101,8 +101,10 @@ resource "google_pubsub_subscription" "step" {
   ]
 }
 
-# dead_letter -> dead_letter service. No dead-letter policy of its own (a topic cannot be its own
-# dead-letter topic): a failing dead-letter handler is retried until message_retention_seconds.
+# dead_letter -> dead_letter service. A topic cannot be its own dead-letter topic, so the
+# dead-letter subscription dead-letters to a topic of its own, where nothing pushes: a message the
+# handler refused max_delivery_attempts times is parked there (readable with gcloud for
+# message_retention_seconds) instead of cycling through the handler forever.
 resource "google_pubsub_subscription" "dead_letter" {
   project = var.project_id
   name    = "${google_pubsub_topic.topic["dead_letter"].name}-dead-letter"
@@ -125,11 +127,58 @@ resource "google_pubsub_subscription" "dead_letter" {
     maximum_backoff = "${local.retry_backoff_seconds.maximum}s"
   }
 
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter_parked.id
+    max_delivery_attempts = local.max_delivery_attempts
+  }
+
   expiration_policy {
     ttl = ""
   }
 
-  depends_on = [google_cloud_run_v2_service_iam_member.push_invoker]
+  depends_on = [
+    google_cloud_run_v2_service_iam_member.push_invoker,
+    google_pubsub_topic_iam_member.service_agent_parks_dead_letters,
+  ]
+}
+
+# Dead letters the dead-letter handler itself refused: parked, never pushed anywhere.
+resource "google_pubsub_topic" "dead_letter_parked" {
+  #checkov:skip=CKV_GCP_83:Messages carry only ids and small call descriptors (never conversations); Google-managed encryption at rest is the deliberate default. Add kms_key_name here for CMEK.
+  project                    = var.project_id
+  name                       = "${local.topics.dead_letter}-parked"
+  message_retention_duration = "604800s"
+
+  depends_on = [google_project_service.required]
+}
+
+# Pull only: an operator reads what was parked (gcloud pubsub subscriptions pull).
+resource "google_pubsub_subscription" "dead_letter_parked" {
+  project = var.project_id
+  name    = "${google_pubsub_topic.dead_letter_parked.name}-pull"
+  topic   = google_pubsub_topic.dead_letter_parked.id
+
+  ack_deadline_seconds       = 60
+  message_retention_duration = "${var.message_retention_seconds}s"
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# The Pub/Sub service agent forwards to the parked topic and acknowledges what it forwarded.
+resource "google_pubsub_topic_iam_member" "service_agent_parks_dead_letters" {
+  project = var.project_id
+  topic   = google_pubsub_topic.dead_letter_parked.name
+  role    = "roles/pubsub.publisher"
+  member  = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "service_agent_acks_parked_letters" {
+  project      = var.project_id
+  subscription = google_pubsub_subscription.dead_letter.name
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
 }
 
 # Optional: a pull subscription to read answers with gcloud. Applications attach their own.

@@ -30,7 +30,8 @@ class PushRoute:
     subscription: str
     endpoint: str
     dead_letter: bool = True
-    """Whether the subscription dead-letters (every one but the dead-letter topic's own)."""
+    """Whether the subscription dead-letters to the dead-letter topic (every one but the
+    dead-letter topic's own, which dead-letters to :func:`parked_topic`)."""
     ack_deadline_s: int = 60
     """The pushed service's request timeout, as in production."""
 
@@ -52,6 +53,12 @@ def routes(
                   ack_deadline_s=int(policy.ack_deadline_s(service)))
         for topic, service in planned
     ]
+
+
+def parked_topic(settings: Settings) -> str:
+    """Where the dead-letter subscription dead-letters what its handler kept refusing: a
+    topic nothing pushes (``infra/pubsub.tf`` does the same), so no message cycles forever."""
+    return f"{settings.dead_letter_topic}-parked"
 
 
 def all_topics(settings: Settings) -> list[str]:
@@ -83,6 +90,13 @@ def create_topology(
             with contextlib.suppress(gexc.AlreadyExists):
                 publisher.create_topic(name=publisher.topic_path(project, topic))
         dead_letter_topic = publisher.topic_path(project, settings.dead_letter_topic)
+        parked = publisher.topic_path(project, parked_topic(settings))
+        with contextlib.suppress(gexc.AlreadyExists):
+            publisher.create_topic(name=parked)
+        with contextlib.suppress(gexc.AlreadyExists):
+            subscriber.create_subscription(
+                name=subscriber.subscription_path(project, f"{parked_topic(settings)}-pull"),
+                topic=parked)
         planned = routes(settings, endpoints, policy)
         for route in planned:
             push_config = {"push_endpoint": route.endpoint} if push == "emulator" else {}
@@ -97,11 +111,10 @@ def create_topology(
                 # until the dead-letter policy takes it. The push delivery follows production's
                 # exponential retry policy (ackloop.delivery) itself.
             }
-            if route.dead_letter:
-                request["dead_letter_policy"] = {
-                    "dead_letter_topic": dead_letter_topic,
-                    "max_delivery_attempts": attempts,
-                }
+            request["dead_letter_policy"] = {
+                "dead_letter_topic": dead_letter_topic if route.dead_letter else parked,
+                "max_delivery_attempts": attempts,
+            }
             try:
                 subscriber.create_subscription(request=request)
             except gexc.AlreadyExists:
