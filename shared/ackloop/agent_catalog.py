@@ -6,6 +6,9 @@
 - ``reference-long``: the same loop, as many tool calls as the question asks (``calls=N``), to
   measure how the cost of a step grows with the length of the conversation.
 
+The two benchmark agents are registered only when ``ACKLOOP_BENCH_AGENTS`` is on (the local
+stack and ``ackloop bench`` set it): a deployment serves ``default`` alone.
+
 Add an agent by appending an :class:`~ackloop.agents.AgentDefinition` to
 :func:`builtin_agents` (see the README, "Define an agent").
 """
@@ -47,12 +50,17 @@ async def bench_lookup(args: BenchLookup) -> dict[str, str]:
 
 
 def builtin_agents(settings: Settings, http: httpx.AsyncClient) -> list[AgentDefinition]:
+    default = AgentDefinition(
+        name="default",
+        system_instruction=SEED_INSTRUCTIONS,
+        toolbox=seed_toolset(http, settings),
+    )
+    return [default, *bench_agents()] if settings.bench_agents else [default]
+
+
+def bench_agents() -> list[AgentDefinition]:
+    """The benchmark's workload agents (an instant tool; long budgets for ``reference-long``)."""
     return [
-        AgentDefinition(
-            name="default",
-            system_instruction=SEED_INSTRUCTIONS,
-            toolbox=seed_toolset(http, settings),
-        ),
         AgentDefinition(
             name="reference",
             system_instruction="Call bench_lookup twice, then answer.",

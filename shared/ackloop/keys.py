@@ -66,9 +66,12 @@ def tool_turn_range(turn: int) -> tuple[str, str]:
     return f"{turn:04d}-tool-", str(StepKey.model(turn + 1))
 
 
-def run_id_for_request(request_id: str) -> str:
-    """The run id is a function of the request id, so a duplicate query finds the same run."""
-    digest = hashlib.sha256(request_id.encode()).hexdigest()[:20]
+def run_id_for_request(request_id: str, caller: str = "anonymous") -> str:
+    """The run id is a function of the caller and the request id, so a duplicate query finds
+    the same run, and the same request id from two callers makes two runs. (An anonymous
+    caller's ids are the request id's hash alone, as a query published to the topic has.)"""
+    scoped = request_id if caller == "anonymous" else f"{caller}\n{request_id}"
+    digest = hashlib.sha256(scoped.encode()).hexdigest()[:20]
     return f"run-{digest}"
 
 

@@ -22,6 +22,9 @@ from ackloop.wire import Usage
 
 JsonDict = dict[str, Any]
 
+ANONYMOUS = "anonymous"
+"""The caller of a query published to the topic, or of the HTTP API when it checks no one."""
+
 
 class RunStatus(StrEnum):
     QUEUED = "queued"
@@ -84,6 +87,8 @@ class RunRecord(Record):
     usage: Usage = Usage()
     steps_total: int = 0
     output_schema: JsonDict | None = None
+    owner: str = ANONYMOUS
+    """The caller who asked for the run: only they read it, stream it or cancel it."""
 
 
 class ConversationRecord(Record):
@@ -94,6 +99,8 @@ class ConversationRecord(Record):
     first of them)."""
     run_count: int = 0
     updated_at: float = 0.0
+    owner: str = ANONYMOUS
+    """The caller whose run created the conversation: only their runs may continue it."""
 
 
 class StepStatus(StrEnum):

@@ -147,6 +147,50 @@ class Settings(BaseSettings):
     api_stream_max_seconds: float = Field(
         default=300.0, gt=0, description="Longest one stream stays open (resume with its cursor)."
     )
+    api_stream_max_open: int = Field(
+        default=200, ge=1,
+        description="Event streams one API process keeps open at once; beyond it a new stream "
+        "is answered 503 with Retry-After.",
+    )
+    api_stream_send_timeout_seconds: float = Field(
+        default=30.0, gt=0,
+        description="Longest a stream waits for a client that does not read what it was sent; "
+        "then the connection is closed.",
+    )
+    api_stream_page_size: int = Field(
+        default=20, ge=1, le=500,
+        description="Step documents a stream reads per query (it reads only past its cursor).",
+    )
+    api_max_connections: int = Field(
+        default=1000, ge=1,
+        description="Connections and tasks the API's server serves at once (uvicorn "
+        "limit_concurrency); beyond it a request is answered 503.",
+    )
+    api_keep_alive_seconds: float = Field(
+        default=5.0, gt=0, description="How long an idle keep-alive connection stays open."
+    )
+    api_request_read_seconds: float = Field(
+        default=30.0, gt=0,
+        description="Longest a client may take to send a request's body (from its headers); a "
+        "slower one is answered 408 and its connection closed.",
+    )
+    bench_agents: bool = Field(
+        default=False,
+        description="Also register the benchmark agents (reference, reference-long): the local "
+        "stack and the benchmark turn it on; a deployment leaves it off.",
+    )
+    max_steps_ceiling: int = Field(
+        default=100, ge=1, le=1000,
+        description="Most model steps a caller may ask for per run (options.max_steps).",
+    )
+    max_seconds_ceiling: float = Field(
+        default=3600.0, gt=0, le=86_400,
+        description="Longest wall clock a caller may ask for per run (options.max_seconds).",
+    )
+    max_tool_calls_ceiling: int = Field(
+        default=200, ge=0, le=10_000,
+        description="Most tool calls a caller may ask for per run (options.max_tool_calls).",
+    )
     push_auth: PushAuth = Field(
         default="none",
         description="Step push endpoints: 'cloud_run_iam' checks the claims of the push token "
@@ -167,17 +211,6 @@ class Settings(BaseSettings):
 
     log_level: str = Field(default="INFO", description="Python log level.")
 
-    def resolved_model_provider(self) -> Literal["gemini", "scripted"]:
-        """'auto' means Gemini when an API key or Vertex AI is configured, else scripted."""
-        if self.model_provider != "auto":
-            return self.model_provider
-        if self.gemini_api_key is not None or self.use_vertexai:
-            return "gemini"
-        return "scripted"
-
-    def collection(self, name: str) -> str:
-        """Name of a top-level Firestore collection, with the configured prefix."""
-        return f"{self.collection_prefix}{name}"
     @model_validator(mode="after")
     def _push_auth_is_complete(self) -> Settings:
         """A push check without its email would pass a token of any service account, and one
@@ -192,3 +225,29 @@ class Settings(BaseSettings):
                     "them a token of any service account, or for any service, would pass")
         return self
 
+    def resolved_model_provider(self) -> Literal["gemini", "scripted"]:
+        """'auto' means Gemini when an API key or Vertex AI is configured, else scripted."""
+        if self.model_provider != "auto":
+            return self.model_provider
+        if self.gemini_api_key is not None or self.use_vertexai:
+            return "gemini"
+        return "scripted"
+
+    def over_ceiling(
+        self, max_steps: int | None, max_seconds: float | None, max_tool_calls: int | None
+    ) -> str | None:
+        """Why budgets a caller asked for exceed this deployment's ceilings (None if they don't)."""
+        over = [
+            f"{name} {value:g} is above this deployment's ceiling of {ceiling:g}"
+            for name, value, ceiling in (
+                ("max_steps", max_steps, self.max_steps_ceiling),
+                ("max_seconds", max_seconds, self.max_seconds_ceiling),
+                ("max_tool_calls", max_tool_calls, self.max_tool_calls_ceiling),
+            )
+            if value is not None and value > ceiling
+        ]
+        return "; ".join(over) or None
+
+    def collection(self, name: str) -> str:
+        """Name of a top-level Firestore collection, with the configured prefix."""
+        return f"{self.collection_prefix}{name}"

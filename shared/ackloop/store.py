@@ -176,6 +176,7 @@ class AgentStore:
                 active_run_id=run.run_id,
                 run_count=1,
                 updated_at=run.created_at,
+                owner=run.owner,
             )
             try:
                 await self.db.commit(
@@ -198,8 +199,13 @@ class AgentStore:
             conv = (
                 ConversationRecord.model_validate(conv_snap.data)
                 if conv_snap
-                else ConversationRecord(conversation_id=run.conversation_id)
+                else ConversationRecord(conversation_id=run.conversation_id, owner=run.owner)
             )
+            if conv.owner != run.owner:
+                # Another caller's conversation: it does not exist for this one (no history
+                # planted, nothing written, and its id is not confirmed either).
+                raise PermanentError(f"no conversation {run.conversation_id!r}",
+                                     reason="conversation_not_found")
             if conv.active_run_id not in (None, run.run_id):
                 # Busy: the run waits, recorded and in order, instead of its query being nacked
                 # until the active run ends. That run's final commit starts it.
@@ -554,8 +560,10 @@ class AgentStore:
         snaps = await self.db.get_all([self.step_path(run, key) for run, key in steps])
         return [s is not None for s in snaps]
 
-    async def steps_in_range(self, run_id: str, start: str, end: str) -> list[StepRecord]:
-        snaps = await self.db.list_range(self.steps_collection(run_id), start, end)
+    async def steps_in_range(
+        self, run_id: str, start: str, end: str, limit: int | None = None
+    ) -> list[StepRecord]:
+        snaps = await self.db.list_range(self.steps_collection(run_id), start, end, limit)
         return [StepRecord.model_validate(s.data) for s in snaps]
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:

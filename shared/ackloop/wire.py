@@ -6,6 +6,7 @@ Firestore (documents cap at 1 MiB, messages at 10 MB, and a message must stay ch
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, Literal
 
@@ -104,6 +105,11 @@ class RunOptions(WireModel):
     @classmethod
     def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
+            try:
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate: Firestore cannot store it
+                raise ValueError("output_schema holds text that is not valid Unicode (a lone "
+                                 "surrogate such as \\ud800)") from exc
             if len(str(value)) > 32_000 or _depth(value) > 12:
                 raise ValueError("output_schema is too large or too deeply nested")
             check_schema(value)

@@ -52,6 +52,8 @@ async def test_list_range_by_document_id(db: DocumentDB, prefix: str) -> None:
     found = await db.list_range(col, "0000-tool-", "0001-model")
     assert [s.id for s in found] == ["0000-tool-000", "0000-tool-001", "0001-model"]
     assert (await db.list_all(col))[0].id == "0000-model"
+    page = await db.list_range(col, "0000-model", "9999-tool-999", limit=2)
+    assert [s.id for s in page] == ["0000-model", "0000-tool-000"]
 
 
 async def test_list_where_orders(db: DocumentDB, prefix: str) -> None:

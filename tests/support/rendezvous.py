@@ -57,8 +57,10 @@ class RendezvousDB:
     async def commit(self, writes: Sequence[Write]) -> list[Version]:
         return await self.inner.commit(writes)
 
-    async def list_range(self, collection: str, start_id: str, end_id: str) -> list[Snapshot]:
-        return await self.inner.list_range(collection, start_id, end_id)
+    async def list_range(
+        self, collection: str, start_id: str, end_id: str, limit: int | None = None
+    ) -> list[Snapshot]:
+        return await self.inner.list_range(collection, start_id, end_id, limit)
 
     async def list_where(
         self, collection: str, field_name: str, value: Any, order_by: str, limit: int = 100

@@ -4,6 +4,7 @@
 ``POST /api/stream_reasoning_engine`` serves ``stream_query`` as newline-delimited JSON.
 :data:`CLASS_METHODS` is the single declaration: it routes requests, and
 ``GET /api/class_methods`` lists it in the form a deployment spec's ``classMethods`` takes.
+Runs belong to their caller here as on ``/runs`` (see :mod:`ackloop.api.runs`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from ackloop.api import events
+from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError, field_errors
 from ackloop.api.models import (
     CancelAccepted,
@@ -29,7 +31,16 @@ from ackloop.api.models import (
     QueryText,
     Strict,
 )
-from ackloop.api.runs import ERRORS, deps_of, get_run, start, wait_for
+from ackloop.api.runs import (
+    ERRORS,
+    deps_of,
+    existing_run,
+    get_run,
+    run_events,
+    start,
+    stream_response,
+    wait_for,
+)
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import cancel_run
 from ackloop.wire import Usage
@@ -95,11 +106,11 @@ class ClassMethod:
     call: Callable[[Deps, Any], Awaitable[Any]] | None = None
 
 
-async def _query(deps: Deps, data: SyncQueryInput) -> QueryOutput:
-    run, _ = await start(deps, data.to_create(), None)
+async def _query(deps: Deps, data: SyncQueryInput, caller: str) -> QueryOutput:
+    run, _ = await start(deps, data.to_create(), None, caller)
     limit = deps.settings.api_query_timeout_seconds
     wait = limit if data.wait_seconds is None else min(data.wait_seconds, limit)
-    run = await wait_for(deps, run.run_id, wait)
+    run = await wait_for(deps, run.run_id, wait, caller)
     final = FinishedEvent.of(run)
     return QueryOutput(run_id=run.run_id, conversation_id=run.conversation_id,
                        status=final.status, finished=run.status.terminal,
@@ -107,7 +118,8 @@ async def _query(deps: Deps, data: SyncQueryInput) -> QueryOutput:
                        error=run.error, usage=run.usage)
 
 
-async def _cancel(deps: Deps, data: RunRef) -> CancelAccepted:
+async def _cancel(deps: Deps, data: RunRef, caller: str) -> CancelAccepted:
+    await existing_run(deps, data.run_id, caller)
     run = await cancel_run(deps, data.run_id)
     if run is None:
         raise ApiError(404, "not_found", f"no run {data.run_id}")
@@ -164,12 +176,13 @@ async def list_class_methods() -> dict[str, list[dict[str, Any]]]:
 async def reasoning_engine(request: Request, body: ReasoningEngineRequest) -> Any:
     method, data = _resolve(body, streaming=False)
     deps = await deps_of(request)
+    caller = caller_of(request)
     if method.name == "query":
-        output: Any = await _query(deps, data)
+        output: Any = await _query(deps, data, caller)
     elif method.name == "get_run":
         output = await get_run(request, data.run_id)
     else:
-        output = await _cancel(deps, data)
+        output = await _cancel(deps, data, caller)
     return ReasoningEngineResponse(output=output.model_dump(mode="json"))
 
 
@@ -183,20 +196,16 @@ async def stream_reasoning_engine(request: Request, body: ReasoningEngineRequest
     ``answer`` is the agent's answer."""
     _, data = _resolve(body, streaming=True)
     deps = await deps_of(request)
-    run, created = await start(deps, data.to_create(), None)
-    settings = deps.settings
+    request.app.state.streams.check()  # no run started for a stream that would be refused
+    run, created = await start(deps, data.to_create(), None, caller_of(request))
     started = {"type": "started", "run_id": run.run_id, "request_id": run.request_id,
                "conversation_id": run.conversation_id, "created": created}
 
     async def lines() -> AsyncIterator[str]:
         yield json.dumps(started, separators=(",", ":")) + "\n"
-        async for event in events.run_events(
-            deps.store, run.run_id, None, poll_seconds=settings.api_stream_poll_seconds,
-            max_seconds=settings.api_stream_max_seconds,
-        ):
+        async for event in run_events(deps, run.run_id, None):
             if event is not None:
                 yield events.ndjson(event)
 
-    return StreamingResponse(lines(), media_type="application/x-ndjson",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return stream_response(request, deps, lines(), "application/x-ndjson")
 

@@ -17,7 +17,8 @@ from fastapi import Depends, FastAPI, Request
 
 from ackloop.api import agent_runtime, errors, runs
 from ackloop.api.auth import ApiAuth
-from ackloop.api.limits import BodyLimit
+from ackloop.api.events import StreamSlots
+from ackloop.api.limits import BodyLimit, ReadDeadline
 from ackloop.api.tokens import IdTokenVerifier
 from ackloop.engine.deps import Deps
 from ackloop.runtime import process_deps
@@ -54,8 +55,10 @@ def create_app(
     app = FastAPI(title="ackloop", version="0.1.0", description=DESCRIPTION)
     app.state.deps = deps
     app.state.settings = settings
+    app.state.streams = StreamSlots(settings.api_stream_max_open)
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(ReadDeadline, seconds=settings.api_request_read_seconds)
     app.include_router(runs.router, dependencies=guarded)
     app.include_router(agent_runtime.router, dependencies=guarded)
 

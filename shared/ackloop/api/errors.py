@@ -20,7 +20,8 @@ from ackloop.errors import RetryableError
 log = logging.getLogger(__name__)
 
 _CODES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
-          405: "method_not_allowed", 406: "not_acceptable", 409: "conflict",
+          405: "method_not_allowed", 406: "not_acceptable", 408: "request_timeout",
+          409: "conflict",
           413: "body_too_large", 415: "unsupported_media_type", 422: "invalid_request"}
 
 
@@ -34,9 +35,15 @@ class ApiError(Exception):
         self.headers, self.extra = headers, extra
 
 
+def encodable(text: str) -> str:
+    """``text`` with any lone surrogate (which JSON can carry and UTF-8 cannot) escaped, so an
+    answer that quotes what a client sent can always be encoded."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_response(status: int, code: str, message: str, *,
                    headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
-    body = ErrorBody(error=message, code=code, **extra)
+    body = ErrorBody(error=encodable(message), code=code, **extra)
     return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=status,
                         headers=headers)
 
@@ -45,7 +52,8 @@ def field_errors(errors: Any) -> list[FieldError]:
     out = []
     for err in errors:
         loc = [str(p) for p in err.get("loc", ())]
-        out.append(FieldError(field=".".join(loc) or "body", message=str(err.get("msg", ""))))
+        out.append(FieldError(field=encodable(".".join(loc) or "body"),
+                              message=encodable(str(err.get("msg", "")))))
     return out
 
 

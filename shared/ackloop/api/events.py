@@ -4,25 +4,40 @@ The step documents are the log: one per step, whatever the number of deliveries 
 so a retried step is one event. Events go out in key order (execution order), and a step is
 sent only when every step before it that the run has announced (a model step's outbox names
 the tool steps it started) has completed too, so a cursor (the last key sent) never skips a
-step that completes later. The stream polls: one run read and one range read of the current
-turn's steps per poll.
+step that completes later.
+
+A stream reads incrementally: one run read per poll, then the step documents past its cursor,
+at most ``page_size`` at a time, so what one stream holds does not grow with the run. The
+steps announced by the steps already sent are remembered (only keys past the cursor). A
+process keeps at most ``api_stream_max_open`` streams (:class:`StreamSlots`), each for at most
+``api_stream_max_seconds``, and closes a stream whose client stops reading
+(:class:`EventStreamResponse`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 
+from starlette.responses import StreamingResponse
+from starlette.types import Message, Receive, Scope, Send
+
+from ackloop.api.errors import ApiError
 from ackloop.api.models import Event, FinishedEvent, StepEvent, StepView
 from ackloop.keys import StepKey
 from ackloop.records import RunRecord, StepRecord, StepStatus
 from ackloop.store import AgentStore
 
+log = logging.getLogger(__name__)
+
 END = "end"
 LAST_KEY = "9999-tool-999"
 HEARTBEAT_SECONDS = 15.0
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def _range_start(cursor: str | None) -> str:
@@ -31,27 +46,48 @@ def _range_start(cursor: str | None) -> str:
     return str(StepKey.model(StepKey.parse(cursor).turn))
 
 
-def deliverable(steps: list[StepRecord], cursor: str | None, terminal: bool) -> list[StepRecord]:
-    """The steps after ``cursor`` that can be sent now, in key order.
+def key_after(key: str) -> str | None:
+    """The first step position after ``key`` (None after the last one)."""
+    step = StepKey.parse(key)
+    if step.kind == "model":
+        return str(StepKey.tool(step.turn, 0))
+    if step.index < 999:
+        return str(StepKey.tool(step.turn, step.index + 1))
+    return str(StepKey.model(step.turn + 1)) if step.turn < 9999 else None
 
-    While the run goes on, sending stops at the first step (recorded or only announced) that
-    has not completed; once the run has ended, the completed ones are all sent.
+
+def deliverable(steps: list[StepRecord], cursor: str | None, terminal: bool,
+                announced: set[str] | None = None) -> tuple[list[StepRecord], bool]:
+    """The steps after ``cursor`` that can be sent now, in key order, and whether sending
+    stopped at a step that has not completed.
+
+    ``steps`` is a run of consecutive step documents (a page); ``announced`` holds the keys
+    announced by steps read before (and receives the ones announced by ``steps``). While the
+    run goes on, sending stops at the first step (recorded or only announced) that has not
+    completed; once the run has ended, the completed ones are all sent.
     """
-    by_key = {s.key: s for s in steps}
-    announced = {
+    announced = set() if announced is None else announced
+    announced.update(
         o.target_step for s in steps if s.status is StepStatus.COMPLETED for o in s.outbox
         if o.target_step is not None
-    }
+    )
+    by_key = {s.key: s for s in steps}
+    last_read = StepKey.parse(steps[-1].key) if steps else None
+    after = None if cursor is None else StepKey.parse(cursor)
     ready = []
     for key in sorted(set(by_key) | announced, key=StepKey.parse):
-        if cursor is not None and StepKey.parse(key) <= StepKey.parse(cursor):
+        position = StepKey.parse(key)
+        if after is not None and position <= after:
             continue
+        if last_read is not None and position > last_read and key not in by_key:
+            # Announced past this page: the next page says whether it is recorded.
+            break
         step = by_key.get(key)
         if step is not None and step.status is StepStatus.COMPLETED:
             ready.append(step)
         elif not terminal:
-            break
-    return ready
+            return ready, True
+    return ready, False
 
 
 async def run_events(
@@ -61,6 +97,7 @@ async def run_events(
     *,
     poll_seconds: float,
     max_seconds: float,
+    page_size: int = 20,
     clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[Event | None]:
     """Events of ``run_id`` after cursor ``after``, until the run ends or ``max_seconds`` pass.
@@ -70,6 +107,8 @@ async def run_events(
     if after == END:
         return
     cursor = after
+    announced: set[str] = set()
+    start: str | None = _range_start(cursor)  # the cursor's turn: what its model step announced
     began = clock()
     quiet_since = began
     while True:
@@ -77,11 +116,24 @@ async def run_events(
         if run is None:
             return
         terminal = run.status.terminal  # read before the steps: all of them are in by then
-        steps = await store.steps_in_range(run_id, _range_start(cursor), LAST_KEY)
-        for step in deliverable(steps, cursor, terminal):
-            cursor = step.key
-            quiet_since = clock()
-            yield StepEvent(cursor=step.key, run_id=run_id, step=StepView.of(step))
+        while start is not None:
+            page = await store.steps_in_range(run_id, start, LAST_KEY, limit=page_size)
+            full, last_read = len(page) >= page_size, page[-1].key if page else None
+            ready, blocked = deliverable(page, cursor, terminal, announced)
+            page = []
+            for step in ready:
+                cursor = step.key
+                quiet_since = clock()
+                yield StepEvent(cursor=step.key, run_id=run_id, step=StepView.of(step))
+            ready = []
+            if cursor is not None:
+                past = StepKey.parse(cursor)
+                announced = {k for k in announced if StepKey.parse(k) > past}
+            if blocked or not full or last_read is None:
+                break
+            start = key_after(last_read)  # every step of a full page sent: read the next one
+        if cursor is not None:
+            start = key_after(cursor)  # steps up to the cursor are never read again
         if terminal:
             yield FinishedEvent.of(run)
             return
@@ -105,3 +157,70 @@ def sse(event: Event | None) -> str:
         return ": keep-alive\n\n"
     data = json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
     return f"id: {event.cursor}\nevent: {event.type}\ndata: {data}\n\n"
+
+
+class StreamSlots:
+    """How many event streams this process has open, and the most it accepts."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    def check(self) -> None:
+        """503 (with ``Retry-After``) when no slot is free."""
+        if self.open >= self.limit:
+            raise ApiError(503, "too_many_streams",
+                           f"this server already has {self.open} event streams open (its limit "
+                           f"is {self.limit}); retry later, or poll GET /runs/{{run_id}}",
+                           headers={"Retry-After": "5"})
+
+    @contextmanager
+    def taken(self) -> Iterator[None]:
+        """Hold a slot for the ``with`` block; 503 (with ``Retry-After``) when none is free."""
+        self.check()
+        self.open += 1
+        try:
+            yield
+        finally:
+            self.open -= 1
+
+
+class StreamClosed(Exception):
+    """The client stopped reading (or the stream's lifetime ran out) while a chunk was sent."""
+
+
+class EventStreamResponse(StreamingResponse):
+    """A stream that holds one of the process's :class:`StreamSlots` while it is open, and
+    gives up on a client that does not take a chunk within ``send_timeout`` seconds or keeps
+    the stream past ``max_seconds``: the connection is then closed, and nothing stays held.
+
+    The slot is taken when the response is built (so an over-limit request answers 503 before
+    anything is sent) and given back when the response ends, however it ends.
+    """
+
+    def __init__(self, content: AsyncIterator[str], *, slots: StreamSlots, media_type: str,
+                 send_timeout: float, max_seconds: float) -> None:
+        self._slot = slots.taken()
+        self._slot.__enter__()
+        super().__init__(content, media_type=media_type, headers=STREAM_HEADERS)
+        self.send_timeout = send_timeout
+        self.deadline = time.monotonic() + max_seconds + send_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def bounded_send(message: Message) -> None:
+            left = min(self.send_timeout, self.deadline - time.monotonic())
+            try:
+                await asyncio.wait_for(send(message), timeout=max(0.0, left))
+            except TimeoutError as exc:
+                raise StreamClosed(f"client did not read for {self.send_timeout:g} s") from exc
+
+        try:
+            await super().__call__(scope, receive, bounded_send)
+        except* StreamClosed as group:
+            # Returning without finishing the response makes the server close the connection.
+            log.info("event stream closed: %s", group.exceptions[0])
+        finally:
+            self._slot.__exit__(None, None, None)
+            iterator = self.body_iterator
+            if hasattr(iterator, "aclose"):
+                await iterator.aclose()

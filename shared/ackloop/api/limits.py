@@ -1,7 +1,12 @@
-"""A request-body size limit, enforced before any handler reads the body."""
+"""Limits on what a client may make the API hold: a body's size, the time it takes to send it.
+
+The server's own limits (connections, keep-alive, the time to send headers) are set where it
+is started (:mod:`ackloop.api.server`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from starlette.exceptions import HTTPException
@@ -37,7 +42,6 @@ class BodyLimit:
                 await self._reject(send)
                 return
         seen = 0
-        started = False
 
         async def limited_receive() -> Message:
             nonlocal seen
@@ -48,24 +52,83 @@ class BodyLimit:
                     raise BodyTooLarge(self.max_bytes)
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = _TrackedSend(send)
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, limited_receive, tracked)
         except BodyTooLarge:
-            if not started:
+            if not tracked.started:
                 await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
-        body = json.dumps({
-            "error": f"request body larger than {self.max_bytes} bytes",
-            "code": "body_too_large",
-        }).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _answer(send, 413, {"error": f"request body larger than {self.max_bytes} bytes",
+                                  "code": "body_too_large"})
+
+
+class ReadTimedOut(HTTPException):
+    """Raised while the body is read too slowly: the app's handlers answer 408 and close the
+    connection (so does the middleware)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"request body not received within {seconds:g} seconds",
+                         headers={"Connection": "close"})
+
+
+class ReadDeadline:
+    """ASGI middleware: 408 (and the connection closed) for a client that takes more than
+    ``seconds`` to send its request body, counted from when its headers arrived. Only reads of
+    the body are timed: once it is complete, waiting for a disconnect is not."""
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.seconds
+        body_done = False
+
+        async def timed_receive() -> Message:
+            nonlocal body_done
+            if body_done:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError as exc:
+                raise ReadTimedOut(self.seconds) from exc
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        tracked = _TrackedSend(send)
+        try:
+            await self.app(scope, timed_receive, tracked)
+        except ReadTimedOut as exc:
+            if not tracked.started:
+                await _answer(send, 408, {"error": str(exc.detail), "code": "request_timeout"},
+                              close=True)
+
+
+class _TrackedSend:
+    """``send``, remembering whether the response has started (then no error can replace it)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+
+async def _answer(send: Send, status: int, body: dict[str, str], *, close: bool = False) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(data)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})

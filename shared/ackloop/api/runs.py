@@ -1,4 +1,10 @@
-"""The runs API: create, read, stream, cancel, and list a conversation's runs."""
+"""The runs API: create, read, stream, cancel, and list a conversation's runs.
+
+Runs and conversations belong to the caller who created them (:func:`ackloop.api.auth.caller_of`):
+the idempotency key is scoped to the caller (the same key from two callers makes two runs), a
+run names the caller as its owner, and so does a conversation when its first run creates it.
+Another caller gets 404 for them, exactly as for an id that does not exist, and writes nothing.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ackloop.api import events
+from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError
 from ackloop.api.models import (
     CURSOR_PATTERN,
@@ -20,6 +27,7 @@ from ackloop.api.models import (
     ConversationRuns,
     CreateRun,
     ErrorBody,
+    Event,
     RunCreated,
     RunSummary,
     RunView,
@@ -31,7 +39,7 @@ from ackloop.engine import finish
 from ackloop.engine.deps import Deps
 from ackloop.engine.ingest import start_run
 from ackloop.errors import IdempotencyMismatch, PermanentError
-from ackloop.records import RunRecord
+from ackloop.records import ANONYMOUS, RunRecord
 from ackloop.sweep import sweep
 from ackloop.wire import ID_PATTERN, QueryMessage
 
@@ -62,8 +70,14 @@ async def deps_of(request: Request) -> Deps:
     return deps
 
 
-async def start(deps: Deps, body: CreateRun, idempotency_key: str | None) -> tuple[RunRecord, bool]:
-    """Start (or find) the run for ``body``: once per request id, whatever the retries."""
+# A PermanentError's reason -> the status it answers (422 for any other).
+_REFUSALS = {"conversation_queue_full": 409, "conversation_not_found": 404}
+
+
+async def start(deps: Deps, body: CreateRun, idempotency_key: str | None, caller: str
+                ) -> tuple[RunRecord, bool]:
+    """Start (or find) the run for ``body``: once per caller and request id, whatever the
+    retries."""
     if body.request_id and idempotency_key and body.request_id != idempotency_key:
         raise ApiError(422, "invalid_request",
                        "request_id and the Idempotency-Key header differ; send one of them")
@@ -77,29 +91,29 @@ async def start(deps: Deps, body: CreateRun, idempotency_key: str | None) -> tup
     try:
         # The run is durable once committed: if its first publish fails, it is still accepted
         # (202) and the sweeper sends that message, rather than a 503 inviting a second run.
-        return await start_run(deps, query, publish_failure_ok=True)
+        return await start_run(deps, query, publish_failure_ok=True, owner=caller)
     except IdempotencyMismatch as exc:
         raise ApiError(409, "idempotency_mismatch", str(exc)) from exc
     except PermanentError as exc:
-        status = 409 if exc.reason == "conversation_queue_full" else 422
-        raise ApiError(status, exc.reason, str(exc)) from exc
+        raise ApiError(_REFUSALS.get(exc.reason, 422), exc.reason, str(exc)) from exc
 
 
-async def wait_for(deps: Deps, run_id: str, seconds: float) -> RunRecord:
+async def wait_for(deps: Deps, run_id: str, seconds: float, caller: str) -> RunRecord:
     """The run once it has ended, or as it is when ``seconds`` have passed."""
     deadline = time.monotonic() + seconds
     poll = deps.settings.api_stream_poll_seconds
     while True:
-        run = await existing_run(deps, run_id)
+        run = await existing_run(deps, run_id, caller)
         left = deadline - time.monotonic()
         if run.status.terminal or left <= 0:
             return run
         await asyncio.sleep(min(poll, left))
 
 
-async def existing_run(deps: Deps, run_id: str) -> RunRecord:
+async def existing_run(deps: Deps, run_id: str, caller: str) -> RunRecord:
+    """The run, if it exists and belongs to ``caller``; else 404 (the same answer for both)."""
     run = await deps.store.get_run(run_id)
-    if run is None:
+    if run is None or run.owner != caller:
         raise ApiError(404, "not_found", f"no run {run_id}")
     return run
 
@@ -110,23 +124,38 @@ def wants_sse(request: Request, fmt: str | None) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-def event_stream(deps: Deps, run_id: str, after: str | None, sse: bool) -> StreamingResponse:
-    """The run's events as ndjson, or as Server-Sent Events."""
+def stream_response(request: Request, deps: Deps, lines: AsyncIterator[str], media_type: str
+                    ) -> events.EventStreamResponse:
+    """``lines`` as a stream bounded like every stream of this process (see
+    :class:`~ackloop.api.events.EventStreamResponse`); 503 when the process has too many."""
     settings = deps.settings
+    return events.EventStreamResponse(
+        lines, slots=request.app.state.streams, media_type=media_type,
+        send_timeout=settings.api_stream_send_timeout_seconds,
+        max_seconds=settings.api_stream_max_seconds)
+
+
+def run_events(deps: Deps, run_id: str, after: str | None
+               ) -> AsyncIterator[Event | None]:
+    settings = deps.settings
+    return events.run_events(
+        deps.store, run_id, after, poll_seconds=settings.api_stream_poll_seconds,
+        max_seconds=settings.api_stream_max_seconds, page_size=settings.api_stream_page_size)
+
+
+def event_stream(request: Request, deps: Deps, run_id: str, after: str | None, sse: bool
+                 ) -> StreamingResponse:
+    """The run's events as ndjson, or as Server-Sent Events."""
 
     async def body() -> AsyncIterator[str]:
-        async for event in events.run_events(
-            deps.store, run_id, after, poll_seconds=settings.api_stream_poll_seconds,
-            max_seconds=settings.api_stream_max_seconds,
-        ):
+        async for event in run_events(deps, run_id, after):
             if sse:
                 yield events.sse(event)
             elif event is not None:
                 yield events.ndjson(event)
 
     media = "text/event-stream" if sse else "application/x-ndjson"
-    return StreamingResponse(body(), media_type=media,
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return stream_response(request, deps, body(), media)
 
 
 @router.post("/runs", status_code=202, response_model=RunCreated,
@@ -147,7 +176,7 @@ async def create_run(
     (``created: false``); with a different body, 409.
     """
     deps = await deps_of(request)
-    run, created = await start(deps, body, idempotency_key)
+    run, created = await start(deps, body, idempotency_key, caller_of(request))
     answer = RunCreated(run_id=run.run_id, request_id=run.request_id,
                         conversation_id=run.conversation_id, status=run.status.value,
                         created=created)
@@ -159,7 +188,7 @@ async def create_run(
 async def get_run(request: Request, run_id: RunId) -> RunView:
     """The run's status, stop reason, answer and usage, and each step with its timing."""
     deps = await deps_of(request)
-    run = await existing_run(deps, run_id)
+    run = await existing_run(deps, run_id, caller_of(request))
     steps = await deps.store.list_steps(run_id)
     return RunView(**RunSummary.of(run).model_dump(), model=run.model,
                    steps=[StepView.of(s) for s in steps])
@@ -180,8 +209,8 @@ async def stream_run(
     Server-Sent Events with ``Accept: text/event-stream`` or ``format=sse``. Resume with
     ``after`` (or ``Last-Event-ID``) set to the last cursor received."""
     deps = await deps_of(request)
-    await existing_run(deps, run_id)
-    return event_stream(deps, run_id, after or last_event_id, wants_sse(request, format))
+    await existing_run(deps, run_id, caller_of(request))
+    return event_stream(request, deps, run_id, after or last_event_id, wants_sse(request, format))
 
 
 @router.post("/runs/{run_id}/cancel", status_code=202, response_model=CancelAccepted,
@@ -192,6 +221,7 @@ async def cancel_run(request: Request, run_id: RunId) -> JSONResponse:
     ``cancelled`` at its next step boundary (the call in flight still records its result, tool
     calls not started yet are not made). Idempotent; 200 when the run had already finished."""
     deps = await deps_of(request)
+    await existing_run(deps, run_id, caller_of(request))
     run = await finish.cancel_run(deps, run_id)
     if run is None:
         raise ApiError(404, "not_found", f"no run {run_id}")
@@ -210,7 +240,11 @@ async def list_runs(
 ) -> ConversationRuns:
     """The runs of a conversation, oldest first (empty for an unknown conversation)."""
     deps = await deps_of(request)
-    runs = await deps.store.list_runs(conversation_id, limit)
+    caller = caller_of(request)
+    conversation = await deps.store.get_conversation_snapshot(conversation_id)
+    if conversation is not None and conversation.data.get("owner", ANONYMOUS) != caller:
+        raise ApiError(404, "not_found", f"no conversation {conversation_id}")
+    runs = [r for r in await deps.store.list_runs(conversation_id, limit) if r.owner == caller]
     return ConversationRuns(conversation_id=conversation_id,
                             runs=[RunSummary.of(r) for r in runs])
 

@@ -61,10 +61,10 @@ def serve(
     host: str = typer.Option("0.0.0.0", envvar="ACKLOOP_HOST"),
 ) -> None:
     """Serve the HTTP API (runs, Agent Runtime contract)."""
-    import uvicorn
+    from ackloop.api import server
+    from ackloop.settings import Settings
 
-    uvicorn.run("ackloop.api.app:create_app", factory=True, host=host, port=port,
-                log_level="warning")
+    server.serve(Settings(), host=host, port=port)
 
 
 if __name__ == "__main__":

@@ -294,6 +294,8 @@ class LocalStack:
         env = {
             **state.client_env(),
             "ACKLOOP_LOG_LEVEL": "INFO",
+            # The benchmark's agents: served locally, never deployed (the default is off).
+            "ACKLOOP_BENCH_AGENTS": "true",
         }
         if state.sandbox_url:
             env |= {

@@ -91,8 +91,11 @@ class DocumentDB(Protocol):
         """
         ...
 
-    async def list_range(self, collection: str, start_id: str, end_id: str) -> list[Snapshot]:
-        """Documents of ``collection`` whose id is in ``[start_id, end_id]``, by id."""
+    async def list_range(
+        self, collection: str, start_id: str, end_id: str, limit: int | None = None
+    ) -> list[Snapshot]:
+        """Documents of ``collection`` whose id is in ``[start_id, end_id]``, by id (the first
+        ``limit`` of them when given)."""
         ...
 
     async def list_where(

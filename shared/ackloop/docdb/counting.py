@@ -57,8 +57,10 @@ class CountingDocumentDB:
         self.counters.bytes_read += sum(_size(s) for s in found)
         return found
 
-    async def list_range(self, collection: str, start_id: str, end_id: str) -> list[Snapshot]:
-        return await self._listed(await self.inner.list_range(collection, start_id, end_id))
+    async def list_range(
+        self, collection: str, start_id: str, end_id: str, limit: int | None = None
+    ) -> list[Snapshot]:
+        return await self._listed(await self.inner.list_range(collection, start_id, end_id, limit))
 
     async def list_where(
         self, collection: str, field_name: str, value: Any, order_by: str, limit: int = 100

@@ -109,7 +109,9 @@ class FirestoreDocumentDB:
             target.update(ref, _top_level(w.data))
 
     @_translated
-    async def list_range(self, collection: str, start_id: str, end_id: str) -> list[Snapshot]:
+    async def list_range(
+        self, collection: str, start_id: str, end_id: str, limit: int | None = None
+    ) -> list[Snapshot]:
         col = self._client.collection(collection)
         doc_id = FieldPath.document_id()
         query = (
@@ -117,6 +119,8 @@ class FirestoreDocumentDB:
             .where(filter=FieldFilter(doc_id, "<=", col.document(end_id)))
             .order_by(doc_id)
         )
+        if limit is not None:
+            query = query.limit(limit)
         return [_snap(s) async for s in query.stream()]
 
     @_translated

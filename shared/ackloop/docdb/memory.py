@@ -98,8 +98,11 @@ class MemoryDocumentDB:
         ]
         return sorted(found, key=lambda s: s.id)
 
-    async def list_range(self, collection: str, start_id: str, end_id: str) -> list[Snapshot]:
-        return [s for s in self._children(collection) if start_id <= s.id <= end_id]
+    async def list_range(
+        self, collection: str, start_id: str, end_id: str, limit: int | None = None
+    ) -> list[Snapshot]:
+        found = [s for s in self._children(collection) if start_id <= s.id <= end_id]
+        return found if limit is None else found[:limit]
 
     async def list_where(
         self, collection: str, field_name: str, value: Any, order_by: str, limit: int = 100

@@ -8,8 +8,9 @@ import logging
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import first_step
 from ackloop.engine.outbox import resend, send
+from ackloop.errors import PermanentError
 from ackloop.keys import run_id_for_request
-from ackloop.records import RunLimits, RunRecord, RunStatus
+from ackloop.records import ANONYMOUS, RunLimits, RunRecord, RunStatus
 from ackloop.wire import QueryMessage
 
 log = logging.getLogger(__name__)
@@ -21,11 +22,13 @@ def request_hash(query: QueryMessage) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
-def new_run(deps: Deps, query: QueryMessage) -> RunRecord:
+def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS) -> RunRecord:
     agent = deps.agents.get(query.agent)
     settings = deps.settings
     opts = query.options
-    run_id = run_id_for_request(query.request_id)
+    if over := settings.over_ceiling(opts.max_steps, opts.max_seconds, opts.max_tool_calls):
+        raise PermanentError(over, reason="over_ceiling")
+    run_id = run_id_for_request(query.request_id, owner)
 
     def pick(*values: float | int | None) -> float | int | None:
         return next((v for v in values if v is not None), None)
@@ -55,11 +58,12 @@ def new_run(deps: Deps, query: QueryMessage) -> RunRecord:
         created_at=deps.clock.now(),
         limits=limits,
         output_schema=opts.output_schema,
+        owner=owner,
     )
 
 
 async def start_run(
-    deps: Deps, query: QueryMessage, *, publish_failure_ok: bool = False
+    deps: Deps, query: QueryMessage, *, publish_failure_ok: bool = False, owner: str = ANONYMOUS
 ) -> tuple[RunRecord, bool]:
     """Create the run for ``query`` (or find it) and make sure its first step is on its way.
 
@@ -68,8 +72,10 @@ async def start_run(
     created) re-sends the first step unless that step has already been claimed.
     ``publish_failure_ok``: a run committed but not yet published is still a success (the
     sweeper publishes its first step); otherwise the failure is raised, for a redelivery.
+    ``owner``: the caller, who alone may continue the run's conversation (see
+    :func:`~ackloop.keys.run_id_for_request`).
     """
-    run, created = await deps.store.create_run(new_run(deps, query))
+    run, created = await deps.store.create_run(new_run(deps, query, owner))
     if created:
         log.info("run %s %s for request %s", run.run_id,
                  "queued" if run.status is RunStatus.QUEUED else "started", run.request_id)
