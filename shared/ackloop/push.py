@@ -83,7 +83,8 @@ def decode_push(body: bytes, headers: Mapping[str, str]) -> Delivery:
         data=data,
         attributes=dict(attributes),
         subscription=_text(payload.get("subscription")) or _text(headers.get("ce-source")),
-        delivery_attempt=attempt if type(attempt) is int and attempt >= 0 else None,
+        # Pub/Sub counts up to its maximum of 100 attempts; anything else is not a count.
+        delivery_attempt=attempt if type(attempt) is int and 0 <= attempt < 2**31 else None,
         publish_time=_text(message.get("publishTime") or message.get("publish_time")),
     )
 

@@ -346,6 +346,14 @@ def test_a_malformed_envelope_is_refused_as_not_from_pubsub(body: bytes) -> None
         decode_push(body, {})
 
 
+@pytest.mark.parametrize("attempt", [2**63, -1, "3", True])
+def test_a_delivery_attempt_that_is_not_a_count_is_dropped(attempt: Any) -> None:
+    """It would otherwise reach a dead-letter record (Firestore holds 64-bit integers)."""
+    body = json.loads(envelope())
+    body["deliveryAttempt"] = attempt
+    assert decode_push(json.dumps(body).encode(), {}).delivery_attempt is None
+
+
 def test_a_well_formed_envelope_still_decodes() -> None:
     delivery = decode_push(envelope(data=base64.b64encode(b"{}").decode(),
                                     attributes={"run_id": "r"}, messageId="a/b"), {})
