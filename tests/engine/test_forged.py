@@ -266,6 +266,7 @@ async def test_a_forged_dead_letter_does_not_fail_the_run(case: str) -> None:
     assert await state(loop, run_id) == before and take(loop) == []
     (record,) = await loop.deps.store.list_dead_letters()
     assert record.data["verdict"] == "unscheduled" and "left alone" in record.data["cause"]
+    assert record.data["origin"] is None  # never re-driven
     await finish(loop, [tool_a, tool_b])
     assert (await run_of(loop, run_id)).status is RunStatus.COMPLETED
 

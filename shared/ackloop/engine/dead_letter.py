@@ -120,7 +120,8 @@ async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
     truncated = len(kept) < len(delivery.data)
     record = {
         "message_id": delivery.message_id,
-        "origin": None if truncated else origin,
+        # Cut short, or not one of the run's messages: never re-driven.
+        "origin": None if truncated or verdict == "unscheduled" else origin,
         "run_id": run_id,
         "step": step_key,
         "source_subscription": source[:1024],

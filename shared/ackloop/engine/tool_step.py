@@ -6,6 +6,9 @@ triggers the next model step (the "join"); a duplicate trigger is harmless becau
 step is claimed once. When the turn made a single call there is nothing to join: the step's
 commit carries the next model step's message in its outbox, and it is sent right after (a
 redelivery of the completed step goes through the join, which re-sends it if still needed).
+
+The call that runs is the one the turn's model step committed at this index; a message that is
+not exactly that outbox entry is refused before anything is written (:mod:`ackloop.engine.ledger`).
 """
 
 from __future__ import annotations
