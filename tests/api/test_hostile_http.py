@@ -76,10 +76,11 @@ async def test_400_idle_streams_on_a_601_step_run_keep_the_api_small(
             body = await asyncio.wait_for(reader.read(2000), 30)
             refusals.add(body.decode().rsplit("\n", 1)[-1])
         writer.close()
+    print(f"API RSS {before / MIB:.0f} MiB before, peak {peak / MIB:.0f} MiB; {statuses}")
+    assert peak < 256 * MIB, f"API RSS {before / MIB:.0f} MiB -> peak {peak / MIB:.0f} MiB"
     limit = SHIPPED.api_stream_max_open
     assert statuses == {200: min(400, limit), 503: 400 - min(400, limit)}, statuses
     assert all("event streams open" in r and "too_many_streams" in r for r in refusals)
-    assert peak < 256 * MIB, f"API RSS {before / MIB:.0f} MiB -> peak {peak / MIB:.0f} MiB"
 
     # Every slot is given back: a stream opens again once they are closed.
     async with httpx.AsyncClient(base_url=url, timeout=30) as api:
