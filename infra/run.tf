@@ -43,38 +43,50 @@ locals {
   # names (GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION, GOOGLE_GENAI_USE_VERTEXAI) are aliases the
   # settings accept and the google-genai SDK also reads.
   service_env = {
-    GOOGLE_CLOUD_PROJECT              = var.project_id
-    ACKLOOP_FIRESTORE_DATABASE        = local.firestore_database
-    ACKLOOP_COLLECTION_PREFIX         = var.collection_prefix
-    ACKLOOP_QUERIES_TOPIC             = google_pubsub_topic.topic["queries"].name
-    ACKLOOP_MODEL_STEPS_TOPIC         = google_pubsub_topic.topic["model_steps"].name
-    ACKLOOP_TOOL_STEPS_TOPIC          = google_pubsub_topic.topic["tool_steps"].name
-    ACKLOOP_ANSWERS_TOPIC             = google_pubsub_topic.topic["answers"].name
-    ACKLOOP_DEAD_LETTER_TOPIC         = google_pubsub_topic.topic["dead_letter"].name
-    ACKLOOP_MODEL_PROVIDER            = var.model_provider
-    ACKLOOP_MODEL                     = var.model
-    GOOGLE_GENAI_USE_VERTEXAI         = tostring(var.gemini_backend == "vertex")
-    GOOGLE_CLOUD_LOCATION             = var.vertex_location
-    ACKLOOP_MODEL_TIMEOUT_SECONDS     = tostring(var.model_timeout_seconds)
-    ACKLOOP_TOOL_TIMEOUT_SECONDS      = tostring(var.tool_timeout_seconds)
-    ACKLOOP_NWS_BASE_URL              = var.tool_endpoints.nws_base_url
-    ACKLOOP_IP_ECHO_URL               = var.tool_endpoints.ip_echo_url
-    ACKLOOP_IPAPI_BASE_URL            = var.tool_endpoints.ipapi_base_url
-    ACKLOOP_LEASE_SECONDS             = tostring(var.lease_seconds)
-    ACKLOOP_CLAIM_WAIT_SECONDS        = tostring(var.in_request_waits.claim_wait_seconds)
-    ACKLOOP_RETRY_WAIT_SECONDS        = tostring(var.in_request_waits.retry_wait_seconds)
-    ACKLOOP_SWEEP_STALE_SECONDS       = tostring(var.sweep.stale_seconds)
-    ACKLOOP_MAX_STEP_ATTEMPTS         = tostring(var.max_step_attempts)
-    ACKLOOP_DEFAULT_MAX_STEPS         = tostring(var.run_limits.max_steps)
-    ACKLOOP_DEFAULT_MAX_SECONDS       = tostring(var.run_limits.max_seconds)
-    ACKLOOP_DEFAULT_MAX_TOOL_CALLS    = tostring(var.run_limits.max_tool_calls)
-    ACKLOOP_LOG_LEVEL                 = var.log_level
-    ACKLOOP_API_AUTH                  = var.api.auth
-    ACKLOOP_API_QUERY_TIMEOUT_SECONDS = tostring(var.api.query_timeout_seconds)
-    ACKLOOP_API_MAX_BODY_BYTES        = tostring(var.api.max_body_bytes)
-    ACKLOOP_API_STREAM_POLL_SECONDS   = tostring(var.api.stream_poll_seconds)
-    ACKLOOP_API_STREAM_MAX_SECONDS    = tostring(var.api.stream_max_seconds)
-    ACKLOOP_PUSH_AUTH                 = var.push_auth.mode
+    GOOGLE_CLOUD_PROJECT                    = var.project_id
+    ACKLOOP_FIRESTORE_DATABASE              = local.firestore_database
+    ACKLOOP_COLLECTION_PREFIX               = var.collection_prefix
+    ACKLOOP_QUERIES_TOPIC                   = google_pubsub_topic.topic["queries"].name
+    ACKLOOP_MODEL_STEPS_TOPIC               = google_pubsub_topic.topic["model_steps"].name
+    ACKLOOP_TOOL_STEPS_TOPIC                = google_pubsub_topic.topic["tool_steps"].name
+    ACKLOOP_ANSWERS_TOPIC                   = google_pubsub_topic.topic["answers"].name
+    ACKLOOP_DEAD_LETTER_TOPIC               = google_pubsub_topic.topic["dead_letter"].name
+    ACKLOOP_MODEL_PROVIDER                  = var.model_provider
+    ACKLOOP_MODEL                           = var.model
+    GOOGLE_GENAI_USE_VERTEXAI               = tostring(var.gemini_backend == "vertex")
+    GOOGLE_CLOUD_LOCATION                   = var.vertex_location
+    ACKLOOP_MODEL_TIMEOUT_SECONDS           = tostring(var.model_timeout_seconds)
+    ACKLOOP_TOOL_TIMEOUT_SECONDS            = tostring(var.tool_timeout_seconds)
+    ACKLOOP_NWS_BASE_URL                    = var.tool_endpoints.nws_base_url
+    ACKLOOP_IP_ECHO_URL                     = var.tool_endpoints.ip_echo_url
+    ACKLOOP_IPAPI_BASE_URL                  = var.tool_endpoints.ipapi_base_url
+    ACKLOOP_LEASE_SECONDS                   = tostring(var.lease_seconds)
+    ACKLOOP_CLAIM_WAIT_SECONDS              = tostring(var.in_request_waits.claim_wait_seconds)
+    ACKLOOP_RETRY_WAIT_SECONDS              = tostring(var.in_request_waits.retry_wait_seconds)
+    ACKLOOP_SWEEP_STALE_SECONDS             = tostring(var.sweep.stale_seconds)
+    ACKLOOP_MAX_STEP_ATTEMPTS               = tostring(var.max_step_attempts)
+    ACKLOOP_DEFAULT_MAX_STEPS               = tostring(var.run_limits.max_steps)
+    ACKLOOP_DEFAULT_MAX_SECONDS             = tostring(var.run_limits.max_seconds)
+    ACKLOOP_DEFAULT_MAX_TOOL_CALLS          = tostring(var.run_limits.max_tool_calls)
+    ACKLOOP_LOG_LEVEL                       = var.log_level
+    ACKLOOP_RETENTION_DAYS                  = tostring(var.retention_days)
+    ACKLOOP_API_AUTH                        = var.api.auth
+    ACKLOOP_API_QUERY_TIMEOUT_SECONDS       = tostring(var.api.query_timeout_seconds)
+    ACKLOOP_API_MAX_BODY_BYTES              = tostring(var.api.max_body_bytes)
+    ACKLOOP_API_STREAM_POLL_SECONDS         = tostring(var.api.stream_poll_seconds)
+    ACKLOOP_API_STREAM_MAX_SECONDS          = tostring(var.api.stream_max_seconds)
+    ACKLOOP_API_STREAM_MAX_OPEN             = tostring(var.api.stream_max_open)
+    ACKLOOP_API_STREAM_SEND_TIMEOUT_SECONDS = tostring(var.api.stream_send_timeout_s)
+    ACKLOOP_API_STREAM_PAGE_SIZE            = tostring(var.api.stream_page_size)
+    ACKLOOP_API_MAX_CONNECTIONS             = tostring(var.api.max_connections)
+    ACKLOOP_API_KEEP_ALIVE_SECONDS          = tostring(var.api.keep_alive_seconds)
+    ACKLOOP_API_REQUEST_READ_SECONDS        = tostring(var.api.request_read_seconds)
+    ACKLOOP_MAX_STEPS_CEILING               = tostring(var.run_ceilings.max_steps)
+    ACKLOOP_MAX_SECONDS_CEILING             = tostring(var.run_ceilings.max_seconds)
+    ACKLOOP_MAX_TOOL_CALLS_CEILING          = tostring(var.run_ceilings.max_tool_calls)
+    # The benchmark's agents are for the local stack only.
+    ACKLOOP_BENCH_AGENTS = "false"
+    ACKLOOP_PUSH_AUTH    = var.push_auth.mode
   }
 
   # Settings whose "unset" is meaningful (None in the code): set only when the variable has a value,

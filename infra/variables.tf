@@ -207,14 +207,43 @@ variable "run_limits" {
   default     = {}
 }
 
+variable "run_ceilings" {
+  type = object({
+    max_steps      = optional(number, 100)
+    max_seconds    = optional(number, 3600)
+    max_tool_calls = optional(number, 200)
+  })
+  description = "Most a caller may ask for in a query's options (ACKLOOP_MAX_STEPS_CEILING, _MAX_SECONDS_CEILING, _MAX_TOOL_CALLS_CEILING): a request above a ceiling is answered 422 by the API and recorded as poison by ingest."
+  default     = {}
+  nullable    = false
+
+  validation {
+    condition = (var.run_ceilings.max_steps >= 1 && var.run_ceilings.max_steps <= 1000
+      && var.run_ceilings.max_seconds > 0 && var.run_ceilings.max_seconds <= 86400
+    && var.run_ceilings.max_tool_calls >= 0 && var.run_ceilings.max_tool_calls <= 10000)
+    error_message = "run_ceilings: max_steps 1..1000, max_seconds 0..86400, max_tool_calls 0..10000."
+  }
+}
+
 variable "collection_prefix" {
   type        = string
-  description = "ACKLOOP_COLLECTION_PREFIX: prefix of the top-level Firestore collections (lets two deployments share one database). The TTL policy and the composite indexes follow it."
+  description = "ACKLOOP_COLLECTION_PREFIX: prefix of the top-level Firestore collections (lets two deployments share one database). The TTL policies of the top-level collections and the composite indexes follow it."
   default     = ""
 
   validation {
     condition     = can(regex("^[a-z0-9_]*$", var.collection_prefix))
     error_message = "collection_prefix may hold only lower-case letters, digits and underscores."
+  }
+}
+
+variable "retention_days" {
+  type        = number
+  description = "ACKLOOP_RETENTION_DAYS: days Firestore keeps a run's documents (the run and its steps) after the run ended, a conversation and its transcript after its last run, and poison and dead letters after they were recorded; then the TTL policies of firestore.tf delete them, typically within a day. 0 keeps everything (no expire_at is written and no TTL policy is created). The steps and transcript policies are on unprefixed collection groups: two deployments sharing a database declare them once."
+  default     = 30
+
+  validation {
+    condition     = var.retention_days >= 0 && var.retention_days <= 36500 && floor(var.retention_days) == var.retention_days
+    error_message = "retention_days must be a whole number of days from 0 (keep everything) to 36500."
   }
 }
 
@@ -334,8 +363,14 @@ variable "api" {
     max_body_bytes         = optional(number, 262144)
     stream_poll_seconds    = optional(number, 0.5)
     stream_max_seconds     = optional(number, 300)
+    stream_max_open        = optional(number, 200)
+    stream_send_timeout_s  = optional(number, 30)
+    stream_page_size       = optional(number, 20)
+    max_connections        = optional(number, 1000)
+    keep_alive_seconds     = optional(number, 5)
+    request_read_seconds   = optional(number, 30)
   })
-  description = "HTTP API service settings (ACKLOOP_API_*). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"cloud_run_iam\" (the token Cloud Run verified must name one of the comma-separated id_token_emails, and carry id_token_audience when set), \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file; callers send the IAM token in X-Serverless-Authorization) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails; the app verifies the signature, so callers send the IAM token in X-Serverless-Authorization). The scheduled sweeper passes every mode on POST /sweep (ACKLOOP_API_SWEEPER_EMAIL). Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api."
+  description = "HTTP API service settings (ACKLOOP_API_*). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"cloud_run_iam\" (the token Cloud Run verified must name one of the comma-separated id_token_emails, and carry id_token_audience when set), \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file; callers send the IAM token in X-Serverless-Authorization) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails; the app verifies the signature, so callers send the IAM token in X-Serverless-Authorization). The scheduled sweeper passes every mode on POST /sweep (ACKLOOP_API_SWEEPER_EMAIL). Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api. Against hostile callers: stream_max_open event streams per instance (then 503), stream_send_timeout_s for a client that stops reading, stream_page_size step documents per stream read, max_connections per instance (uvicorn limit_concurrency), keep_alive_seconds, request_read_seconds to send a request (then 408)."
   default     = {}
 
   validation {

@@ -31,7 +31,7 @@ DELIBERATE_DIFFERENCES = {
 
 # Settings whose Terraform value is derived rather than a plain variable; checked one by one below.
 DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key", "request_timeout_seconds",
-           "push_auth_audience", "push_auth_email", "api_sweeper_email"} | {
+           "push_auth_audience", "push_auth_email", "api_sweeper_email", "bench_agents"} | {
     name for name in Settings.model_fields if name.endswith("_topic")
 }
 
@@ -190,3 +190,10 @@ def test_each_service_is_told_its_own_request_timeout(terraform: TerraformConfig
     # The code's default is model_step's deployed timeout (the service that waits the longest).
     assert (Settings.model_fields["request_timeout_seconds"].default
             == load_policy().request_timeout_s["model_step"])
+
+
+def test_the_benchmark_agents_are_never_deployed(terraform: TerraformConfig) -> None:
+    env = terraform_env(terraform)
+    (name,) = [n for n in env if setting_for(n) == "bench_agents"]
+    assert env[name] == "false"
+    assert Settings.model_fields["bench_agents"].default is False
