@@ -36,6 +36,36 @@ resource "google_firestore_field" "idempotency_expire_at" {
   index_config {}
 }
 
+# Retention (var.retention_days): the store gives every document it writes an expire_at
+# timestamp (shared/ackloop/store.py, Retention) and Firestore deletes a document, typically
+# within a day, once that time has passed. A TTL policy belongs to a collection group, so the
+# subcollections (steps, transcript) have their own: deleting a parent never deletes them.
+# retention_days = 0 writes no expire_at and creates no policy: everything is kept.
+locals {
+  expiring_collection_groups = {
+    runs          = "${var.collection_prefix}runs"
+    steps         = "steps" # runs/{run_id}/steps
+    conversations = "${var.collection_prefix}conversations"
+    transcript    = "transcript" # conversations/{conversation_id}/transcript
+    poison        = "${var.collection_prefix}poison"
+    dead_letters  = "${var.collection_prefix}dead_letters"
+  }
+}
+
+resource "google_firestore_field" "expire_at" {
+  for_each = var.retention_days > 0 ? local.expiring_collection_groups : {}
+
+  project    = var.project_id
+  database   = local.firestore_database
+  collection = each.value
+  field      = "expire_at"
+
+  ttl_config {}
+
+  # Nobody queries expire_at: no single-field index to pay for on every write.
+  index_config {}
+}
+
 # runs where conversation_id == X order by created_at (a conversation's history).
 resource "google_firestore_index" "runs_by_conversation" {
   project    = var.project_id

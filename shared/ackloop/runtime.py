@@ -22,7 +22,7 @@ from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.engine.deps import Deps, FaultPoints
 from ackloop.model.base import ModelClient
 from ackloop.settings import Settings
-from ackloop.store import AgentStore
+from ackloop.store import AgentStore, Retention
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ async def build_deps(settings: Settings) -> Deps:
     model = build_model(settings)
     deps = Deps(
         settings=settings,
-        store=AgentStore(db, settings.collection_prefix),
+        store=AgentStore(db, settings.collection_prefix, Retention.from_settings(settings)),
         publisher=PubSubPublisher(settings.project_id),
         model=model,
         agents=build_agents(settings, http),

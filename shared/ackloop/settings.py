@@ -209,6 +209,14 @@ class Settings(BaseSettings):
         "required unless push_auth is 'none'.",
     )
 
+    retention_days: int = Field(
+        default=30, ge=0, le=36_500,
+        description="Days Firestore keeps a run's documents after it ended, a conversation and "
+        "its transcript after its last run, and poison and dead letters after they were "
+        "recorded (an expire_at timestamp that the TTL policies of infra/ delete by). 0 keeps "
+        "everything: no expire_at is written.",
+    )
+
     log_level: str = Field(default="INFO", description="Python log level.")
 
     @model_validator(mode="after")

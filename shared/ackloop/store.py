@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
 
 from ackloop.docdb.base import (
     AlreadyExists,
@@ -53,6 +55,9 @@ from ackloop.records import (
 from ackloop.tools.masking import mask_secrets
 from ackloop.wire import Usage
 
+if TYPE_CHECKING:
+    from ackloop.settings import Settings
+
 # A chunk is rewritten on every append, so keep it well below Firestore's 1 MiB document cap.
 CHUNK_BYTES = 256 * 1024
 # Optimistic retries of :meth:`AgentStore.create_run` when its documents change meanwhile.
@@ -64,6 +69,51 @@ DEAD_LETTER_PAGE = 500
 LAST_DOCUMENT_ID = "\U0010ffff"
 
 ClaimState = Literal["new", "taken_over", "completed"]
+
+DAY_SECONDS = 86_400.0
+EXPIRE_AT = "expire_at"
+"""The field Firestore's TTL policies delete by (infra/firestore.tf): a timestamp."""
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long documents are kept: every document gets an ``expire_at`` timestamp.
+
+    * a run: ``seconds`` after it ended (set by the commit that ends it; none while it lives);
+    * a step: when it is claimed, :meth:`live` (``seconds`` + ``run_seconds`` + a day), so it
+      outlives its run's end by ``seconds`` without being written again when the run ends;
+    * a transcript chunk: :meth:`live` from each append; the chunks an append does not rewrite
+      are moved forward in that same commit when they are a day or more behind, so a
+      conversation in use keeps all of its history, at most one extra write per chunk a day;
+    * a conversation: on every write, :meth:`conversation` (a day past its chunks, so a
+      transcript is deleted before the record that says whose it is);
+    * poison and dead letters: ``seconds`` after they were recorded.
+    """
+
+    seconds: float
+    run_seconds: float
+    """The longest a run lives after its first step: the deployment's max_seconds ceiling."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Retention | None:
+        """The deployment's retention, or None when it keeps everything (retention_days 0)."""
+        if settings.retention_days <= 0:
+            return None
+        return cls(settings.retention_days * DAY_SECONDS, settings.max_seconds_ceiling)
+
+    def after(self, now: float) -> datetime:
+        return _timestamp(now + self.seconds)
+
+    def live(self, now: float) -> datetime:
+        return _timestamp(now + self.seconds + self.run_seconds + DAY_SECONDS)
+
+    def conversation(self, now: float) -> datetime:
+        return _timestamp(now + self.seconds + self.run_seconds + 2 * DAY_SECONDS)
+
+
+def _timestamp(seconds: float) -> datetime:
+    """A Firestore timestamp (the client stores an aware datetime as one), as TTL needs."""
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 @dataclass(frozen=True)
@@ -111,6 +161,8 @@ class Transcript:
     chunks: list[TranscriptChunk]
     last_version: Version | None = None
     """Version of the last chunk as read: an append rewrites it only if it is unchanged."""
+    expires: tuple[Any, ...] = field(default=())
+    """Each chunk's ``expire_at`` as read (None where it had none)."""
 
     @property
     def contents(self) -> list[JsonDict]:
@@ -125,13 +177,37 @@ def _size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")))
 
 
+def _recorded_at(record: JsonDict) -> float:
+    """When a poison or dead-letter record was received (its ``received_at``), else now."""
+    received = record.get("received_at")
+    if isinstance(received, (int, float)) and not isinstance(received, bool):
+        return float(received)
+    return time.time()
+
+
 class AgentStore:
-    def __init__(self, db: DocumentDB, collection_prefix: str = "") -> None:
+    def __init__(self, db: DocumentDB, collection_prefix: str = "",
+                 retention: Retention | None = None) -> None:
+        """``retention``: when documents expire (see :class:`Retention`); None keeps them."""
         self.db = db
+        self.retention = retention
         self._runs = f"{collection_prefix}runs"
         self._conversations = f"{collection_prefix}conversations"
         self._poison = f"{collection_prefix}poison"
         self._dead_letters = f"{collection_prefix}dead_letters"
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def _expiry(self, now: float) -> JsonDict:
+        """``expire_at`` of a record kept ``retention`` after ``now`` (a run's end, poison)."""
+        return {EXPIRE_AT: self.retention.after(now)} if self.retention else {}
+
+    def _live_expiry(self, now: float) -> JsonDict:
+        """``expire_at`` of a step or a transcript chunk written at ``now``."""
+        return {EXPIRE_AT: self.retention.live(now)} if self.retention else {}
+
+    def _conversation_expiry(self, now: float) -> JsonDict:
+        return {EXPIRE_AT: self.retention.conversation(now)} if self.retention else {}
 
     # -- paths ---------------------------------------------------------------------------
 
@@ -179,10 +255,11 @@ class AgentStore:
                 owner=run.owner,
             )
             try:
-                await self.db.commit(
-                    [Write("create", run_path, run.to_doc()), Write("create", conv_path,
-                                                                    first.to_doc())]
-                )
+                await self.db.commit([
+                    Write("create", run_path, run.to_doc()),
+                    Write("create", conv_path,
+                          first.to_doc() | self._conversation_expiry(run.created_at)),
+                ])
                 return run, True
             except AlreadyExists:
                 pass  # a redelivered query: read what is there
@@ -231,10 +308,11 @@ class AgentStore:
                         "updated_at": run.created_at,
                     }
                 )
+            conv_doc = conv.to_doc() | self._conversation_expiry(run.created_at)
             conv_write = (
-                Write("update", conv_path, conv.to_doc(), if_version=conv_snap.version)
+                Write("update", conv_path, conv_doc, if_version=conv_snap.version)
                 if conv_snap
-                else Write("create", conv_path, conv.to_doc())
+                else Write("create", conv_path, conv_doc)
             )
             try:
                 await self.db.commit([Write("create", run_path, run.to_doc()), conv_write])
@@ -290,7 +368,7 @@ class AgentStore:
             "progress_at": now,
             "usage": end.usage.model_dump(mode="json"),
             "steps_total": end.usage.model_calls + end.usage.tool_calls,
-        }
+        } | self._expiry(now)
         writes = [Write("update", run_snapshot.path, update, if_version=run_snapshot.version)]
         if conv_snapshot is None:
             return EndWrites(writes, None)
@@ -304,6 +382,7 @@ class AgentStore:
             conv_update = {"queue": [r for r in conv.queue if r != run.run_id], "updated_at": now}
         else:
             return EndWrites(writes, None)
+        conv_update |= self._conversation_expiry(now)
         writes.append(Write("update", conv_snapshot.path, conv_update,
                             if_version=conv_snapshot.version))
         if next_run_id is not None:
@@ -359,7 +438,8 @@ class AgentStore:
             if conv.queue and conv.queue[0] != run_id:
                 return False  # an older queued run goes first
             txn.write(Write("set", conv_path, conv.model_copy(update={
-                "active_run_id": run_id, "queue": conv.queue[1:], "updated_at": now}).to_doc()))
+                "active_run_id": run_id, "queue": conv.queue[1:], "updated_at": now}).to_doc()
+                | self._conversation_expiry(now)))
             txn.write(Write("update", snap.path, {"status": RunStatus.RUNNING.value,
                                                   "started_at": now, "progress_at": now}))
             return True
@@ -408,7 +488,7 @@ class AgentStore:
             started_at=now,
         )
         try:
-            version = await self.db.create(path, fresh.to_doc())
+            version = await self.db.create(path, fresh.to_doc() | self._live_expiry(now))
             return Claim(run_id, fresh, version, "new")
         except AlreadyExists:
             pass
@@ -438,6 +518,7 @@ class AgentStore:
         )
         fields = {k: getattr(taken, k) for k in ("fence", "attempts", "owner", "message_id")}
         fields |= {"lease_expires_at": taken.lease_expires_at, "started_at": now}
+        fields |= self._live_expiry(now)
         try:
             (version,) = await self.db.commit(
                 [Write("update", path, fields, if_version=snap.version)]
@@ -578,7 +659,8 @@ class AgentStore:
     async def load_transcript(self, conversation_id: str) -> Transcript:
         snaps = await self.db.list_all(self.transcript_collection(conversation_id))
         chunks = [TranscriptChunk.model_validate(s.data) for s in snaps]
-        return Transcript(conversation_id, chunks, snaps[-1].version if snaps else None)
+        return Transcript(conversation_id, chunks, snaps[-1].version if snaps else None,
+                          tuple(s.data.get(EXPIRE_AT) for s in snaps))
 
     @staticmethod
     def transcript_pointer(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
@@ -606,10 +688,12 @@ class AgentStore:
             return run, None
         present = [c for c in chunks if c is not None]
         loaded = [TranscriptChunk.model_validate(c.data) for c in present]
-        return run, Transcript(conversation_id, loaded, present[-1].version if present else None)
+        return run, Transcript(conversation_id, loaded, present[-1].version if present else None,
+                               tuple(c.data.get(EXPIRE_AT) for c in present))
 
     def append_writes(
-        self, transcript: Transcript, contents: Sequence[JsonDict], tail: str
+        self, transcript: Transcript, contents: Sequence[JsonDict], tail: str,
+        now: float | None = None,
     ) -> list[Write]:
         """Writes that append ``contents`` to ``transcript`` (as loaded) and move its tail.
 
@@ -617,10 +701,15 @@ class AgentStore:
         one. The rewrite of the last chunk is fenced on the version read and a new chunk is a
         ``create``: a writer that read an older transcript (a step of a run that has ended
         meanwhile) cannot erase what another run appended.
+
+        With a retention, the chunk written expires :meth:`Retention.live` from ``now`` (the
+        wall clock if not given), and the chunks it does not rewrite are moved to the same
+        horizon when theirs is a day or more behind: a conversation in use loses no history.
         """
         added = _size(list(contents))
         conversation_id = transcript.conversation_id
         last = transcript.chunks[-1] if transcript.chunks else None
+        expiry = self._live_expiry(time.time() if now is None else now)
         if last is not None and last.size + added <= CHUNK_BYTES:
             chunk = last.model_copy(
                 update={
@@ -629,11 +718,28 @@ class AgentStore:
                     "size": last.size + added,
                 }
             )
-            return [Write("update", self.chunk_path(conversation_id, chunk.index), chunk.to_doc(),
-                          if_version=transcript.last_version)]
+            return [*self._refresh_writes(transcript, expiry, below=last.index),
+                    Write("update", self.chunk_path(conversation_id, chunk.index),
+                          chunk.to_doc() | expiry, if_version=transcript.last_version)]
         index = last.index + 1 if last is not None else 0
         chunk = TranscriptChunk(index=index, contents=list(contents), tail=tail, size=added)
-        return [Write("create", self.chunk_path(conversation_id, index), chunk.to_doc())]
+        return [*self._refresh_writes(transcript, expiry, below=index),
+                Write("create", self.chunk_path(conversation_id, index), chunk.to_doc() | expiry)]
+
+    def _refresh_writes(self, transcript: Transcript, expiry: JsonDict, below: int) -> list[Write]:
+        """Move the ``expire_at`` of the chunks before ``below`` to ``expiry`` where it is a day
+        or more earlier (or missing): unfenced, and only that field."""
+        if not expiry:
+            return []
+        due = expiry[EXPIRE_AT].timestamp() - DAY_SECONDS
+        writes = []
+        for i, chunk in enumerate(transcript.chunks):
+            expires = transcript.expires[i] if i < len(transcript.expires) else None
+            if chunk.index < below and not (isinstance(expires, datetime)
+                                            and expires.timestamp() > due):
+                path = self.chunk_path(transcript.conversation_id, chunk.index)
+                writes.append(Write("update", path, dict(expiry)))
+        return writes
 
     # -- unusable messages ---------------------------------------------------------------------
 
@@ -641,7 +747,8 @@ class AgentStore:
         """Keep a rejected message under its (safe) id; the first record of an id stays."""
         # The same poison message delivered again (AlreadyExists): one record is enough.
         with contextlib.suppress(AlreadyExists):
-            await self.db.create(f"{self._poison}/{message_doc_id(message_id)}", record)
+            await self.db.create(f"{self._poison}/{message_doc_id(message_id)}",
+                                 record | self._expiry(_recorded_at(record)))
 
     async def record_dead_letter(self, message_id: str, record: JsonDict) -> str:
         """Keep a dead letter, create-only; returns its document id.
@@ -651,10 +758,11 @@ class AgentStore:
         beside it under an id derived from both, never over it.
         """
         doc_id = message_doc_id(message_id)
+        expiry = self._expiry(_recorded_at(record))
         for _ in range(2):
             path = f"{self._dead_letters}/{doc_id}"
             try:
-                await self.db.create(path, record | {"message_id": doc_id})
+                await self.db.create(path, record | {"message_id": doc_id} | expiry)
                 return doc_id
             except AlreadyExists:
                 (snap,) = await self.db.get_all([path])
@@ -716,17 +824,19 @@ class AgentStore:
                     )
                 # A redrive is an operator's decision to try again: the run's time budget
                 # starts over, or a run failed late would stop again at its first claim.
+                # Running again: it no longer expires until it ends again.
                 txn.write(Write("update", snap.path, {
                     "status": RunStatus.RUNNING.value, "stop_reason": None, "error": None,
                     "finished_at": None, "started_at": now, "progress_at": now,
-                }))
+                } | ({EXPIRE_AT: None} if self.retention else {})))
                 txn.write(Write("set", conv_path, {
                     **(conv.data if conv else {"conversation_id": run.conversation_id}),
                     "active_run_id": run_id, "updated_at": now,
-                }))
+                } | self._conversation_expiry(now)))
                 outcome = "reopened"
             if step is not None and step.data.get("status") != StepStatus.COMPLETED.value:
-                txn.write(Write("update", step.path, {"attempts": 0, "not_before": 0.0}))
+                txn.write(Write("update", step.path, {"attempts": 0, "not_before": 0.0}
+                                | self._live_expiry(now)))
             return outcome
 
         return await self.db.transact(body)

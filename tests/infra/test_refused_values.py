@@ -24,6 +24,11 @@ CASES: list[tuple[str, str, bool]] = [
     ("min_instances", "{ api = -1 }", False),
     ("min_instances", "{ ingest = 0.5 }", False),
     ("min_instances", "{ dead_letter = 3 }", False),  # above its max_instances of 2
+    # Retention: whole days, 0 (keep everything) or more.
+    ("retention_days", "30", True),
+    ("retention_days", "0", True),
+    ("retention_days", "-1", False),
+    ("retention_days", "1.5", False),
 ]
 # Variables a validation refers to besides its own.
 ALSO = {"min_instances": ("max_instances",)}

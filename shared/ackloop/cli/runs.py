@@ -18,7 +18,7 @@ from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.redrive import Redriven, pending_dead_letters, redrive
 from ackloop.runtime import build_deps
 from ackloop.settings import Settings
-from ackloop.store import AgentStore
+from ackloop.store import AgentStore, Retention
 from ackloop.sweep import Swept, sweep
 
 app = typer.Typer(no_args_is_help=True,
@@ -28,7 +28,7 @@ console = Console()
 
 def _store(settings: Settings) -> AgentStore:
     db = FirestoreDocumentDB.connect(settings.project_id, settings.firestore_database)
-    return AgentStore(db, settings.collection_prefix)
+    return AgentStore(db, settings.collection_prefix, Retention.from_settings(settings))
 
 
 @app.command("dead-letters")

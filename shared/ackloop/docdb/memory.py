@@ -25,8 +25,10 @@ T = TypeVar("T")
 
 
 def _document_size(path: str, data: JsonDict) -> int:
-    """Close to Firestore's own count (UTF-8 strings plus a little per field and value)."""
-    return len(path.encode()) + 32 + len(json.dumps(data, ensure_ascii=False).encode())
+    """Close to Firestore's own count (UTF-8 strings plus a little per field and value); a
+    timestamp (a datetime, such as ``expire_at``) counts as its ISO text."""
+    return len(path.encode()) + 32 + len(json.dumps(data, ensure_ascii=False,
+                                                    default=str).encode())
 
 
 def _parent(path: str) -> str:

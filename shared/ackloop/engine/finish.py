@@ -123,7 +123,7 @@ async def commit(
         result = decision.result
         if reads.transcript is not None and decision.contents:
             appended = deps.store.append_writes(reads.transcript, decision.contents,
-                                                f"{run.run_id}/{claim.key}")
+                                                f"{run.run_id}/{claim.key}", now)
             writes += appended
             if decision.end is None and result is not None:
                 result = result | {"transcript": deps.store.transcript_pointer(
