@@ -1,4 +1,5 @@
-"""Serving the HTTP API with uvicorn, bounded against slow and numerous clients.
+"""Serving the HTTP API and the step functions with uvicorn, bounded against slow and numerous
+clients (every service: the API and each push function).
 
 - ``limit_concurrency`` (``ACKLOOP_API_MAX_CONNECTIONS``): beyond that many open connections or
   tasks, uvicorn answers 503 instead of taking more work;
@@ -71,14 +72,19 @@ class BoundedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
 
-def uvicorn_config(settings: Settings, *, host: str, port: int) -> Config:
-    """The API server's configuration, its limits from ``settings``."""
-    protocol = type("ApiH11Protocol", (BoundedH11Protocol,),
+def uvicorn_config(settings: Settings, *, host: str, port: int,
+                   app: Any = "ackloop.api.app:create_app", **options: Any) -> Config:
+    """A server's configuration, its limits from ``settings``: the API's by default (its
+    factory), or any ASGI ``app`` (the step functions, which bound the body read themselves
+    with :class:`~ackloop.api.limits.ReadDeadline`)."""
+    protocol = type("BoundedH11", (BoundedH11Protocol,),
                     {"header_seconds": settings.api_request_read_seconds})
+    if isinstance(app, str):
+        options.setdefault("factory", True)
     return Config(
-        "ackloop.api.app:create_app", factory=True, host=host, port=port, log_level="warning",
+        app, host=host, port=port, log_level="warning",
         http=protocol, limit_concurrency=settings.api_max_connections,
-        timeout_keep_alive=int(max(1, round(settings.api_keep_alive_seconds))),
+        timeout_keep_alive=int(max(1, round(settings.api_keep_alive_seconds))), **options,
     )
 
 

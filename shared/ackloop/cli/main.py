@@ -51,8 +51,17 @@ def serve_function(target: str, source: Path, *, host: str, port: int) -> None:
     import uvicorn
     from functions_framework.aio import create_asgi_app
 
+    from ackloop.api.limits import ReadDeadline
+    from ackloop.api.server import uvicorn_config
+    from ackloop.settings import Settings
+
+    settings = Settings()
     asgi = create_asgi_app(target, str(source))  # type: ignore[no-untyped-call]
-    uvicorn.run(asgi, host=host, port=port, log_level="warning", access_log=False)
+    # The same bounds as the API's against slow and numerous clients: headers and body each
+    # within api_request_read_seconds, at most api_max_connections at once.
+    bounded = ReadDeadline(asgi, settings.api_request_read_seconds)
+    uvicorn.Server(uvicorn_config(settings, host=host, port=port, app=bounded,
+                                  access_log=False)).run()
 
 
 @app.command()
