@@ -57,6 +57,12 @@ class StepKey:
         return cls(int(match["turn"]), kind, int(match["index"] or 0))
 
 
+def turn_range(turn: int) -> tuple[str, str]:
+    """Document-id range holding the model step of ``turn`` and every tool step it asked for:
+    what the model step of the next turn is scheduled by (one range query)."""
+    return str(StepKey.model(turn)), f"{turn:04d}-tool-999"
+
+
 def tool_turn_range(turn: int) -> tuple[str, str]:
     """Document-id range holding every tool step of ``turn`` AND the next turn's model step.
 

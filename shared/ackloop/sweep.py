@@ -94,7 +94,7 @@ def next_messages(run: RunRecord, steps: list[StepRecord]) -> list[Outgoing]:
     turn = max(s.turn for s in steps)
     model = by_key.get(str(StepKey.model(turn)))
     if model is None or model.status is not StepStatus.COMPLETED:
-        message = _model_message(run, turn, by_key)
+        message = scheduled_model_message(run.run_id, turn, by_key)
         return [message] if message is not None else []
     pending = [o for o in model.outbox if o.target_step and o.topic != "answers"
                and _unfinished(by_key.get(o.target_step))]
@@ -102,11 +102,6 @@ def next_messages(run: RunRecord, steps: list[StepRecord]) -> list[Outgoing]:
     if not pending and tools and all(_done(by_key.get(str(o.target_step))) for o in tools):
         return [_joined(tools[0])]  # every tool is done; the join never fired
     return pending
-
-
-def _model_message(run: RunRecord, turn: int, by_key: dict[str, StepRecord]) -> Outgoing | None:
-    """The message of the model step of ``turn``, from the previous turn's ledger."""
-    return scheduled_model_message(run.run_id, turn, by_key)
 
 
 def _joined(tool: Outgoing) -> Outgoing:

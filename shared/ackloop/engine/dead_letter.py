@@ -29,7 +29,7 @@ from pydantic import TypeAdapter, ValidationError
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import end_run_now, publish_end, run_end
 from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled_model_step
-from ackloop.keys import StepKey, run_id_for_request
+from ackloop.keys import StepKey, run_id_for_request, turn_range
 from ackloop.push import Delivery
 from ackloop.records import StepStatus, StopReason
 from ackloop.wire import ModelStepMessage, QueryMessage, ToolStepMessage, Usage
@@ -79,8 +79,7 @@ async def _scheduled(deps: Deps, message: StepMessage) -> str | None:
             exists = await deps.store.get_run_snapshot(message.run_id) is not None
             return None if exists else f"run {message.run_id} does not exist"
         turn = message.turn - 1
-        previous = await deps.store.steps_in_range(
-            message.run_id, str(StepKey.model(turn)), f"{turn:04d}-tool-999")
+        previous = await deps.store.steps_in_range(message.run_id, *turn_range(turn))
         scheduled_model_step(message, {s.key: s for s in previous})
         return None
     except Unscheduled as exc:
@@ -96,9 +95,7 @@ async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
         verdict, cause = "unknown", "not a message of ours: nothing to fail"
     elif step_key is not None and run_id is not None and not isinstance(message, QueryMessage):
         unknown = await _scheduled(deps, message)
-        step = None
-        if unknown is None:
-            (step,) = await deps.store.get_steps(run_id, [step_key])
+        (step,) = [None] if unknown else await deps.store.get_steps(run_id, [step_key])
         if unknown is not None:
             verdict = "unscheduled"
             cause = f"not a step its run's ledger scheduled, so the run is left alone: {unknown}"

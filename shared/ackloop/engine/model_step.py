@@ -33,7 +33,7 @@ from ackloop.engine.lease import (
 from ackloop.engine.ledger import scheduled_model_step
 from ackloop.engine.structured import OutputContract, contract_for, judge
 from ackloop.errors import ModelRetryableError, PermanentError, RetryableError
-from ackloop.keys import StepKey
+from ackloop.keys import StepKey, turn_range
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.records import (
     Outgoing,
@@ -133,8 +133,7 @@ async def _claim_and_read(
         )
         return None if claimed is None else (message, *claimed, Inputs(None, []))
     turn = message.turn - 1
-    previous = await deps.store.steps_in_range(
-        run_id, str(StepKey.model(turn)), f"{turn:04d}-tool-999")
+    previous = await deps.store.steps_in_range(run_id, *turn_range(turn))
     message = scheduled_model_step(message, {s.key: s for s in previous})
     model_step = next((s for s in previous if s.kind == "model"), None)
     pointer = (model_step.result or {}).get("transcript") if model_step else None
