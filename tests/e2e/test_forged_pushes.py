@@ -10,15 +10,29 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from ackloop.records import RunStatus
-from tests.support.stack import RunningStack
+from tests.support.emulators import EmulatorSession
+from tests.support.stack import RunningStack, start_stack
 
 pytestmark = [pytest.mark.emulator]
+
+
+@pytest.fixture(scope="module")
+def stack(emulator_session: EmulatorSession, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[RunningStack]:
+    """A stack of this module's own: its forged messages and their records must not reach the
+    tests that count what the shared stack's model was asked and what it recorded as poison."""
+    running = start_stack(emulator_session, tmp_path_factory.mktemp("forged"))
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 def push(stack: RunningStack, service: str, data: bytes | Any, message_id: str,
