@@ -127,10 +127,43 @@ def reset_firestore(port: int, project: str, database: str = "(default)") -> Non
     httpx.delete(url, timeout=10.0).raise_for_status()
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports this process has picked: never picked twice, so two processes started together never
+get the same one."""
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on, for a process about to start.
+
+    Taken below the kernel's ephemeral range when it can be: a port from that range (what
+    binding port 0 gives) may be handed to one of the machine's outgoing connections between
+    now and the process's own bind, which then fails with "address already in use".
+    """
+    import random
     import socket
 
+    low = _ephemeral_low()
+    for _ in range(50):
+        port = random.randrange(10_000, low) if low > 10_000 else 0
+        if port in _HANDED_OUT:  # not bound yet by the process it was picked for
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found: int = s.getsockname()[1]
+            _HANDED_OUT.add(found)
+            return found
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        fallback: int = s.getsockname()[1]
+        return fallback
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux), else the IANA one's."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49_152
