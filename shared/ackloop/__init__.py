@@ -4,6 +4,62 @@ Every step of the agent loop (one model call, one tool call) is a stateless func
 by one Pub/Sub message. Firestore holds the conversation and the step records; Pub/Sub's
 at-least-once redelivery plus the step records' dedupe make the loop durable.
 Start reading at ``docs/architecture.md``.
+
+``from ackloop import ...`` is the public surface: what a user needs to define agents and tools
+and to test them. Everything else is internal. The names load lazily (PEP 562), so a function's
+cold start, which imports ``ackloop.settings``, does not import every public module.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# Public name -> "module:attribute". A new name goes here and in the TYPE_CHECKING block below
+# (imported ``as`` itself, so that strict type checkers see it re-exported).
+_PUBLIC: dict[str, str] = {
+    # Tools
+    "FinalResult": "ackloop.tools.errors:FinalResult",
+    "NoArguments": "ackloop.tools.definition:NoArguments",
+    "Tool": "ackloop.tools.definition:Tool",
+    "ToolContext": "ackloop.tools.base:ToolContext",
+    "ToolError": "ackloop.tools.errors:ToolError",
+    "ToolOutcome": "ackloop.tools.base:ToolOutcome",
+    "ToolSet": "ackloop.tools.toolset:ToolSet",
+    "Toolbox": "ackloop.tools.base:Toolbox",
+    "text_tool": "ackloop.tools.definition:text_tool",
+    "tool": "ackloop.tools.definition:tool",
+    "typed_tool": "ackloop.tools.definition:typed_tool",
+}
+
+__all__ = ["__version__", *_PUBLIC]
+
+if TYPE_CHECKING:
+    from ackloop.tools.base import Toolbox as Toolbox
+    from ackloop.tools.base import ToolContext as ToolContext
+    from ackloop.tools.base import ToolOutcome as ToolOutcome
+    from ackloop.tools.definition import NoArguments as NoArguments
+    from ackloop.tools.definition import Tool as Tool
+    from ackloop.tools.definition import text_tool as text_tool
+    from ackloop.tools.definition import tool as tool
+    from ackloop.tools.definition import typed_tool as typed_tool
+    from ackloop.tools.errors import FinalResult as FinalResult
+    from ackloop.tools.errors import ToolError as ToolError
+    from ackloop.tools.toolset import ToolSet as ToolSet
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use and cache the name in this module."""
+    target = _PUBLIC.get(name)
+    if target is None:
+        raise AttributeError(f"module 'ackloop' has no attribute {name!r}")
+    module_name, attribute = target.split(":")
+    value = getattr(importlib.import_module(module_name), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
