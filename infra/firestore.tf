@@ -83,6 +83,36 @@ resource "google_firestore_index" "runs_by_conversation" {
   }
 }
 
+# `ackloop runs list` (store.recent_runs): runs where FIELD == X, newest first. With several
+# filters Firestore merges these indexes, so one per filterable field is enough; with none, the
+# automatic single-field index on created_at serves it.
+# Key = the command's option, value = the field it filters on.
+locals {
+  run_list_filters = {
+    status       = "status"
+    agent        = "agent"
+    conversation = "conversation_id"
+  }
+}
+
+resource "google_firestore_index" "runs_newest_by" {
+  for_each = local.run_list_filters
+
+  project    = var.project_id
+  database   = local.firestore_database
+  collection = "${var.collection_prefix}runs"
+
+  fields {
+    field_path = each.value
+    order      = "ASCENDING"
+  }
+
+  fields {
+    field_path = "created_at"
+    order      = "DESCENDING"
+  }
+}
+
 # The sweeper's queries (sweep.py, through store.runs_in_status): runs in a status, oldest
 # first by a timestamp. Key = the status, value = the field ordered on.
 locals {

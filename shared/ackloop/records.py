@@ -49,6 +49,15 @@ class StopReason(StrEnum):
     CANCELLED = "cancelled"
     FAILED = "failed"
 
+    @property
+    def budget(self) -> bool:
+        """A budget ran out: the run is ``completed`` but was stopped, with no answer."""
+        return self in _BUDGET_STOPS
+
+
+_BUDGET_STOPS = frozenset({StopReason.MAX_STEPS, StopReason.MAX_SECONDS,
+                           StopReason.MAX_TOOL_CALLS, StopReason.MAX_TOKENS})
+
 
 class Record(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -89,6 +98,11 @@ class RunRecord(Record):
     output_schema: JsonDict | None = None
     owner: str = ANONYMOUS
     """The caller who asked for the run: only they read it, stream it or cancel it."""
+
+    @property
+    def budget_stop(self) -> str | None:
+        """The budget that stopped the run (``max_steps``...), or None if none did."""
+        return self.stop_reason.value if self.stop_reason and self.stop_reason.budget else None
 
 
 class ConversationRecord(Record):

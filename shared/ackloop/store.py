@@ -344,6 +344,19 @@ class AgentStore:
         )
         return [RunRecord.model_validate(s.data) for s in snaps]
 
+    async def recent_runs(
+        self, limit: int = 20, *, status: RunStatus | None = None, agent: str | None = None,
+        conversation_id: str | None = None,
+    ) -> list[RunRecord]:
+        """The newest runs first (``ackloop runs list``), only those matching every filter
+        given. Each filter has a composite index with ``created_at`` descending
+        (infra/firestore.tf); Firestore merges them when several are given."""
+        equal = {name: value for name, value in (
+            ("status", status.value if status else None), ("agent", agent),
+            ("conversation_id", conversation_id)) if value is not None}
+        snaps = await self.db.list_newest(self._runs, equal, "created_at", limit)
+        return [RunRecord.model_validate(s.data) for s in snaps]
+
     async def get_conversation_snapshot(self, conversation_id: str) -> Snapshot | None:
         (snap,) = await self.db.get_all([self.conversation_path(conversation_id)])
         return snap
@@ -771,6 +784,11 @@ class AgentStore:
             digest = hashlib.sha256(str(record.get("data")).encode()).hexdigest()
             doc_id = message_doc_id(f"{doc_id}\n{digest}")
         return doc_id  # the derived id holds yet another message: that one stays
+
+    async def get_poison(self, message_id: str) -> JsonDict | None:
+        """The rejection recorded for a message (a query's reason, say), or None."""
+        (snap,) = await self.db.get_all([f"{self._poison}/{message_doc_id(message_id)}"])
+        return snap.data if snap else None
 
     async def list_poison(self) -> list[JsonDict]:
         return [s.data for s in await self.db.list_all(self._poison)]

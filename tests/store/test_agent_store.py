@@ -132,3 +132,38 @@ async def test_dead_letters_are_listed_past_any_page(store: AgentStore) -> None:
     newest = await pending_dead_letters(store, run_id="run-1", page_size=7)
     assert [r["message_id"] for r in newest][-1] == f"m-{count - 1 - (count - 1 - 1) % 3:05d}"
     assert len(newest) == len(range(1, count, 3))
+
+
+async def test_recent_runs_newest_first_filtered_and_limited(store: AgentStore) -> None:
+    """`ackloop runs list`: newest first; status, agent and conversation filter together."""
+    from ackloop.docdb.base import Write
+
+    shapes = [("default", RunStatus.COMPLETED, "c1"), ("other", RunStatus.FAILED, "c1"),
+              ("default", RunStatus.FAILED, "c2"), ("default", RunStatus.FAILED, "c1"),
+              ("other", RunStatus.RUNNING, "c2")]
+    writes = []
+    for n, (agent, status, conversation) in enumerate(shapes):
+        run = run_record(f"run-{n}", conversation).model_copy(update={
+            "agent": agent, "status": status, "created_at": 100.0 + n})
+        writes.append(Write("create", store.run_path(run.run_id), run.to_doc()))
+    await store.db.commit(writes)
+
+    def ids(runs: list[RunRecord]) -> list[str]:
+        return [r.run_id for r in runs]
+
+    assert ids(await store.recent_runs()) == ["run-4", "run-3", "run-2", "run-1", "run-0"]
+    assert ids(await store.recent_runs(2)) == ["run-4", "run-3"]
+    assert ids(await store.recent_runs(status=RunStatus.FAILED)) == ["run-3", "run-2", "run-1"]
+    assert ids(await store.recent_runs(agent="other")) == ["run-4", "run-1"]
+    assert ids(await store.recent_runs(conversation_id="c2")) == ["run-4", "run-2"]
+    both = await store.recent_runs(status=RunStatus.FAILED, agent="default", conversation_id="c1")
+    assert ids(both) == ["run-3"]
+    assert await store.recent_runs(agent="nobody") == []
+
+
+async def test_a_rejected_message_is_found_by_its_id(store: AgentStore) -> None:
+    """What `ackloop ask` polls for: the reason its query was rejected, by message id."""
+    assert await store.get_poison("12345") is None
+    await store.record_poison("12345", {"reason": "unknown_agent", "received_at": 1.0})
+    poison = await store.get_poison("12345")
+    assert poison is not None and poison["reason"] == "unknown_agent"

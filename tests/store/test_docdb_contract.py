@@ -78,3 +78,17 @@ async def test_transactions_serialise_read_modify_write(db: DocumentDB, prefix: 
     await asyncio.gather(*(increment() for _ in range(3)))
     (snap,) = await db.get_all([path])
     assert snap is not None and snap.data["n"] == 3
+
+
+async def test_list_newest_filters_on_every_field_and_orders_descending(
+    db: DocumentDB, prefix: str
+) -> None:
+    col = f"{prefix}runs"
+    for i, (conv, status) in enumerate([("a", "x"), ("b", "x"), ("a", "y"), ("a", "x")]):
+        await db.create(f"{col}/r{i}", {"conversation_id": conv, "status": status,
+                                        "created_at": 10 + i})
+    await db.create(f"{col}/unordered", {"conversation_id": "a", "status": "x"})
+    assert [s.id for s in await db.list_newest(col, {}, "created_at")] == ["r3", "r2", "r1", "r0"]
+    found = await db.list_newest(col, {"conversation_id": "a", "status": "x"}, "created_at")
+    assert [s.id for s in found] == ["r3", "r0"]
+    assert [s.id for s in await db.list_newest(col, {}, "created_at", limit=1)] == ["r3"]

@@ -7,7 +7,7 @@ document to still be at a version it read: that precondition is the fencing toke
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -102,6 +102,13 @@ class DocumentDB(Protocol):
         self, collection: str, field_name: str, value: Any, order_by: str, limit: int = 100
     ) -> list[Snapshot]:
         """Documents of ``collection`` with ``field_name == value``, ordered by ``order_by``."""
+        ...
+
+    async def list_newest(
+        self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100
+    ) -> list[Snapshot]:
+        """Documents of ``collection`` whose fields equal every item of ``equal`` (none: all of
+        them), the highest ``order_by`` first."""
         ...
 
     async def list_all(self, collection: str, limit: int = 1000) -> list[Snapshot]:

@@ -6,7 +6,7 @@ Benchmarks read these counters from the adapters instead of estimating them.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -67,6 +67,11 @@ class CountingDocumentDB:
     ) -> list[Snapshot]:
         found = await self.inner.list_where(collection, field_name, value, order_by, limit)
         return await self._listed(found)
+
+    async def list_newest(
+        self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100
+    ) -> list[Snapshot]:
+        return await self._listed(await self.inner.list_newest(collection, equal, order_by, limit))
 
     async def list_all(self, collection: str, limit: int = 1000) -> list[Snapshot]:
         return await self._listed(await self.inner.list_all(collection, limit))

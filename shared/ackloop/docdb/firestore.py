@@ -8,7 +8,7 @@ step handlers turn into a redelivery.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
@@ -133,6 +133,16 @@ class FirestoreDocumentDB:
             .order_by(order_by)
             .limit(limit)
         )
+        return [_snap(s) async for s in query.stream()]
+
+    @_translated
+    async def list_newest(
+        self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100
+    ) -> list[Snapshot]:
+        query: Any = self._client.collection(collection)
+        for name, value in equal.items():
+            query = query.where(filter=FieldFilter(name, "==", value))
+        query = query.order_by(order_by, direction=firestore.Query.DESCENDING).limit(limit)
         return [_snap(s) async for s in query.stream()]
 
     @_translated

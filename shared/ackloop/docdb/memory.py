@@ -6,7 +6,7 @@ import asyncio
 import copy
 import itertools
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ackloop.docdb.base import (
@@ -112,6 +112,15 @@ class MemoryDocumentDB:
         hits = [s for s in self._children(collection) if s.data.get(field_name) == value]
         # Documents without the field sort first, as Firestore orders null before values.
         return sorted(hits, key=lambda s: (order_by in s.data, s.data.get(order_by)))[:limit]
+
+    async def list_newest(
+        self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100
+    ) -> list[Snapshot]:
+        hits = [s for s in self._children(collection)
+                if all(name in s.data and s.data[name] == value for name, value in equal.items())]
+        # Firestore leaves out a document without the ordered field; the highest value first.
+        hits = [s for s in hits if order_by in s.data]
+        return sorted(hits, key=lambda s: s.data[order_by], reverse=True)[:limit]
 
     async def list_all(self, collection: str, limit: int = 1000) -> list[Snapshot]:
         return self._children(collection)[:limit]
