@@ -88,8 +88,9 @@ def uvicorn_config(settings: Settings, *, host: str, port: int,
     )
 
 
-def serve(settings: Settings, *, host: str, port: int) -> None:
-    """Run the API until the process is stopped."""
-    import uvicorn
+def serve(*, host: str, port: int) -> None:
+    """Run the API until the process is stopped; exit at once if it cannot start
+    (:mod:`ackloop.startup`)."""
+    from ackloop import startup
 
-    uvicorn.Server(uvicorn_config(settings, host=host, port=port)).run()
+    startup.serve(lambda settings: uvicorn_config(settings, host=host, port=port))

@@ -7,15 +7,15 @@ from pathlib import Path
 import typer
 
 from ackloop.cli import ask as ask_cmd
-from ackloop.cli import bench, chaos, dev, runs
+from ackloop.cli import dev, runs
+from ackloop.cli.lazy import lazy_group
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
+# `bench` and `chaos` come from the development tools (ackloop-dev), imported only when invoked.
+app = typer.Typer(cls=lazy_group({}), no_args_is_help=True, add_completion=False,
                   help="Durable AI agents on Pub/Sub and Firestore.")
 app.add_typer(dev.app, name="dev")
 app.add_typer(runs.app, name="runs")
-app.command("chaos")(chaos.chaos)
 app.command("ask")(ask_cmd.ask)
-app.command("bench")(bench.bench)
 
 FUNCTION_TARGETS = ("ingest", "model_step", "tool_step", "dead_letter", "api")
 
@@ -48,20 +48,23 @@ def serve_function(target: str, source: Path, *, host: str, port: int) -> None:
     interpreter whose gunicorn master forks a worker): about 40% less memory and a faster cold
     start. Cloud Run restarts a container whose process exits, so it needs no supervisor.
     """
-    import uvicorn
     from functions_framework.aio import create_asgi_app
+    from uvicorn.config import Config
 
+    from ackloop import startup
     from ackloop.api.limits import ReadDeadline
     from ackloop.api.server import uvicorn_config
     from ackloop.settings import Settings
 
-    settings = Settings()
-    asgi = create_asgi_app(target, str(source))  # type: ignore[no-untyped-call]
-    # The same bounds as the API's against slow and numerous clients: headers and body each
-    # within api_request_read_seconds, at most api_max_connections at once.
-    bounded = ReadDeadline(asgi, settings.api_request_read_seconds)
-    uvicorn.Server(uvicorn_config(settings, host=host, port=port, app=bounded,
-                                  access_log=False)).run()
+    def configured(settings: Settings) -> Config:
+        asgi = create_asgi_app(target, str(source))  # type: ignore[no-untyped-call]
+        # The same bounds as the API's against slow and numerous clients: headers and body
+        # each within api_request_read_seconds, at most api_max_connections at once.
+        bounded = ReadDeadline(asgi, settings.api_request_read_seconds)
+        return uvicorn_config(settings, host=host, port=port, app=bounded, access_log=False)
+
+    # Exits at once, after one log line, if the function cannot start (ackloop.startup).
+    startup.serve(configured)
 
 
 @app.command()
@@ -71,9 +74,8 @@ def serve(
 ) -> None:
     """Serve the HTTP API (runs, Agent Runtime contract)."""
     from ackloop.api import server
-    from ackloop.settings import Settings
 
-    server.serve(Settings(), host=host, port=port)
+    server.serve(host=host, port=port)
 
 
 if __name__ == "__main__":
