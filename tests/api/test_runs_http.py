@@ -51,6 +51,21 @@ async def test_create_then_get_shows_status_answer_and_steps(api: httpx.AsyncCli
     assert run["usage"]["model_calls"] == 4 and run["usage"]["tool_calls"] == 3
 
 
+async def test_a_budget_stop_names_its_budget_and_has_no_answer(api: httpx.AsyncClient) -> None:
+    """A run stopped by a budget is `completed` (as before, for clients that read status) and
+    `budget_stop` says which budget; an answered run has none."""
+    created = await api.post("/runs", json={"text": WEATHER, "options": {"max_steps": 1}})
+    run = await wait_finished(api, created.json()["run_id"])
+    assert (run["status"], run["stop_reason"], run["budget_stop"]) == (
+        "completed", "max_steps", "max_steps")
+    assert run["answer"] is None
+    events = (await api.get(f"/runs/{run['run_id']}/events")).text.splitlines()
+    assert json.loads(events[-1])["budget_stop"] == "max_steps"
+    answered = await api.post("/runs", json={"text": "tell me a joke"})
+    run = await wait_finished(api, answered.json()["run_id"])
+    assert (run["stop_reason"], run["budget_stop"]) == ("answered", None)
+
+
 async def test_idempotency_key_makes_retries_safe_and_rejects_a_changed_body(
     api: httpx.AsyncClient,
 ) -> None:

@@ -22,6 +22,7 @@ from ackloop.api import events
 from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError, field_errors
 from ackloop.api.models import (
+    BUDGET_STOP,
     CancelAccepted,
     CreateRun,
     ErrorBody,
@@ -82,6 +83,7 @@ class QueryOutput(BaseModel):
     status: str
     finished: bool
     stop_reason: str | None
+    budget_stop: str | None = Field(default=None, description=BUDGET_STOP)
     answer: str | None
     output: Any = None
     error: str | None
@@ -114,7 +116,8 @@ async def _query(deps: Deps, data: SyncQueryInput, caller: str) -> QueryOutput:
     final = FinishedEvent.of(run)
     return QueryOutput(run_id=run.run_id, conversation_id=run.conversation_id,
                        status=final.status, finished=run.status.terminal,
-                       stop_reason=final.stop_reason, answer=run.answer, output=run.output,
+                       stop_reason=final.stop_reason, budget_stop=final.budget_stop,
+                       answer=run.answer, output=run.output,
                        error=run.error, usage=run.usage)
 
 

@@ -17,6 +17,11 @@ from ackloop.wire import ID_PATTERN, MAX_QUERY_CHARS, RunOptions, Usage, storabl
 CURSOR_PATTERN = r"^(\d{4}-(model|tool-\d{3})|end)$"
 """A stream cursor: the key of the last step delivered, or ``end`` after the final event."""
 
+BUDGET_STOP = (
+    "The budget that stopped the run (max_steps, max_seconds, max_tool_calls or max_tokens), "
+    "or null. A run stopped by a budget has status `completed` but no answer."
+)
+
 
 QueryText = Annotated[
     str,
@@ -97,6 +102,7 @@ class RunSummary(BaseModel):
     text: str
     status: str
     stop_reason: str | None
+    budget_stop: str | None = Field(default=None, description=BUDGET_STOP)
     answer: str | None
     output: Any = None
     error: str | None
@@ -110,7 +116,8 @@ class RunSummary(BaseModel):
         return cls(
             run_id=run.run_id, request_id=run.request_id, conversation_id=run.conversation_id,
             agent=run.agent, text=run.text, status=run.status.value,
-            stop_reason=run.stop_reason.value if run.stop_reason else None, answer=run.answer,
+            stop_reason=run.stop_reason.value if run.stop_reason else None,
+            budget_stop=run.budget_stop, answer=run.answer,
             output=run.output, error=run.error, created_at=run.created_at,
             finished_at=run.finished_at, cancel_requested=run.cancel_requested, usage=run.usage,
         )
@@ -121,6 +128,11 @@ class RunView(RunSummary):
 
     model: str
     steps: list[StepView]
+
+    @classmethod
+    def of_run(cls, run: RunRecord, steps: list[StepRecord]) -> RunView:
+        return cls(**RunSummary.of(run).model_dump(), model=run.model,
+                   steps=[StepView.of(s) for s in steps])
 
 
 class ConversationRuns(BaseModel):
@@ -180,6 +192,7 @@ class FinishedEvent(BaseModel):
     run_id: str
     status: str
     stop_reason: str | None
+    budget_stop: str | None = Field(default=None, description=BUDGET_STOP)
     answer: str | None
     output: Any = None
     error: str | None
@@ -190,6 +203,7 @@ class FinishedEvent(BaseModel):
         return cls(
             run_id=run.run_id, status=run.status.value,
             stop_reason=run.stop_reason.value if run.stop_reason else None,
+            budget_stop=run.budget_stop,
             answer=run.answer, output=run.output, error=run.error, usage=run.usage,
         )
 

@@ -31,7 +31,6 @@ from ackloop.api.models import (
     RunCreated,
     RunSummary,
     RunView,
-    StepView,
     SweepReport,
     SweptRun,
 )
@@ -189,9 +188,7 @@ async def get_run(request: Request, run_id: RunId) -> RunView:
     """The run's status, stop reason, answer and usage, and each step with its timing."""
     deps = await deps_of(request)
     run = await existing_run(deps, run_id, caller_of(request))
-    steps = await deps.store.list_steps(run_id)
-    return RunView(**RunSummary.of(run).model_dump(), model=run.model,
-                   steps=[StepView.of(s) for s in steps])
+    return RunView.of_run(run, await deps.store.list_steps(run_id))
 
 
 @router.get("/runs/{run_id}/events", responses={200: {"content": STREAM_CONTENT,
