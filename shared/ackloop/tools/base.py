@@ -52,3 +52,17 @@ class Toolbox(Protocol):
     async def execute(self, call: FunctionCall, context: ToolContext) -> ToolOutcome:
         """Run ``call``. Never raises for tool failures: they become an error outcome."""
         ...
+
+
+async def prepare_toolbox(toolbox: Toolbox) -> None:
+    """Await the toolbox's optional ``prepare()`` before the engine reads it.
+
+    ``declarations()`` and ``is_retry_safe()`` are plain calls, but a toolbox whose tools live
+    elsewhere (an MCP server's) must first ask for them over the network. Such a toolbox has an
+    async ``prepare()``, which the engine awaits before a model step declares the tools and
+    before a tool step runs one. It is cheap once done; a retryable error from it releases the
+    step for redelivery, a permanent one is the step's failure.
+    """
+    prepare = getattr(toolbox, "prepare", None)
+    if prepare is not None:
+        await prepare()

@@ -81,7 +81,8 @@ def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
     return _TOKEN_SHAPES_RE.sub(MASK, text)
 
 
-def _is_secret_name(name: str) -> bool:
+def is_secret_name(name: str) -> bool:
+    """Whether a field or header called ``name`` holds a credential (``Authorization``...)."""
     return bool(re.fullmatch(f"(?i){_SECRET_NAME}", name)) or "authorization" in name.lower()
 
 
@@ -93,7 +94,7 @@ def mask_json(value: Any, known: Iterable[str] = ()) -> Any:
     if isinstance(value, dict):
         return {
             key: MASK
-            if isinstance(key, str) and _is_secret_name(key) and isinstance(item, str)
+            if isinstance(key, str) and is_secret_name(key) and isinstance(item, str)
             else mask_json(item, known)
             for key, item in value.items()
         }

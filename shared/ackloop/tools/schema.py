@@ -45,7 +45,12 @@ def parameters_schema(model: type[BaseModel]) -> JsonDict | None:
 
     Gemini rejects an ``object`` with no properties, so a tool without arguments declares none.
     """
-    raw = model.model_json_schema()
+    return json_schema_parameters(model.model_json_schema())
+
+
+def json_schema_parameters(raw: JsonDict) -> JsonDict | None:
+    """The ``parameters`` of a function declaration for an object's JSON schema (a Pydantic
+    model's, or an MCP tool's ``inputSchema``); None when it has no properties."""
     defs = raw.get("$defs", {})
     # A self-referencing model's schema is itself a $ref into $defs.
     top = _resolve(raw, defs)
