@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
 
@@ -9,7 +11,8 @@ import typer
 from rich.console import Console
 
 from ackloop.devstack import emulators
-from ackloop.devstack.stack import LocalStack, StackOptions, StackState, status, stop_recorded
+from ackloop.devstack.processes import StartupFailed
+from ackloop.devstack.stack import LocalStack, StackOptions, status, stop_recorded
 
 app = typer.Typer(no_args_is_help=True, help="Run ackloop locally on the emulators.")
 console = Console()
@@ -38,11 +41,22 @@ def up(
         Push.twin, help="twin: the push delivery with production's retry policy, concurrency "
         "and dead-lettering (ackloop.devstack.push_delivery); emulator: the emulator's own "
         "push (serial, redelivers every ~1 s)."),
+    path: list[Path] = typer.Option(
+        [], "--path", help="Another directory for the functions' PYTHONPATH (repeatable); the "
+        "current directory is always on it."),
+    agents: str = typer.Option(
+        None, envvar="ACKLOOP_AGENTS", help="The agent catalog, 'package.module:attribute' "
+        "(default: $ACKLOOP_AGENTS, else the installed entry points, else the built-in agents)."),
 ) -> None:
-    """Start the emulators, topics, subscriptions and every function; wait until healthy."""
-    if StackState.load(directory) and any(status(directory).values()):
-        console.print(f"[yellow]a stack is already running from {directory}; "
-                      "`ackloop dev down` first[/]")
+    """Start the emulators, topics, subscriptions and every function; wait until healthy.
+
+    Run it from your project's directory: it is put on every function's PYTHONPATH, so
+    ``--agents myapp.agents:catalog`` can import your package.
+    """
+    # Lines are echoed, never wrapped: a path, a URL or an export line must paste whole.
+    if any(process.up for process in status(directory)):
+        typer.secho(f"a stack is already running from {directory.resolve()}; "
+                    "`ackloop dev down` first", fg="yellow", err=True)
         raise typer.Exit(1)
     options = StackOptions(
         directory=directory, sandbox_apis=not real_apis and not emulators_only,
@@ -50,25 +64,27 @@ def up(
         pubsub_port=pubsub_port, firestore_port=firestore_port,
         services=() if emulators_only else StackOptions.services,
         create_topology=not emulators_only, push=push.value,
+        python_path=tuple(p.resolve() for p in (Path.cwd(), *path)), agents=agents or None,
     )
     console.print("[bold]Starting the ackloop local stack[/]")
     try:
-        state = LocalStack(options).up(log=console.print)
+        state = LocalStack(options).up(log=typer.echo)
     except emulators.EmulatorsMissing as exc:
-        console.print(f"[red]cannot start the emulators:[/] {exc}")
+        typer.secho(f"cannot start the emulators: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
-    if emulators_only:
-        console.print(f"[green]emulators up.[/] state: {directory / 'state.json'}")
-        typer.echo(f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.pubsub_port} "
-                   f"FIRESTORE_EMULATOR_HOST=127.0.0.1:{state.firestore_port}")
-        return
-    provider = state.model_provider
-    if provider in ("auto", "scripted") and not state.fake_gemini_url:
-        console.print("[yellow]model: scripted offline model (no Gemini credentials "
-                      "configured)[/]")
-    console.print(f"[green]up.[/] API: {state.api_url}   state: {directory / 'state.json'}")
-    console.print(f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.pubsub_port} "
-                  f"FIRESTORE_EMULATOR_HOST=127.0.0.1:{state.firestore_port}")
+    except StartupFailed as exc:
+        for line in exc.lines:
+            typer.secho(line, fg="red", err=True)
+        typer.secho("nothing is left running", err=True)
+        raise typer.Exit(1) from exc
+    if not emulators_only:
+        typer.echo(f"model: {state.model}")
+        typer.secho(f"up. API: {state.api_url}   state: {directory / 'state.json'}",
+                    fg="green")
+    else:
+        typer.secho(f"emulators up. state: {directory / 'state.json'}", fg="green")
+    typer.echo(f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.pubsub_port} "
+               f"FIRESTORE_EMULATOR_HOST=127.0.0.1:{state.firestore_port}")
 
 
 @app.command()
@@ -79,13 +95,21 @@ def down(directory: Path = typer.Option(DEFAULT_DIR)) -> None:
 
 
 @app.command("status")
-def show_status(directory: Path = typer.Option(DEFAULT_DIR)) -> None:
-    """Which processes of the local stack are alive."""
-    states = status(directory)
-    if not states:
-        console.print("no local stack recorded")
-        raise typer.Exit(1)
-    for name, ok in states.items():
-        console.print(f"  {name:<20} {'[green]up[/]' if ok else '[red]down[/]'}")
-    if not all(states.values()):
+def show_status(
+    directory: Path = typer.Option(DEFAULT_DIR),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document."),
+) -> None:
+    """Every process of the local stack: up or down, PID, port, URL, log. Exits 1 when one
+    is down or no stack is recorded."""
+    rows = status(directory)
+    if as_json:
+        typer.echo(json.dumps({"directory": str(directory.resolve()),
+                               "processes": [asdict(row) for row in rows]}, indent=2))
+    elif not rows:
+        typer.echo(f"no local stack recorded in {directory.resolve()}", err=True)
+    for row in () if as_json else rows:
+        typer.secho(f"  {row.name:<20} {'up' if row.up else 'DOWN':<5} pid {row.pid:<8} "
+                    f"port {row.port or '-':<6} {row.url or '-'}  log: {row.log or '-'}",
+                    fg=None if row.up else "red")
+    if not rows or not all(row.up for row in rows):
         raise typer.Exit(1)

@@ -18,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 import ackloop
 from ackloop.delivery import load_policy
-from ackloop.devstack import emulators
-from ackloop.devstack.processes import ManagedProcess, alive, stop_pid
+from ackloop.devstack import emulators, ports
+from ackloop.devstack.processes import ManagedProcess, StartupFailed, alive, stop_pid, wait_all
 from ackloop.devstack.topology import PushMode, create_topology, routes
 from ackloop.settings import Settings
 
@@ -80,8 +81,13 @@ class StackState:
     pids: dict[str, int] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     model_provider: str = "scripted"
+    model: str = ""
+    """The model the functions use, in words (:func:`describe_model`)."""
     sandbox_url: str | None = None
     fake_gemini_url: str | None = None
+    urls: dict[str, str] = field(default_factory=dict)
+    """Each process's health URL."""
+    logs: dict[str, str] = field(default_factory=dict)
 
     @property
     def api_url(self) -> str:
@@ -133,6 +139,11 @@ class StackOptions:
     """False: use the emulators already listening on ``pubsub_port`` / ``firestore_port``."""
     services: tuple[str, ...] = ("ingest", "model_step", "tool_step", "dead_letter", "api")
     create_topology: bool = True
+    python_path: tuple[Path, ...] = ()
+    """Directories put ahead on every child's PYTHONPATH: the user's project, so that the
+    functions can import its agents and tools."""
+    agents: str | None = None
+    """``ACKLOOP_AGENTS`` for every child (else whatever the environment says)."""
 
 
 class LocalStack:
@@ -146,6 +157,10 @@ class LocalStack:
 
     def up(self, log: Callable[[str], object] = print) -> StackState:
         o = self.options
+        # Before anything starts: a port in use is an error naming its owner, and nothing is
+        # left behind.
+        if busy := ports.taken(self.planned_ports()):
+            raise StartupFailed(busy)
         self.directory.mkdir(parents=True, exist_ok=True)
         logs = self.directory / "logs"
         state = StackState(str(self.directory), o.project_id, o.pubsub_port, o.firestore_port)
@@ -180,12 +195,12 @@ class LocalStack:
                      "--policy", "catalog"],
                     logs / "fake-gemini.log", f"{state.fake_gemini_url}/",
                 )))
+            ready = wait_all(started, 60.0)
             for proc in started:
-                took = proc.wait_ready(60.0)
-                log(f"  {proc.name:<20} ready in {took:.1f} s  (log: {proc.log_path})")
+                log(f"  {proc.name:<20} ready in {ready[proc.name]:.1f} s  "
+                    f"(log: {proc.log_path})")
             os.environ.update(state.client_env())
             state.env = self.service_env(state)
-            state.model_provider = state.env.get("ACKLOOP_MODEL_PROVIDER", "auto")
             for i, name in enumerate(SERVICES):
                 state.ports[name] = self._port(o.base_port + i)
             if o.create_topology:
@@ -196,9 +211,10 @@ class LocalStack:
                 log(f"  topics and push subscriptions created (pushed by: {o.push})")
             for name in o.services:
                 self.start_service(name)
+            ready = wait_all([self.processes[name] for name in o.services], 60.0)
             for name in o.services:
-                took = self.processes[name].wait_ready(60.0)
-                log(f"  {name:<20} ready in {took:.1f} s  (http://127.0.0.1:{state.ports[name]})")
+                log(f"  {name:<20} ready in {ready[name]:.1f} s  "
+                    f"(http://127.0.0.1:{state.ports[name]})")
             if o.create_topology and o.push == "twin":
                 took = self.start_push_delivery(self.options.push_time_scale).wait_ready(60.0)
                 log(f"  {PUSH_DELIVERY:<20} ready in {took:.1f} s  "
@@ -207,11 +223,56 @@ class LocalStack:
                 took = self.start_scheduler(o.sweep_every_s).wait_ready(30.0)
                 log(f"  {SCHEDULER:<20} ready in {took:.1f} s  (POST /sweep every "
                     f"{o.sweep_every_s:g} s; log: {self.processes[SCHEDULER].log_path})")
+            settings = self.service_settings()
+            state.model_provider = settings.resolved_model_provider()
+            state.model = describe_model(settings, state.fake_gemini_url)
             state.save()
             return state
         except BaseException:
             self.down()
+            (self.directory / "state.json").unlink(missing_ok=True)
             raise
+
+    def planned_ports(self) -> dict[str, int]:
+        """The fixed ports :meth:`up` will listen on, by what will use them (none for ports it
+        picks itself, ``base_port=0``; none for emulators it reuses)."""
+        o = self.options
+        planned: dict[str, int] = {}
+        if o.start_emulators:
+            planned |= {"pubsub-emulator": o.pubsub_port, "firestore-emulator": o.firestore_port}
+        if o.base_port == 0:
+            return planned
+        planned |= {name: o.base_port + i for i, name in enumerate(SERVICES)
+                    if name in o.services}
+        extras = {"sandbox-apis": (10, o.sandbox_apis), "fake-gemini": (11, o.fake_gemini),
+                  PUSH_DELIVERY: (12, o.create_topology and o.push == "twin"),
+                  SCHEDULER: (13, o.sweep_every_s is not None and "api" in o.services)}
+        return planned | {name: o.base_port + offset
+                          for name, (offset, used) in extras.items() if used}
+
+    def project_env(self) -> dict[str, str]:
+        """What every child gets to import the user's project: its directories ahead on
+        PYTHONPATH, and the agent catalog it names."""
+        env: dict[str, str] = {}
+        if self.options.python_path:
+            inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            env["PYTHONPATH"] = os.pathsep.join(
+                [*(str(p) for p in self.options.python_path), *inherited])
+        if self.options.agents:
+            env["ACKLOOP_AGENTS"] = self.options.agents
+        return env
+
+    def service_settings(self) -> Settings:
+        """The settings the services read: this process's environment under the stack's, as
+        :meth:`start_service` hands it to them (what the banner describes, not a guess)."""
+        assert self.state is not None
+        saved = dict(os.environ)
+        os.environ.update({**self.state.env, **self.project_env()})
+        try:
+            return Settings()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
 
     def _port(self, wanted: int) -> int:
         return emulators.free_port() if self.options.base_port == 0 else wanted
@@ -331,10 +392,15 @@ class LocalStack:
         return self._start(name, proc)
 
     def _start(self, name: str, proc: ManagedProcess) -> ManagedProcess:
+        if project := self.project_env():
+            proc.env = {**(proc.env if proc.env is not None else os.environ), **project}
         proc.start()
         self.processes[name] = proc
         if self.state is not None and proc.pid is not None:
             self.state.pids[name] = proc.pid
+            self.state.logs[name] = str(proc.log_path)
+            if proc.health_url:
+                self.state.urls[name] = proc.health_url
             self.state.save()
         return proc
 
@@ -369,8 +435,45 @@ def stop_recorded(directory: Path) -> list[str]:
     return stopped
 
 
-def status(directory: Path) -> dict[str, bool]:
+@dataclass(frozen=True)
+class ProcessStatus:
+    """One process of a recorded stack: up when alive and (where it can be told) listening on
+    its port itself."""
+
+    name: str
+    pid: int
+    up: bool
+    port: int | None
+    url: str | None
+    log: str | None
+
+
+def status(directory: Path) -> list[ProcessStatus]:
+    """Every process ``dev up`` recorded in ``directory`` (empty if none)."""
     state = StackState.load(directory)
     if state is None:
-        return {}
-    return {name: alive(pid) for name, pid in state.pids.items()}
+        return []
+    rows = []
+    for name, pid in state.pids.items():
+        url = state.urls.get(name)
+        port = urlsplit(url).port if url else None
+        up = alive(pid) and (port is None or ports.serves(port, pid) is not False)
+        rows.append(ProcessStatus(name, pid, up, port, url, state.logs.get(name)))
+    return rows
+
+
+def describe_model(settings: Settings, fake_gemini_url: str | None = None) -> str:
+    """The model ``settings`` make the functions use, and how it is reached."""
+    if settings.resolved_model_provider() == "scripted":
+        return ("the scripted offline model, playing each agent's script "
+                "(no Gemini credentials configured)")
+    if settings.gemini_base_url and settings.gemini_base_url == fake_gemini_url:
+        return (f"{settings.model} from the fake Gemini REST server at "
+                f"{settings.gemini_base_url} (scripted replies, through google-genai)")
+    if settings.use_vertexai:
+        how = (f"on Vertex AI (project {settings.project_id}, "
+               f"location {settings.vertex_location})")
+    else:
+        how = "with an API key (Gemini Developer API)"
+    where = f" at {settings.gemini_base_url}" if settings.gemini_base_url else ""
+    return f"Gemini {settings.model} {how}{where}"
