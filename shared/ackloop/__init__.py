@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 _PUBLIC: dict[str, str] = {
     # Tools
     "FinalResult": "ackloop.tools.errors:FinalResult",
-    "NoArguments": "ackloop.tools.definition:NoArguments",
+    "NoArguments": "ackloop.tools.parameters:NoArguments",
     "Tool": "ackloop.tools.definition:Tool",
     "ToolContext": "ackloop.tools.base:ToolContext",
     "ToolError": "ackloop.tools.errors:ToolError",
@@ -40,13 +40,13 @@ if TYPE_CHECKING:
     from ackloop.tools.base import Toolbox as Toolbox
     from ackloop.tools.base import ToolContext as ToolContext
     from ackloop.tools.base import ToolOutcome as ToolOutcome
-    from ackloop.tools.definition import NoArguments as NoArguments
     from ackloop.tools.definition import Tool as Tool
     from ackloop.tools.definition import text_tool as text_tool
     from ackloop.tools.definition import tool as tool
     from ackloop.tools.definition import typed_tool as typed_tool
     from ackloop.tools.errors import FinalResult as FinalResult
     from ackloop.tools.errors import ToolError as ToolError
+    from ackloop.tools.parameters import NoArguments as NoArguments
     from ackloop.tools.toolset import ToolSet as ToolSet
 
 

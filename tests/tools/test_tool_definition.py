@@ -95,21 +95,30 @@ async def test_text_tool_handler_may_take_the_context(context: ToolContext) -> N
     assert outcome.response == {"result": "HI (run-1)"}
 
 
-def test_a_sync_handler_is_rejected() -> None:
-    def not_async(args: CepArgs) -> str:
-        return ""
+async def test_typed_and_text_tools_take_sync_handlers(context: ToolContext) -> None:
+    def lookup(args: CepArgs, context: ToolContext) -> str:
+        return f"{args.cep} (attempt {context.attempt})"
 
-    with pytest.raises(TypeError, match="must be an async function"):
-        typed_tool("x", "d", CepArgs, not_async)  # type: ignore[arg-type]
+    def count_words(text: str) -> str:
+        return f"{len(text.split())} words"
+
+    tools = ToolSet(
+        [
+            typed_tool("lookup_cep", "Look up a CEP.", CepArgs, lookup),
+            text_tool("count_words", "Count the words in a text.", count_words),
+        ]
+    )
+    looked_up = await tools.execute(
+        FunctionCall(name="lookup_cep", args={"cep": "64600000"}), context
+    )
+    counted = await tools.execute(FunctionCall(name="count_words", args={"text": "a b"}), context)
+    assert looked_up.response == {"result": "64600000 (attempt 1)"}
+    assert counted.response == {"result": "2 words"}
 
 
-def test_a_plain_parameter_is_rejected_with_a_hint() -> None:
-    with pytest.raises(TypeError, match="put plain arguments in the model"):
-
-        @tool
-        async def bad(state: str) -> str:
-            """Bad."""
-            return state
+def test_a_handler_that_is_not_callable_is_rejected() -> None:
+    with pytest.raises(TypeError, match="is not callable"):
+        typed_tool("x", "d", CepArgs, "not a function")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", ["", "1abc", "has space", "x" * 65, "slash/name"])

@@ -7,9 +7,10 @@ the model can act on. :func:`ackloop.tools.seed.seed_toolset` builds the seed ag
 """
 
 from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome
-from ackloop.tools.definition import NoArguments, Tool, text_tool, tool, typed_tool
+from ackloop.tools.definition import Tool, text_tool, tool, typed_tool
 from ackloop.tools.errors import FinalResult, ToolError
 from ackloop.tools.masking import SecretMaskingFilter, install_secret_masking, mask_secrets
+from ackloop.tools.parameters import NoArguments
 from ackloop.tools.toolset import ToolSet
 
 __all__ = [

@@ -1,36 +1,41 @@
 """What a tool is, and the three ways to make one: ``@tool``, ``typed_tool`` and ``text_tool``.
 
-A handler is an async function that receives its validated Pydantic arguments and, when it asks
-for one, the :class:`~ackloop.tools.base.ToolContext`. It returns a string, anything JSON-able
-(a Pydantic model is dumped in JSON mode) or a :class:`~ackloop.tools.errors.FinalResult`.
+A handler is a function, async or sync, that receives its validated arguments (plain parameters
+or one Pydantic model) and, when it asks for one, the :class:`~ackloop.tools.base.ToolContext`.
+It returns a string, anything JSON-able (a Pydantic model is dumped in JSON mode) or a
+:class:`~ackloop.tools.errors.FinalResult`.
+
+A sync handler runs in a worker thread (:func:`asyncio.to_thread`): the step's event loop also
+runs the lease heartbeat, which a blocking call on it would starve. A thread cannot be killed,
+so a sync handler cut by its timeout keeps running in the background until it returns; the step
+records the timeout all the same.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, overload
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, Field, create_model
 
 from ackloop.tools.base import JsonDict, ToolContext
+from ackloop.tools.docstrings import read_docstring
+from ackloop.tools.parameters import read_parameters
 from ackloop.tools.schema import parameters_schema
 
-Handler = Callable[..., Awaitable[Any]]
+Handler = Callable[..., Any]
+"""An async function, or a sync one (run in a worker thread)."""
+AsyncHandler = Callable[..., Awaitable[Any]]
 BoundCall = Callable[[BaseModel, ToolContext], Awaitable[Any]]
 
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024
 # Gemini function names: a letter or underscore first, then letters, digits, _ . : -
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
-_DOC_SECTION_RE = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Raises|Yields):\s*$", re.M)
-
-
-class NoArguments(BaseModel):
-    """Arguments of a tool that takes none. Anything the model sends anyway is ignored."""
-
-    model_config = ConfigDict(extra="ignore")
 
 
 @dataclass(frozen=True)
@@ -100,22 +105,31 @@ def tool(
     timeout_seconds: float | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
 ) -> Tool | Callable[[Handler], Tool]:
-    """Make a tool of an async function; use bare (``@tool``) or called (``@tool("name")``).
+    """Make a tool of a function, async or sync; use bare (``@tool``) or called (``@tool("name")``).
 
-    The arguments model is the annotation of the parameter typed as a Pydantic model (none: the
-    tool takes no arguments); a parameter typed :class:`ToolContext` or named ``context`` receives
-    the context. The name defaults to the function's name, the description to its docstring (up
-    to an ``Args:``/``Returns:`` section, which the schema already covers).
+    The function declares its arguments either as plain annotated parameters
+    (``city: str, days: Annotated[int, Field(ge=1)] = 1``), which become the fields of the
+    arguments model, or as ONE parameter annotated with a Pydantic model, which is the whole
+    arguments model. A parameter annotated :class:`ToolContext`, or named ``context``, receives
+    the context. The name defaults to the function's name; the description to its docstring up
+    to the first section, and each plain parameter's description to its entry in the ``Args:``
+    section (or ``:param name:``), unless ``Annotated[T, "text"]`` or ``Field`` gives one.
     """
 
     def build(fn: Handler) -> Tool:
-        model, arg_name, call = _adapt_annotated(fn)
+        docs = read_docstring(fn)
+        parameters = read_parameters(fn, docs.parameters)
+        run = _as_async(fn)
+
+        async def call(args: BaseModel, context: ToolContext) -> Any:
+            return await run(**parameters.keywords(args, context))
+
         return Tool(
             name=name if isinstance(name, str) else fn.__name__,
-            description=description if description is not None else _describe(fn),
-            args_model=model,
+            description=description if description is not None else docs.summary,
+            args_model=parameters.model,
             call=call,
-            arg_name=arg_name,
+            arg_name=parameters.model_parameter,
             retry_safe=retry_safe,
             timeout_seconds=timeout_seconds,
             max_output_bytes=max_output_bytes,
@@ -136,21 +150,22 @@ def typed_tool(
     timeout_seconds: float | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
 ) -> Tool:
-    """Make a tool of any async callable (a bound method, say) with an explicit arguments model.
+    """Make a tool of any callable (a bound method, say), async or sync, with an explicit
+    arguments model.
 
     ``handler`` is called as ``handler(args)`` or ``handler(args, context)`` depending on how many
     parameters it takes; a handler with no parameters is called without arguments.
     """
-    _require_async(handler)
+    run = _as_async(handler)
     params = list(inspect.signature(handler).parameters.values())
     arg_name = params[0].name if params else None
 
     async def call(args: BaseModel, context: ToolContext) -> Any:
         if not params:
-            return await handler()
+            return await run()
         if len(params) == 1:
-            return await handler(args)
-        return await handler(args, context)
+            return await run(args)
+        return await run(args, context)
 
     return Tool(
         name=name,
@@ -175,8 +190,9 @@ def text_tool(
     timeout_seconds: float | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
 ) -> Tool:
-    """Make a tool whose only argument is one string, passed to ``handler(text[, context])``."""
-    _require_async(handler)
+    """Make a tool whose only argument is one string, passed to ``handler(text[, context])``
+    (async or sync)."""
+    run = _as_async(handler)
     model_name = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]", name)) + "Args"
     fields: dict[str, Any] = {argument: (str, Field(description=argument_description))}
     args_model: type[BaseModel] = create_model(model_name, **fields)
@@ -184,7 +200,7 @@ def text_tool(
 
     async def call(args: BaseModel, context: ToolContext) -> Any:
         text = getattr(args, argument)
-        return await (handler(text, context) if takes_context else handler(text))
+        return await (run(text, context) if takes_context else run(text))
 
     return Tool(
         name=name,
@@ -198,47 +214,16 @@ def text_tool(
     )
 
 
-def _adapt_annotated(fn: Handler) -> tuple[type[BaseModel], str | None, BoundCall]:
-    """Read the arguments model and the context parameter from ``fn``'s annotations."""
-    _require_async(fn)
-    model: type[BaseModel] = NoArguments
-    arg_name: str | None = None
-    context_name: str | None = None
-    for param in inspect.signature(fn, eval_str=True).parameters.values():
-        annotation = param.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            if annotation is ToolContext:
-                context_name = param.name
-                continue
-            if arg_name is not None:
-                raise TypeError(f"{fn.__name__}: take ONE Pydantic arguments model")
-            model, arg_name = annotation, param.name
-        elif param.name == "context":
-            context_name = param.name
-        else:
-            raise TypeError(
-                f"{fn.__name__}: parameter {param.name!r} must be a Pydantic model (the "
-                "arguments) or the ToolContext; put plain arguments in the model"
-            )
-
-    async def call(args: BaseModel, context: ToolContext) -> Any:
-        kwargs: dict[str, Any] = {}
-        if arg_name is not None:
-            kwargs[arg_name] = args
-        if context_name is not None:
-            kwargs[context_name] = context
-        return await fn(**kwargs)
-
-    return model, arg_name, call
-
-
-def _describe(fn: Handler) -> str:
-    doc = inspect.getdoc(fn) or ""
-    section = _DOC_SECTION_RE.search(doc)
-    return (doc[: section.start()] if section else doc).strip()
-
-
-def _require_async(fn: Handler) -> None:
+def _as_async(fn: Handler) -> AsyncHandler:
+    """``fn`` itself when it is async; otherwise ``fn`` run in a worker thread, off the loop."""
+    if not callable(fn):
+        raise TypeError(f"tool handler {fn!r} is not callable")
     # An object with an async __call__ is as good as an async function.
-    if not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)):
-        raise TypeError(f"tool handler {fn!r} must be an async function")
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+        return fn
+
+    @functools.wraps(fn)
+    async def in_thread(*args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    return in_thread

@@ -15,8 +15,9 @@ import httpx
 from pydantic import BaseModel, Field, field_validator
 
 from ackloop.settings import Settings
-from ackloop.tools.definition import NoArguments, typed_tool
+from ackloop.tools.definition import typed_tool
 from ackloop.tools.errors import ToolError
+from ackloop.tools.parameters import NoArguments
 from ackloop.tools.toolset import ToolSet
 from ackloop.tools.us_areas import STATE_NAMES
 
