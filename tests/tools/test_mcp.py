@@ -185,8 +185,9 @@ async def test_a_server_that_cannot_be_reached_is_a_clear_retryable_error(transp
     with pytest.raises(MCPUnavailable, match="MCP server 'ghost' could not be listed") as caught:
         await tools.prepare()
     assert isinstance(caught.value, RetryableError)
+    assert tools.declarations() == []
     with pytest.raises(RuntimeError, match="await prepare"):
-        tools.declarations()
+        tools.is_retry_safe("lookup_order")
     outcome = await tools.execute(call("lookup_order", order_id="A-1234"), context())
     assert outcome.is_error and "could not be listed" in outcome.response["error"]
     await server.aclose()

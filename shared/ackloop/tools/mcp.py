@@ -244,7 +244,9 @@ class MCPToolbox:
             self._tools = ToolSet(self._select(listed), known_secrets=self._known)
 
     def declarations(self) -> list[JsonDict]:
-        return self._ready().declarations()
+        """The listed tools' declarations; none until :meth:`prepare` has listed them (the
+        engine awaits it before a model step reads them, and fails that step if it cannot)."""
+        return [] if self._tools is None else self._tools.declarations()
 
     def is_retry_safe(self, name: str) -> bool:
         return self._ready().is_retry_safe(name)
