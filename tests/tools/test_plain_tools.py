@@ -369,6 +369,26 @@ def test_a_private_name_is_refused() -> None:
     refused(hidden, r"hidden: parameter '_city' starts with '_'")
 
 
+def test_an_annotation_local_to_a_function_is_refused_with_where_to_move_it() -> None:
+    def make() -> None:
+        class Local(BaseModel):
+            x: int
+
+        def local(a: Local, b: int) -> str:
+            """Local."""
+            return ""
+
+        tool(local)
+
+    # This module's annotations are strings (from __future__), evaluated in the module.
+    with pytest.raises(
+        TypeError,
+        match=r"local: the annotation 'Local' cannot be resolved in "
+        r"the function's module; define it at module level",
+    ):
+        make()
+
+
 def test_google_docstrings() -> None:
     parsed = parse_docstring(
         "Summary line.\n\nMore.\n\nArgs:\n    city: The city\n        in English.\n"

@@ -58,7 +58,7 @@ def read_parameters(fn: Callable[..., Any], descriptions: Mapping[str, str]) -> 
     context_parameter: str | None = None
     models: list[inspect.Parameter] = []
     plain: list[inspect.Parameter] = []
-    for param in inspect.signature(fn, eval_str=True).parameters.values():
+    for param in _signature(where, fn).parameters.values():
         _refuse_kind(where, param)
         if _is_context(where, param):
             if context_parameter is not None:
@@ -86,6 +86,18 @@ def read_parameters(fn: Callable[..., Any], descriptions: Mapping[str, str]) -> 
         return Parameters(NoArguments, None, (), context_parameter)
     model = _plain_model(fn, plain, descriptions)
     return Parameters(model, None, tuple(p.name for p in plain), context_parameter)
+
+
+def _signature(where: str, fn: Callable[..., Any]) -> inspect.Signature:
+    """The signature with string annotations (``from __future__ import annotations``) evaluated
+    in the function's module, which cannot see names local to an enclosing function."""
+    try:
+        return inspect.signature(fn, eval_str=True)
+    except NameError as exc:
+        raise TypeError(
+            f"{where}: the annotation {exc.name!r} cannot be resolved in the function's module; "
+            "define it at module level"
+        ) from exc
 
 
 def _refuse_kind(where: str, param: inspect.Parameter) -> None:
