@@ -32,6 +32,9 @@ _PUBLIC: dict[str, str] = {
     "text_tool": "ackloop.tools.definition:text_tool",
     "tool": "ackloop.tools.definition:tool",
     "typed_tool": "ackloop.tools.definition:typed_tool",
+    # Tools from an MCP server (the SDK loads when a server is first used)
+    "MCPServer": "ackloop.tools.mcp:MCPServer",
+    "mcp_tools": "ackloop.tools.mcp:mcp_tools",
 }
 
 __all__ = ["__version__", *_PUBLIC]
@@ -46,6 +49,8 @@ if TYPE_CHECKING:
     from ackloop.tools.definition import typed_tool as typed_tool
     from ackloop.tools.errors import FinalResult as FinalResult
     from ackloop.tools.errors import ToolError as ToolError
+    from ackloop.tools.mcp import MCPServer as MCPServer
+    from ackloop.tools.mcp import mcp_tools as mcp_tools
     from ackloop.tools.parameters import NoArguments as NoArguments
     from ackloop.tools.toolset import ToolSet as ToolSet
 
