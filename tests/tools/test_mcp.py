@@ -223,3 +223,9 @@ async def test_http_holds_no_connection_between_calls(http_url):
     open_to_server = [c for c in psutil.Process().net_connections(kind="tcp")
                       if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"]
     assert open_to_server == []
+
+
+async def test_credential_headers_are_masked_and_other_headers_are_not():
+    server = MCPServer.http("http://127.0.0.1:1/mcp", headers={
+        "Authorization": "Bearer tok-123456", "X-Api-Key": "k-98765", "X-Tenant": "acme"})
+    assert set(server.secrets()) == {"Bearer tok-123456", "k-98765"}
