@@ -8,10 +8,10 @@ Q ?= are there any weather alerts where I am?
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev,infra,bench]'
+	$(VENV)/bin/pip install -q -e '.[dev,infra]' -e './devtools[bench]'
 	touch $@
 
 # checkov pins packages that clash with ours: it lives in its own virtualenv.

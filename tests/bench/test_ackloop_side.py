@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from tests.support.emulators import EmulatorSession
 
-from ackloop.bench import report
-from ackloop.bench.ackloop_side import AckloopBenchConfig, Level, measure_ackloop
-from ackloop.bench.targets import check_targets
+from ackloop_dev.bench import report
+from ackloop_dev.bench.ackloop_side import AckloopBenchConfig, Level, measure_ackloop
+from ackloop_dev.bench.targets import check_targets
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from ackloop.bench import push_answers, report
-from ackloop.bench.ackloop_side import fault_free_answers
-from ackloop.bench.step_timing import split_gaps, step_gaps
-from ackloop.bench.targets import OVERHEAD_RATIO_LIMIT, check_targets
 from ackloop.records import StepRecord
+from ackloop_dev.bench import push_answers, report
+from ackloop_dev.bench.ackloop_side import fault_free_answers
+from ackloop_dev.bench.step_timing import split_gaps, step_gaps
+from ackloop_dev.bench.targets import OVERHEAD_RATIO_LIMIT, check_targets
 
 
 def dist(p50: float, p95: float) -> dict[str, float]:

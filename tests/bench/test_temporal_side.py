@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ackloop.bench import temporal_side as ts
+from ackloop_dev.bench import temporal_side as ts
 
 RUNS = 3
 
@@ -46,7 +46,7 @@ def test_kill_outcome_counts_reruns_and_in_flight() -> None:
 def test_importing_the_module_does_not_import_temporalio() -> None:
     package_root = Path(ts.__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(package_root)}
-    code = "import sys, ackloop.bench.temporal_side; assert 'temporalio' not in sys.modules"
+    code = "import sys, ackloop_dev.bench.temporal_side; assert 'temporalio' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
 
 

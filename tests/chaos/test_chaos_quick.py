@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from ackloop.chaos.config import ChaosConfig
-from ackloop.chaos.report import format_report
-from ackloop.chaos.runner import run_chaos
-from ackloop.chaos.timing import DEFAULT_FACTOR, shipped_default
 from ackloop.delivery import load_policy
+from ackloop_dev.chaos.config import ChaosConfig
+from ackloop_dev.chaos.report import format_report
+from ackloop_dev.chaos.runner import run_chaos
+from ackloop_dev.chaos.timing import DEFAULT_FACTOR, shipped_default
 from tests.support.emulators import EmulatorSession
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]

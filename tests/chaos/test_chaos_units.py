@@ -12,20 +12,20 @@ import httpx
 import pytest
 
 from ackloop import records
-from ackloop.chaos.checks import check_conversation, normalize_answer, segments
-from ackloop.chaos.config import scaled_spec
-from ackloop.chaos.evidence import model_evidence
-from ackloop.chaos.kills import interrupted, kill_plan, owner_pid
-from ackloop.chaos.model_server import describe
-from ackloop.chaos.proxy import DuplicatingFront
-from ackloop.chaos.scenarios import StormResult
-from ackloop.chaos.timing import Timing, min_factor
-from ackloop.chaos.workload import TEMPLATES, question, reference_of
 from ackloop.delivery import load_policy
 from ackloop.model.us_states import find_state_code
 from ackloop.records import StepRecord, StepStatus
 from ackloop.settings import Settings
 from ackloop.store import Transcript
+from ackloop_dev.chaos.checks import check_conversation, normalize_answer, segments
+from ackloop_dev.chaos.config import scaled_spec
+from ackloop_dev.chaos.evidence import model_evidence
+from ackloop_dev.chaos.kills import interrupted, kill_plan, owner_pid
+from ackloop_dev.chaos.model_server import describe
+from ackloop_dev.chaos.proxy import DuplicatingFront
+from ackloop_dev.chaos.scenarios import StormResult
+from ackloop_dev.chaos.timing import Timing, min_factor
+from ackloop_dev.chaos.workload import TEMPLATES, question, reference_of
 
 
 def test_the_reference_is_found_and_changes_no_state() -> None:

@@ -19,8 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ackloop.bench.temporal_side import percentile
-from ackloop.chaos.checks import (
+from ackloop_dev.bench.temporal_side import percentile
+from ackloop_dev.chaos.checks import (
     ConversationVerdict,
     Reference,
     RefKey,
@@ -28,22 +28,22 @@ from ackloop.chaos.checks import (
     check_conversation,
     judge,
 )
-from ackloop.chaos.config import ChaosConfig
-from ackloop.chaos.deadletter import dead_letter_phase
-from ackloop.chaos.evidence import (
+from ackloop_dev.chaos.config import ChaosConfig
+from ackloop_dev.chaos.deadletter import dead_letter_phase
+from ackloop_dev.chaos.evidence import (
     ModelEvidence,
     model_evidence,
     sandbox_requests,
     secrets_in_logs,
     tool_executions,
 )
-from ackloop.chaos.phases import FaultPhase, calibrate, fault_phase
-from ackloop.chaos.poison import poison_outcome
-from ackloop.chaos.scenarios import followup_scenario, storm_phase
-from ackloop.chaos.stackup import ChaosStack, start_chaos_stack
-from ackloop.chaos.targets import evaluate_targets
-from ackloop.chaos.temporal import temporal_worker_kill
-from ackloop.chaos.workflow import AnswerCollector, Submitted
+from ackloop_dev.chaos.phases import FaultPhase, calibrate, fault_phase
+from ackloop_dev.chaos.poison import poison_outcome
+from ackloop_dev.chaos.scenarios import followup_scenario, storm_phase
+from ackloop_dev.chaos.stackup import ChaosStack, start_chaos_stack
+from ackloop_dev.chaos.targets import evaluate_targets
+from ackloop_dev.chaos.temporal import temporal_worker_kill
+from ackloop_dev.chaos.workflow import AnswerCollector, Submitted
 
 _JUDGE_CONCURRENCY = 16
 INJECTED_PERMANENT = {"model_malformed_response": "malformed"}

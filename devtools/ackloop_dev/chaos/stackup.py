@@ -5,10 +5,10 @@ the API run by ``ackloop run``, the shipped topology and dead-letter policy, the
 POSTing the API's ``/sweep`` on production's schedule) delivered by the local push delivery with
 production's retry policy (``LocalStack.start_push_delivery``), all at the run's time factor,
 plus three processes of its own: the fake Gemini server with a ledger
-(:mod:`ackloop.chaos.model_server`), a second sandbox that serves ip-api (so its timeouts can be
-set apart from weather.gov's 500s) and the duplicating front (:mod:`ackloop.chaos.proxy`), which
+(:mod:`ackloop_dev.chaos.model_server`), a second sandbox that serves ip-api (so its timeouts can be
+set apart from weather.gov's 500s) and the duplicating front (:mod:`ackloop_dev.chaos.proxy`), which
 the push delivery's routes point at. Every function gets the shipped settings with their
-durations scaled (:class:`~ackloop.chaos.timing.Timing`). The model and tool functions start
+durations scaled (:class:`~ackloop_dev.chaos.timing.Timing`). The model and tool functions start
 with every fault point of their kind configured but disarmed (marker files present);
 :meth:`ChaosStack.arm` removes one marker so the next step that reaches that point SIGKILLs its
 process.
@@ -29,8 +29,6 @@ from typing import Any
 import httpx
 from google.cloud import pubsub_v1  # type: ignore[attr-defined,unused-ignore]
 
-from ackloop.chaos.config import ChaosConfig, scaled_spec
-from ackloop.chaos.timing import Timing
 from ackloop.devstack import emulators
 from ackloop.devstack.processes import ManagedProcess
 from ackloop.devstack.stack import (
@@ -46,6 +44,8 @@ from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.engine.deps import FAULT_POINTS
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
+from ackloop_dev.chaos.config import ChaosConfig, scaled_spec
+from ackloop_dev.chaos.timing import Timing
 
 NOT_DUPLICATED = ("dead_letter",)
 """Functions the duplicating front never sends a second copy to."""
@@ -280,7 +280,7 @@ def start_chaos_stack(config: ChaosConfig, directory: Path, *,
     ref_faults.write_text("{}")
     ports = {n: emulators.free_port() for n in ("model", "ipapi", "front")}
     helpers = [
-        _helper("model-server", [sys.executable, "-m", "ackloop.chaos.model_server", "--port",
+        _helper("model-server", [sys.executable, "-m", "ackloop_dev.chaos.model_server", "--port",
                                  str(ports["model"]), "--ledger", str(ledger),
                                  "--ref-faults", str(ref_faults)], logs,
                 ports["model"], {"ACKLOOP_CHAOS_CANARY": canary}),
@@ -320,7 +320,7 @@ def start_chaos_stack(config: ChaosConfig, directory: Path, *,
         finally:
             subscriber.close()
         routes = [f"--route={name}={url}" for name, url in stack.function_urls().items()]
-        front = _helper("dup-front", [sys.executable, "-m", "ackloop.chaos.proxy", "--port",
+        front = _helper("dup-front", [sys.executable, "-m", "ackloop_dev.chaos.proxy", "--port",
                                       str(ports["front"]), "--seed", str(config.seed),
                                       "--concurrent-share", str(config.concurrent_share),
                                       *routes, *(f"--no-duplicate={n}" for n in NOT_DUPLICATED)],

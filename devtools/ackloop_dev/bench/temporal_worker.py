@@ -2,7 +2,7 @@
 
 Run as its own process so that its CPU and memory can be measured and it can be SIGKILLed::
 
-    python -m ackloop.bench.temporal_worker --address 127.0.0.1:7233 --task-queue bench \
+    python -m ackloop_dev.bench.temporal_worker --address 127.0.0.1:7233 --task-queue bench \
         [--tuned] [--step-sleep 2] [--ledger executions.jsonl]
 
 ``--tuned`` shortens the sticky queue schedule-to-start timeout (the activities heartbeat on
@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from ackloop.bench.temporal_workload import (
+from ackloop_dev.bench.temporal_workload import (
     TUNED_STICKY_SCHEDULE_TO_START,
     AgentWorkflow,
     BenchActivities,
@@ -65,7 +65,7 @@ async def run_worker(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m ackloop.bench.temporal_worker``."""
+    """Entry point of ``python -m ackloop_dev.bench.temporal_worker``."""
     asyncio.run(run_worker(parse_args(argv)))
     return 0
 

@@ -16,7 +16,7 @@ invocation (ratio rounded to 2 digits): the figure to beat is the one the README
 run of 2026-11-30 (30.1 ms vs 49.2 ms). A step that got slower against the same peer fails it."""
 NON_2XX_PER_1000_STEPS_LIMIT = 0.0
 """Non-2xx push answers per 1,000 steps in the fault-free phases: none (Pub/Sub nacks are not
-used as a timer; see :mod:`ackloop.bench.push_answers`)."""
+used as a timer; see :mod:`ackloop_dev.bench.push_answers`)."""
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import typer
 
-from ackloop.chaos.config import ChaosConfig
-from ackloop.chaos.report import format_report
-from ackloop.chaos.runner import run_chaos
-from ackloop.chaos.targets import all_met
-from ackloop.chaos.timing import DEFAULT_FACTOR, min_factor
+from ackloop_dev.chaos.config import ChaosConfig
+from ackloop_dev.chaos.report import format_report
+from ackloop_dev.chaos.runner import run_chaos
+from ackloop_dev.chaos.targets import all_met
+from ackloop_dev.chaos.timing import DEFAULT_FACTOR, min_factor
 
 
 def chaos(

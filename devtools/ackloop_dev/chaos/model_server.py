@@ -1,6 +1,6 @@
 """The fake Gemini server with a ledger: which request (run and turn) got which answer or fault.
 
-``python -m ackloop.chaos.model_server --port N --ledger FILE`` serves exactly what
+``python -m ackloop_dev.chaos.model_server --port N --ledger FILE`` serves exactly what
 :class:`~ackloop.model.fake_server.FakeGeminiServer` serves (the scripted seed agent over the
 Gemini REST API, with the same admin fault injection), and appends one JSON line per
 ``generateContent`` request to ``FILE``: the run's reference (``(ref ...)`` in its question, the
@@ -26,9 +26,9 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ackloop.chaos.workload import question_text, reference_of
 from ackloop.model.fake_faults import Fault, parse_fault_spec
 from ackloop.model.fake_server import FakeGeminiServer, RecordedRequest
+from ackloop_dev.chaos.workload import question_text, reference_of
 
 
 def describe(body: dict[str, Any], canary: str) -> dict[str, Any]:

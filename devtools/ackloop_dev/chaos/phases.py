@@ -15,13 +15,13 @@ import time
 from dataclasses import dataclass, field
 
 from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.chaos.checks import Reference, RefKey, reference, tool_outcomes
-from ackloop.chaos.config import ChaosConfig
-from ackloop.chaos.kills import KillEvent, KillMonitor, kill_plan
-from ackloop.chaos.poison import PoisonReport, inject_poison
-from ackloop.chaos.stackup import ChaosStack
-from ackloop.chaos.workflow import Submitted, poll, submit, wait_all
-from ackloop.chaos.workload import BY_NAME, TEMPLATES, pick
+from ackloop_dev.chaos.checks import Reference, RefKey, reference, tool_outcomes
+from ackloop_dev.chaos.config import ChaosConfig
+from ackloop_dev.chaos.kills import KillEvent, KillMonitor, kill_plan
+from ackloop_dev.chaos.poison import PoisonReport, inject_poison
+from ackloop_dev.chaos.stackup import ChaosStack
+from ackloop_dev.chaos.workflow import Submitted, poll, submit, wait_all
+from ackloop_dev.chaos.workload import BY_NAME, TEMPLATES, pick
 
 log = logging.getLogger(__name__)
 

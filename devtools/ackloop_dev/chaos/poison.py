@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from ackloop.chaos.stackup import ChaosStack
+from ackloop_dev.chaos.stackup import ChaosStack
 
 FUNCTIONS = ("ingest", "model_step", "tool_step", "dead_letter")
 

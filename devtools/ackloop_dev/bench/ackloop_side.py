@@ -5,17 +5,17 @@ instant ``bench_lookup`` tool (agent ``reference``), through real processes: the
 published to the queries topic, each step is a push delivery to a function process
 (``ackloop run``), and the answer is received from the answers topic. Measured:
 
-* per-step engine overhead, from the step documents (see :mod:`ackloop.bench.step_timing`),
+* per-step engine overhead, from the step documents (see :mod:`ackloop_dev.bench.step_timing`),
   and its split at the next step's claim;
 * run end-to-end, one run at a time, and throughput plus end-to-end with C concurrent runs;
 * CPU seconds per run of every process of the side (functions, both emulators, client) and of
   the machine (to show contention), and the peak RSS of each function process tree;
 * Firestore requests/documents and Pub/Sub publishes per step, counted by the functions;
 * pushes by HTTP answer, counted by the push delivery: non-2xx answers per 1,000 steps
-  (:mod:`ackloop.bench.push_answers`);
+  (:mod:`ackloop_dev.bench.push_answers`);
 * growth with conversation length (agent ``reference-long``);
 * cold start of a function process (spawn -> first request served);
-* the Firestore emulator's lock floor (:mod:`ackloop.bench.contention`).
+* the Firestore emulator's lock floor (:mod:`ackloop_dev.bench.contention`).
 """
 
 from __future__ import annotations
@@ -30,20 +30,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ackloop.bench import ackloop_counts as counts
-from ackloop.bench import push_answers
-from ackloop.bench.ackloop_client import AnswerWatcher, RunDriver, RunResult, completed
-from ackloop.bench.ackloop_stack import STEP_FUNCTIONS, BenchStack
-from ackloop.bench.contention import measure_lock_floor
-from ackloop.bench.pricing import cost_per_1000_runs
-from ackloop.bench.procstats import CpuMeter, tree_peak_rss_mib
-from ackloop.bench.push_floor import measure_delivery_floor
-from ackloop.bench.step_timing import call_seconds, load_steps, split_gaps, step_gaps
-from ackloop.bench.temporal_side import distribution_ms
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.records import StepRecord
 from ackloop.store import AgentStore
 from ackloop.wire import RunOptions
+from ackloop_dev.bench import ackloop_counts as counts
+from ackloop_dev.bench import push_answers
+from ackloop_dev.bench.ackloop_client import AnswerWatcher, RunDriver, RunResult, completed
+from ackloop_dev.bench.ackloop_stack import STEP_FUNCTIONS, BenchStack
+from ackloop_dev.bench.contention import measure_lock_floor
+from ackloop_dev.bench.pricing import cost_per_1000_runs
+from ackloop_dev.bench.procstats import CpuMeter, tree_peak_rss_mib
+from ackloop_dev.bench.push_floor import measure_delivery_floor
+from ackloop_dev.bench.step_timing import call_seconds, load_steps, split_gaps, step_gaps
+from ackloop_dev.bench.temporal_side import distribution_ms
 
 STEPS_PER_REFERENCE_RUN = 5
 

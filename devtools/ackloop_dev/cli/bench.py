@@ -28,8 +28,8 @@ def bench(
     """Run the reference workload (model -> tool -> model -> tool -> model, instant model and
     tools) through ackloop on the emulators AND through the Temporal dev server, print a table,
     write the figures (--json) and draw a chart."""
-    from ackloop.bench import report
-    from ackloop.bench.compare import BenchOptions, run_bench_sync
+    from ackloop_dev.bench import report
+    from ackloop_dev.bench.compare import BenchOptions, run_bench_sync
 
     signal.signal(signal.SIGTERM, _exit_cleanly)
     command = "ackloop " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -44,12 +44,12 @@ def bench(
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(text + "\n")
-    from ackloop.bench.chart import draw
+    from ackloop_dev.bench.chart import draw
 
     try:
         typer.echo(f"chart: {draw(result, chart)}", err=True)
     except ImportError:
-        typer.echo("no chart: matplotlib is missing (pip install 'ackloop[bench]')", err=True)
+        typer.echo("no chart: matplotlib is missing (pip install 'ackloop-dev[bench]')", err=True)
     failed = [t["name"] for t in result.get("targets", []) if not t["holds"]]
     if failed:
         typer.echo(f"targets not met: {'; '.join(failed)}", err=True)

@@ -3,7 +3,7 @@ and per conversation: runs in order, no turn overwritten.
 
 A run's reference is the fault-free run of the same question that met the same tool outcomes
 (tool API faults reach the model by design: a failed weather.gov call becomes a tool error the
-model reads, so its answer differs; see :mod:`ackloop.chaos.phases`, calibration). Times in
+model reads, so its answer differs; see :mod:`ackloop_dev.chaos.phases`, calibration). Times in
 the sandbox's alert headlines are rounded to the hour and masked before comparing.
 
 A run's part of its conversation's transcript (its *segment*) starts at its question, which
@@ -21,10 +21,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ackloop.chaos.evidence import ModelEvidence
-from ackloop.chaos.workload import question_text, reference_of
 from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus, StopReason
 from ackloop.store import Transcript
+from ackloop_dev.chaos.evidence import ModelEvidence
+from ackloop_dev.chaos.workload import question_text, reference_of
 
 JsonDict = dict[str, Any]
 

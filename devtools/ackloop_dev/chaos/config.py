@@ -1,7 +1,7 @@
 """What a chaos run injects and how much of it: the default and ``--quick`` configurations.
 
 Only the workload and the faults are chosen here. The engine and delivery numbers are the
-shipped ones (:mod:`ackloop.chaos.timing`); every duration below is given at production scale
+shipped ones (:mod:`ackloop_dev.chaos.timing`); every duration below is given at production scale
 and multiplied by the run's one time factor, ``time_scale``.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ackloop.chaos.timing import DEFAULT_FACTOR, Timing
 from ackloop.engine.deps import FAULT_POINTS
+from ackloop_dev.chaos.timing import DEFAULT_FACTOR, Timing
 
 MODEL_BURSTS = ("429:1*3", "500*3", "delay:hang*2", "429:1*3", "500*3", "malformed")
 """Model-server fault bursts, served in this rotation (fake Gemini fault spec syntax, seconds at

@@ -34,7 +34,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.chaos.checks import (
+from ackloop.clock import SystemClock
+from ackloop.records import RunRecord, RunStatus
+from ackloop.redrive import redrive
+from ackloop.store import AgentStore
+from ackloop.wire import RunOptions
+from ackloop_dev.chaos.checks import (
     Reference,
     RefKey,
     normalize_answer,
@@ -42,15 +47,10 @@ from ackloop.chaos.checks import (
     segments_of,
     tool_outcomes,
 )
-from ackloop.chaos.evidence import model_evidence
-from ackloop.chaos.stackup import ChaosStack
-from ackloop.chaos.workflow import AnswerCollector, Submitted, submit
-from ackloop.chaos.workload import BY_NAME
-from ackloop.clock import SystemClock
-from ackloop.records import RunRecord, RunStatus
-from ackloop.redrive import redrive
-from ackloop.store import AgentStore
-from ackloop.wire import RunOptions
+from ackloop_dev.chaos.evidence import model_evidence
+from ackloop_dev.chaos.stackup import ChaosStack
+from ackloop_dev.chaos.workflow import AnswerCollector, Submitted, submit
+from ackloop_dev.chaos.workload import BY_NAME
 
 TEMPLATE = "ip"
 QUOTA_SPENT = "429:3600"

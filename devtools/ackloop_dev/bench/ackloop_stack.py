@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 
-from ackloop.bench.procstats import tree_cpu_seconds
 from ackloop.devstack import emulators
 from ackloop.devstack.stack import (
     FUNCTIONS,
@@ -30,6 +29,7 @@ from ackloop.devstack.stack import (
 )
 from ackloop.devstack.topology import routes
 from ackloop.settings import Settings
+from ackloop_dev.bench.procstats import tree_cpu_seconds
 
 PROJECT = "ackloop-bench"
 STEP_FUNCTIONS = ("ingest", "model_step", "tool_step")

@@ -19,9 +19,9 @@ from typing import Any
 
 import psutil
 
-from ackloop.bench.ackloop_side import AckloopBenchConfig, measure_ackloop
-from ackloop.bench.procstats import MachineCpu
-from ackloop.bench.targets import check_targets
+from ackloop_dev.bench.ackloop_side import AckloopBenchConfig, measure_ackloop
+from ackloop_dev.bench.procstats import MachineCpu
+from ackloop_dev.bench.targets import check_targets
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ async def _section(name: str, coro: Any, log: Any) -> tuple[dict[str, Any], dict
 
 
 def _temporal_config(options: BenchOptions) -> Any:
-    from ackloop.bench.temporal_side import TemporalBenchConfig
+    from ackloop_dev.bench.temporal_side import TemporalBenchConfig
 
     config = TemporalBenchConfig.quick() if options.quick else TemporalBenchConfig()
     return config if options.kill else replace(config, kill_modes=())
@@ -90,7 +90,7 @@ async def run_bench(options: BenchOptions, log: Any = print) -> dict[str, Any]:
         result["ackloop"], load = await _section("ackloop", coro, log)
         result["meta"]["sections"]["ackloop"] = load
     if options.temporal:
-        from ackloop.bench.temporal_side import measure_temporal
+        from ackloop_dev.bench.temporal_side import measure_temporal
 
         where = workdir / "temporal" if workdir else None
         coro = measure_temporal(_temporal_config(options), where)

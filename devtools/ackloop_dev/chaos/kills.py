@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ackloop.chaos.stackup import ChaosStack
 from ackloop.records import StepRecord, StepStatus
+from ackloop_dev.chaos.stackup import ChaosStack
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ once, in that order.
 429 with a retry-after drawn from ``config.storm_retry_after_s``, while ``config.storm_runs``
 runs are asked. What the shipped numbers imply: a step is claimed at most ``max_step_attempts``
 times before its run fails, and those claims are spread over at least
-:attr:`~ackloop.chaos.timing.Timing.step_attempts_span_s` of retry backoff; a storm shorter
+:attr:`~ackloop_dev.chaos.timing.Timing.step_attempts_span_s` of retry backoff; a storm shorter
 than that fails no run. Runs still caught in the storm after ``default_max_seconds`` end at
 their next claim by their budget: ``failed`` with ``retries_outlasted_budget`` and the 429 as
 the cause when the step had failed attempts, else ``completed``/``max_seconds``. Both are
@@ -28,7 +28,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.chaos.checks import (
+from ackloop.records import RunRecord, RunStatus, StopReason
+from ackloop.store import AgentStore
+from ackloop_dev.chaos.checks import (
     Reference,
     RefKey,
     check_conversation,
@@ -36,14 +38,12 @@ from ackloop.chaos.checks import (
     segments,
     tool_outcomes,
 )
-from ackloop.chaos.config import ChaosConfig
-from ackloop.chaos.evidence import model_evidence
-from ackloop.chaos.stackup import ChaosStack
-from ackloop.chaos.timing import shipped_default
-from ackloop.chaos.workflow import AnswerCollector, Submitted, submit, wait_all
-from ackloop.chaos.workload import BY_NAME
-from ackloop.records import RunRecord, RunStatus, StopReason
-from ackloop.store import AgentStore
+from ackloop_dev.chaos.config import ChaosConfig
+from ackloop_dev.chaos.evidence import model_evidence
+from ackloop_dev.chaos.stackup import ChaosStack
+from ackloop_dev.chaos.timing import shipped_default
+from ackloop_dev.chaos.workflow import AnswerCollector, Submitted, submit, wait_all
+from ackloop_dev.chaos.workload import BY_NAME
 
 LONG_RUN = "alerts_here"
 """Four model turns and three tool calls: the longest question."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ackloop.bench.targets import OVERHEAD_RATIO_LIMIT
+from ackloop_dev.bench.targets import OVERHEAD_RATIO_LIMIT
 
 Figures = dict[str, Any]
 Cell = Callable[[Figures], str]

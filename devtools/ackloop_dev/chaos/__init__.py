@@ -8,10 +8,9 @@ goes to the dead-letter topic; then every run and every conversation is checked 
 are printed beside Temporal's worker-kill recovery. Everything runs on the shipped numbers, with
 one time factor on every duration.
 
-Modules: :mod:`~ackloop.chaos.timing` (the shipped numbers and the factor),
-:mod:`~ackloop.chaos.config` (what to inject), :mod:`~ackloop.chaos.stackup` (the stack and its
-fault hooks), :mod:`~ackloop.chaos.runner` (the phases, in order),
-:mod:`~ackloop.chaos.phases`, :mod:`~ackloop.chaos.scenarios`, :mod:`~ackloop.chaos.deadletter`
-(what each phase does), :mod:`~ackloop.chaos.checks` (per-run and per-conversation verdicts),
-:mod:`~ackloop.chaos.report` (the table), :mod:`~ackloop.chaos.targets` (the targets).
+Modules (in this package): :mod:`.timing` (the shipped numbers and the factor), :mod:`.config`
+(what to inject), :mod:`.stackup` (the stack and its fault hooks), :mod:`.runner` (the phases, in
+order), :mod:`.phases`, :mod:`.scenarios`, :mod:`.deadletter` (what each phase does),
+:mod:`.checks` (per-run and per-conversation verdicts), :mod:`.report` (the table),
+:mod:`.targets` (the targets).
 """

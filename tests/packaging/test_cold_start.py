@@ -1,0 +1,64 @@
+"""``ackloop run`` (the container's entrypoint) imports only what its function needs to serve:
+not the development tools, their dependencies, nor the CLI's other commands. Checked on a real
+``ackloop run`` process that has served a request."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ackloop.devstack.emulators import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+# What the serving process must never import: every one is cold-start time it does not need.
+NOT_NEEDED = ("ackloop_dev", "temporalio", "matplotlib", "ackloop.cli.bench",
+              "ackloop.cli.chaos")
+
+# The CLI's entry point; -X importtime lists on stderr every module the process imports.
+RUN = ["-X", "importtime", "-c", "from ackloop.cli.main import app; app()", "run"]
+
+
+def _modules_after_serving(target: str, tmp_path: Path) -> list[str]:
+    port = free_port()
+    env = {**os.environ, "FUNCTION_TARGET": target, "PORT": str(port),
+           "ACKLOOP_HOST": "127.0.0.1",
+           # The clients are created, never used: no emulator needs to be up.
+           "PUBSUB_EMULATOR_HOST": "127.0.0.1:1", "FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"}
+    # A file, not a pipe: nobody reads the pipe while the process serves, and it fills.
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen([sys.executable, *RUN], cwd=ROOT, env=env,
+                                   stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert process.poll() is None, log.read_text()[-3000:]
+            try:
+                # Not a push envelope: answered at the edge, after the function module loaded.
+                response = httpx.post(f"http://127.0.0.1:{port}/", json={}, timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "ackloop run did not serve in 90 s"
+                time.sleep(0.05)
+        assert response.status_code == 400, response.text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    # "import time: self [us] | cumulative | imported package", one line per module.
+    return [line.rsplit("|", 1)[1].strip() for line in log.read_text().splitlines()
+            if line.startswith("import time:") and "imported package" not in line]
+
+
+@pytest.mark.parametrize("target", ["model_step", "tool_step"])
+def test_ackloop_run_imports_no_development_tools(target: str, tmp_path: Path) -> None:
+    modules = _modules_after_serving(target, tmp_path)
+    assert "ackloop.http_push" in modules, "the function was served"
+    unwanted = [m for m in modules if any(m == n or m.startswith(f"{n}.") for n in NOT_NEEDED)]
+    assert unwanted == []
