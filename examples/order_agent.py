@@ -14,7 +14,7 @@ import asyncio
 import httpx
 from pydantic import BaseModel, Field
 
-from ackloop.agents import AgentDefinition, AgentRegistry
+from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
 from ackloop.clock import SystemClock
 from ackloop.docdb.memory import MemoryDocumentDB
@@ -30,7 +30,6 @@ from ackloop.store import AgentStore
 from ackloop.tools.base import ToolContext
 from ackloop.tools.definition import tool
 from ackloop.tools.errors import ToolError
-from ackloop.tools.toolset import ToolSet
 from ackloop.wire import QueryMessage
 
 
@@ -71,12 +70,8 @@ def support_model(request: ModelRequest) -> ModelTurn:
 
 
 async def main() -> None:
-    support = AgentDefinition(
-        name="support",
-        system_instruction="You answer questions about orders. Use lookup_order.",
-        toolbox=ToolSet([lookup_order]),
-        max_steps=8,
-    )
+    support = Agent("support", "You answer questions about orders. Use lookup_order.",
+                    [lookup_order], max_steps=8)
     publisher = MemoryPublisher()
     deps = Deps(
         settings=Settings(),

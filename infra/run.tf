@@ -94,6 +94,7 @@ locals {
   optional_service_env = {
     ACKLOOP_DEFAULT_MAX_TOKENS    = var.run_limits.max_tokens == null ? null : tostring(var.run_limits.max_tokens)
     ACKLOOP_GEMINI_BASE_URL       = var.gemini_base_url
+    ACKLOOP_AGENTS                = var.agents
     ACKLOOP_API_ID_TOKEN_AUDIENCE = var.api.id_token_audience
     ACKLOOP_API_ID_TOKEN_EMAILS   = var.api.id_token_emails
     # What a push token must say (push_auth.mode "cloud_run_iam"): for the subscriptions'

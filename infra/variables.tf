@@ -87,6 +87,12 @@ variable "vertex_location" {
   default     = "global"
 }
 
+variable "agents" {
+  type        = string
+  description = "ACKLOOP_AGENTS: the agent catalog in the image, as 'package.module:attribute' (a list of Agent, or a function returning one). null: the catalog an installed package declares in the 'ackloop.agents' entry point group, else the built-in agents."
+  default     = null
+}
+
 variable "gemini_base_url" {
   type        = string
   description = "ACKLOOP_GEMINI_BASE_URL: override of the Gemini endpoint (a proxy or compatible server). null leaves the SDK's default endpoint."

@@ -1,4 +1,4 @@
-"""The agents this deployment ships, and how the offline model plays each of them.
+"""The agents this deployment ships when no catalog of the user's is configured.
 
 - ``default``: the seed agent: weather alerts, IP address, location; haikus when no tool fits.
 - ``reference``: the benchmark workload, model -> tool -> model -> tool -> model with an
@@ -7,10 +7,10 @@
   measure how the cost of a step grows with the length of the conversation.
 
 The two benchmark agents are registered only when ``ACKLOOP_BENCH_AGENTS`` is on (the local
-stack and ``ackloop bench`` set it): a deployment serves ``default`` alone.
+stack and ``ackloop bench`` set it): a deployment serves ``default`` alone. Each carries its
+offline script, like any user's agent (``Agent(script=...)``).
 
-Add an agent by appending an :class:`~ackloop.agents.AgentDefinition` to
-:func:`builtin_agents` (see the README, "Define an agent").
+A user's agents come from their own package (``ACKLOOP_AGENTS``, :mod:`ackloop.catalog`).
 """
 
 from __future__ import annotations
@@ -21,16 +21,14 @@ import re
 import httpx
 from pydantic import BaseModel, Field
 
-from ackloop.agents import SEED_INSTRUCTIONS, AgentDefinition
+from ackloop.agents import SEED_INSTRUCTIONS, Agent
 from ackloop.model.base import ModelRequest, ModelTurn
-from ackloop.model.final_answer_script import with_final_answer
-from ackloop.model.scripted import Script, ScriptedModel, reference_workload_script
+from ackloop.model.scripted import Script, reference_workload_script
 from ackloop.model.seed_agent import seed_agent_turn
 from ackloop.model.transcript import read_exchange
 from ackloop.settings import Settings
 from ackloop.tools.definition import tool
 from ackloop.tools.seed import seed_toolset
-from ackloop.tools.toolset import ToolSet
 
 REFERENCE_TOOL = "bench_lookup"
 REFERENCE_CALLS = 2
@@ -49,27 +47,22 @@ async def bench_lookup(args: BenchLookup) -> dict[str, str]:
     return {"key": args.key, "value": "42"}
 
 
-def builtin_agents(settings: Settings, http: httpx.AsyncClient) -> list[AgentDefinition]:
-    default = AgentDefinition(
-        name="default",
-        system_instruction=SEED_INSTRUCTIONS,
-        toolbox=seed_toolset(http, settings),
-    )
+def builtin_agents(settings: Settings, http: httpx.AsyncClient) -> list[Agent]:
+    default = Agent("default", SEED_INSTRUCTIONS, seed_toolset(http, settings),
+                    script=seed_agent_turn)
     return [default, *bench_agents()] if settings.bench_agents else [default]
 
 
-def bench_agents() -> list[AgentDefinition]:
+def bench_agents() -> list[Agent]:
     """The benchmark's workload agents (an instant tool; long budgets for ``reference-long``)."""
     return [
-        AgentDefinition(
-            name="reference",
-            system_instruction="Call bench_lookup twice, then answer.",
-            toolbox=ToolSet([bench_lookup]),
-        ),
-        AgentDefinition(
-            name="reference-long",
-            system_instruction="Call bench_lookup as many times as the question says, then answer.",
-            toolbox=ToolSet([bench_lookup]),
+        Agent("reference", "Call bench_lookup twice, then answer.", [bench_lookup],
+              script=reference_script),
+        Agent(
+            "reference-long",
+            "Call bench_lookup as many times as the question says, then answer.",
+            [bench_lookup],
+            script=reference_script,
             max_steps=1000,
             max_seconds=3600.0,
             max_tool_calls=1000,
@@ -88,20 +81,6 @@ def reference_calls(request: ModelRequest) -> int:
     return int(found[1]) if found else REFERENCE_CALLS
 
 
-def _plain_offline_script(request: ModelRequest) -> ModelTurn:
-    """How the scripted model plays each built-in agent, chosen by the tools it is offered.
-
-    The choice depends on the request alone, so the fake Gemini server (which sees only the
-    REST body) and the in-process scripted model answer alike.
-    """
-    names = {d.get("name") for d in request.tools}
-    if REFERENCE_TOOL in names:
-        return _reference(reference_calls(request))(request)
-    return seed_agent_turn(request)
-
-
-offline_script = with_final_answer(_plain_offline_script)
-
-
-def offline_model() -> ScriptedModel:
-    return ScriptedModel(offline_script)
+def reference_script(request: ModelRequest) -> ModelTurn:
+    """The benchmark agents' offline script: the reference loop, as many calls as asked."""
+    return _reference(reference_calls(request))(request)

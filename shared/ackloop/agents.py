@@ -1,18 +1,26 @@
 """Agents as configuration: instructions, tools, model and limits, run by the same engine.
 
-A deployment hosts several agents; a query names one (``agent``, default ``"default"``).
+A deployment hosts several agents; a query names one (``agent``, default ``"default"``). When
+no agent is named ``default``, the catalog's first agent answers queries that name none, so a
+user's catalog of one agent needs no special name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from ackloop.errors import PermanentError
 from ackloop.tools.base import Toolbox
 
+if TYPE_CHECKING:
+    from ackloop.model.scripted import Script
+    from ackloop.tools.definition import Tool
+
+DEFAULT_AGENT = "default"
 SEED_INSTRUCTIONS = """
 You are a helpful agent that can use tools to help the user.
 You will be given an input from the user and a list of tools to use.
@@ -20,21 +28,89 @@ You may or may not need to use the tools to satisfy the user ask.
 If no tools are needed, respond in haikus.
 """.strip()
 
+# The wire's id: what a query's ``agent`` field accepts.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
-@dataclass(frozen=True)
-class AgentDefinition:
-    name: str
-    system_instruction: str
-    toolbox: Toolbox
-    model: str | None = None
-    """Model name; None means the deployment's ``ACKLOOP_MODEL``."""
-    max_steps: int | None = None
-    max_seconds: float | None = None
-    max_tool_calls: int | None = None
-    max_tokens: int | None = None
-    output_model: type[BaseModel] | None = None
-    """When set, every run of this agent must end with an answer that validates as this model
-    (offered to the model as a ``final_answer`` function); it becomes the run's ``output``."""
+
+class Agent:
+    """One agent: what it is told, the tools it may call, its model and its budgets.
+
+    ``tools`` is a list of :class:`~ackloop.tools.definition.Tool` (made with ``@tool``) or any
+    :class:`~ackloop.tools.base.Toolbox`. ``model`` names the model (None: the deployment's
+    ``ACKLOOP_MODEL``). The ``max_*`` budgets override the deployment's defaults for this
+    agent; a query's options override them in turn. ``output`` is a Pydantic model every run
+    must end with (offered to the model as a ``final_answer`` function; it becomes the run's
+    ``output``). ``script`` plays this agent when the model is scripted (offline, or in tests):
+    a :class:`~ackloop.model.function_model.FunctionModel`,
+    :class:`~ackloop.model.function_model.ScriptedTurns` or
+    :class:`~ackloop.model.tool_sweep.TestModel`; None means ``TestModel()``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str,
+        tools: Sequence[Tool] | Toolbox = (),
+        *,
+        model: str | None = None,
+        max_steps: int | None = None,
+        max_seconds: float | None = None,
+        max_tool_calls: int | None = None,
+        max_tokens: int | None = None,
+        output: type[BaseModel] | None = None,
+        script: Script | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(
+                f"agent name {name!r} must be 1-128 characters of A-Z a-z 0-9 . _ : @ -, "
+                "starting with a letter or digit (a query names the agent by it)"
+            )
+        if not isinstance(instructions, str):
+            raise TypeError(f"agent {name!r}: instructions must be a string")
+        for budget, value in (("max_steps", max_steps), ("max_seconds", max_seconds),
+                              ("max_tokens", max_tokens)):
+            if value is not None and value <= 0:
+                raise ValueError(f"agent {name!r}: {budget} must be positive, got {value}")
+        if max_tool_calls is not None and max_tool_calls < 0:
+            raise ValueError(f"agent {name!r}: max_tool_calls must be 0 or more")
+        if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
+            raise TypeError(f"agent {name!r}: output must be a Pydantic model class")
+        if script is not None and not callable(script):
+            raise TypeError(f"agent {name!r}: script must be a FunctionModel, ScriptedTurns or "
+                            "TestModel")
+        self.name = name
+        self.instructions = instructions
+        self.tools: Toolbox = _toolbox(name, tools)
+        self.model = model
+        self.max_steps = max_steps
+        self.max_seconds = max_seconds
+        self.max_tool_calls = max_tool_calls
+        self.max_tokens = max_tokens
+        self.output = output
+        self.script = script
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r})"
+
+
+def _toolbox(agent: str, tools: Sequence[Tool] | Toolbox) -> Toolbox:
+    """A list of tools becomes a ToolSet; a Toolbox is taken as it is, its names checked."""
+    from ackloop.tools.toolset import ToolSet
+
+    if isinstance(tools, Sequence) and not isinstance(tools, str):
+        try:
+            return ToolSet(tools)
+        except ValueError as exc:
+            raise ValueError(f"agent {agent!r}: {exc}") from exc
+    if not (callable(getattr(tools, "declarations", None))
+            and callable(getattr(tools, "execute", None))):
+        raise TypeError(f"agent {agent!r}: tools must be a list of tools (made with @tool) or "
+                        f"a Toolbox, got {type(tools).__name__}")
+    names = [str(d.get("name")) for d in tools.declarations()]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"agent {agent!r}: two tools are named {twice[0]!r}")
+    return tools
 
 
 class UnknownAgent(PermanentError):
@@ -45,21 +121,31 @@ class UnknownAgent(PermanentError):
 
 
 class AgentRegistry:
-    def __init__(self, agents: Iterable[AgentDefinition] = ()) -> None:
-        self._agents: dict[str, AgentDefinition] = {}
+    """The deployment's agents by name; ``"default"`` falls back to the first one given."""
+
+    def __init__(self, agents: Iterable[Agent] = ()) -> None:
+        self._agents: dict[str, Agent] = {}
         for agent in agents:
             self.add(agent)
 
-    def add(self, agent: AgentDefinition) -> None:
+    def add(self, agent: Agent) -> None:
         if agent.name in self._agents:
             raise ValueError(f"agent {agent.name!r} is defined twice")
         self._agents[agent.name] = agent
 
-    def get(self, name: str) -> AgentDefinition:
+    def get(self, name: str) -> Agent:
         agent = self._agents.get(name)
+        if agent is None and name == DEFAULT_AGENT and self._agents:
+            return next(iter(self._agents.values()))
         if agent is None:
             raise UnknownAgent(name, self._agents)
         return agent
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents or (name == DEFAULT_AGENT and bool(self._agents))
+
+    def __iter__(self) -> Iterator[Agent]:
+        return iter(self._agents.values())
 
     def names(self) -> list[str]:
         return sorted(self._agents)

@@ -30,20 +30,23 @@ _deps: Deps | None = None
 _lock = asyncio.Lock()
 
 
-def build_model(settings: Settings) -> ModelClient:
+def build_model(settings: Settings, agents: AgentRegistry) -> ModelClient:
+    """Gemini, or (without credentials) the scripted model playing each agent's own script."""
     if settings.resolved_model_provider() == "gemini":
         from ackloop.model.gemini import build_gemini_model
 
         return build_gemini_model(settings)
-    from ackloop.agent_catalog import offline_model
+    from ackloop.model.agent_scripts import CatalogScript
+    from ackloop.model.scripted import ScriptedModel
 
-    return offline_model()
+    return ScriptedModel(CatalogScript(agents))
 
 
 def build_agents(settings: Settings, http: httpx.AsyncClient) -> AgentRegistry:
-    from ackloop.agent_catalog import builtin_agents
+    """The catalog the settings name (raises :class:`ackloop.catalog.CatalogError`)."""
+    from ackloop.catalog import load_agents
 
-    return AgentRegistry(builtin_agents(settings, http))
+    return AgentRegistry(load_agents(settings, http))
 
 
 def configure_logging(settings: Settings) -> None:
@@ -62,13 +65,14 @@ async def build_deps(settings: Settings) -> Deps:
         follow_redirects=True,
         headers={"User-Agent": "ackloop/0.1 (+https://github.com/ackloop/ackloop)"},
     )
-    model = build_model(settings)
+    agents = build_agents(settings, http)
+    model = build_model(settings, agents)
     deps = Deps(
         settings=settings,
         store=AgentStore(db, settings.collection_prefix, Retention.from_settings(settings)),
         publisher=PubSubPublisher(settings.project_id),
         model=model,
-        agents=build_agents(settings, http),
+        agents=agents,
         clock=SystemClock(),
         owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
         faults=FaultPoints.from_environment(),

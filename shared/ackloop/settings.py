@@ -174,6 +174,13 @@ class Settings(BaseSettings):
         description="Longest a client may take to send a request's body (from its headers); a "
         "slower one is answered 408 and its connection closed.",
     )
+    agents: str | None = Field(
+        default=None,
+        description="The agent catalog, as 'package.module:attribute': a list of Agent, or a "
+        "function returning one (taking the Settings and/or an httpx.AsyncClient). Unset: the "
+        "catalog an installed package declares in the 'ackloop.agents' entry point group, else "
+        "the built-in agents.",
+    )
     bench_agents: bool = Field(
         default=False,
         description="Also register the benchmark agents (reference, reference-long): the local "

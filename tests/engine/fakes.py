@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ackloop.agents import AgentDefinition, AgentRegistry
+from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
 from ackloop.clock import Clock, ManualClock
 from ackloop.docdb.counting import CountingDocumentDB
@@ -77,7 +77,7 @@ def make_loop(
         store=AgentStore(CountingDocumentDB(MemoryDocumentDB())),
         publisher=publisher,
         model=model,
-        agents=AgentRegistry([AgentDefinition("default", instructions, toolbox)]),
+        agents=AgentRegistry([Agent("default", instructions, toolbox)]),
         clock=clock or ManualClock(),
         owner="test-owner",
         faults=faults or FaultPoints(),

@@ -411,7 +411,7 @@ def test_an_invalid_output_schema_is_rejected_at_the_edge():
 async def test_agent_output_model_is_offered_and_enforced():
     from pydantic import BaseModel
 
-    from ackloop.agents import AgentDefinition, AgentRegistry
+    from ackloop.agents import Agent, AgentRegistry
 
     class Forecast(BaseModel):
         city: str
@@ -419,8 +419,8 @@ async def test_agent_output_model_is_offered_and_enforced():
 
     model = ScriptedModel.from_turns([calls_turn([("final_answer", {"city": "X", "alerts": "3"})])])
     loop = make_loop(model, CountingToolbox())
-    loop.deps.agents = AgentRegistry([AgentDefinition("default", "Be brief.", CountingToolbox(),
-                                                      output_model=Forecast)])
+    loop.deps.agents = AgentRegistry([Agent("default", "Be brief.", CountingToolbox(),
+                                            output=Forecast)])
     run_id = await run_query(loop)
     run = await loop.deps.store.get_run(run_id)
     assert run is not None and run.output == {"city": "X", "alerts": 3}

@@ -81,7 +81,7 @@ async def start(deps: Deps, body: CreateRun, idempotency_key: str | None, caller
         raise ApiError(422, "invalid_request",
                        "request_id and the Idempotency-Key header differ; send one of them")
     request_id = body.request_id or idempotency_key or f"http-{uuid.uuid4().hex}"
-    if body.agent not in deps.agents.names():
+    if body.agent not in deps.agents:
         raise ApiError(422, "unknown_agent", f"no agent {body.agent!r}; known: "
                        f"{', '.join(deps.agents.names())}")
     query = QueryMessage(request_id=request_id, text=body.text,

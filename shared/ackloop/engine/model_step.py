@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ackloop import conversation
-from ackloop.agents import AgentDefinition
+from ackloop.agents import Agent
 from ackloop.docdb.base import Snapshot
 from ackloop.engine import outbox
 from ackloop.engine.deps import Deps
@@ -44,6 +44,7 @@ from ackloop.records import (
     StopReason,
 )
 from ackloop.store import Claim, Transcript
+from ackloop.tools.base import prepare_toolbox
 from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -195,11 +196,14 @@ async def _run_claimed(
                 result={"stop_reason": stop.value}, contents=new_contents,
                 end=run_end(stop, message.usage, output=final_output, answer=answer))
         else:
-            contract = contract_for(run.output_schema, agent.output_model)
-            tools = agent.toolbox.declarations()
+            contract = contract_for(run.output_schema, agent.output)
+            async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds):
+                await prepare_toolbox(agent.tools)  # an MCP server's listing, once per process
+            tools = agent.tools.declarations()
             request = ModelRequest(
                 model=run.model,
-                system_instruction=agent.system_instruction,
+                agent=agent.name,
+                system_instruction=agent.instructions,
                 contents=conversation.answer_dangling_calls([*transcript.contents,
                                                              *new_contents]),
                 tools=[*tools, contract.declaration()] if contract else tools,
@@ -255,7 +259,7 @@ class TurnContext:
 
     run: RunRecord
     message: ModelStepMessage
-    agent: AgentDefinition
+    agent: Agent
     new_contents: list[JsonDict]
 
 
@@ -385,7 +389,7 @@ def _next_model_step(run: RunRecord, turn: int, usage: Usage) -> list[Outgoing]:
 
 def _tool_messages(
     run: RunRecord,
-    agent: AgentDefinition,
+    agent: Agent,
     turn: int,
     calls: list[FunctionCall],
     usage: Usage,

@@ -1,7 +1,7 @@
 """Structured final answers: a run can require its answer to match a schema.
 
 The schema comes from the run (``options.output_schema``, a JSON Schema) or from the agent
-(``AgentDefinition.output_model``, a Pydantic model). The model is offered a ``final_answer``
+(``Agent.output``, a Pydantic model). The model is offered a ``final_answer``
 function whose parameters are that schema; a valid call ends the run with its arguments as the
 run's ``output``. A plain-text answer that parses as JSON and validates is accepted too. Anything
 else goes back to the model with what is wrong, as its next turn, within the run's budget.

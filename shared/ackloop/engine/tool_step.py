@@ -31,7 +31,7 @@ from ackloop.engine.ledger import committed_tool_message
 from ackloop.errors import PermanentError, UnknownRun
 from ackloop.keys import StepKey, tool_turn_range
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepStatus
-from ackloop.tools.base import ToolContext, ToolOutcome
+from ackloop.tools.base import ToolContext, ToolOutcome, prepare_toolbox
 from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -97,13 +97,15 @@ async def _run_claimed(
     if claim.step.attempts > deps.settings.max_step_attempts:
         return _error(f"the tool did not complete after {claim.step.attempts - 1} attempts "
                       f"(last error: {claim.step.last_error})"), None
-    if claim.state == "taken_over" and not _retry_safe(agent.toolbox, message.call.name):
+    async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds):
+        await prepare_toolbox(agent.tools)  # what is_retry_safe reads, for an MCP server's tools
+    if claim.state == "taken_over" and not _retry_safe(agent.tools, message.call.name):
         # The previous holder may have acted before it died: do not act twice.
         return _error("this call was interrupted and may or may not have taken effect; "
                       "it is not retried automatically because it is not safe to repeat"), None
     started = time.monotonic()
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
-        outcome = await agent.toolbox.execute(message.call, context)
+        outcome = await agent.tools.execute(message.call, context)
     beat.check()
     deps.faults.hit("tool:after_call")
     return outcome, time.monotonic() - started

@@ -23,6 +23,9 @@ class ModelRequest(BaseModel):
 
     model: str
     system_instruction: str
+    agent: str | None = None
+    """The agent the call is for (set by the model step): a scripted model plays that agent's
+    script. Not sent to Gemini."""
     contents: list[JsonDict]
     """Gemini ``Content`` dicts, oldest first (roles ``user`` and ``model``)."""
     tools: list[JsonDict] = Field(default_factory=list)

@@ -1,0 +1,194 @@
+"""Run agents through the real engine in one process, for a user's own tests.
+
+The handlers are the deployed functions' (ingest, model step, tool step), fed by an in-memory
+publisher, on the in-memory twin of the Firestore store: every check, claim, commit and budget
+is the one a deployment runs. Only the model is scripted, unless a test passes a real one::
+
+    result = await run_agent(support, "Where is order A-1234?")
+    assert result.answer == "Order A-1234 has shipped."
+    assert [c.name for c in result.tool_calls] == ["lookup_order"]
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ackloop.agents import Agent, AgentRegistry
+from ackloop.bus.memory import MemoryPublisher
+from ackloop.clock import SystemClock
+from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.engine.deps import Deps
+from ackloop.inprocess import InProcessLoop
+from ackloop.keys import run_id_for_request
+from ackloop.model.agent_scripts import CatalogScript
+from ackloop.model.base import JsonDict, ModelClient
+from ackloop.model.final_answer_script import with_final_answer
+from ackloop.model.scripted import Script, ScriptedModel
+from ackloop.records import RunRecord, StepRecord
+from ackloop.settings import Settings
+from ackloop.store import AgentStore
+from ackloop.wire import QueryMessage, RunOptions, Usage
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the run made: what the model asked for and what the tool answered."""
+
+    name: str
+    args: JsonDict
+    response: JsonDict
+    """``{"result": ...}``, or ``{"error": "..."}`` when the tool failed."""
+
+    @property
+    def result(self) -> Any:
+        return self.response.get("result")
+
+    @property
+    def error(self) -> str | None:
+        value = self.response.get("error")
+        return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One recorded step: ``key`` (``0001-tool-000``), ``kind``, ``name``, ``attempts``."""
+
+    key: str
+    kind: str
+    name: str
+    status: str
+    attempts: int
+    result: JsonDict | None
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """How a run ended, as its record says, with the calls and steps that led there."""
+
+    run_id: str
+    conversation_id: str
+    agent: str
+    status: str
+    """``completed``, ``failed``, ``cancelled``... (a run stopped by a budget is completed)."""
+    stop_reason: str | None
+    """``answered``, ``final_tool``, ``max_steps``, ``max_tool_calls``, ``failed``..."""
+    answer: str | None
+    output: Any
+    """The structured answer of an agent with ``output=`` (a dict), else None."""
+    error: str | None
+    usage: Usage
+    tool_calls: list[ToolCall]
+    steps: list[Step]
+
+
+class AgentTester:
+    """The engine in-process for some agents; ask them questions with :meth:`ask`.
+
+    ``model`` is a script (``FunctionModel``, ``ScriptedTurns``, ``TestModel``) playing every
+    agent, or any model client; None plays each agent with its own ``script`` (``TestModel()``
+    when it has none), as the offline local stack does. ``settings`` defaults to the shipped
+    ones (budgets, timeouts). One tester keeps its runs and conversations in memory, so
+    questions can continue a conversation (``conversation_id=result.conversation_id``).
+    """
+
+    __test__ = False  # not a pytest test class, whatever module imports it
+
+    def __init__(
+        self,
+        agents: Agent | Sequence[Agent],
+        *,
+        model: Script | ModelClient | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        catalog = [agents] if isinstance(agents, Agent) else list(agents)
+        if not catalog:
+            raise ValueError("AgentTester needs at least one agent")
+        self.agents = AgentRegistry(catalog)
+        self.model: ModelClient = _model(model, self.agents)
+        publisher = MemoryPublisher()
+        self.deps = Deps(
+            settings=settings or Settings(),
+            store=AgentStore(MemoryDocumentDB()),
+            publisher=publisher,
+            model=self.model,
+            agents=self.agents,
+            clock=SystemClock(),
+            owner="ackloop-testing",
+        )
+        self.loop = InProcessLoop(self.deps, publisher)
+
+    async def ask(
+        self,
+        question: str,
+        *,
+        agent: str = "default",
+        conversation_id: str | None = None,
+        options: RunOptions | None = None,
+        max_deliveries: int = 2000,
+    ) -> AgentResult:
+        """Ask ``agent`` (default: the first agent) and run the loop until nothing is left."""
+        self.agents.get(agent)  # an unknown name fails here, with the names there are
+        request_id = f"test-{uuid.uuid4().hex}"
+        await self.loop.submit(QueryMessage(
+            request_id=request_id, text=question, agent=agent, conversation_id=conversation_id,
+            options=options or RunOptions()))
+        await self.loop.run_until_idle(max_deliveries=max_deliveries)
+        run = await self.deps.store.get_run(run_id_for_request(request_id))
+        if run is None:
+            refused = self.loop.deliveries("query")[-1].outcome.body
+            raise ValueError(f"the question started no run: {refused}")
+        return _result(run, await self.deps.store.list_steps(run.run_id))
+
+
+async def run_agent(
+    agent: Agent,
+    question: str,
+    *,
+    model: Script | ModelClient | None = None,
+    settings: Settings | None = None,
+    options: RunOptions | None = None,
+) -> AgentResult:
+    """Ask ``agent`` one question through the engine in-process (see :class:`AgentTester`)."""
+    tester = AgentTester(agent, model=model, settings=settings)
+    return await tester.ask(question, agent=agent.name, options=options)
+
+
+def _model(model: Script | ModelClient | None, agents: AgentRegistry) -> ModelClient:
+    if model is None:
+        return ScriptedModel(CatalogScript(agents))
+    if callable(getattr(model, "generate", None)):
+        return model  # type: ignore[return-value]
+    if callable(model):
+        return ScriptedModel(with_final_answer(model))
+    raise TypeError("model must be a script (FunctionModel, ScriptedTurns, TestModel) or a "
+                    f"model client, got {type(model).__name__}")
+
+
+def _result(run: RunRecord, records: list[StepRecord]) -> AgentResult:
+    ordered = sorted(records, key=lambda s: s.key)
+    asked = {s.turn: (s.result or {}).get("calls") or [] for s in ordered if s.kind == "model"}
+    calls: list[ToolCall] = []
+    for step in ordered:
+        if step.kind != "tool":
+            continue
+        wanted = asked.get(step.turn, [])
+        call = wanted[step.index] if step.index < len(wanted) else {}
+        calls.append(ToolCall(name=step.name, args=dict(call.get("args") or {}),
+                              response=dict((step.result or {}).get("response") or {})))
+    return AgentResult(
+        run_id=run.run_id,
+        conversation_id=run.conversation_id,
+        agent=run.agent,
+        status=run.status.value,
+        stop_reason=run.stop_reason.value if run.stop_reason else None,
+        answer=run.answer,
+        output=run.output,
+        error=run.error,
+        usage=run.usage,
+        tool_calls=calls,
+        steps=[Step(key=s.key, kind=s.kind, name=s.name, status=s.status.value,
+                    attempts=s.attempts, result=s.result) for s in ordered],
+    )
