@@ -35,11 +35,40 @@ _PUBLIC: dict[str, str] = {
     # Tools from an MCP server (the SDK loads when a server is first used)
     "MCPServer": "ackloop.tools.mcp:MCPServer",
     "mcp_tools": "ackloop.tools.mcp:mcp_tools",
+    # Agents and where they come from
+    "Agent": "ackloop.agents:Agent",
+    "CatalogError": "ackloop.catalog:CatalogError",
+    # Scripted models, for the offline stack and tests
+    "Conversation": "ackloop.model.function_model:Conversation",
+    "FunctionModel": "ackloop.model.function_model:FunctionModel",
+    "Reply": "ackloop.model.function_model:Reply",
+    "ScriptedTurns": "ackloop.model.function_model:ScriptedTurns",
+    "TestModel": "ackloop.model.tool_sweep:TestModel",
+    "call": "ackloop.model.function_model:call",
+    "calls": "ackloop.model.function_model:calls",
+    "text": "ackloop.model.function_model:text",
+    # Running agents in-process in tests
+    "AgentResult": "ackloop.testing:AgentResult",
+    "AgentTester": "ackloop.testing:AgentTester",
+    "run_agent": "ackloop.testing:run_agent",
 }
 
 __all__ = ["__version__", *_PUBLIC]
 
 if TYPE_CHECKING:
+    from ackloop.agents import Agent as Agent
+    from ackloop.catalog import CatalogError as CatalogError
+    from ackloop.model.function_model import Conversation as Conversation
+    from ackloop.model.function_model import FunctionModel as FunctionModel
+    from ackloop.model.function_model import Reply as Reply
+    from ackloop.model.function_model import ScriptedTurns as ScriptedTurns
+    from ackloop.model.function_model import call as call
+    from ackloop.model.function_model import calls as calls
+    from ackloop.model.function_model import text as text
+    from ackloop.model.tool_sweep import TestModel as TestModel
+    from ackloop.testing import AgentResult as AgentResult
+    from ackloop.testing import AgentTester as AgentTester
+    from ackloop.testing import run_agent as run_agent
     from ackloop.tools.base import Toolbox as Toolbox
     from ackloop.tools.base import ToolContext as ToolContext
     from ackloop.tools.base import ToolOutcome as ToolOutcome
