@@ -23,13 +23,15 @@ import socket
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-import uvicorn
 from pydantic import ValidationError
-from uvicorn.config import Config
 
 from ackloop.settings import Settings
+
+if TYPE_CHECKING:
+    import uvicorn
+    from uvicorn.config import Config
 
 LOGGER = "ackloop.startup"
 """The logger of the one start-up failure line (``ackloop dev up`` looks for it in a log)."""
@@ -79,20 +81,24 @@ def report(exc: BaseException, level: str = "INFO") -> None:
     log.critical("%s%s", PREFIX, describe(exc))
 
 
-class _StartFirst(uvicorn.Server):
+def _server(config: Config) -> uvicorn.Server:
     """A uvicorn server that loads its app and builds the process's dependencies in its own
     event loop before it binds; a failure there is :class:`StartupFailed`."""
+    import uvicorn
 
-    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-        from ackloop.runtime import process_deps
+    from ackloop.runtime import process_deps
 
-        try:
-            if not self.config.loaded:
-                self.config.load()
-            await process_deps()
-        except Exception as exc:
-            raise StartupFailed from exc
-        await super().serve(sockets)
+    class StartFirst(uvicorn.Server):
+        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+            try:
+                if not self.config.loaded:
+                    self.config.load()
+                await process_deps()
+            except Exception as exc:
+                raise StartupFailed from exc
+            await super().serve(sockets)
+
+    return StartFirst(config)
 
 
 def serve(config_for: Callable[[Settings], Config]) -> None:
@@ -105,7 +111,7 @@ def serve(config_for: Callable[[Settings], Config]) -> None:
     except ValidationError as exc:
         _exit(exc, "INFO")
     try:
-        server = _StartFirst(config_for(settings))
+        server = _server(config_for(settings))
     except Exception as exc:
         _exit(exc, settings.log_level)
     try:
