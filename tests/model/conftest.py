@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from ackloop.model.base import JsonDict, ModelClient, ModelRequest
-from ackloop.model.fake_server import FakeGeminiServer
 from ackloop.model.gemini import GeminiModel
+from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
 SEED_SYSTEM_INSTRUCTION = (
     "You are a helpful agent that can use tools to help the user.\n"

@@ -16,9 +16,9 @@ import pytest
 import ackloop
 from ackloop.errors import ModelRetryableError
 from ackloop.model.base import ModelRequest
-from ackloop.model.fake_faults import Fault, FaultPlan, parse_fault_spec
-from ackloop.model.fake_server import FakeGeminiServer
 from ackloop.model.gemini import GeminiModel
+from ackloop_dev.fakes.gemini_faults import Fault, FaultPlan, parse_fault_spec
+from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
 # Where the ackloop package lives, so the child process imports the same code.
 LIBRARY_ROOT = str(Path(ackloop.__file__).resolve().parents[1])
@@ -89,7 +89,8 @@ async def test_admin_endpoints_schedule_faults_and_report_counts() -> None:
 async def test_runs_as_a_process_until_sigterm() -> None:
     env = os.environ | {"PYTHONPATH": LIBRARY_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     process = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-m", "ackloop.model.fake_server", "--port", "0", "--faults", "500"],
+        *[sys.executable, "-m", "ackloop_dev.fakes.gemini_server", "--port", "0",
+          "--faults", "500"],
         stdout=asyncio.subprocess.PIPE,
         env=env,
     )

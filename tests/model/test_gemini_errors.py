@@ -10,9 +10,9 @@ import pytest
 
 from ackloop.errors import ModelPermanentError, ModelRetryableError
 from ackloop.model.base import ModelRequest
-from ackloop.model.fake_server import FakeGeminiServer
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.gemini_errors import parse_retry_after_header
+from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
 REQUEST = ModelRequest(
     model="gemini-test",

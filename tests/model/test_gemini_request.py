@@ -6,11 +6,11 @@ import base64
 import json
 
 from ackloop.model.base import JsonDict, ModelRequest, ModelTurn
-from ackloop.model.fake_server import FakeGeminiServer
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.wire import FunctionCall, Usage
+from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
 # Bytes whose standard base64 has "+" and "/", so URL-safe re-encoding is visible.
 SIGNATURE = bytes([0xFB, 0xFF, 0xBF, 0x00, 0x3E, 0x3F]) * 4

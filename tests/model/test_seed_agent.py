@@ -9,10 +9,10 @@ import pytest
 
 from ackloop.errors import ModelPermanentError
 from ackloop.model.base import JsonDict, ModelRequest
-from ackloop.model.fake_server import FakeGeminiServer
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.seed_agent import haiku_for, shape_args
+from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
 IP = "203.0.113.7"
 ALERTS = {

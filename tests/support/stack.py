@@ -84,7 +84,7 @@ class RunningStack:
                    timeout=5).raise_for_status()
 
     def set_sandbox_faults(self, **faults: object) -> None:
-        """Change the tool APIs' sandbox faults (see ackloop.tools.sandbox_faults.Faults)."""
+        """Change the tool APIs' sandbox faults (see ackloop_dev.fakes.sandbox_faults.Faults)."""
         assert self.state.sandbox_url
         httpx.post(f"{self.state.sandbox_url}/_admin/faults", json=faults,
                    timeout=5).raise_for_status()

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from ackloop.tools.base import ToolContext
-from ackloop.tools.sandbox_apis import SandboxApis
+from ackloop_dev.fakes.sandbox_apis import SandboxApis
 
 
 @pytest.fixture

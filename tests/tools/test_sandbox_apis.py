@@ -15,11 +15,11 @@ import pytest
 import ackloop
 from ackloop.settings import Settings
 from ackloop.tools.base import ToolContext
-from ackloop.tools.sandbox_apis import SandboxApis
-from ackloop.tools.sandbox_data import ECHO_IP, QUIET_AREAS
-from ackloop.tools.sandbox_faults import Faults
 from ackloop.tools.seed import seed_toolset
 from ackloop.wire import FunctionCall
+from ackloop_dev.fakes.sandbox_apis import SandboxApis
+from ackloop_dev.fakes.sandbox_data import ECHO_IP, QUIET_AREAS
+from ackloop_dev.fakes.sandbox_faults import Faults
 
 
 @pytest.fixture
@@ -207,7 +207,7 @@ async def test_chaos_500_and_delay_reach_the_model_as_tool_errors(context: ToolC
 def test_runs_as_a_process_until_sigterm() -> None:
     shared = str(Path(ackloop.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([shared, os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "ackloop.tools.sandbox_apis", "--port", "0"]
+    command = [sys.executable, "-m", "ackloop_dev.fakes.sandbox_apis", "--port", "0"]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True
     ) as process:

@@ -1,7 +1,7 @@
 """The fake Gemini server with a ledger: which request (run and turn) got which answer or fault.
 
 ``python -m ackloop_dev.chaos.model_server --port N --ledger FILE`` serves exactly what
-:class:`~ackloop.model.fake_server.FakeGeminiServer` serves (the scripted seed agent over the
+:class:`~ackloop_dev.fakes.gemini_server.FakeGeminiServer` serves (the scripted seed agent over the
 Gemini REST API, with the same admin fault injection), and appends one JSON line per
 ``generateContent`` request to ``FILE``: the run's reference (``(ref ...)`` in its question, the
 last user text of the request: earlier runs of the conversation come before it), the turn (model
@@ -26,9 +26,9 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from ackloop.model.fake_faults import Fault, parse_fault_spec
-from ackloop.model.fake_server import FakeGeminiServer, RecordedRequest
 from ackloop_dev.chaos.workload import question_text, reference_of
+from ackloop_dev.fakes.gemini_faults import Fault, parse_fault_spec
+from ackloop_dev.fakes.gemini_server import FakeGeminiServer, RecordedRequest
 
 
 def describe(body: dict[str, Any], canary: str) -> dict[str, Any]:

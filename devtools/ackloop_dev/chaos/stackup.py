@@ -284,7 +284,7 @@ def start_chaos_stack(config: ChaosConfig, directory: Path, *,
                                  str(ports["model"]), "--ledger", str(ledger),
                                  "--ref-faults", str(ref_faults)], logs,
                 ports["model"], {"ACKLOOP_CHAOS_CANARY": canary}),
-        _helper("sandbox-ipapi", [sys.executable, "-m", "ackloop.tools.sandbox_apis",
+        _helper("sandbox-ipapi", [sys.executable, "-m", "ackloop_dev.fakes.sandbox_apis",
                                   "--port", str(ports["ipapi"])], logs, ports["ipapi"]),
     ]
     for proc in helpers:

@@ -183,7 +183,7 @@ class LocalStack:
                 state.sandbox_url = f"http://127.0.0.1:{port}"
                 started.append(self._start("sandbox-apis", ManagedProcess(
                     "sandbox-apis",
-                    [sys.executable, "-m", "ackloop.tools.sandbox_apis", "--port", str(port)],
+                    [sys.executable, "-m", "ackloop_dev.fakes.sandbox_apis", "--port", str(port)],
                     logs / "sandbox-apis.log", f"{state.sandbox_url}/",
                 )))
             if o.fake_gemini:
@@ -191,7 +191,7 @@ class LocalStack:
                 state.fake_gemini_url = f"http://127.0.0.1:{port}"
                 started.append(self._start("fake-gemini", ManagedProcess(
                     "fake-gemini",
-                    [sys.executable, "-m", "ackloop.model.fake_server", "--port", str(port),
+                    [sys.executable, "-m", "ackloop_dev.fakes.gemini_server", "--port", str(port),
                      "--policy", "catalog"],
                     logs / "fake-gemini.log", f"{state.fake_gemini_url}/",
                 )))

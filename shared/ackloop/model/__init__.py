@@ -4,7 +4,8 @@
   (:func:`~.gemini.build_gemini_model` builds it from settings).
 - :mod:`.scripted`: :class:`~.scripted.ScriptedModel`, the deterministic offline model; by default
   it plays the seed agent (:mod:`.seed_agent`); :func:`~.scripted.reference_workload_script`.
-- :mod:`.fake_server`: a local server speaking the Gemini REST API, with fault injection.
+- ``ackloop_dev.fakes.gemini_server`` (in ackloop-dev): a local server speaking the Gemini REST
+  API, with fault injection.
 
 Nothing here creates a client or reads the environment at import time.
 """

@@ -3,7 +3,8 @@
 Make tools with :func:`tool`, :func:`typed_tool` or :func:`text_tool`, put them in a
 :class:`ToolSet` (the :class:`Toolbox` the engine calls), and raise :class:`ToolError` for failures
 the model can act on. :func:`ackloop.tools.seed.seed_toolset` builds the seed agent's tools;
-:mod:`ackloop.tools.sandbox_apis` serves offline stand-ins for the APIs they call.
+``ackloop_dev.fakes.sandbox_apis`` (in ackloop-dev) serves offline stand-ins for the APIs they
+call.
 """
 
 from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome

@@ -2,8 +2,8 @@
 
 They call api.weather.gov, an IP echo (icanhazip) and ip-api through ONE process-wide
 ``httpx.AsyncClient`` passed in, with base URLs from :class:`~ackloop.settings.Settings` (point
-them at :mod:`ackloop.tools.sandbox_apis` to run offline). Every failure the model can act on is a
-:class:`~ackloop.tools.errors.ToolError` written for it.
+them at ``ackloop_dev.fakes.sandbox_apis``, in ackloop-dev, to run offline). Every failure the
+model can act on is a :class:`~ackloop.tools.errors.ToolError` written for it.
 """
 
 from __future__ import annotations

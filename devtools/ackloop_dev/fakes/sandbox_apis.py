@@ -7,12 +7,12 @@ In-process::
 
 As a process (prints ``sandbox APIs listening on http://127.0.0.1:N``, serves until SIGTERM)::
 
-    python -m ackloop.tools.sandbox_apis --port 8095
+    python -m ackloop_dev.fakes.sandbox_apis --port 8095
 
 Endpoints: ``GET /alerts/active/area/{AREA}`` (weather.gov GeoJSON; unknown area: 400
 problem+json), ``GET /json/{ip}`` (ip-api), ``GET /ip`` (icanhazip: the IP and a newline),
 ``GET /`` (health), ``GET /_admin/stats`` (counters), ``POST /_admin/faults`` (JSON fault
-settings, see :class:`~ackloop.tools.sandbox_faults.Faults`), ``POST /_admin/reset`` (counters).
+settings, see :class:`~ackloop_dev.fakes.sandbox_faults.Faults`), ``POST /_admin/reset`` (counters).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ackloop.settings import Settings
-from ackloop.tools import sandbox_data
-from ackloop.tools.sandbox_faults import FaultDice, Faults
+from ackloop_dev.fakes import sandbox_data
+from ackloop_dev.fakes.sandbox_faults import FaultDice, Faults
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ def _endpoint(path: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM or SIGINT. Faults come from ``ACKLOOP_SANDBOX_*`` and the flags."""
-    parser = argparse.ArgumentParser(prog="python -m ackloop.tools.sandbox_apis")
+    parser = argparse.ArgumentParser(prog="python -m ackloop_dev.fakes.sandbox_apis")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--error-rate", type=float, help="share of requests answered 500")

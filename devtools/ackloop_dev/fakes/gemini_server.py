@@ -1,0 +1,343 @@
+"""A local server speaking the Gemini REST API, so tests run the real google-genai client.
+
+In a test::
+
+    with FakeGeminiServer(faults="429:3") as server:
+        model = GeminiModel(api_key="test", base_url=server.url)
+        ...
+        assert server.stats()["requests"] == 2
+
+As a process: ``python -m ackloop_dev.fakes.gemini_server --port 8090 [--faults SPEC]
+[--fault-rate 0.1 --fault-kinds 500,429:1 --seed 7] [--policy seed|reference:TOOL]``.
+It prints ``fake Gemini server listening on URL`` and serves until SIGTERM or SIGINT.
+
+Endpoints: ``POST /{version}/models/{model}:generateContent``; ``GET /`` (health);
+``GET /_admin/stats``; ``GET /_admin/requests`` (every body received); ``POST /_admin/faults``
+with ``{"faults": SPEC, "fault_rate": P, "fault_kinds": SPEC, "seed": N}``; ``POST /_admin/reset``.
+Fault specs are described in :mod:`ackloop_dev.fakes.gemini_faults`. It binds to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import threading
+from collections import Counter, deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType, TracebackType
+from typing import Any
+
+from ackloop.errors import ModelPermanentError, ModelRetryableError
+from ackloop.model.base import JsonDict
+from ackloop.model.scripted import Script, ScriptedModel, reference_workload_script
+from ackloop_dev.fakes.gemini_faults import Fault, FaultPlan, parse_fault_spec
+from ackloop_dev.fakes.gemini_rest import (
+    error_body,
+    request_from_rest,
+    response_to_rest,
+    retry_info,
+)
+
+HOST = "127.0.0.1"
+_GENERATE = re.compile(r"^/[^/]+/(?:.*/)?models/([^/:]+):generateContent$")
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One ``generateContent`` call as received: the model named in the path and the JSON body."""
+
+    model: str
+    body: JsonDict
+    headers: dict[str, str]
+
+
+class FakeGeminiServer:
+    """The server's state and lifecycle; the HTTP handling is in :class:`_Handler`.
+
+    ``policy`` decides each answer from the request (default: the scripted seed agent). A policy
+    raising ``ModelPermanentError`` is answered with 400, ``ModelRetryableError`` with 503.
+    """
+
+    def __init__(
+        self,
+        policy: Script | None = None,
+        *,
+        port: int = 0,
+        faults: str = "",
+        fault_rate: float = 0.0,
+        fault_kinds: str = "",
+        seed: int = 0,
+        keep_requests: int = 10_000,
+    ) -> None:
+        self.policy: Script = policy or ScriptedModel().decide
+        self.faults = FaultPlan()
+        self.faults.schedule(parse_fault_spec(faults))
+        self.faults.set_random(fault_rate, parse_fault_spec(fault_kinds), seed)
+        self._lock = threading.Lock()
+        # Bounded: a benchmark can send far more requests than anyone will inspect.
+        self._requests: deque[RecordedRequest] = deque(maxlen=keep_requests)
+        self._received = 0
+        self._served: Counter[str] = Counter()
+        self._models: Counter[str] = Counter()
+        self._closing = threading.Event()
+        self._http = ThreadingHTTPServer((HOST, port), _Handler, bind_and_activate=False)
+        self._http.daemon_threads = True  # a handler sleeping in a delay fault must not block exit
+        self._http.request_queue_size = 256
+        self._http.fake = self  # type: ignore[attr-defined]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL for ``HttpOptions(base_url=...)``."""
+        return f"http://{HOST}:{self._http.server_address[1]}"
+
+    def start(self) -> FakeGeminiServer:
+        """Bind and serve in a background thread."""
+        self._http.server_bind()
+        self._http.server_activate()
+        # A short poll interval keeps stop() fast: tests start and stop many servers.
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, args=(0.02,), name="fake-gemini", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port (waits for no in-flight delay)."""
+        self._closing.set()
+        if self._thread is not None:
+            self._http.shutdown()
+            self._thread.join()
+        self._http.server_close()
+
+    def __enter__(self) -> FakeGeminiServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """The last ``keep_requests`` ``generateContent`` requests, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    def stats(self) -> JsonDict:
+        """Counters: ``requests``, ``answered``, ``faults_served``, ``faults_pending``, ``models``.
+
+        A delayed answer counts both as answered and under ``faults_served["delay"]``.
+        """
+        with self._lock:
+            faults = {k: v for k, v in self._served.items() if k != "answered"}
+            return {
+                "requests": self._received,
+                "answered": self._served["answered"],
+                "faults_served": faults,
+                "faults_pending": self.faults.pending(),
+                "models": dict(self._models),
+            }
+
+    def reset(self) -> None:
+        """Forget recorded requests, counters and faults."""
+        with self._lock:
+            self._requests.clear()
+            self._served.clear()
+            self._models.clear()
+            self._received = 0
+        self.faults.clear()
+
+    def configure_faults(self, settings: JsonDict) -> None:
+        """Apply an admin body: ``faults`` is appended; ``fault_rate`` replaces the random mode."""
+        self.faults.schedule(parse_fault_spec(str(settings.get("faults", ""))))
+        if "fault_rate" in settings:
+            kinds = parse_fault_spec(str(settings.get("fault_kinds", "")))
+            self.faults.set_random(
+                float(settings["fault_rate"]), kinds, int(settings.get("seed", 0))
+            )
+
+    def record(self, request: RecordedRequest) -> Fault | None:
+        """Count ``request`` and pick its fault (None: answer normally)."""
+        fault = self.faults.next()
+        with self._lock:
+            self._requests.append(request)
+            self._received += 1
+            self._models[request.model] += 1
+            self._served["answered" if fault is None or fault.kind == "delay" else fault.kind] += 1
+            if fault is not None and fault.kind == "delay":
+                self._served["delay"] += 1
+        return fault
+
+    def wait(self, seconds: float) -> None:
+        """Sleep for a delay fault, cut short when the server stops."""
+        self._closing.wait(seconds)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as google-genai's pooled client expects
+
+    @property
+    def fake(self) -> FakeGeminiServer:
+        return self.server.fake  # type: ignore[attr-defined,no-any-return]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests and benchmarks send thousands of requests."""
+
+    def do_GET(self) -> None:
+        if self.path == "/":
+            self._json(200, {"status": "ok"})
+        elif self.path == "/_admin/stats":
+            self._json(200, self.fake.stats())
+        elif self.path == "/_admin/requests":
+            self._json(200, {"requests": [r.body for r in self.fake.requests]})
+        else:
+            self._json(404, error_body(404, f"no such path {self.path}"))
+
+    def do_POST(self) -> None:
+        body = self._read_json()
+        if body is None:
+            self._json(400, error_body(400, "request body is not a JSON object"))
+        elif self.path == "/_admin/faults":
+            try:
+                self.fake.configure_faults(body)
+            except ValueError as error:
+                self._json(400, error_body(400, str(error)))
+                return
+            self._json(200, self.fake.stats())
+        elif self.path == "/_admin/reset":
+            self.fake.reset()
+            self._json(200, self.fake.stats())
+        elif match := _GENERATE.match(self.path.split("?", 1)[0]):
+            self._generate(match.group(1), body)
+        else:
+            self._json(404, error_body(404, f"no such path {self.path}"))
+
+    def _generate(self, model: str, body: JsonDict) -> None:
+        fault = self.fake.record(RecordedRequest(model, body, dict(self.headers.items())))
+        if fault is not None and fault.kind != "delay":
+            self._serve_fault(fault)
+            return
+        if fault is not None:
+            self.fake.wait(fault.value or 0.0)
+        try:
+            turn = self.fake.policy(request_from_rest(model, body))
+        except ModelPermanentError as error:
+            self._json(400, error_body(400, str(error)))
+        except ModelRetryableError as error:
+            self._json(503, error_body(503, str(error)))
+        except ValueError as error:  # the body does not fit the Gemini schema
+            self._json(400, error_body(400, f"invalid generateContent body: {error}"))
+        else:
+            self._json(200, response_to_rest(turn, model))
+
+    def _serve_fault(self, fault: Fault) -> None:
+        if fault.kind == "malformed":
+            self._send(200, b'{"candidates": [ this is not json', "application/json")
+        elif fault.kind == "safety":
+            self._json(200, {"promptFeedback": {"blockReason": "SAFETY"}, "modelVersion": "fake"})
+        elif fault.kind == "safety-finish":
+            self._json(200, {"candidates": [{"finishReason": "SAFETY", "index": 0}]})
+        elif fault.kind == "empty":
+            self._json(200, {"candidates": []})
+        elif fault.kind == "no-content":
+            self._json(200, {"candidates": [{"finishReason": "STOP", "index": 0}]})
+        elif fault.kind == "429-details":
+            details = [retry_info(fault.value)] if fault.value is not None else None
+            self._json(429, error_body(429, "Resource exhausted (injected)", details))
+        else:
+            status = fault.status or 500
+            headers: dict[str, str] = {}
+            details = None
+            if status == 429 and fault.value is not None:
+                headers["Retry-After"] = f"{fault.value:g}"
+                details = [retry_info(fault.value)]
+            self._json(status, error_body(status, f"injected fault {status}", details), headers)
+
+    def _read_json(self) -> JsonDict | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def _json(self, status: int, body: JsonDict, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(body).encode(), "application/json; charset=UTF-8", headers)
+
+    def _send(
+        self, status: int, payload: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up (its timeout fired during a delay fault): nobody to answer.
+            self.close_connection = True
+
+
+def _policy_from_name(name: str) -> Script:
+    if name == "seed":
+        return ScriptedModel().decide
+    if name == "catalog":
+        # Every agent of the catalog the environment names, each with its own script (imported
+        # late: it pulls in the agents' tools).
+        from ackloop.model.agent_scripts import deployment_script
+        from ackloop.settings import Settings
+
+        return ScriptedModel(deployment_script(Settings())).decide
+    kind, _, tool = name.partition(":")
+    if kind == "reference" and tool:
+        return reference_workload_script(tool)
+    raise ValueError(f"unknown policy {name!r} (use 'seed', 'catalog' or 'reference:TOOL')")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the fake server as a process until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(description="Local fake of the Gemini generateContent API.")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--faults", default="", help="scheduled faults, e.g. '429:2,500*2,ok'")
+    parser.add_argument("--fault-rate", type=float, default=0.0, help="probability of a fault")
+    parser.add_argument("--fault-kinds", default="500", help="faults drawn at --fault-rate")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random faults")
+    parser.add_argument(
+        "--policy", default="seed",
+        help="'seed', 'catalog' (every agent of ACKLOOP_AGENTS, else the built-in ones) or "
+        "'reference:TOOL'",
+    )
+    args = parser.parse_args(argv)
+    server = FakeGeminiServer(
+        _policy_from_name(args.policy),
+        port=args.port,
+        faults=args.faults,
+        fault_rate=args.fault_rate,
+        fault_kinds=args.fault_kinds,
+        seed=args.seed,
+    )
+    stopping = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    server.start()
+    print(f"fake Gemini server listening on {server.url}", flush=True)
+    stopping.wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
