@@ -38,6 +38,13 @@ def test_common_secret_shapes_are_masked(text: str, expected: str) -> None:
     assert mask_secrets(text) == expected
 
 
+def test_prose_after_the_word_bearer_stays_readable() -> None:
+    text = "ACKLOOP_API_AUTH=bearer needs ACKLOOP_API_BEARER_TOKEN_FILE"
+    assert mask_secrets(text) == text
+    assert mask_secrets("bearer Zx9kQ") == "bearer ***"
+    assert mask_secrets("bearer abcdefghijklmnopqrstuvwxyz") == "bearer ***"
+
+
 def test_ids_and_counts_stay_readable() -> None:
     text = "step_key=run-1:t2 idempotency_key=abc max_tokens=512 total_tokens: 9 monkey=1"
     assert mask_secrets(text) == text

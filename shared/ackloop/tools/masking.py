@@ -35,7 +35,12 @@ _AUTH_HEADER_RE = re.compile(
     # The value is never the scheme word itself, so "Bearer ***" is left as it is.
     r"(?P<value>(?!\*\*\*)(?!(?:bearer|basic|digest|token|apikey)\s)[^\s\"',;}]+)"
 )
-_BEARER_RE = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?!\*\*\*)[A-Za-z0-9\-._~+/]+=*")
+# A bare "bearer <value>" outside a header. A lowercase word under 20 letters is prose ("bearer
+# needs a token file"), not a token: tokens carry digits, capitals or punctuation, or are long.
+_BEARER_RE = re.compile(
+    r"(?i)\b(?P<scheme>bearer)\s+(?!\*\*\*)"
+    r"(?-i:(?![a-z]{1,19}(?![A-Za-z0-9\-._~+/=])))[A-Za-z0-9\-._~+/]+=*"
+)
 _URL_USERINFO_RE = re.compile(
     r"(?i)\b(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@"
 )
