@@ -1,0 +1,1 @@
+"""A support desk built on ackloop: its agents, their tools and their offline scripts."""
