@@ -7,12 +7,13 @@ from pathlib import Path
 import typer
 
 from ackloop.cli import ask as ask_cmd
-from ackloop.cli import dev, runs
+from ackloop.cli import dev, errors, runs
 from ackloop.cli.lazy import lazy_group
 
 # `bench` and `chaos` come from the development tools (ackloop-dev), imported only when invoked.
-app = typer.Typer(cls=lazy_group({}), no_args_is_help=True, add_completion=False,
-                  help="Durable AI agents on Pub/Sub and Firestore.")
+# Known conditions (no stack, no credentials, no such run) end in one line: cli/errors.py.
+app = errors.App(cls=lazy_group({}), no_args_is_help=True, add_completion=False,
+                 help="Durable AI agents on Pub/Sub and Firestore.")
 app.add_typer(dev.app, name="dev")
 app.add_typer(runs.app, name="runs")
 app.command("ask")(ask_cmd.ask)

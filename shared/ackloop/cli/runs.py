@@ -1,46 +1,233 @@
-"""``ackloop runs dead-letters|redrive|sweep``: dead letters, re-driving them, stalled runs.
+"""``ackloop runs``: list, show, follow, cancel; dead letters, redrive, stalled runs.
 
-Both read the deployment's settings from the environment (``ACKLOOP_*``; against the emulators,
-``PUBSUB_EMULATOR_HOST`` and ``FIRESTORE_EMULATOR_HOST`` as ``ackloop dev up`` prints them).
+Every command talks to the local stack in ``--directory`` (its ``state.json``) or, without one,
+to the deployment the environment names (``ACKLOOP_*``, the emulator variables, or Google
+Cloud's default credentials). ``--json`` prints one JSON document (``follow``: JSON lines); the
+JSON of a run is the HTTP API's (``GET /runs/{id}``), of a step event and the end its stream's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.clock import SystemClock
-from ackloop.docdb.firestore import FirestoreDocumentDB
-from ackloop.redrive import Redriven, pending_dead_letters, redrive
-from ackloop.runtime import build_deps
-from ackloop.settings import Settings
-from ackloop.store import AgentStore, Retention
-from ackloop.sweep import Swept, sweep
+from ackloop.cli import table
+from ackloop.cli.errors import CliError
+from ackloop.cli.follow import Followed, answer_text, follow, outcome_line, step_line
+from ackloop.cli.target import DIRECTORY, Target, connect
+from ackloop.records import RunRecord, RunStatus, StepRecord
+
+if TYPE_CHECKING:
+    from ackloop.engine.deps import Deps
+    from ackloop.redrive import Redriven
 
 app = typer.Typer(no_args_is_help=True,
-                  help="Runs: dead letters, re-driving them, and resuming stalled runs.")
-console = Console()
+                  help="Runs: list, show, follow, cancel; dead letters, redrive, sweep.")
+
+JSON_OPTION: bool = typer.Option(False, "--json", help="Print JSON instead of text.")
+ERROR_CHARS = 100
+"""A step's error in the text table (``--json`` has all of it)."""
 
 
-def _store(settings: Settings) -> AgentStore:
-    db = FirestoreDocumentDB.connect(settings.project_id, settings.firestore_database)
-    return AgentStore(db, settings.collection_prefix, Retention.from_settings(settings))
+def _emit(document: Any) -> None:
+    # default=str: a stored record's timestamps (expire_at) as text.
+    typer.echo(json.dumps(document, ensure_ascii=False, indent=2, default=str))
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{max(seconds, 0):.0f}s"
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _status(run: RunRecord) -> str:
+    if run.budget_stop:
+        return f"{run.status.value} (stopped by its {run.budget_stop} budget: no answer)"
+    if run.stop_reason:
+        return f"{run.status.value} ({run.stop_reason.value})"
+    return run.status.value + (" (cancel requested)" if run.cancel_requested else "")
+
+
+async def _existing(target: Target, run_id: str) -> tuple[RunRecord, list[StepRecord]]:
+    store = target.store()
+    run, steps = await asyncio.gather(store.get_run(run_id), store.list_steps(run_id))
+    if run is None:
+        raise CliError(f"no run {run_id} in project {target.settings.project_id}"
+                       + (f" (collection prefix {target.settings.collection_prefix!r})"
+                          if target.settings.collection_prefix else ""))
+    return run, steps
+
+
+@app.command("list")
+def list_runs(
+    limit: int = typer.Option(20, min=1, max=1000, help="At most this many runs."),
+    status: RunStatus = typer.Option(None, help="Only runs in this status."),
+    agent: str = typer.Option(None, help="Only this agent's runs."),
+    conversation: str = typer.Option(None, help="Only this conversation's runs."),
+    as_json: bool = JSON_OPTION,
+    directory: Path = DIRECTORY,
+) -> None:
+    """The newest runs first: run, agent, status, stop reason, steps, age."""
+    target = connect(directory)
+    runs = asyncio.run(target.store().recent_runs(
+        limit, status=status, agent=agent, conversation_id=conversation))
+    if as_json:
+        from ackloop.api.models import RunSummary
+
+        _emit({"runs": [RunSummary.of(r).model_dump(mode="json") for r in runs]})
+        return
+    now = time.time()
+    table.echo(("RUN", "AGENT", "STATUS", "STOP REASON", "STEPS", "AGE"), [
+        (r.run_id, r.agent, r.status.value, r.stop_reason.value if r.stop_reason else "-",
+         str(r.steps_total or r.usage.model_calls + r.usage.tool_calls),
+         _age(now - r.created_at)) for r in runs], "no runs")
+
+
+@app.command("show")
+def show(
+    run_id: str = typer.Argument(..., metavar="RUN", help="The run's id."),
+    as_json: bool = JSON_OPTION,
+    directory: Path = DIRECTORY,
+) -> None:
+    """A run (status, stop reason, answer or error, usage, timings) and each of its steps."""
+    run, steps = asyncio.run(_existing(connect(directory), run_id))
+    if as_json:
+        from ackloop.api.models import RunView
+
+        _emit(RunView.of_run(run, steps).model_dump(mode="json"))
+        return
+    followed = Followed(run.run_id, run, steps)
+    took = f"{run.finished_at - run.created_at:.2f} s" if run.finished_at else "-"
+    fields = [
+        ("run", run.run_id), ("request", run.request_id), ("conversation", run.conversation_id),
+        ("agent", run.agent), ("status", _status(run)),
+        ("model", run.model + (f"; answered by {by}" if (by := followed.answered_by()) else "")),
+        ("question", run.text.replace("\n", " ")),
+        ("answer", answer_text(run) if followed.answered else "-"),
+        ("error", (run.error or "-").replace("\n", " ")),
+        ("usage", f"{run.usage.model_calls} model call(s), {run.usage.tool_calls} tool "
+                  f"call(s), {run.usage.total_tokens} token(s)"),
+        ("created", _when(run.created_at)), ("started", _when(run.started_at)),
+        ("finished", _when(run.finished_at)), ("took", took),
+    ]
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        typer.echo(f"{name:<{width}}  {value}")
+    typer.echo("")
+    table.echo(("STEP", "NAME", "STATUS", "ATTEMPTS", "DURATION", "ERROR"), [
+        (s.key, s.name, s.status.value, str(s.attempts),
+         f"{s.completed_at - s.created_at:.3f} s" if s.completed_at else "-",
+         (s.last_error or "-").replace("\n", " ")[:ERROR_CHARS]) for s in steps], "no steps")
+
+
+@app.command("follow")
+def follow_run(
+    run_id: str = typer.Argument(..., metavar="RUN", help="The run's id."),
+    timeout: float = typer.Option(None, help="Stop waiting after this many seconds "
+                                  "(default: until the run ends)."),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines: each step, then the end "
+                                 "(the API's event stream)."),
+    directory: Path = DIRECTORY,
+) -> None:
+    """Print each step as it completes until the run ends. Exit code 0 only if it answered."""
+    from ackloop.api.models import FinishedEvent, StepEvent, StepView
+
+    target = connect(directory)
+
+    def on_step(step: StepRecord) -> None:
+        if as_json:
+            event = StepEvent(cursor=step.key, run_id=run_id, step=StepView.of(step))
+            typer.echo(event.model_dump_json())
+        else:
+            typer.echo(step_line(step))
+
+    async def watch() -> Followed:
+        await _existing(target, run_id)
+        return await follow(target.store(), run_id, timeout=timeout, on_step=on_step)
+
+    followed = asyncio.run(watch())
+    run = followed.run
+    if as_json:
+        if run is not None and run.status.terminal:
+            typer.echo(FinishedEvent.of(run).model_dump_json())
+    else:
+        typer.echo(outcome_line(followed, timeout))
+        if followed.answered and run is not None:
+            typer.echo(answer_text(run))
+    if not followed.answered:
+        raise typer.Exit(1)
+
+
+@app.command("cancel")
+def cancel(
+    run_id: str = typer.Argument(..., metavar="RUN", help="The run's id."),
+    as_json: bool = JSON_OPTION,
+    directory: Path = DIRECTORY,
+) -> None:
+    """Ask a run to stop, as the API's cancel does: a queued run ends at once, a running one at
+    its next step boundary. A run that has already ended is left as it is."""
+    from ackloop.engine.finish import cancel_run
+
+    target = connect(directory)
+
+    async def request() -> tuple[RunRecord, RunRecord | None]:
+        before, _ = await _existing(target, run_id)
+        return before, await cancel_run(await _deps(target), run_id)
+
+    before, after = asyncio.run(request())
+    run = after or before
+    if before.status.terminal:
+        outcome, line = "already_ended", f"run {run_id} had already ended: {_status(before)}"
+    elif run.status.terminal:
+        outcome, line = "cancelled", f"run {run_id} cancelled (it had not started)"
+    else:
+        outcome, line = "cancel_requested", (f"run {run_id}: cancel requested; it stops at its "
+                                             "next step boundary")
+    if as_json:
+        _emit({"run_id": run_id, "outcome": outcome, "status": run.status.value,
+               "cancel_requested": run.cancel_requested})
+    else:
+        typer.echo(line)
+
+
+async def _deps(target: Target) -> Deps:
+    """The engine's dependencies for this deployment, as its services build them."""
+    from ackloop.runtime import build_deps
+
+    return await build_deps(target.settings)
 
 
 @app.command("dead-letters")
-def dead_letters(run: str = typer.Option(None, help="Only this run's dead letters.")) -> None:
+def dead_letters(
+    run: str = typer.Option(None, help="Only this run's dead letters."),
+    as_json: bool = JSON_OPTION,
+    directory: Path = DIRECTORY,
+) -> None:
     """List dead letters not re-driven yet, with their cause."""
-    settings = Settings()
-    records = asyncio.run(pending_dead_letters(_store(settings), run_id=run))
-    table = Table("message", "run", "step", "origin", "cause")
-    for r in records:
-        table.add_row(str(r["message_id"]), str(r.get("run_id")), str(r.get("step")),
-                      str(r.get("origin")), str(r.get("cause"))[:80])
-    console.print(table if records else "no dead letters waiting")
+    from ackloop.redrive import pending_dead_letters
+
+    target = connect(directory)
+    records = asyncio.run(pending_dead_letters(target.store(), run_id=run))
+    if as_json:
+        _emit({"dead_letters": records})
+        return
+    table.echo(("MESSAGE", "RUN", "STEP", "ORIGIN", "CAUSE"), [
+        (str(r["message_id"]), str(r.get("run_id")), str(r.get("step")), str(r.get("origin")),
+         str(r.get("cause")).replace("\n", " ")[:ERROR_CHARS]) for r in records],
+        "no dead letters waiting")
 
 
 @app.command("redrive")
@@ -48,22 +235,37 @@ def redrive_command(
     run: str = typer.Option(None, help="Only this run's dead letters."),
     message: list[str] = typer.Option([], help="Only these dead-letter message ids."),
     dry_run: bool = typer.Option(False, help="Show what would be re-driven."),
+    as_json: bool = JSON_OPTION,
+    directory: Path = DIRECTORY,
 ) -> None:
     """Re-publish dead-lettered messages to their topic once the cause is fixed.
 
     A run that failed by dead-lettering is reopened first; the step's claim keeps it from
     running twice.
     """
-    settings = Settings()
-    publisher = PubSubPublisher(settings.project_id)
+    from ackloop.clock import SystemClock
+    from ackloop.redrive import redrive
+
+    target = connect(directory)
+    publisher = target.publisher()
     try:
-        results = asyncio.run(redrive(_store(settings), publisher, settings, SystemClock(),
+        results = asyncio.run(redrive(target.store(), publisher, target.settings, SystemClock(),
                                       run_id=run, message_ids=message, dry_run=dry_run))
     finally:
         publisher.close()
-    _print(results)
+    _print_redriven(results, as_json)
     if any(r.outcome == "conversation_busy" for r in results):
         raise typer.Exit(1)
+
+
+def _print_redriven(results: list[Redriven], as_json: bool) -> None:
+    if as_json:
+        _emit({"redriven": [{"message_id": r.message_id, "run_id": r.run_id, "step": r.step,
+                             "outcome": r.outcome} for r in results]})
+        return
+    table.echo(("MESSAGE", "RUN", "STEP", "OUTCOME"),
+               [(r.message_id, str(r.run_id), str(r.step), r.outcome) for r in results],
+               "nothing to re-drive")
 
 
 @app.command("sweep")
@@ -71,31 +273,24 @@ def sweep_command(
     stale_seconds: float = typer.Option(
         None, help="Idle time after which a running run is resumed "
         "(default: ACKLOOP_SWEEP_STALE_SECONDS)."),
+    as_json: bool = JSON_OPTION,
+    directory: Path = DIRECTORY,
 ) -> None:
     """Resume runs that stopped moving, from their ledger; fail those that cannot be resumed.
 
     Safe at any time: a re-sent step message is absorbed by the step's claim.
     """
-    swept = asyncio.run(_sweep(stale_seconds))
-    if not swept:
-        console.print("no stalled runs")
+    from ackloop.sweep import Swept, sweep
+
+    target = connect(directory)
+
+    async def swept() -> list[Swept]:
+        return await sweep(await _deps(target), stale_after=stale_seconds)
+
+    results = asyncio.run(swept())
+    if as_json:
+        _emit({"swept": [{"run_id": s.run_id, "action": s.action, "detail": s.detail}
+                         for s in results]})
         return
-    table = Table("run", "action", "detail")
-    for s in swept:
-        table.add_row(s.run_id, s.action, s.detail)
-    console.print(table)
-
-
-async def _sweep(stale_seconds: float | None) -> list[Swept]:
-    deps = await build_deps(Settings())
-    return await sweep(deps, stale_after=stale_seconds)
-
-
-def _print(results: list[Redriven]) -> None:
-    if not results:
-        console.print("nothing to re-drive")
-        return
-    table = Table("message", "run", "step", "outcome")
-    for r in results:
-        table.add_row(r.message_id, str(r.run_id), str(r.step), r.outcome)
-    console.print(table)
+    table.echo(("RUN", "ACTION", "DETAIL"), [(s.run_id, s.action, s.detail) for s in results],
+               "no stalled runs")

@@ -1,0 +1,149 @@
+"""Following a run from the command line: each step as it completes, then how the run ended.
+
+Shared by ``ackloop ask`` and ``ackloop runs follow``. It reads the store directly (the run and
+its steps, every :data:`POLL_SECONDS`), so it works against the emulators and a deployment
+alike, with no API in between. A query that never became a run (an unknown agent, budgets over
+the deployment's ceilings) is rejected at once into ``poison`` under its message id, which the
+follower reads too: the rejection is reported within a poll, not after the timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus
+
+if TYPE_CHECKING:
+    from ackloop.store import AgentStore
+
+POLL_SECONDS = 0.2
+SCRIPTED_PREFIX = "scripted"
+"""Model versions the scripted offline model reports start with this."""
+
+
+@dataclass
+class Followed:
+    run_id: str
+    run: RunRecord | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    rejection: dict[str, Any] | None = None
+    """The poison record of the query, when it was rejected before it became a run."""
+    elapsed: float = 0.0
+
+    @property
+    def ended(self) -> bool:
+        return self.rejection is not None or (self.run is not None and self.run.status.terminal)
+
+    @property
+    def answered(self) -> bool:
+        """Ended with an answer (or a structured output): the only outcome that exits 0."""
+        run = self.run
+        return (run is not None and run.status is RunStatus.COMPLETED
+                and run.budget_stop is None
+                and (run.answer is not None or run.output is not None))
+
+    def answered_by(self) -> str | None:
+        """The model version that gave the answer (its model step records it), else the
+        run's configured model; None unless the run answered."""
+        if not self.answered or self.run is None:
+            return None
+        versions = [str(s.result["model_version"]) for s in self.steps
+                    if s.kind == "model" and s.result and s.result.get("model_version")]
+        return versions[-1] if versions else self.run.model
+
+
+async def follow(
+    store: AgentStore, run_id: str, *, timeout: float | None,
+    on_step: Callable[[StepRecord], None] = lambda step: None,
+    message_id: str | None = None,
+) -> Followed:
+    """Poll until the run ends (or ``timeout`` seconds pass, None: no limit), calling
+    ``on_step`` once for each completed step, in key order. ``message_id``: the query's
+    Pub/Sub message, whose rejection ends the wait while no run exists."""
+    seen: set[str] = set()
+    started = time.monotonic()
+    followed = Followed(run_id)
+    while True:
+        run, steps = await asyncio.gather(store.get_run(run_id), store.list_steps(run_id))
+        followed.run, followed.steps = run, steps
+        for step in steps:
+            if step.status is StepStatus.COMPLETED and step.key not in seen:
+                seen.add(step.key)
+                on_step(step)
+        if run is None and message_id is not None:
+            followed.rejection = await store.get_poison(message_id)
+        followed.elapsed = time.monotonic() - started
+        if followed.ended or (timeout is not None and followed.elapsed >= timeout):
+            return followed
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def describe_step(step: StepRecord) -> str:
+    """One line for a completed step: what the model asked for, or what a tool returned."""
+    result = step.result or {}
+    if step.kind == "model":
+        calls = result.get("calls") or []
+        if calls:
+            return "model asks for " + ", ".join(
+                f"{c['name']}({json.dumps(c.get('args') or {}, ensure_ascii=False)})" for c in calls
+            )
+        if "text" in result:
+            return "model answers"
+        return f"model step: {result}"
+    response = result.get("response", {})
+    text = json.dumps(response, ensure_ascii=False)
+    return f"{step.name} -> {text[:160]}{'…' if len(text) > 160 else ''}"
+
+
+def step_line(step: StepRecord) -> str:
+    took = f"  {step.call_seconds * 1000:.0f} ms" if step.call_seconds else ""
+    return f"  ✓ {step.key:<14} {describe_step(step)}{took}"
+
+
+def budget_limit(run: RunRecord) -> str:
+    """The limit of the budget that stopped ``run``, as the run recorded it."""
+    limits = run.limits
+    value = {"max_steps": f"{limits.max_steps} model steps",
+             "max_seconds": f"{limits.max_seconds:g} s",
+             "max_tool_calls": f"{limits.max_tool_calls} tool calls",
+             "max_tokens": f"{limits.max_tokens} tokens"}
+    return value.get(run.budget_stop or "", "")
+
+
+def outcome_line(followed: Followed, timeout: float | None) -> str:
+    """How the run ended, in one line: what a user reads first."""
+    run, rid = followed.run, followed.run_id
+    waited = f"{followed.elapsed:.0f} s" if timeout is None else f"{timeout:g} s"
+    if followed.rejection is not None:
+        poison = followed.rejection
+        return (f"query rejected ({poison.get('reason', 'rejected')}): "
+                f"{poison.get('error', '')}; no run was started")
+    if run is None:
+        return (f"no run {rid} after {waited}: is the stack's ingest running? "
+                "(`ackloop dev status`)")
+    usage = (f"{run.usage.model_calls} model call(s), {run.usage.tool_calls} tool call(s), "
+             f"{followed.elapsed:.2f} s")
+    if not run.status.terminal:
+        return f"run {rid} still {run.status.value} after {waited} ({usage})"
+    if run.budget_stop is not None:
+        return (f"run {rid} stopped by its {run.budget_stop} budget "
+                f"({budget_limit(run)}): no answer ({usage})")
+    if run.status is RunStatus.FAILED:
+        return f"run {rid} failed: {run.error or 'no cause recorded'} ({usage})"
+    if run.status is RunStatus.CANCELLED:
+        return f"run {rid} cancelled ({usage})"
+    model = followed.answered_by()
+    if model is None:
+        return f"run {rid} {run.status.value} ({run.stop_reason}) without an answer ({usage})"
+    scripted = " (the scripted offline model)" if model.startswith(SCRIPTED_PREFIX) else ""
+    return f"run {rid} completed ({usage}); answered by {model}{scripted}"
+
+
+def answer_text(run: RunRecord) -> str:
+    """What goes to stdout: the answer, or the structured output as JSON."""
+    return run.answer if run.answer is not None else json.dumps(run.output, ensure_ascii=False)

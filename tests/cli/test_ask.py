@@ -1,0 +1,77 @@
+"""``ackloop ask`` against a whole stack (functions, push delivery, scripted model), found only
+through ``--directory``: what it prints, in which stream, and its exit code, for each ending."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ackloop.keys import run_id_for_request
+from tests.cli.conftest import Cli
+from tests.support.stack import RunningStack
+
+pytestmark = [pytest.mark.emulator, pytest.mark.slow]
+
+WEATHER = "are there any weather alerts where I am?"
+
+
+def _ask(cli: Cli, stack: RunningStack, *args: str) -> tuple[int, str, list[str]]:
+    ran = cli("ask", *args, "--timeout", "90", "--directory", stack.state.directory)
+    assert "Traceback" not in ran.stderr, ran.stderr
+    return ran.returncode, ran.stdout, ran.stderr.splitlines()
+
+
+def test_an_answer_names_the_model_that_gave_it(cli: Cli, cli_stack: RunningStack) -> None:
+    code, out, err = _ask(cli, cli_stack, WEATHER, "--request-id", "cli-weather-1")
+    assert code == 0, err
+    run_id = run_id_for_request("cli-weather-1")
+    # The run's line is whole at 40 columns: it can be pasted into `ackloop runs show`.
+    assert err[0] == f"run {run_id} (request cli-weather-1)"
+    assert [line.split()[1] for line in err[1:-1]] == [
+        "0000-model", "0000-tool-000", "0001-model", "0001-tool-000", "0002-model",
+        "0002-tool-000", "0003-model"]
+    assert err[-1].startswith(f"run {run_id} completed (4 model call(s), 3 tool call(s), ")
+    assert err[-1].endswith("; answered by scripted-seed-1 (the scripted offline model)")
+    assert "Tornado Watch" in out
+
+
+def test_a_budget_stop_says_which_budget_and_that_there_is_no_answer(
+    cli: Cli, cli_stack: RunningStack
+) -> None:
+    code, out, err = _ask(cli, cli_stack, WEATHER, "--max-steps", "1")
+    assert code == 1
+    assert out == ""
+    assert "stopped by its max_steps budget (1 model steps): no answer" in err[-1]
+    assert not any("answered by" in line for line in err)
+
+
+def test_a_budget_stop_in_json(cli: Cli, cli_stack: RunningStack) -> None:
+    ran = cli("ask", WEATHER, "--max-tool-calls", "0", "--json", "--timeout", "90",
+              "--directory", cli_stack.state.directory)
+    assert ran.returncode == 1
+    result = json.loads(ran.stdout)
+    assert (result["status"], result["budget_stop"], result["answer"]) == (
+        "completed", "max_tool_calls", None)
+    assert result["answered_by"] is None
+
+
+def test_an_unknown_agent_is_reported_at_once_with_its_reason(
+    cli: Cli, cli_stack: RunningStack
+) -> None:
+    """The query is rejected into poison as soon as ingest reads it; ask reads that record and
+    says so (before, it waited out its timeout and said "timeout")."""
+    code, out, err = _ask(cli, cli_stack, "hi", "--agent", "nosuchagent")
+    assert code == 1 and out == ""
+    assert err[-1].startswith("query rejected (unknown_agent): no agent named 'nosuchagent'")
+    assert err[-1].endswith("; no run was started")
+
+
+def test_budgets_over_the_ceiling_are_reported_at_once(cli: Cli, cli_stack: RunningStack
+                                                       ) -> None:
+    ran = cli("ask", "hi", "--max-steps", "500", "--json", "--timeout", "90",
+              "--directory", cli_stack.state.directory)
+    assert ran.returncode == 1
+    result = json.loads(ran.stdout)
+    assert (result["status"], result["reason"]) == ("rejected", "over_ceiling")
+    assert "max_steps 500 is above this deployment's ceiling" in result["error"]

@@ -1,0 +1,233 @@
+"""``ackloop runs list|show|follow|cancel|dead-letters|redrive|sweep`` as subprocesses, reading
+the runs of a stack named only by ``--directory`` (the Firestore emulator behind its state file)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from google.cloud import pubsub_v1
+
+from ackloop.docdb.base import Write
+from ackloop.records import (
+    RunLimits,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+    StopReason,
+)
+from ackloop.wire import Usage
+from tests.cli.conftest import Cli, FakeStack
+
+pytestmark = pytest.mark.emulator
+
+
+def _run(run_id: str, *, created: float, agent: str = "default", conversation: str = "c1",
+         status: RunStatus = RunStatus.COMPLETED, stop: StopReason | None = None,
+         **fields: object) -> RunRecord:
+    return RunRecord(
+        run_id=run_id, request_id=f"req-{run_id}", request_hash="h", conversation_id=conversation,
+        agent=agent, text="are there any weather alerts where I am?", model="gemini-x",
+        created_at=created, status=status, stop_reason=stop,
+        limits=RunLimits(max_steps=3, max_seconds=60, max_tool_calls=5), **fields)
+
+
+def _model_step(turn: int, *, version: str = "gemini-x-001", text: str | None = None,
+                completed: bool = True) -> StepRecord:
+    result = {"text": text, "model_version": version} if text else {
+        "calls": [{"name": "get_ip_address", "args": {}}], "model_version": version}
+    return StepRecord(key=f"{turn:04d}-model", kind="model", name="model", turn=turn,
+                      status=StepStatus.COMPLETED if completed else StepStatus.RUNNING,
+                      created_at=10.0, started_at=10.0, completed_at=10.5 if completed else None,
+                      call_seconds=0.4, result=result if completed else None)
+
+
+def _tool_step(turn: int, *, error: str | None = None, attempts: int = 1) -> StepRecord:
+    return StepRecord(key=f"{turn:04d}-tool-000", kind="tool", name="get_ip_address", turn=turn,
+                      status=StepStatus.COMPLETED, attempts=attempts, created_at=11.0,
+                      started_at=11.0, completed_at=11.25, call_seconds=0.2,
+                      result={"response": {"result": "203.0.113.7"}}, last_error=error)
+
+
+def _seed(stack: FakeStack, runs: list[RunRecord],
+          steps: dict[str, list[StepRecord]] | None = None) -> None:
+    store = stack.store()
+    writes = [Write("create", store.run_path(r.run_id), r.to_doc()) for r in runs]
+    writes += [Write("create", store.step_path(run_id, s.key), s.to_doc())
+               for run_id, list_ in (steps or {}).items() for s in list_]
+    asyncio.run(store.db.commit(writes))
+
+
+def _ids(stdout: str) -> list[str]:
+    return [line.split()[0] for line in stdout.splitlines()[1:]]
+
+
+def test_list_newest_first_with_filters_whole_lines_and_json(cli: Cli, fake_stack: FakeStack
+                                                              ) -> None:
+    now = time.time()
+    _seed(fake_stack, [
+        _run("run-aaaaaaaaaaaaaaaaaaaa", created=now - 172_800, stop=StopReason.ANSWERED,
+             answer="yes", usage=Usage(model_calls=2, tool_calls=1), steps_total=3),
+        _run("run-bbbbbbbbbbbbbbbbbbbb", created=now - 7200, agent="weather",
+             status=RunStatus.FAILED, stop=StopReason.FAILED, error="boom"),
+        _run("run-cccccccccccccccccccc", created=now - 3000, conversation="c2",
+             status=RunStatus.RUNNING),
+    ])
+    d = str(fake_stack.directory)
+    listed = cli("runs", "list", "--directory", d)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["RUN", "AGENT", "STATUS", "STOP", "REASON", "STEPS", "AGE"]
+    # Each run is one line, its id whole, at 40 columns.
+    assert [line.split() for line in lines[1:]] == [
+        ["run-cccccccccccccccccccc", "default", "running", "-", "0", "50m"],
+        ["run-bbbbbbbbbbbbbbbbbbbb", "weather", "failed", "failed", "0", "2h"],
+        ["run-aaaaaaaaaaaaaaaaaaaa", "default", "completed", "answered", "3", "2d"],
+    ]
+    assert _ids(cli("runs", "list", "--limit", "1", "--directory", d).stdout) == [
+        "run-cccccccccccccccccccc"]
+    assert _ids(cli("runs", "list", "--status", "failed", "--directory", d).stdout) == [
+        "run-bbbbbbbbbbbbbbbbbbbb"]
+    assert _ids(cli("runs", "list", "--agent", "default", "--conversation", "c1",
+                    "--directory", d).stdout) == ["run-aaaaaaaaaaaaaaaaaaaa"]
+    as_json = json.loads(cli("runs", "list", "--json", "--directory", d).stdout)
+    assert [r["run_id"] for r in as_json["runs"]] == [
+        "run-cccccccccccccccccccc", "run-bbbbbbbbbbbbbbbbbbbb", "run-aaaaaaaaaaaaaaaaaaaa"]
+    assert as_json["runs"][1]["error"] == "boom" and as_json["runs"][2]["answer"] == "yes"
+    none = cli("runs", "list", "--agent", "nobody", "--directory", d)
+    assert (none.returncode, none.stdout.strip()) == (0, "no runs")
+
+
+def test_show_a_budget_stop_and_its_steps(cli: Cli, fake_stack: FakeStack) -> None:
+    run = _run("run-budget", created=time.time() - 3, stop=StopReason.MAX_STEPS,
+               finished_at=time.time(), usage=Usage(model_calls=3, tool_calls=2))
+    _seed(fake_stack, [run], {"run-budget": [
+        _model_step(0), _tool_step(0, error="HTTP 503 from the API", attempts=2)]})
+    d = str(fake_stack.directory)
+    shown = cli("runs", "show", "run-budget", "--directory", d)
+    assert shown.returncode == 0, shown.stderr
+    fields = dict(line.split(None, 1) for line in shown.stdout.splitlines()[:14])
+    assert fields["run"] == "run-budget"
+    assert fields["status"] == "completed (stopped by its max_steps budget: no answer)"
+    assert fields["answer"] == "-" and fields["model"] == "gemini-x"  # no "answered by"
+    assert fields["usage"].startswith("3 model call(s), 2 tool call(s)")
+    steps = shown.stdout.split("\n\n", 1)[1].splitlines()
+    assert steps[0].split() == ["STEP", "NAME", "STATUS", "ATTEMPTS", "DURATION", "ERROR"]
+    assert steps[1].split() == ["0000-model", "model", "completed", "1", "0.500", "s", "-"]
+    assert steps[2].split()[:6] == ["0000-tool-000", "get_ip_address", "completed", "2",
+                                    "0.250", "s"]
+    assert steps[2].endswith("HTTP 503 from the API")
+
+    as_json = json.loads(cli("runs", "show", "run-budget", "--json", "--directory", d).stdout)
+    assert (as_json["status"], as_json["stop_reason"], as_json["budget_stop"]) == (
+        "completed", "max_steps", "max_steps")
+    assert [(s["key"], s["attempts"], s["last_error"]) for s in as_json["steps"]] == [
+        ("0000-model", 1, None), ("0000-tool-000", 2, "HTTP 503 from the API")]
+
+
+def test_show_an_answered_run_names_the_model_that_answered(cli: Cli, fake_stack: FakeStack
+                                                            ) -> None:
+    run = _run("run-answered", created=time.time(), stop=StopReason.ANSWERED, answer="Sunny.")
+    _seed(fake_stack, [run], {"run-answered": [
+        _model_step(0), _tool_step(0), _model_step(1, version="gemini-x-002", text="Sunny.")]})
+    shown = cli("runs", "show", "run-answered", "--directory", str(fake_stack.directory))
+    fields = dict(line.split(None, 1) for line in shown.stdout.splitlines()[:14])
+    assert fields["model"] == "gemini-x; answered by gemini-x-002"
+    assert fields["answer"] == "Sunny."
+
+
+def test_a_run_that_does_not_exist_is_one_line(cli: Cli, fake_stack: FakeStack) -> None:
+    d = str(fake_stack.directory)
+    for command in ("show", "follow", "cancel"):
+        missing = cli("runs", command, "run-nope", "--directory", d)
+        assert missing.returncode == 1
+        assert missing.stderr.splitlines() == [
+            f"error: no run run-nope in project {fake_stack.state.project_id} (collection "
+            f"prefix {fake_stack.state.env['ACKLOOP_COLLECTION_PREFIX']!r})"]
+
+
+def test_follow_prints_each_step_as_it_completes_then_the_end(cli: Cli, fake_stack: FakeStack
+                                                               ) -> None:
+    run = _run("run-live", created=time.time(), status=RunStatus.RUNNING)
+    _seed(fake_stack, [run], {"run-live": [_model_step(0), _model_step(1, completed=False)]})
+    follower = cli.popen("runs", "follow", "run-live", "--json", "--timeout", "60",
+                         "--directory", str(fake_stack.directory))
+    assert follower.stdout is not None
+    first = json.loads(follower.stdout.readline())
+    assert (first["type"], first["cursor"]) == ("step", "0000-model")
+    # The run moves on while it is followed: the next step completes, then the run answers.
+    store = fake_stack.store()
+    asyncio.run(store.db.commit([
+        Write("set", store.step_path("run-live", "0001-model"),
+              _model_step(1, text="Sunny.").to_doc()),
+        Write("update", store.run_path("run-live"), {
+            "status": "completed", "stop_reason": "answered", "answer": "Sunny.",
+            "finished_at": time.time()}),
+    ]))
+    out, err = follower.communicate(timeout=60)
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [(e["type"], e["cursor"]) for e in events] == [("step", "0001-model"),
+                                                          ("finished", "end")]
+    assert events[-1]["answer"] == "Sunny." and events[-1]["budget_stop"] is None
+    assert follower.returncode == 0, err
+
+
+def test_follow_exits_non_zero_on_a_failed_run_and_says_why(cli: Cli, fake_stack: FakeStack
+                                                           ) -> None:
+    run = _run("run-failed", created=time.time(), status=RunStatus.FAILED,
+               stop=StopReason.FAILED, error="dead_lettered: get_ip_address kept failing")
+    _seed(fake_stack, [run], {"run-failed": [_model_step(0)]})
+    followed = cli("runs", "follow", "run-failed", "--directory", str(fake_stack.directory))
+    assert followed.returncode == 1
+    lines = followed.stdout.splitlines()
+    assert lines[0].split()[:3] == ["✓", "0000-model", "model"]
+    assert lines[1].startswith(
+        "run run-failed failed: dead_lettered: get_ip_address kept failing (")
+    assert len(lines) == 2 and "answered by" not in followed.stdout
+
+
+def test_cancel_requests_a_running_run_and_leaves_an_ended_one(cli: Cli, fake_stack: FakeStack
+                                                               ) -> None:
+    _seed(fake_stack, [
+        _run("run-moving", created=time.time(), status=RunStatus.RUNNING),
+        _run("run-done", created=time.time(), stop=StopReason.ANSWERED, answer="ok"),
+    ])
+    d = str(fake_stack.directory)
+    cancelled = cli("runs", "cancel", "run-moving", "--directory", d)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.strip() == (
+        "run run-moving: cancel requested; it stops at its next step boundary")
+    stored = fake_stack.run(lambda store: store.get_run("run-moving"))
+    assert stored is not None and stored.cancel_requested
+    again = json.loads(cli("runs", "cancel", "run-done", "--json", "--directory", d).stdout)
+    assert again == {"run_id": "run-done", "outcome": "already_ended", "status": "completed",
+                     "cancel_requested": False}
+
+
+def test_dead_letters_redrive_and_sweep_use_the_stack_of_directory(
+    cli: Cli, fake_stack: FakeStack
+) -> None:
+    stale = _run("run-stale", created=time.time() - 3600, status=RunStatus.RUNNING,
+                 progress_at=time.time() - 3600)
+    _seed(fake_stack, [stale])
+    fake_stack.run(lambda store: store.record_dead_letter("m-1", {
+        "run_id": "run-gone", "step": "0000-model", "origin": "model_steps",
+        "cause": "kept failing", "data": "{}", "received_at": time.time()}))
+    d = str(fake_stack.directory)
+    letters = cli("runs", "dead-letters", "--directory", d)
+    assert letters.returncode == 0, letters.stderr
+    assert letters.stdout.splitlines()[1].split() == [
+        "m-1", "run-gone", "0000-model", "model_steps", "kept", "failing"]
+    dry = json.loads(cli("runs", "redrive", "--dry-run", "--json", "--directory", d).stdout)
+    assert [r["message_id"] for r in dry["redriven"]] == ["m-1"]
+
+    publisher = pubsub_v1.PublisherClient()
+    publisher.create_topic(name=publisher.topic_path(
+        fake_stack.state.project_id, fake_stack.state.env["ACKLOOP_MODEL_STEPS_TOPIC"]))
+    swept = cli("runs", "sweep", "--json", "--directory", d)
+    assert swept.returncode == 0, swept.stderr
+    assert [(s["run_id"], s["action"]) for s in json.loads(swept.stdout)["swept"]] == [
+        ("run-stale", "resumed")]
