@@ -4,14 +4,24 @@ PYTHON ?= python3
 VENV ?= .venv
 Q ?= are there any weather alerts where I am?
 
-.PHONY: install ask test lint checkov clean
+.PHONY: install install-test ask test lint checkov clean
 
+# What `make ask` needs: the runtime and the development tools (the local stack's sandbox and
+# fake Gemini server), without the benchmark's Temporal peer and chart.
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev,infra]' -e './devtools[bench]'
+	$(VENV)/bin/pip install -q -e . -e ./devtools
+	touch $@
+
+# What the tests and the linters need on top: pytest, ruff, mypy, the deployment checks, the MCP
+# SDK and the benchmark's extras (tests/bench runs the Temporal side).
+install-test: $(VENV)/.installed-test
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(VENV)/bin/pip install -q -e '.[dev,infra,mcp]' -e './devtools[bench]'
 	touch $@
 
 # checkov pins packages that clash with ours: it lives in its own virtualenv.
@@ -28,10 +38,10 @@ ask: install
 	$(VENV)/bin/ackloop ask "$(Q)"; status=$$?; $(VENV)/bin/ackloop dev down; exit $$status
 
 # Every test tier: unit, contract (memory + Firestore emulator), end to end, infra checks.
-test: install checkov
+test: install-test checkov
 	$(VENV)/bin/python -m pytest -q -ra
 
-lint: install
+lint: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
