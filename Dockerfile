@@ -26,7 +26,7 @@ RUN python -m venv /opt/build \
     && /opt/venv/bin/pip install --require-hashes --no-deps -r requirements.lock
 
 # ackloop itself, as a wheel built without network access (its build tools are installed above).
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY shared ./shared
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
     && /opt/venv/bin/pip install --no-deps /wheels/ackloop-*.whl \

@@ -1,0 +1,56 @@
+"""The runtime wheel (what the image and ``pip install ackloop`` get) carries product code only;
+the benchmark, the chaos suite and the fakes are in the ``ackloop-dev`` wheel. Both build
+without setuptools' license deprecation warning. Real builds with pip, as the Dockerfile does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEV_ONLY = ("ackloop_dev/", "/bench/", "/chaos/", "fake", "sandbox")
+
+
+def _build(project: Path, into: Path) -> tuple[zipfile.ZipFile, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(into),
+         str(project)], capture_output=True, text=True, timeout=600, check=False)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log
+    (wheel,) = into.glob("*.whl")
+    return zipfile.ZipFile(wheel), log
+
+
+@pytest.mark.slow
+def test_the_runtime_wheel_has_no_development_tools(tmp_path: Path) -> None:
+    wheel, log = _build(ROOT, tmp_path)
+    names = wheel.namelist()
+    assert "ackloop/engine/model_step.py" in names
+    assert [n for n in names if any(part in n for part in DEV_ONLY)] == []
+    (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    text = wheel.read(metadata).decode()
+    assert "License-Expression: Apache-2.0" in text
+    assert "Provides-Extra: bench" not in text
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert "project.license` as a TOML table is deprecated" not in log
+    assert "License classifiers are deprecated" not in log
+
+
+@pytest.mark.slow
+def test_the_dev_wheel_carries_the_tools_and_their_commands(tmp_path: Path) -> None:
+    wheel, log = _build(ROOT / "devtools", tmp_path)
+    names = wheel.namelist()
+    for module in ("ackloop_dev/bench/compare.py", "ackloop_dev/chaos/runner.py",
+                   "ackloop_dev/cli/bench.py", "ackloop_dev/fakes/gemini_server.py",
+                   "ackloop_dev/fakes/sandbox_apis.py"):
+        assert module in names
+    assert not [n for n in names if n.startswith("ackloop/")]
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    commands = wheel.read(entry_points).decode()
+    assert "[ackloop.commands]" in commands
+    assert "bench = ackloop_dev.cli.bench:bench" in commands
+    assert "deprecated" not in log
