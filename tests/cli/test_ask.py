@@ -43,6 +43,8 @@ def test_a_budget_stop_says_which_budget_and_that_there_is_no_answer(
     assert code == 1
     assert out == ""
     assert "stopped by its max_steps budget (1 model steps): no answer" in err[-1]
+    assert err[-2].split(None, 2)[1:] == [
+        "0001-model", "run stopped before the model call: max_steps"]
     assert not any("answered by" in line for line in err)
 
 

@@ -94,7 +94,9 @@ def describe_step(step: StepRecord) -> str:
             )
         if "text" in result:
             return "model answers"
-        return f"model step: {result}"
+        if "stop_reason" in result:  # a budget or a cancel ended the run before the call
+            return f"run stopped before the model call: {result['stop_reason']}"
+        return f"model step: {json.dumps(result, ensure_ascii=False)}"
     response = result.get("response", {})
     text = json.dumps(response, ensure_ascii=False)
     return f"{step.name} -> {text[:160]}{'…' if len(text) > 160 else ''}"
