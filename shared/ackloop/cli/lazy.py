@@ -27,9 +27,8 @@ def lazy_group(targets: Mapping[str, str]) -> type[TyperGroup]:
 
     class LazyGroup(TyperGroup):
         def list_commands(self, ctx: _click.Context) -> list[str]:
-            known = super().list_commands(ctx)
-            extra = [name for name in (*targets, *_entry_points()) if name not in known]
-            return [*known, *extra]
+            names = [*targets, *super().list_commands(ctx), *_entry_points()]
+            return list(dict.fromkeys(names))
 
         def get_command(self, ctx: _click.Context, cmd_name: str) -> _click.Command | None:
             command = super().get_command(ctx, cmd_name)

@@ -6,17 +6,17 @@ from pathlib import Path
 
 import typer
 
-from ackloop.cli import ask as ask_cmd
-from ackloop.cli import dev, errors, runs
+from ackloop.cli import errors
 from ackloop.cli.lazy import lazy_group
 
-# `bench` and `chaos` come from the development tools (ackloop-dev), imported only when invoked.
+# Imported only when invoked or listed by --help, so that `ackloop run` (every cold start)
+# serves without them; `bench` and `chaos` come from the development tools (ackloop-dev).
+COMMANDS = {"dev": "ackloop.cli.dev:app", "runs": "ackloop.cli.runs:app",
+            "ask": "ackloop.cli.ask:ask"}
+
 # Known conditions (no stack, no credentials, no such run) end in one line: cli/errors.py.
-app = errors.App(cls=lazy_group({}), no_args_is_help=True, add_completion=False,
+app = errors.App(cls=lazy_group(COMMANDS), no_args_is_help=True, add_completion=False,
                  help="Durable AI agents on Pub/Sub and Firestore.")
-app.add_typer(dev.app, name="dev")
-app.add_typer(runs.app, name="runs")
-app.command("ask")(ask_cmd.ask)
 
 FUNCTION_TARGETS = ("ingest", "model_step", "tool_step", "dead_letter", "api")
 
