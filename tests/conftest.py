@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ackloop.devstack import emulators
+from ackloop_dev.devstack import emulators
 from tests.support.emulators import EmulatorSession
 
 _MISSING: str | None = None

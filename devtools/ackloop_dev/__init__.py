@@ -1,5 +1,6 @@
-"""Tools that work on ackloop rather than run it: the benchmark (:mod:`.bench`), the chaos suite
-(:mod:`.chaos`) and their ``ackloop`` commands (:mod:`.cli`).
+"""Tools that work on ackloop rather than run it: the local stack (:mod:`.devstack`), the
+benchmark (:mod:`.bench`), the chaos suite (:mod:`.chaos`), the fakes (:mod:`.fakes`) and their
+``ackloop`` commands (:mod:`.cli`).
 
 A distribution apart from the runtime so that the image and ``pip install ackloop`` carry none
 of this code or its dependencies.

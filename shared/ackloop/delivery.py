@@ -3,7 +3,7 @@
 The numbers live in ``delivery.json`` beside this module (package data). ``infra/pubsub.tf``
 reads the same file with ``jsondecode(file(...))`` for the subscriptions' retry policy,
 dead-letter policy and ack deadlines (and the services' request timeouts); the local stack reads
-it here for its topology and for its push delivery (:mod:`ackloop.devstack.push_delivery`).
+it here for its topology and for its push delivery (:mod:`ackloop_dev.devstack.push_delivery`).
 Change a number in the file, never in code.
 """
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ackloop.devstack.emulators import free_port
+from ackloop_dev.devstack.emulators import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

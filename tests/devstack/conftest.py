@@ -14,8 +14,8 @@ import httpx
 import pytest
 from google.cloud import pubsub_v1
 
-from ackloop.devstack.emulators import free_port
-from ackloop.devstack.processes import ManagedProcess
+from ackloop_dev.devstack.emulators import free_port
+from ackloop_dev.devstack.processes import ManagedProcess
 from tests.support.emulators import EmulatorSession
 
 
@@ -84,7 +84,7 @@ def start_twin(emulator_session: EmulatorSession, tmp_path: Path
         port = free_port()
         process = ManagedProcess(
             "push-delivery",
-            [sys.executable, "-m", "ackloop.devstack.push_delivery", "--project", project,
+            [sys.executable, "-m", "ackloop_dev.devstack.push_delivery", "--project", project,
              "--route", f"{subscription}={url}", "--time-scale", str(time_scale),
              "--stats-port", str(port)],
             tmp_path / f"{tag}.log", f"http://127.0.0.1:{port}/_stats", env=dict(os.environ),

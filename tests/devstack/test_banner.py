@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from ackloop.devstack.stack import describe_model
 from ackloop.settings import Settings
+from ackloop_dev.devstack.stack import describe_model
 
 
 def test_without_credentials_the_functions_use_the_scripted_model() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 
-from ackloop.devstack.emulators import _ephemeral_low, free_port
+from ackloop_dev.devstack.emulators import _ephemeral_low, free_port
 
 
 def test_picked_ports_are_bindable_distinct_and_below_the_ephemeral_range() -> None:

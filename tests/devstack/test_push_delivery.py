@@ -15,7 +15,7 @@ import pytest
 from google.cloud import pubsub_v1
 
 from ackloop.delivery import load_policy
-from ackloop.devstack.push_flow import INITIAL_WINDOW
+from ackloop_dev.devstack.push_flow import INITIAL_WINDOW
 from tests.devstack.conftest import Twin
 from tests.devstack.endpoint import Answer, Endpoint, Push, fail_then_succeed
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ackloop.devstack.emulators import free_port
+from ackloop_dev.devstack.emulators import free_port
 from tests.support.json_server import json_server
 
 
@@ -29,7 +29,7 @@ def fake_api() -> Iterator[tuple[str, list[str]]]:
 
 
 def start_job(url: str, port: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "ackloop.devstack.scheduler", "--url", url,
+    return subprocess.Popen([sys.executable, "-m", "ackloop_dev.devstack.scheduler", "--url", url,
                              "--every", "0.2", "--stats-port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

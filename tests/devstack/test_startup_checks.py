@@ -20,10 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ackloop.devstack import ports
-from ackloop.devstack.emulators import free_port
-from ackloop.devstack.processes import ManagedProcess, StartupFailed, alive
-from ackloop.devstack.stack import LocalStack, StackOptions, isolated_env
+from ackloop_dev.devstack import ports
+from ackloop_dev.devstack.emulators import free_port
+from ackloop_dev.devstack.processes import ManagedProcess, StartupFailed, alive
+from ackloop_dev.devstack.stack import LocalStack, StackOptions, isolated_env
 from tests.support.emulators import EmulatorSession
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ackloop.devstack.emulators import free_port
+from ackloop_dev.devstack.emulators import free_port
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 

@@ -9,8 +9,8 @@ import pytest
 from google.cloud import pubsub_v1
 
 from ackloop.delivery import load_policy
-from ackloop.devstack.topology import create_topology, parked_topic, routes
 from ackloop.settings import Settings
+from ackloop_dev.devstack.topology import create_topology, parked_topic, routes
 from tests.infra.terraform import TerraformConfig, block
 from tests.support.emulators import EmulatorSession
 

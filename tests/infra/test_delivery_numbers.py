@@ -12,9 +12,9 @@ from importlib import resources
 from pathlib import Path
 
 from ackloop.delivery import PUSH_SERVICES, load_policy
-from ackloop.devstack.stack import StackOptions
-from ackloop.devstack.topology import routes
 from ackloop.settings import Settings
+from ackloop_dev.devstack.stack import StackOptions
+from ackloop_dev.devstack.topology import routes
 from tests.infra.terraform import TerraformConfig, delivery_numbers, expression
 from tests.infra.tools import INFRA
 

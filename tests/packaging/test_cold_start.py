@@ -14,13 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ackloop.devstack.emulators import free_port
+from ackloop_dev.devstack.emulators import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the serving process must never import: every one is cold-start time it does not need.
-NOT_NEEDED = ("ackloop_dev", "temporalio", "matplotlib", "ackloop.cli.bench",
-              "ackloop.cli.chaos", "ackloop.cli.dev", "ackloop.cli.runs", "ackloop.cli.ask",
-              "ackloop.devstack")
+NOT_NEEDED = ("ackloop_dev", "temporalio", "matplotlib", "ackloop.cli.runs", "ackloop.cli.ask",
+              "ackloop.cli.target", "ackloop.localstack")
 
 # The CLI's entry point; -X importtime lists on stderr every module the process imports.
 RUN = ["-X", "importtime", "-c", "from ackloop.cli.main import app; app()", "run"]

@@ -7,8 +7,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ackloop.devstack import emulators
-from ackloop.devstack.processes import ManagedProcess
+from ackloop_dev.devstack import emulators
+from ackloop_dev.devstack.processes import ManagedProcess
 
 PROJECT = "ackloop-test"
 

@@ -20,14 +20,15 @@ from typing import Any
 import httpx
 from google.cloud import pubsub_v1
 
-from ackloop.devstack.stack import LocalStack, StackOptions, StackState, isolated_env
-from ackloop.devstack.topology import PushMode
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.keys import run_id_for_request
+from ackloop.localstack import StackState
 from ackloop.records import RunRecord, StepRecord
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
 from ackloop.wire import QueryMessage
+from ackloop_dev.devstack.stack import LocalStack, StackOptions, isolated_env
+from ackloop_dev.devstack.topology import PushMode
 from tests.support.emulators import EmulatorSession
 
 

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ackloop.devstack.emulators import free_port
 from ackloop.tools.mcp import MCPServer
+from ackloop_dev.devstack.emulators import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_MODULE = "tests.support.mcp_server"

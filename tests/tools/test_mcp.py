@@ -174,8 +174,8 @@ async def test_the_listing_is_asked_once_and_kept(server, monkeypatch):
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_server_that_cannot_be_reached_is_a_clear_retryable_error(transport):
-    from ackloop.devstack.emulators import free_port
     from ackloop.errors import RetryableError
+    from ackloop_dev.devstack.emulators import free_port
 
     if transport == "stdio":
         server = MCPServer.stdio("/nonexistent/mcp-server", name="ghost")

@@ -322,7 +322,7 @@ async def _measure(side: _Side) -> dict[str, Any]:
     clock.lap("warmup")
     result: dict[str, Any] = {
         "transport": "push delivery (waiting pulls -> POST, production retry policy and "
-                     "push window, see ackloop.devstack.push_delivery)",
+                     "push window, see ackloop_dev.devstack.push_delivery)",
         "sequential": await _sequential(side),
         "concurrent": [],
     }

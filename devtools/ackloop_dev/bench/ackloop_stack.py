@@ -4,7 +4,7 @@ The benchmark starts emulators of its own on free ports (so its Firestore starts
 their CPU is the benchmark's alone), runs every function through ``ackloop run`` (the
 container's entrypoint) with the scripted instant model, and reads each function's counters
 from ``GET /``. Pushes are delivered by the local stack's push delivery
-(:mod:`ackloop.devstack.push_delivery`, production's concurrency and retry policy), or for
+(:mod:`ackloop_dev.devstack.push_delivery`, production's concurrency and retry policy), or for
 comparison by the emulator's own push loop. Logs go to files under the work directory;
 processes are stopped by PID.
 """
@@ -19,17 +19,17 @@ from typing import Any
 
 import httpx
 
-from ackloop.devstack import emulators
-from ackloop.devstack.stack import (
+from ackloop.settings import Settings
+from ackloop_dev.bench.procstats import tree_cpu_seconds
+from ackloop_dev.devstack import emulators
+from ackloop_dev.devstack.stack import (
     FUNCTIONS,
     PUSH_DELIVERY,
     LocalStack,
     StackOptions,
     isolated_env,
 )
-from ackloop.devstack.topology import routes
-from ackloop.settings import Settings
-from ackloop_dev.bench.procstats import tree_cpu_seconds
+from ackloop_dev.devstack.topology import routes
 
 PROJECT = "ackloop-bench"
 STEP_FUNCTIONS = ("ingest", "model_step", "tool_step")

@@ -7,7 +7,7 @@ to retry later — the engine waits for all of these inside the request (or reco
 answering 503 and letting Pub/Sub's redelivery act as its timer. So the count per 1,000 steps is
 the benchmark's measure of "nacks are not used as a timer".
 
-The counters are read from the push delivery process (:mod:`ackloop.devstack.push_delivery`),
+The counters are read from the push delivery process (:mod:`ackloop_dev.devstack.push_delivery`),
 not from the functions: a push that timed out or found the function unreachable never reached a
 function's counters.
 """

@@ -4,8 +4,8 @@ message can reach a subscriber, one message at a time on an idle subscription.
 * emulator push: the emulator's ``PushLoop`` sleeps a hard-coded 100 ms whenever it finds
   nothing, and pushes one message at a time per subscription;
 * streaming pull: the emulator's streaming-pull sender polls every 50 ms;
-* unary pull (what :mod:`ackloop.devstack.push_delivery` uses): a waiting ``Pull`` is answered as
-  soon as the message arrives.
+* unary pull (what :mod:`ackloop_dev.devstack.push_delivery` uses): a waiting ``Pull`` is
+  answered as soon as the message arrives.
 
 Each figure includes the publish call itself (also reported on its own).
 """

@@ -1,6 +1,6 @@
 """The duplicating front: between the push delivery and the functions, it sends every push twice.
 
-Delivery itself is the local stack's push delivery (:mod:`ackloop.devstack.push_delivery`):
+Delivery itself is the local stack's push delivery (:mod:`ackloop_dev.devstack.push_delivery`):
 production's retry policy (exponential backoff, ``Retry-After`` ignored), ack deadlines,
 ``deliveryAttempt`` counting, dead-lettering and push flow control. Its routes point here,
 ``http://127.0.0.1:PORT/NAME``, and this front forwards each push to the function ``NAME``:

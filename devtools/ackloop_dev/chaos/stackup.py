@@ -1,6 +1,6 @@
 """The stack a chaos run drives, and its fault hooks.
 
-It is :class:`~ackloop.devstack.stack.LocalStack` (emulators, sandbox APIs, every function and
+It is :class:`~ackloop_dev.devstack.stack.LocalStack` (emulators, sandbox APIs, every function and
 the API run by ``ackloop run``, the shipped topology and dead-letter policy, the sweep job
 POSTing the API's ``/sweep`` on production's schedule) delivered by the local push delivery with
 production's retry policy (``LocalStack.start_push_delivery``), all at the run's time factor,
@@ -29,23 +29,23 @@ from typing import Any
 import httpx
 from google.cloud import pubsub_v1  # type: ignore[attr-defined,unused-ignore]
 
-from ackloop.devstack import emulators
-from ackloop.devstack.processes import ManagedProcess
-from ackloop.devstack.stack import (
+from ackloop.docdb.firestore import FirestoreDocumentDB
+from ackloop.engine.deps import FAULT_POINTS
+from ackloop.localstack import StackState
+from ackloop.settings import Settings
+from ackloop.store import AgentStore
+from ackloop_dev.chaos.config import ChaosConfig, scaled_spec
+from ackloop_dev.chaos.timing import Timing
+from ackloop_dev.devstack import emulators
+from ackloop_dev.devstack.processes import ManagedProcess
+from ackloop_dev.devstack.stack import (
     FUNCTIONS,
     SCHEDULER,
     SERVICES,
     LocalStack,
     StackOptions,
-    StackState,
     isolated_env,
 )
-from ackloop.docdb.firestore import FirestoreDocumentDB
-from ackloop.engine.deps import FAULT_POINTS
-from ackloop.settings import Settings
-from ackloop.store import AgentStore
-from ackloop_dev.chaos.config import ChaosConfig, scaled_spec
-from ackloop_dev.chaos.timing import Timing
 
 NOT_DUPLICATED = ("dead_letter",)
 """Functions the duplicating front never sends a second copy to."""

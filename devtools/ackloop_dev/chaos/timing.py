@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ackloop.delivery import PUSH_SERVICES, DeliveryPolicy, load_policy
-from ackloop.devstack.stack import StackOptions
 from ackloop.engine.lease import COMMIT_MARGIN_S
 from ackloop.settings import Settings
+from ackloop_dev.devstack.stack import StackOptions
 
 SWEEP_EVERY_S = StackOptions(directory=Path()).sweep_every_s or 60.0
 """How often production runs the sweeper: Cloud Scheduler's default schedule, ``* * * * *``

@@ -3,8 +3,8 @@
 ``ackloop run`` is the container's entrypoint: every module imported before it serves is paid
 at each cold start. So a command given here as ``"module:attribute"`` (a typer app or a command
 function) is imported only when it is invoked or ``--help`` lists it, and so are the commands
-other distributions add through the ``ackloop.commands`` entry points (``ackloop bench`` and
-``ackloop chaos`` come from ``ackloop-dev``).
+other distributions add through the ``ackloop.commands`` entry points (``ackloop dev``,
+``ackloop bench`` and ``ackloop chaos`` come from ``ackloop-dev``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 
 ENTRY_POINTS = "ackloop.commands"
 # Commands the development tools add: without them, asking for one says what to install.
-DEV_COMMANDS = ("bench", "chaos")
+DEV_COMMANDS = ("dev", "bench", "chaos")
 DEV_DISTRIBUTION = "ackloop-dev"
 
 
@@ -56,7 +56,9 @@ def _command(name: str, target: str) -> _click.Command:
     module, _, attribute = target.partition(":")
     loaded = getattr(import_module(module), attribute)
     if isinstance(loaded, typer.Typer):
-        return typer.main.get_group(loaded)
+        group = typer.main.get_group(loaded)
+        group.name = name  # an unnamed app's group has none: --help would list a blank row
+        return group
     single = typer.Typer()
     single.command(name)(loaded)
     return typer.main.get_command(single)

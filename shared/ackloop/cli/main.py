@@ -10,9 +10,8 @@ from ackloop.cli import errors
 from ackloop.cli.lazy import lazy_group
 
 # Imported only when invoked or listed by --help, so that `ackloop run` (every cold start)
-# serves without them; `bench` and `chaos` come from the development tools (ackloop-dev).
-COMMANDS = {"dev": "ackloop.cli.dev:app", "runs": "ackloop.cli.runs:app",
-            "ask": "ackloop.cli.ask:ask"}
+# serves without them; `dev`, `bench` and `chaos` come from the development tools (ackloop-dev).
+COMMANDS = {"runs": "ackloop.cli.runs:app", "ask": "ackloop.cli.ask:ask"}
 
 # Known conditions (no stack, no credentials, no such run) end in one line: cli/errors.py.
 app = errors.App(cls=lazy_group(COMMANDS), no_args_is_help=True, add_completion=False,

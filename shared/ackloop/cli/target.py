@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 import typer
 
 from ackloop.cli.errors import NO_CREDENTIALS, CliError
+from ackloop.localstack import DEFAULT_DIRECTORY
 from ackloop.settings import Settings
 
 if TYPE_CHECKING:
     from ackloop.bus.pubsub import PubSubPublisher
-    from ackloop.devstack.stack import StackState
+    from ackloop.localstack import StackState
     from ackloop.store import AgentStore
 
-DEFAULT_DIRECTORY = Path(".ackloop/dev")
 EMULATORS = {"PUBSUB_EMULATOR_HOST": "Pub/Sub", "FIRESTORE_EMULATOR_HOST": "Firestore"}
 REACH_SECONDS = 1.0
 
@@ -60,7 +60,7 @@ class Target:
 def connect(directory: Path) -> Target:
     """The settings of the stack in ``directory`` (put in this process's environment, where the
     Google clients read the emulators from), or of the environment; checked reachable."""
-    from ackloop.devstack.stack import StackState
+    from ackloop.localstack import StackState
 
     try:
         state = StackState.load(directory)

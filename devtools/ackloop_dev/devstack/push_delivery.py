@@ -4,7 +4,7 @@ Why not the emulator's own push: it pushes one message at a time per subscriptio
 100 ms between looks, sends no ``deliveryAttempt``, and cannot follow a retry policy (with one
 set it redelivers about three times and then never again). So the local stack creates its push
 subscriptions as pull subscriptions (no push endpoint, no retry policy) and this process
-delivers them the way production push does (:mod:`ackloop.devstack.push_route`):
+delivers them the way production push does (:mod:`ackloop_dev.devstack.push_route`):
 
 * the push envelope (``message`` with ``data``, ``attributes``, ``messageId``,
   ``publishTime``; ``subscription``; ``deliveryAttempt`` when a dead-letter policy is set,
@@ -16,7 +16,7 @@ delivers them the way production push does (:mod:`ackloop.devstack.push_route`):
 * after the dead-letter policy's ``max_delivery_attempts`` failed deliveries the message is
   published to the dead-letter topic with the ``CloudPubSubDeadLetterSource*`` attributes
   Pub/Sub adds, and the original is acknowledged;
-* flow control as Google documents it (:mod:`ackloop.devstack.push_flow`): a slow-start window
+* flow control as Google documents it (:mod:`ackloop_dev.devstack.push_flow`): a slow-start window
   of outstanding pushes per subscription, and a subscription-wide pause after failures.
 
 Each subscription's ack deadline and dead-letter policy are read from the subscription itself,
@@ -29,7 +29,7 @@ stops pushing it) and then checks it every second: a subscription that is recrea
 push endpoint by someone else is released (its held messages are handed back), so another
 deliverer can take over without duplicates from this one.
 
-``python -m ackloop.devstack.push_delivery --project P --route SUBSCRIPTION=URL [...]
+``python -m ackloop_dev.devstack.push_delivery --project P --route SUBSCRIPTION=URL [...]
 [--time-scale F] [--stats-port N]`` (or ``--config FILE``, a JSON object with the same keys:
 ``project``, ``routes`` as ``{subscription: url}``, ``time_scale``, ``stats_port``).
 ``GET http://127.0.0.1:N/_stats`` returns the counters of every subscription: answers by
@@ -60,9 +60,9 @@ from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncI
 from google.pubsub_v1.types import PushConfig
 
 from ackloop.delivery import DeliveryPolicy, load_policy
-from ackloop.devstack.push_route import RouteDelivery, Subscription
+from ackloop_dev.devstack.push_route import RouteDelivery, Subscription
 
-log = logging.getLogger("ackloop.devstack.push_delivery")
+log = logging.getLogger("ackloop_dev.devstack.push_delivery")
 
 OWNERSHIP_CHECK_S = 1.0
 """How often each subscription is checked for having been recreated or given a push endpoint."""
@@ -204,7 +204,7 @@ class PushDelivery:
 
 def parse_args(argv: Sequence[str] | None) -> DeliveryConfig:
     parser = argparse.ArgumentParser(
-        prog="python -m ackloop.devstack.push_delivery",
+        prog="python -m ackloop_dev.devstack.push_delivery",
         description="Deliver emulator subscriptions to HTTP endpoints the way Pub/Sub push does.")
     parser.add_argument("--config", type=Path, help="JSON file with the options below")
     parser.add_argument("--project")

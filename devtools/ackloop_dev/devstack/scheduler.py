@@ -1,6 +1,7 @@
 """The local stand-in for Cloud Scheduler's sweep job (``infra/scheduler.tf``).
 
-``python -m ackloop.devstack.scheduler --url http://127.0.0.1:PORT/sweep --every 60 --stats-port N``
+``python -m ackloop_dev.devstack.scheduler --url http://127.0.0.1:PORT/sweep --every 60
+--stats-port N``
 POSTs to the API's ``/sweep`` every ``--every`` seconds, as the deployed job does every minute, so
 a local run that no message moves is resumed the way a deployed one is. ``GET /_stats`` on
 ``127.0.0.1:N`` reports the calls made, the last answer and what the sweeps did.
@@ -18,7 +19,7 @@ from typing import Any
 
 import httpx
 
-log = logging.getLogger("ackloop.devstack.scheduler")
+log = logging.getLogger("ackloop_dev.devstack.scheduler")
 
 
 class SweepJob:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from ackloop.devstack.processes import ManagedProcess
+from ackloop_dev.devstack.processes import ManagedProcess
 
 INSTALL_HINT = (
     "install them with `gcloud components install pubsub-emulator cloud-firestore-emulator`, "

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ackloop.devstack import ports
 from ackloop.startup import LOGGER as STARTUP_LOGGER
 from ackloop.startup import PREFIX as STARTUP_PREFIX
+from ackloop_dev.devstack import ports
 
 
 class StartupError(RuntimeError):

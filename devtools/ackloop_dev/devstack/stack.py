@@ -1,5 +1,5 @@
 """The local stack behind ``ackloop dev up``: emulators, topology, tool sandbox, functions, and
-the push delivery (:mod:`ackloop.devstack.push_delivery`) unless the emulator pushes itself.
+the push delivery (:mod:`ackloop_dev.devstack.push_delivery`) unless the emulator pushes itself.
 
 Every function is started with the same entrypoint the container image uses (``ackloop run``
 with ``FUNCTION_TARGET``), bound to 127.0.0.1, logging to files under the stack's directory.
@@ -15,7 +15,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,10 +24,11 @@ import httpx
 
 import ackloop
 from ackloop.delivery import load_policy
-from ackloop.devstack import emulators, ports
-from ackloop.devstack.processes import ManagedProcess, StartupFailed, alive, stop_pid, wait_all
-from ackloop.devstack.topology import PushMode, create_topology, routes
+from ackloop.localstack import STATE_FILE, StackState
 from ackloop.settings import Settings
+from ackloop_dev.devstack import emulators, ports
+from ackloop_dev.devstack.processes import ManagedProcess, StartupFailed, alive, stop_pid, wait_all
+from ackloop_dev.devstack.topology import PushMode, create_topology, routes
 
 FUNCTIONS = ("ingest", "model_step", "tool_step", "dead_letter")
 SERVICES = (*FUNCTIONS, "api")
@@ -69,48 +70,6 @@ def project_root() -> Path:
 def ackloop_command() -> list[str]:
     exe = shutil.which("ackloop", path=str(Path(sys.executable).parent))
     return [exe] if exe else [sys.executable, "-m", "ackloop.cli.main"]
-
-
-@dataclass
-class StackState:
-    directory: str
-    project_id: str
-    pubsub_port: int
-    firestore_port: int
-    ports: dict[str, int] = field(default_factory=dict)
-    pids: dict[str, int] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    model_provider: str = "scripted"
-    model: str = ""
-    """The model the functions use, in words (:func:`describe_model`)."""
-    sandbox_url: str | None = None
-    fake_gemini_url: str | None = None
-    urls: dict[str, str] = field(default_factory=dict)
-    """Each process's health URL."""
-    logs: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['api']}"
-
-    def client_env(self) -> dict[str, str]:
-        """What a client (``ackloop ask``, a test) needs to talk to this stack."""
-        return {
-            "PUBSUB_EMULATOR_HOST": f"127.0.0.1:{self.pubsub_port}",
-            "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{self.firestore_port}",
-            "ACKLOOP_PROJECT_ID": self.project_id,
-        }
-
-    def save(self) -> None:
-        path = Path(self.directory) / "state.json"
-        path.write_text(json.dumps(asdict(self), indent=2))
-
-    @classmethod
-    def load(cls, directory: Path) -> StackState | None:
-        path = directory / "state.json"
-        if not path.exists():
-            return None
-        return cls(**json.loads(path.read_text()))
 
 
 @dataclass
@@ -230,7 +189,7 @@ class LocalStack:
             return state
         except BaseException:
             self.down()
-            (self.directory / "state.json").unlink(missing_ok=True)
+            (self.directory / STATE_FILE).unlink(missing_ok=True)
             raise
 
     def planned_ports(self) -> dict[str, int]:
@@ -304,7 +263,7 @@ class LocalStack:
         }, indent=2))
         proc = ManagedProcess(
             PUSH_DELIVERY,
-            [sys.executable, "-m", "ackloop.devstack.push_delivery", "--config", str(config)],
+            [sys.executable, "-m", "ackloop_dev.devstack.push_delivery", "--config", str(config)],
             self.directory / "logs" / f"{PUSH_DELIVERY}.log",
             f"http://127.0.0.1:{port}/_stats",
             env={**os.environ, **state.client_env()},
@@ -319,7 +278,7 @@ class LocalStack:
         state.ports[SCHEDULER] = port
         proc = ManagedProcess(
             SCHEDULER,
-            [sys.executable, "-m", "ackloop.devstack.scheduler", "--url",
+            [sys.executable, "-m", "ackloop_dev.devstack.scheduler", "--url",
              f"http://127.0.0.1:{state.ports['api']}/sweep", "--every", f"{every_s:g}",
              "--stats-port", str(port)],
             self.directory / "logs" / f"{SCHEDULER}.log",
@@ -431,7 +390,7 @@ def stop_recorded(directory: Path) -> list[str]:
         if alive(pid):
             stop_pid(pid)
             stopped.append(name)
-    (directory / "state.json").unlink(missing_ok=True)
+    (directory / STATE_FILE).unlink(missing_ok=True)
     return stopped
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ackloop.devstack import emulators
-from ackloop.devstack.processes import StartupFailed
-from ackloop.devstack.stack import LocalStack, StackOptions, status, stop_recorded
+from ackloop.localstack import DEFAULT_DIRECTORY
+from ackloop_dev.devstack import emulators
+from ackloop_dev.devstack.processes import StartupFailed
+from ackloop_dev.devstack.stack import LocalStack, StackOptions, status, stop_recorded
 
 app = typer.Typer(no_args_is_help=True, help="Run ackloop locally on the emulators.")
 console = Console()
-DEFAULT_DIR = Path(".ackloop/dev")
 
 
 class Push(StrEnum):
@@ -28,7 +28,7 @@ class Push(StrEnum):
 
 @app.command()
 def up(
-    directory: Path = typer.Option(DEFAULT_DIR, help="Where logs and state go."),
+    directory: Path = typer.Option(DEFAULT_DIRECTORY, help="Where logs and state go."),
     real_apis: bool = typer.Option(False, help="Call the real weather/IP APIs, not the sandbox."),
     fake_gemini: bool = typer.Option(
         False, help="Serve the scripted model over the Gemini REST API and use google-genai."),
@@ -39,7 +39,7 @@ def up(
         False, help="Start only the two emulators (for test runs that start their own stacks)."),
     push: Push = typer.Option(
         Push.twin, help="twin: the push delivery with production's retry policy, concurrency "
-        "and dead-lettering (ackloop.devstack.push_delivery); emulator: the emulator's own "
+        "and dead-lettering (ackloop_dev.devstack.push_delivery); emulator: the emulator's own "
         "push (serial, redelivers every ~1 s)."),
     path: list[Path] = typer.Option(
         [], "--path", help="Another directory for the functions' PYTHONPATH (repeatable); the "
@@ -88,7 +88,7 @@ def up(
 
 
 @app.command()
-def down(directory: Path = typer.Option(DEFAULT_DIR)) -> None:
+def down(directory: Path = typer.Option(DEFAULT_DIRECTORY)) -> None:
     """Stop every process `dev up` started (by PID)."""
     stopped = stop_recorded(directory)
     console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
@@ -96,7 +96,7 @@ def down(directory: Path = typer.Option(DEFAULT_DIR)) -> None:
 
 @app.command("status")
 def show_status(
-    directory: Path = typer.Option(DEFAULT_DIR),
+    directory: Path = typer.Option(DEFAULT_DIRECTORY),
     as_json: bool = typer.Option(False, "--json", help="One JSON document."),
 ) -> None:
     """Every process of the local stack: up or down, PID, port, URL, log. Exits 1 when one

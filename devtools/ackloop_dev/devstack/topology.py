@@ -3,7 +3,7 @@
 Used by ``ackloop dev up`` and the tests to lay out the same topology on the emulator, with the
 same ack deadlines and dead-letter policy (both from :func:`ackloop.delivery.load_policy`).
 Who pushes is a choice (:data:`PushMode`): the local push delivery
-(:mod:`ackloop.devstack.push_delivery`, the default), which follows the production retry
+(:mod:`ackloop_dev.devstack.push_delivery`, the default), which follows the production retry
 policy, or the emulator's own push loop.
 """
 
@@ -20,7 +20,7 @@ from ackloop.delivery import DeliveryPolicy, load_policy
 from ackloop.settings import Settings
 
 PushMode = Literal["twin", "emulator"]
-"""``twin``: pull subscriptions delivered by :mod:`ackloop.devstack.push_delivery`;
+"""``twin``: pull subscriptions delivered by :mod:`ackloop_dev.devstack.push_delivery`;
 ``emulator``: the emulator's own push (serial, ~1 s redelivery, no retry policy)."""
 
 

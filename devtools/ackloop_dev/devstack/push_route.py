@@ -2,7 +2,7 @@
 
 The subscription is a pull subscription on the emulator; :class:`RouteDelivery` does what
 Pub/Sub's push does for it: POSTs each message's push envelope to the endpoint, several at once
-(as many as the push window allows, :mod:`ackloop.devstack.push_flow`), acknowledges it on a
+(as many as the push window allows, :mod:`ackloop_dev.devstack.push_flow`), acknowledges it on a
 2xx answer and otherwise delivers it again after the retry policy's backoff, until the
 dead-letter policy's attempts are used up. While it waits, the message stays leased in the
 emulator (its ack deadline is extended, as a streaming-pull client's lease manager does), so
@@ -25,11 +25,11 @@ from google.pubsub_v1.services.subscriber import SubscriberAsyncClient
 from google.pubsub_v1.types import PubsubMessage
 
 from ackloop.delivery import DeliveryPolicy
-from ackloop.devstack.push_flow import FlowControl
-from ackloop.devstack.push_http import HttpError, LoopbackClient
 from ackloop.push import push_envelope
+from ackloop_dev.devstack.push_flow import FlowControl
+from ackloop_dev.devstack.push_http import HttpError, LoopbackClient
 
-log = logging.getLogger("ackloop.devstack.push_delivery")
+log = logging.getLogger("ackloop_dev.devstack.push_delivery")
 
 PULLERS = 8
 """Waiting pulls per subscription, started at staggered times: the emulator answers a waiting
