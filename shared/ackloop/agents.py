@@ -35,13 +35,14 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 class Agent:
     """One agent: what it is told, the tools it may call, its model and its budgets.
 
-    ``tools`` is a list of :class:`~ackloop.tools.definition.Tool` (made with ``@tool``) or any
-    :class:`~ackloop.tools.base.Toolbox`. ``model`` names the model (None: the deployment's
-    ``ACKLOOP_MODEL``). The ``max_*`` budgets override the deployment's defaults for this
-    agent; a query's options override them in turn. ``output`` is a Pydantic model every run
-    must end with (offered to the model as a ``final_answer`` function; it becomes the run's
-    ``output``). ``script`` plays this agent when the model is scripted (offline, or in tests):
-    a :class:`~ackloop.model.function_model.FunctionModel`,
+    ``tools`` is a list of :class:`~ackloop.tools.definition.Tool` (made with ``@tool``) and
+    :class:`~ackloop.tools.base.Toolbox` objects (``mcp_tools(server)``, say), or one Toolbox.
+    ``model`` names the model (None: the deployment's ``ACKLOOP_MODEL``). The ``max_*``
+    budgets override the deployment's defaults for this agent; a query's options override them
+    in turn. ``output`` is a Pydantic model every run must end with (offered to the model as a
+    ``final_answer`` function; it becomes the run's ``output``). ``script`` plays this agent
+    when the model is scripted (offline, or in tests): a
+    :class:`~ackloop.model.function_model.FunctionModel`,
     :class:`~ackloop.model.function_model.ScriptedTurns` or
     :class:`~ackloop.model.tool_sweep.TestModel`; None means ``TestModel()``.
     """
@@ -50,7 +51,7 @@ class Agent:
         self,
         name: str,
         instructions: str,
-        tools: Sequence[Tool] | Toolbox = (),
+        tools: Sequence[Tool | Toolbox] | Toolbox = (),
         *,
         model: str | None = None,
         max_steps: int | None = None,
@@ -93,24 +94,42 @@ class Agent:
         return f"Agent({self.name!r})"
 
 
-def _toolbox(agent: str, tools: Sequence[Tool] | Toolbox) -> Toolbox:
-    """A list of tools becomes a ToolSet; a Toolbox is taken as it is, its names checked."""
+def _toolbox(agent: str, tools: Sequence[Tool | Toolbox] | Toolbox) -> Toolbox:
+    """A list of tools becomes a ToolSet; a Toolbox is taken as it is; a list that mixes tools
+    and toolboxes (``[lookup_order, mcp_tools(server)]``) becomes one
+    :class:`~ackloop.tools.combined.CombinedToolbox`. Names are checked for duplicates here as
+    far as they are known, and again once every toolbox is prepared."""
+    from ackloop.tools.definition import Tool
     from ackloop.tools.toolset import ToolSet
 
+    if isinstance(tools, Tool):
+        raise TypeError(f"agent {agent!r}: tools must be a list of tools (made with @tool) and "
+                        f"toolboxes: write tools=[{tools.name}]")
     if isinstance(tools, Sequence) and not isinstance(tools, str):
+        loose = [t for t in tools if isinstance(t, Tool)]
+        boxes = [_checked(agent, t) for t in tools if not isinstance(t, Tool)]
         try:
-            return ToolSet(tools)
-        except ValueError as exc:
+            if not boxes:
+                return ToolSet(loose)
+            from ackloop.tools.combined import CombinedToolbox
+
+            return CombinedToolbox([ToolSet(loose), *boxes] if loose else boxes)
+        except ValueError as exc:  # DuplicateToolName is a ValueError too
             raise ValueError(f"agent {agent!r}: {exc}") from exc
+    return _checked(agent, tools)
+
+
+def _checked(agent: str, tools: object) -> Toolbox:
     if not (callable(getattr(tools, "declarations", None))
             and callable(getattr(tools, "execute", None))):
-        raise TypeError(f"agent {agent!r}: tools must be a list of tools (made with @tool) or "
-                        f"a Toolbox, got {type(tools).__name__}")
-    names = [str(d.get("name")) for d in tools.declarations()]
+        raise TypeError(f"agent {agent!r}: tools must be a list of tools (made with @tool) and "
+                        f"toolboxes (mcp_tools(...), a ToolSet), got {type(tools).__name__}")
+    box: Toolbox = tools  # type: ignore[assignment]
+    names = [str(d.get("name")) for d in box.declarations()]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ValueError(f"agent {agent!r}: two tools are named {twice[0]!r}")
-    return tools
+    return box
 
 
 class UnknownAgent(PermanentError):
