@@ -1,6 +1,7 @@
 """The runtime wheel (what the image and ``pip install ackloop`` get) carries product code only;
-the benchmark, the chaos suite and the fakes are in the ``ackloop-dev`` wheel. Both build
-without setuptools' license deprecation warning. Real builds with pip, as the Dockerfile does."""
+the local stack, the benchmark, the chaos suite and the fakes are in the ``ackloop-dev`` wheel.
+Both build without setuptools' license deprecation warning. Real builds with pip, as the
+Dockerfile does."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DEV_ONLY = ("ackloop_dev/", "/bench/", "/chaos/", "fake", "sandbox")
+DEV_ONLY = ("ackloop_dev/", "/bench/", "/chaos/", "fake", "sandbox", "devstack", "push_",
+            "scheduler", "emulators", "ackloop/cli/dev.py")
 LEFT_OUT = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
 
 
@@ -40,7 +42,10 @@ def test_the_runtime_wheel_has_no_development_tools(tmp_path: Path) -> None:
     # What the Dockerfile copies to build the image's wheel.
     wheel, log = _build(ROOT, ["pyproject.toml", "README.md", "LICENSE", "shared"], tmp_path)
     names = wheel.namelist()
-    assert "ackloop/engine/model_step.py" in names
+    # The local stack's state file reader and the retry policy infra/ shares stay.
+    for module in ("ackloop/engine/model_step.py", "ackloop/localstack.py",
+                   "ackloop/delivery.py", "ackloop/delivery.json"):
+        assert module in names
     assert [n for n in names if any(part in n for part in DEV_ONLY)] == []
     (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     text = wheel.read(metadata).decode()
@@ -57,11 +62,13 @@ def test_the_dev_wheel_carries_the_tools_and_their_commands(tmp_path: Path) -> N
     names = wheel.namelist()
     for module in ("ackloop_dev/bench/compare.py", "ackloop_dev/chaos/runner.py",
                    "ackloop_dev/cli/bench.py", "ackloop_dev/fakes/gemini_server.py",
-                   "ackloop_dev/fakes/sandbox_apis.py"):
+                   "ackloop_dev/fakes/sandbox_apis.py", "ackloop_dev/cli/dev.py",
+                   "ackloop_dev/devstack/stack.py", "ackloop_dev/devstack/push_delivery.py"):
         assert module in names
     assert not [n for n in names if n.startswith("ackloop/")]
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     commands = wheel.read(entry_points).decode()
     assert "[ackloop.commands]" in commands
     assert "bench = ackloop_dev.cli.bench:bench" in commands
+    assert "dev = ackloop_dev.cli.dev:app" in commands
     assert "deprecated" not in log
