@@ -231,3 +231,21 @@ def test_dead_letters_redrive_and_sweep_use_the_stack_of_directory(
     assert swept.returncode == 0, swept.stderr
     assert [(s["run_id"], s["action"]) for s in json.loads(swept.stdout)["swept"]] == [
         ("run-stale", "resumed")]
+
+
+def test_cancel_and_sweep_need_no_agent_catalog_and_log_no_start_up(
+    cli: Cli, fake_stack: FakeStack
+) -> None:
+    # The stack's functions load the user's agents; the CLI, run elsewhere, cannot import them.
+    fake_stack.state.env["ACKLOOP_AGENTS"] = "no_such_pkg.agents:catalog"
+    fake_stack.state.save()
+    _seed(fake_stack, [_run("run-elsewhere", created=time.time(), status=RunStatus.RUNNING)])
+    d = str(fake_stack.directory)
+    cancelled = cli("runs", "cancel", "run-elsewhere", "--directory", d)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.strip() == (
+        "run run-elsewhere: cancel requested; it stops at its next step boundary")
+    assert cancelled.stderr == ""
+    swept = cli("runs", "sweep", "--directory", d)
+    assert swept.returncode == 0, swept.stderr
+    assert swept.stderr == ""

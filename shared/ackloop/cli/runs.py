@@ -25,6 +25,7 @@ from ackloop.records import RunRecord, RunStatus, StepRecord
 
 if TYPE_CHECKING:
     from ackloop.engine.deps import Deps
+    from ackloop.model.base import ModelRequest, ModelTurn
     from ackloop.redrive import Redriven
 
 app = typer.Typer(no_args_is_help=True,
@@ -204,10 +205,31 @@ def cancel(
 
 
 async def _deps(target: Target) -> Deps:
-    """The engine's dependencies for this deployment, as its services build them."""
-    from ackloop.runtime import build_deps
+    """What cancel and sweep use of the engine: the store, the publisher and the clock.
 
-    return await build_deps(target.settings)
+    Neither reads an agent nor calls a model, so the command loads no agent catalog (the
+    user's package need not be importable where the CLI runs) and starts no service: it logs
+    nothing of a process start-up, and a model call through these dependencies is a bug.
+    """
+    import os
+    import socket
+
+    from ackloop.agents import AgentRegistry
+    from ackloop.clock import SystemClock
+    from ackloop.engine.deps import Deps
+
+    return Deps(settings=target.settings, store=target.store(), publisher=target.publisher(),
+                model=_NoModel(), agents=AgentRegistry(), clock=SystemClock(),
+                owner=f"cli:{socket.gethostname()}:{os.getpid()}")
+
+
+class _NoModel:
+    """The model of the CLI's dependencies: cancel and sweep never call one."""
+
+    provider = "none"
+
+    async def generate(self, request: ModelRequest) -> ModelTurn:
+        raise RuntimeError("the ackloop CLI calls no model")
 
 
 @app.command("dead-letters")
