@@ -35,6 +35,7 @@ from ackloop.errors import (
 from ackloop.keys import StepKey
 from ackloop.records import RunRecord, RunStatus, StepRecord
 from ackloop.store import AgentStore, Claim
+from ackloop.tools.base import Toolbox, prepare_toolbox
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,17 @@ async def heartbeat(
         yield beat
     finally:
         await beat.stop()
+
+
+async def prepare_tools(deps: Deps, ref: ClaimRef, toolbox: Toolbox) -> None:
+    """Await the toolbox's ``prepare()`` (an MCP server's listing) with the lease kept alive.
+
+    A toolbox without one (every ``@tool`` list) costs the step nothing: no heartbeat task.
+    """
+    if getattr(toolbox, "prepare", None) is None:
+        return
+    async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds):
+        await prepare_toolbox(toolbox)
 
 
 @contextlib.asynccontextmanager

@@ -28,6 +28,7 @@ from ackloop.engine.lease import (
     RequestScope,
     claim_in_run,
     heartbeat,
+    prepare_tools,
     released_on_failure,
 )
 from ackloop.engine.ledger import scheduled_model_step
@@ -44,7 +45,6 @@ from ackloop.records import (
     StopReason,
 )
 from ackloop.store import Claim, Transcript
-from ackloop.tools.base import prepare_toolbox
 from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -197,8 +197,7 @@ async def _run_claimed(
                 end=run_end(stop, message.usage, output=final_output, answer=answer))
         else:
             contract = contract_for(run.output_schema, agent.output)
-            async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds):
-                await prepare_toolbox(agent.tools)  # an MCP server's listing, once per process
+            await prepare_tools(deps, ref, agent.tools)  # an MCP server's listing, once
             tools = agent.tools.declarations()
             request = ModelRequest(
                 model=run.model,

@@ -25,13 +25,14 @@ from ackloop.engine.lease import (
     RequestScope,
     claim_in_run,
     heartbeat,
+    prepare_tools,
     released_on_failure,
 )
 from ackloop.engine.ledger import committed_tool_message
 from ackloop.errors import PermanentError, UnknownRun
 from ackloop.keys import StepKey, tool_turn_range
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepStatus
-from ackloop.tools.base import ToolContext, ToolOutcome, prepare_toolbox
+from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,7 @@ async def _run_claimed(
     if claim.step.attempts > deps.settings.max_step_attempts:
         return _error(f"the tool did not complete after {claim.step.attempts - 1} attempts "
                       f"(last error: {claim.step.last_error})"), None
-    async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds):
-        await prepare_toolbox(agent.tools)  # what is_retry_safe reads, for an MCP server's tools
+    await prepare_tools(deps, ref, agent.tools)  # what is_retry_safe reads, for MCP tools
     if claim.state == "taken_over" and not _retry_safe(agent.tools, message.call.name):
         # The previous holder may have acted before it died: do not act twice.
         return _error("this call was interrupted and may or may not have taken effect; "

@@ -32,6 +32,7 @@ class CombinedToolbox:
     def __init__(self, parts: Sequence[Toolbox]) -> None:
         self._parts = tuple(parts)
         self._owners: dict[str, Toolbox] = {}
+        self._prepared = False
         self._index()
 
     @property
@@ -39,10 +40,14 @@ class CombinedToolbox:
         return self._parts
 
     async def prepare(self) -> None:
-        """Prepare every part (an MCP server's listing), then check the names again."""
+        """Prepare every part (an MCP server's listing), then check the names again, once: the
+        engine calls this on every step, and prepared parts do not change."""
+        if self._prepared:
+            return
         for part in self._parts:
             await prepare_toolbox(part)
         self._index()
+        self._prepared = True
 
     def declarations(self) -> list[JsonDict]:
         return [d for part in self._parts for d in part.declarations()]
