@@ -20,6 +20,7 @@ from ackloop.engine.dispatch import Kind, dispatch
 from ackloop.push import MalformedPush, decode_push
 from ackloop.runtime import process_deps
 from ackloop.settings import Settings
+from ackloop.telemetry import metrics
 
 # Pub/Sub push requests are small; anything larger is not one.
 MAX_PUSH_BYTES = 12 * 1024 * 1024
@@ -102,6 +103,14 @@ def _refuse(reason: str) -> Response:
 
 
 async def handle_push(kind: Kind, request: Request) -> Response:
+    """Answer one request to a step function; every answer to a push is counted by status."""
+    response = await _answer(kind, request)
+    if request.method == "POST":
+        metrics.push_answered(kind, response.status_code)
+    return response
+
+
+async def _answer(kind: Kind, request: Request) -> Response:
     deps = await process_deps()
     if request.method not in ("GET", "POST"):
         return _json(405, {"error": "POST a Pub/Sub push envelope"})

@@ -19,7 +19,10 @@ from ackloop_dev.devstack.emulators import free_port
 ROOT = Path(__file__).resolve().parents[2]
 # What the serving process must never import: every one is cold-start time it does not need.
 NOT_NEEDED = ("ackloop_dev", "temporalio", "matplotlib", "ackloop.cli.runs", "ackloop.cli.ask",
-              "ackloop.cli.target", "ackloop.localstack")
+              "ackloop.cli.target", "ackloop.cli.metrics", "ackloop.localstack",
+              # metrics are off (no exporter configured): the OpenTelemetry SDK stays unloaded
+              "opentelemetry.sdk", "opentelemetry.metrics", "opentelemetry.exporter",
+              "ackloop.telemetry.metrics_file")
 
 # The CLI's entry point; -X importtime lists on stderr every module the process imports.
 RUN = ["-X", "importtime", "-c", "from ackloop.cli.main import app; app()", "run"]
@@ -27,7 +30,9 @@ RUN = ["-X", "importtime", "-c", "from ackloop.cli.main import app; app()", "run
 
 def _modules_after_serving(target: str, tmp_path: Path) -> list[str]:
     port = free_port()
-    env = {**os.environ, "FUNCTION_TARGET": target, "PORT": str(port),
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ACKLOOP_METRICS",
+                                                                        "ACKLOOP_TRACE"))},
+           "FUNCTION_TARGET": target, "PORT": str(port),
            "ACKLOOP_HOST": "127.0.0.1",
            # The clients are created, never used: no emulator needs to be up.
            "PUBSUB_EMULATOR_HOST": "127.0.0.1:1", "FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"}

@@ -11,7 +11,8 @@ from ackloop.cli.lazy import lazy_group
 
 # Imported only when invoked or listed by --help, so that `ackloop run` (every cold start)
 # serves without them; `dev`, `bench` and `chaos` come from the development tools (ackloop-dev).
-COMMANDS = {"runs": "ackloop.cli.runs:app", "ask": "ackloop.cli.ask:ask"}
+COMMANDS = {"runs": "ackloop.cli.runs:app", "ask": "ackloop.cli.ask:ask",
+            "metrics": "ackloop.cli.metrics:metrics"}
 
 # Known conditions (no stack, no credentials, no such run) end in one line: cli/errors.py.
 app = errors.App(cls=lazy_group(COMMANDS), no_args_is_help=True, add_completion=False,

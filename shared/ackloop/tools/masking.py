@@ -109,7 +109,8 @@ def mask_json(value: Any, known: Iterable[str] = ()) -> Any:
 
 
 class SecretMaskingFilter(logging.Filter):
-    """A logging filter that masks credentials in the message, its arguments and its traceback.
+    """A logging filter that masks credentials in the message, its arguments, its traceback and
+    its structured ``fields``.
 
     Attach it to HANDLERS (``handler.addFilter(SecretMaskingFilter())``): a filter on a logger does
     not see records that propagate from its child loggers. The record is rewritten in place, so
@@ -130,6 +131,9 @@ class SecretMaskingFilter(logging.Filter):
             record.exc_text = mask_secrets(record.exc_text, self._known)
         if record.stack_info:
             record.stack_info = mask_secrets(record.stack_info, self._known)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):  # a line's structured fields (ackloop.logs)
+            record.fields = mask_json(fields, self._known)
         return True
 
 
