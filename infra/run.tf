@@ -6,35 +6,41 @@ locals {
   # Pub/Sub), so one instance serves many requests (Cloud Run's default of 80). The dead_letter
   # service runs rarely and writes one record per message: a low bound keeps a burst of
   # dead letters from fanning out into a burst of Firestore writes.
+  # memory_gib is memory in GiB, what the cost ledger prices a request's time by.
   services = {
     ingest = {
       description = "Turns a query from the queries topic into a run and its first model step."
       concurrency = 80
       memory      = "512Mi"
+      memory_gib  = 0.5
       ingress     = "INGRESS_TRAFFIC_INTERNAL_ONLY" # reached only by Pub/Sub push
     }
     model_step = {
       description = "Runs one model call of a run and fans out its tool calls or publishes the answer."
       concurrency = 80
       memory      = "1Gi" # holds a conversation transcript and the model response
+      memory_gib  = 1
       ingress     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
     }
     tool_step = {
       description = "Runs one tool call of a run and, after the last one of a turn, the next model step."
       concurrency = 80
       memory      = "512Mi"
+      memory_gib  = 0.5
       ingress     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
     }
     dead_letter = {
       description = "Records messages Pub/Sub gave up on and fails their runs."
       concurrency = 10
       memory      = "512Mi"
+      memory_gib  = 0.5
       ingress     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
     }
     api = {
       description = "HTTP API (and Vertex AI Agent Engine runtime contract) for queries and answers."
       concurrency = 80
       memory      = "512Mi"
+      memory_gib  = 0.5
       ingress     = "INGRESS_TRAFFIC_ALL" # callers still need roles/run.invoker (api_invoker_members)
     }
   }
@@ -70,6 +76,7 @@ locals {
     ACKLOOP_DEFAULT_MAX_TOOL_CALLS          = tostring(var.run_limits.max_tool_calls)
     ACKLOOP_LOG_LEVEL                       = var.log_level
     ACKLOOP_RETENTION_DAYS                  = tostring(var.retention_days)
+    ACKLOOP_TRACE_EXPORT                    = var.trace_export
     ACKLOOP_API_AUTH                        = var.api.auth
     ACKLOOP_API_QUERY_TIMEOUT_SECONDS       = tostring(var.api.query_timeout_seconds)
     ACKLOOP_API_MAX_BODY_BYTES              = tostring(var.api.max_body_bytes)
@@ -97,6 +104,7 @@ locals {
     ACKLOOP_AGENTS                = var.agents
     ACKLOOP_API_ID_TOKEN_AUDIENCE = var.api.id_token_audience
     ACKLOOP_API_ID_TOKEN_EMAILS   = var.api.id_token_emails
+    ACKLOOP_API_OPERATORS         = var.api.operators
     # What a push token must say (push_auth.mode "cloud_run_iam"): for the subscriptions'
     # audience, minted for the push identity (pubsub.tf).
     ACKLOOP_PUSH_AUTH_AUDIENCE = var.push_auth.mode == "none" ? null : local.push_audience
@@ -105,6 +113,8 @@ locals {
     ACKLOOP_API_SWEEPER_EMAIL = one(google_service_account.sweeper[*].email)
     # The token itself never reaches Terraform: the secret is mounted as a file (api only).
     ACKLOOP_API_BEARER_TOKEN_FILE = var.api.bearer_token_secret_id == null ? null : "${local.api_token_dir}/token"
+    # Trace files are the local stack's: a deployment sends its spans to Cloud Trace.
+    ACKLOOP_TRACE_DIR = null
   }
 
   env = merge(
@@ -195,6 +205,16 @@ resource "google_cloud_run_v2_service" "service" {
       env {
         name  = "ACKLOOP_REQUEST_TIMEOUT_SECONDS"
         value = tostring(local.request_timeout_seconds[each.key])
+      }
+
+      # The instance's size, which the cost ledger prices a request's time by.
+      env {
+        name  = "ACKLOOP_SERVICE_VCPU"
+        value = "1"
+      }
+      env {
+        name  = "ACKLOOP_SERVICE_MEMORY_GIB"
+        value = tostring(each.value.memory_gib)
       }
 
       dynamic "env" {

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ackloop.cost import Cost
 from ackloop.wire import Usage
 
 JsonDict = dict[str, Any]
@@ -95,9 +96,17 @@ class RunRecord(Record):
     cancel_requested: bool = False
     usage: Usage = Usage()
     steps_total: int = 0
+    ingest_cost: Cost | None = None
+    """What creating the run spent (the query's delivery), written with the run."""
+    cost: Cost | None = None
+    """The run's cost so far: its ingest's, then rolled up by each model step's commit (with
+    the previous turn's tool steps), and its total once ended."""
     output_schema: JsonDict | None = None
     owner: str = ANONYMOUS
     """The caller who asked for the run: only they read it, stream it or cancel it."""
+    trace_id: str | None = None
+    """The run's trace (32 lowercase hex): the caller's when the query carried a trace context,
+    else derived from the run id (:mod:`ackloop.telemetry.tracing`)."""
 
     @property
     def budget_stop(self) -> str | None:
@@ -113,6 +122,9 @@ class ConversationRecord(Record):
     first of them)."""
     run_count: int = 0
     updated_at: float = 0.0
+    usage: Usage = Usage()
+    cost: Cost | None = None
+    """The ended runs' usage and cost, added by the commit that ends each run."""
     owner: str = ANONYMOUS
     """The caller whose run created the conversation: only their runs may continue it."""
 
@@ -136,6 +148,9 @@ class Outgoing(Record):
     target_run: str | None = None
     """The run of ``target_step`` when it is not the sending step's run (the next queued run
     of the conversation)."""
+    traceparent: str | None = None
+    """The trace context the message is sent with (the sending step's span), kept so that a
+    re-send after a crash has the same parent."""
 
 
 class StepRecord(Record):
@@ -160,6 +175,8 @@ class StepRecord(Record):
     outbox: list[Outgoing] = Field(default_factory=list)
     last_error: str | None = None
     usage: Usage = Usage()
+    cost: Cost | None = None
+    """What the delivery that completed the step spent (see :mod:`ackloop.engine.spend`)."""
 
 
 class TranscriptChunk(Record):

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 ModelProvider = Literal["auto", "gemini", "scripted"]
 ApiAuth = Literal["none", "bearer", "google_id_token", "cloud_run_iam"]
 PushAuth = Literal["none", "oidc", "cloud_run_iam"]
+TraceExport = Literal["auto", "cloud_trace", "file", "none"]
 
 
 class Settings(BaseSettings):
@@ -135,6 +136,12 @@ class Settings(BaseSettings):
         "api_auth says (the scheduled sweeper, which can send no other credential). Set it only "
         "behind Cloud Run IAM.",
     )
+    api_operators: str | None = Field(
+        default=None,
+        description="Comma-separated callers (as the API names them: 'bearer', "
+        "'google:<subject>') who may read every dead letter and poison record and re-drive dead "
+        "letters. With api_auth 'none' the anonymous caller is one.",
+    )
     api_query_timeout_seconds: float = Field(
         default=50.0, gt=0, description="How long a synchronous query waits for its run."
     )
@@ -226,6 +233,28 @@ class Settings(BaseSettings):
 
     log_level: str = Field(default="INFO", description="Python log level.")
 
+    service_vcpu: float = Field(
+        default=1.0, gt=0,
+        description="vCPUs of this service's instances (infra/run.tf): what a request's time "
+        "costs in the cost ledger.",
+    )
+    service_memory_gib: float = Field(
+        default=0.5, gt=0,
+        description="Memory of this service's instances in GiB (infra/run.tf sets each "
+        "service's): what a request's time costs in the cost ledger.",
+    )
+    trace_export: TraceExport = Field(
+        default="auto",
+        description="Where spans go: 'cloud_trace', 'file' (JSON lines in trace_dir), 'none', or "
+        "'auto': Cloud Trace on Cloud Run (K_SERVICE set), else files when trace_dir is set, "
+        "else none.",
+    )
+    trace_dir: str | None = Field(
+        default=None,
+        description="Directory of the trace files (the local stack sets <stack>/traces): each "
+        "process appends its spans to <service>-<pid>.jsonl.",
+    )
+
     @model_validator(mode="after")
     def _push_auth_is_complete(self) -> Settings:
         """A push check without its email would pass a token of any service account, and one
@@ -238,6 +267,13 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"ACKLOOP_PUSH_AUTH={self.push_auth} needs {' and '.join(missing)}: without "
                     "them a token of any service account, or for any service, would pass")
+        return self
+
+    @model_validator(mode="after")
+    def _trace_files_have_a_directory(self) -> Settings:
+        if self.trace_export == "file" and not self.trace_dir:
+            raise ValueError("ACKLOOP_TRACE_EXPORT=file needs ACKLOOP_TRACE_DIR, the directory "
+                             "the trace files are written to")
         return self
 
     def resolved_model_provider(self) -> Literal["gemini", "scripted"]:

@@ -16,11 +16,12 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from ackloop.cost import Cost
 from ackloop.docdb.base import (
     AlreadyExists,
     DocumentDB,
@@ -126,6 +127,9 @@ class RunEnd:
     answer: str | None = None
     output: Any = None
     error: str | None = None
+    cost: Cost | None = None
+    """The run's total cost (its ingest and steps), written on the run and added to its
+    conversation's."""
 
     def __post_init__(self) -> None:
         # Every error a run ends with is stored and published: never with a credential in it.
@@ -175,6 +179,14 @@ class Transcript:
 
 def _size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")))
+
+
+def _costed(run: RunRecord, costed: Callable[[RunRecord, int], Cost] | None) -> RunRecord:
+    """``run`` with what creating it spent, as its two-document commit is made."""
+    if costed is None:
+        return run
+    cost = costed(run, 2)
+    return run.model_copy(update={"ingest_cost": cost, "cost": cost})
 
 
 def _recorded_at(record: JsonDict) -> float:
@@ -228,8 +240,14 @@ class AgentStore:
 
     # -- runs ----------------------------------------------------------------------------
 
-    async def create_run(self, run: RunRecord) -> tuple[RunRecord, bool]:
+    async def create_run(
+        self, run: RunRecord, costed: Callable[[RunRecord, int], Cost] | None = None
+    ) -> tuple[RunRecord, bool]:
         """Create ``run`` unless its id exists; return the stored run and whether it is new.
+
+        ``costed(run, writes)``: what creating ``run`` (running or queued) spent, priced as its
+        commit of ``writes`` documents is made; written as its ``ingest_cost`` and first
+        ``cost``.
 
         Raises :class:`IdempotencyMismatch` when the id exists with a different request body.
         While another run of the conversation is active the new run is stored ``queued`` and
@@ -245,8 +263,8 @@ class AgentStore:
         conv_path = self.conversation_path(run.conversation_id)
         fresh = run
         if run.conversation_id == run.run_id:
-            run = run.model_copy(update={"started_at": run.created_at,
-                                         "progress_at": run.created_at})
+            run = _costed(run.model_copy(update={"started_at": run.created_at,
+                                                 "progress_at": run.created_at}), costed)
             first = ConversationRecord(
                 conversation_id=run.conversation_id,
                 active_run_id=run.run_id,
@@ -315,6 +333,7 @@ class AgentStore:
                 else Write("create", conv_path, conv_doc)
             )
             try:
+                run = _costed(run, costed)
                 await self.db.commit([Write("create", run_path, run.to_doc()), conv_write])
                 return run, True
             except (AlreadyExists, PreconditionFailed):
@@ -346,15 +365,17 @@ class AgentStore:
 
     async def recent_runs(
         self, limit: int = 20, *, status: RunStatus | None = None, agent: str | None = None,
-        conversation_id: str | None = None,
+        conversation_id: str | None = None, owner: str | None = None,
+        before: float | None = None,
     ) -> list[RunRecord]:
-        """The newest runs first (``ackloop runs list``), only those matching every filter
-        given. Each filter has a composite index with ``created_at`` descending
-        (infra/firestore.tf); Firestore merges them when several are given."""
+        """The newest runs first (``ackloop runs list``, the API's ``GET /runs``), only those
+        matching every filter given, created before ``before`` (the next page). Each filter has
+        a composite index with ``created_at`` descending (infra/firestore.tf); Firestore merges
+        them when several are given."""
         equal = {name: value for name, value in (
             ("status", status.value if status else None), ("agent", agent),
-            ("conversation_id", conversation_id)) if value is not None}
-        snaps = await self.db.list_newest(self._runs, equal, "created_at", limit)
+            ("conversation_id", conversation_id), ("owner", owner)) if value is not None}
+        snaps = await self.db.list_newest(self._runs, equal, "created_at", limit, before)
         return [RunRecord.model_validate(s.data) for s in snaps]
 
     async def get_conversation_snapshot(self, conversation_id: str) -> Snapshot | None:
@@ -382,6 +403,8 @@ class AgentStore:
             "usage": end.usage.model_dump(mode="json"),
             "steps_total": end.usage.model_calls + end.usage.tool_calls,
         } | self._expiry(now)
+        if end.cost is not None:
+            update["cost"] = end.cost.model_dump(mode="json")
         writes = [Write("update", run_snapshot.path, update, if_version=run_snapshot.version)]
         if conv_snapshot is None:
             return EndWrites(writes, None)
@@ -395,7 +418,9 @@ class AgentStore:
             conv_update = {"queue": [r for r in conv.queue if r != run.run_id], "updated_at": now}
         else:
             return EndWrites(writes, None)
-        conv_update |= self._conversation_expiry(now)
+        conv_update |= self._conversation_expiry(now) | {
+            "usage": conv.usage.plus(end.usage).model_dump(mode="json"),
+            "cost": Cost.total([conv.cost, end.cost]).model_dump(mode="json")}
         writes.append(Write("update", conv_snapshot.path, conv_update,
                             if_version=conv_snapshot.version))
         if next_run_id is not None:
@@ -422,7 +447,8 @@ class AgentStore:
             for write in ending.writes:
                 txn.write(replace(write, if_version=None))  # the transaction guards them
             ended = run.model_copy(update={"status": end.status, "stop_reason": end.stop_reason,
-                                           "error": end.error, "finished_at": now})
+                                           "error": end.error, "finished_at": now,
+                                           "usage": end.usage, "cost": end.cost or run.cost})
             return ended, ending.next_run_id
 
         return await self.db.transact(body)
@@ -607,6 +633,7 @@ class AgentStore:
         usage: Usage | None = None,
         call_seconds: float | None = None,
         error: str | None = None,
+        cost: Cost | None = None,
         extra_writes: Sequence[Write] = (),
     ) -> StepRecord:
         """Commit the step and everything that must land with it, atomically.
@@ -627,6 +654,8 @@ class AgentStore:
             update["usage"] = usage.model_dump(mode="json")
         if call_seconds is not None:
             update["call_seconds"] = call_seconds
+        if cost is not None:
+            update["cost"] = cost.model_dump(mode="json")
         step_write = Write(
             "update", self.step_path(claim.run_id, claim.key), update, if_version=claim.version
         )
@@ -792,6 +821,11 @@ class AgentStore:
 
     async def list_poison(self) -> list[JsonDict]:
         return [s.data for s in await self.db.list_all(self._poison)]
+
+    async def get_dead_letter(self, message_id: str) -> JsonDict | None:
+        """The dead letter recorded for a message (re-driven or not), or None."""
+        (snap,) = await self.db.get_all([f"{self._dead_letters}/{message_doc_id(message_id)}"])
+        return {"message_id": snap.id, **snap.data} if snap else None
 
     async def list_dead_letters(self, page_size: int = DEAD_LETTER_PAGE) -> list[Snapshot]:
         """Every dead letter, by id, read ``page_size`` at a time from a cursor on the id (the

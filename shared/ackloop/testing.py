@@ -19,6 +19,7 @@ from typing import Any
 from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
 from ackloop.clock import SystemClock
+from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.engine.deps import Deps
 from ackloop.inprocess import InProcessLoop
@@ -111,7 +112,7 @@ class AgentTester:
         publisher = MemoryPublisher()
         self.deps = Deps(
             settings=settings or Settings(),
-            store=AgentStore(MemoryDocumentDB()),
+            store=AgentStore(CountingDocumentDB(MemoryDocumentDB())),  # what steps cost
             publisher=publisher,
             model=self.model,
             agents=self.agents,

@@ -31,7 +31,8 @@ DELIBERATE_DIFFERENCES = {
 
 # Settings whose Terraform value is derived rather than a plain variable; checked one by one below.
 DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key", "request_timeout_seconds",
-           "push_auth_audience", "push_auth_email", "api_sweeper_email", "bench_agents"} | {
+           "push_auth_audience", "push_auth_email", "api_sweeper_email", "bench_agents",
+           "service_vcpu", "service_memory_gib", "trace_dir"} | {
     name for name in Settings.model_fields if name.endswith("_topic")
 }
 
@@ -190,6 +191,34 @@ def test_each_service_is_told_its_own_request_timeout(terraform: TerraformConfig
     # The code's default is model_step's deployed timeout (the service that waits the longest).
     assert (Settings.model_fields["request_timeout_seconds"].default
             == load_policy().request_timeout_s["model_step"])
+
+
+def test_each_service_is_told_its_own_size_for_the_cost_ledger(
+    terraform: TerraformConfig,
+) -> None:
+    """A request's time is priced by the instance's vCPUs and memory: each service is told the
+    ones its container gets, and the code's defaults are the smaller services'."""
+    env = terraform_env(terraform)
+    (vcpu,) = [n for n in env if setting_for(n) == "service_vcpu"]
+    (memory,) = [n for n in env if setting_for(n) == "service_memory_gib"]
+    service = terraform.resource("google_cloud_run_v2_service", "service")
+    limits = block(block(block(service, "template"), "containers"), "resources")["limits"]
+    assert env[vcpu] == limits["cpu"] == "1"
+    assert env[memory] == "${tostring(each.value.memory_gib)}"
+    gib = {"512Mi": 0.5, "1Gi": 1}
+    for name, spec in terraform.locals["services"].items():
+        assert spec["memory_gib"] == gib[spec["memory"]], name
+    assert Settings.model_fields["service_vcpu"].default == 1.0
+    assert Settings.model_fields["service_memory_gib"].default == 0.5
+
+
+def test_a_deployment_writes_no_trace_files(terraform: TerraformConfig) -> None:
+    """Its spans go to Cloud Trace: the trace files are the local stack's."""
+    env = terraform_env(terraform)
+    (name,) = [n for n in env if setting_for(n) == "trace_dir"]
+    assert env[name] is None
+    assert Settings.model_fields["trace_dir"].default is None
+    assert Settings.model_fields["trace_export"].default == "auto"
 
 
 def test_the_benchmark_agents_are_never_deployed(terraform: TerraformConfig) -> None:

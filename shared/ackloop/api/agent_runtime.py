@@ -23,6 +23,7 @@ from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError, field_errors
 from ackloop.api.models import (
     BUDGET_STOP,
+    RUN_COST,
     CancelAccepted,
     CreateRun,
     ErrorBody,
@@ -42,6 +43,7 @@ from ackloop.api.runs import (
     stream_response,
     wait_for,
 )
+from ackloop.cost import Cost
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import cancel_run
 from ackloop.wire import Usage
@@ -88,6 +90,7 @@ class QueryOutput(BaseModel):
     output: Any = None
     error: str | None
     usage: Usage
+    cost: Cost | None = Field(default=None, description=RUN_COST)
 
 
 class ReasoningEngineRequest(BaseModel):
@@ -118,7 +121,7 @@ async def _query(deps: Deps, data: SyncQueryInput, caller: str) -> QueryOutput:
                        status=final.status, finished=run.status.terminal,
                        stop_reason=final.stop_reason, budget_stop=final.budget_stop,
                        answer=run.answer, output=run.output,
-                       error=run.error, usage=run.usage)
+                       error=run.error, usage=run.usage, cost=final.cost)
 
 
 async def _cancel(deps: Deps, data: RunRef, caller: str) -> CancelAccepted:

@@ -11,11 +11,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from ackloop.cost import Cost
+from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.records import RunRecord, StepRecord
 from ackloop.wire import ID_PATTERN, MAX_QUERY_CHARS, RunOptions, Usage, storable_text
 
 CURSOR_PATTERN = r"^(\d{4}-(model|tool-\d{3})|end)$"
 """A stream cursor: the key of the last step delivered, or ``end`` after the final event."""
+
+RUN_COST = (
+    "What the run spent (its ingest and every step: Gemini tokens, Firestore reads and writes, "
+    "Pub/Sub bytes, Cloud Run request time) at the dated list prices of price_table. In "
+    "flight, what the steps have recorded so far."
+)
+STEP_COST = ("What the delivery that completed the step spent, up to its commit (null while "
+             "the step runs).")
 
 BUDGET_STOP = (
     "The budget that stopped the run (max_steps, max_seconds, max_tool_calls or max_tokens), "
@@ -78,6 +88,7 @@ class StepView(BaseModel):
     duration_seconds: float | None = Field(description="From the first claim to completion.")
     call_seconds: float | None = Field(description="The model or tool call alone.")
     usage: Usage
+    cost: Cost | None = Field(default=None, description=STEP_COST)
     last_error: str | None
     result: dict[str, Any] | None
 
@@ -89,8 +100,8 @@ class StepView(BaseModel):
             status=step.status.value, attempts=step.attempts, created_at=step.created_at,
             started_at=step.started_at, completed_at=done,
             duration_seconds=None if done is None else round(done - step.created_at, 6),
-            call_seconds=step.call_seconds, usage=step.usage, last_error=step.last_error,
-            result=step.result,
+            call_seconds=step.call_seconds, usage=step.usage, cost=step.cost,
+            last_error=step.last_error, result=step.result,
         )
 
 
@@ -110,6 +121,8 @@ class RunSummary(BaseModel):
     finished_at: float | None
     cancel_requested: bool
     usage: Usage
+    cost: Cost | None = Field(default=None, description=RUN_COST)
+    trace_id: str | None = Field(default=None, description="The run's trace (32 hex digits).")
 
     @classmethod
     def of(cls, run: RunRecord) -> RunSummary:
@@ -120,6 +133,7 @@ class RunSummary(BaseModel):
             budget_stop=run.budget_stop, answer=run.answer,
             output=run.output, error=run.error, created_at=run.created_at,
             finished_at=run.finished_at, cancel_requested=run.cancel_requested, usage=run.usage,
+            cost=run.cost, trace_id=run.trace_id,
         )
 
 
@@ -131,8 +145,11 @@ class RunView(RunSummary):
 
     @classmethod
     def of_run(cls, run: RunRecord, steps: list[StepRecord]) -> RunView:
-        return cls(**RunSummary.of(run).model_dump(), model=run.model,
-                   steps=[StepView.of(s) for s in steps])
+        summary = RunSummary.of(run)
+        if not run.status.terminal:  # in flight: what the steps have recorded so far
+            summary = summary.model_copy(update={"usage": steps_usage(steps),
+                                                 "cost": rolled_up(run, steps)})
+        return cls(**dict(summary), model=run.model, steps=[StepView.of(s) for s in steps])
 
 
 class ConversationRuns(BaseModel):
@@ -197,6 +214,7 @@ class FinishedEvent(BaseModel):
     output: Any = None
     error: str | None
     usage: Usage
+    cost: Cost | None = Field(default=None, description=RUN_COST)
 
     @classmethod
     def of(cls, run: RunRecord) -> FinishedEvent:
@@ -205,6 +223,7 @@ class FinishedEvent(BaseModel):
             stop_reason=run.stop_reason.value if run.stop_reason else None,
             budget_stop=run.budget_stop,
             answer=run.answer, output=run.output, error=run.error, usage=run.usage,
+            cost=run.cost,
         )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ from ackloop.engine.finish import end_run_now, run_end
 from ackloop.engine.ingest import start_run
 from ackloop.engine.lease import RequestScope
 from ackloop.engine.model_step import handle_model_step
+from ackloop.engine.spend import metered
 from ackloop.engine.tool_step import handle_tool_step
 from ackloop.errors import (
     PermanentError,
@@ -28,8 +30,11 @@ from ackloop.errors import (
     StepConflict,
     StepHeldElsewhere,
 )
+from ackloop.keys import StepKey, run_id_for_request
 from ackloop.push import Delivery
 from ackloop.records import StopReason
+from ackloop.telemetry import metrics, tracing
+from ackloop.telemetry.context import log_context, update_log_context
 from ackloop.wire import ModelStepMessage, QueryMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -55,6 +60,14 @@ class Outcome:
     def acknowledged(self) -> bool:
         return 200 <= self.status < 300
 
+    @property
+    def name(self) -> str:
+        """What the answer means, for metrics: done, deferred, rejected, retry or error."""
+        if self.status == 200:
+            return "deferred" if "deferred" in self.body else (
+                "rejected" if "reason" in self.body else "done")
+        return {204: "done", 503: "retry"}.get(self.status, "error")
+
 
 def decode(kind: Kind, data: bytes) -> BaseModel:
     try:
@@ -68,11 +81,54 @@ def decode(kind: Kind, data: bytes) -> BaseModel:
 
 
 async def dispatch(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
+    """Handle one delivery; every line it logs carries its run and step (``log_context``)."""
+    started = time.monotonic()
+    with log_context(), tracing.delivery_span(kind, delivery.attributes, _run_of(kind, delivery),
+                                              _span_attributes(delivery)) as span, \
+            metered(deps, delivery.data):  # what the step it commits spent (engine.spend)
+        outcome = await _handle(deps, kind, delivery)
+        tracing.answered(span, outcome.status)
+    if kind in ("model", "tool"):
+        metrics.step_answered(kind, outcome.name, time.monotonic() - started)
+    return outcome
+
+
+def _run_of(kind: Kind, delivery: Delivery) -> str | None:
+    """The run a delivery is for, as far as its attributes (or a query's request id) say: the
+    trace its span joins when the message carries no trace context."""
+    if run_id := delivery.attributes.get("run_id"):
+        return run_id
+    if kind == "query":
+        try:
+            return run_id_for_request(QueryMessage.model_validate_json(delivery.data).request_id)
+        except ValidationError:
+            return None
+    return None
+
+
+def _span_attributes(delivery: Delivery) -> dict[str, str | int | None]:
+    return {"messaging.message.id": delivery.message_id,
+            "messaging.gcp_pubsub.message.delivery_attempt": delivery.delivery_attempt,
+            "ackloop.step": delivery.attributes.get("step")}
+
+
+def _labels(message: BaseModel) -> dict[str, str | int | None]:
+    """The log labels a step message names (the rest is known once its run is read)."""
+    if isinstance(message, ModelStepMessage):
+        return {"run_id": message.run_id, "step": str(StepKey.model(message.turn))}
+    if isinstance(message, ToolStepMessage):
+        return {"run_id": message.run_id, "agent": message.agent,
+                "step": str(StepKey.tool(message.turn, message.index))}
+    return {}
+
+
+async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
     message: BaseModel | None = None
     try:
         if kind == "dead_letter":
             return Outcome(200, await handle_dead_letter(deps, delivery))
         message = decode(kind, delivery.data)
+        update_log_context(**_labels(message))
         if isinstance(message, QueryMessage):
             run, created = await start_run(deps, message)
             return Outcome(200, {"run_id": run.run_id, "created": created})

@@ -19,19 +19,25 @@ released unrecorded (it did not apply). Only then are the messages sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ackloop.cost import Cost
 from ackloop.docdb.base import Snapshot, StorageUnavailable, Write
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimRef
-from ackloop.engine.outbox import send
+from ackloop.engine.outbox import send, stamped
+from ackloop.engine.spend import rolled_up, spent, steps_usage
 from ackloop.errors import PermanentError, StaleRead
 from ackloop.keys import StepKey
-from ackloop.records import Outgoing, RunRecord, RunStatus, StopReason
+from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StopReason
 from ackloop.store import RunEnd, Transcript
+from ackloop.telemetry import metrics, tracing
 from ackloop.wire import AnswerMessage, ModelStepMessage, ToolStepMessage, Usage
+
+log = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 COMMIT_ATTEMPTS = 4
@@ -111,9 +117,13 @@ def after_tools(message: ToolStepMessage) -> Outgoing:
 
 async def commit(
     deps: Deps, ref: ClaimRef, decision: Decision, reads: Reads, *, kind: str,
-    redecide: Redecide | None = None,
+    redecide: Redecide | None = None, rolls_up: Sequence[StepRecord] = (),
 ) -> None:
-    """Commit ``decision`` (see the module docstring), then send its messages."""
+    """Commit ``decision`` (see the module docstring), then send its messages.
+
+    The step records what its delivery spent (:mod:`ackloop.engine.spend`); a model step also
+    adds it to the run's cost, with the costs of the tool steps among ``rolls_up`` (the
+    previous turn's steps, which no commit has added yet)."""
     claim = ref.claim
     for _ in range(COMMIT_ATTEMPTS):
         run = reads.record
@@ -128,22 +138,37 @@ async def commit(
             if decision.end is None and result is not None:
                 result = result | {"transcript": deps.store.transcript_pointer(
                     reads.transcript, appended)}
-        if decision.end is not None:
+        end = decision.end
+        run_writes = 1 if reads.transcript is not None else 0
+        if end is not None:
             conv = await deps.store.get_conversation_snapshot(run.conversation_id)
-            ending = deps.store.end_run_writes(reads.run, conv, decision.end, now)
-            writes += ending.writes
-            outbox.append(answer_outgoing(run, decision.end))
+            ending = deps.store.end_run_writes(reads.run, conv, end, now)
+            run_writes = len(ending.writes)
+            outbox.append(answer_outgoing(run, end))
             if ending.next_run_id is not None:
                 outbox.append(first_step(ending.next_run_id, other_run=True))
+        cost = spent(deps, model=run.model if kind == "model" else None,
+                     usage=decision.step_usage, commit_writes=1 + len(writes) + run_writes,
+                     outbox=outbox)
+        # The run's cost so far gains this step's and the previous turn's tool steps' (a
+        # model step's commit writes the run anyway; a tool step's does not).
+        total = Cost.total([run.cost, *(s.cost for s in rolls_up if s.kind == "tool"), cost])
+        if end is not None:
+            end = replace(end, cost=total)  # the same writes, now with the run's total
+            writes += deps.store.end_run_writes(reads.run, conv, end, now).writes
         elif reads.transcript is not None:
             # A model step moves the run: fenced, so it cannot commit into a run that ended.
-            writes.append(Write("update", reads.run.path, {"progress_at": now},
+            writes.append(Write("update", reads.run.path,
+                                {"progress_at": now, "cost": total.model_dump(mode="json")},
                                 if_version=reads.run.version))
+        outbox = stamped(outbox)
         try:
-            await deps.store.complete_step(
-                claim, now=now, result=result, outbox=outbox, usage=decision.step_usage,
-                call_seconds=decision.call_seconds, error=decision.error, extra_writes=writes,
-            )
+            with tracing.span("firestore.commit", {"ackloop.writes": len(writes) + 1}):
+                await deps.store.complete_step(
+                    claim, now=now, result=result, outbox=outbox, usage=decision.step_usage,
+                    call_seconds=decision.call_seconds, error=decision.error, cost=cost,
+                    extra_writes=writes,
+                )
         except StaleRead:
             reads = await _read_again(deps, reads)
             fresh = reads.record
@@ -154,11 +179,26 @@ async def commit(
             if redecide is not None and decision.end is None:
                 decision = redecide(fresh)
             continue
+        _committed(run, decision)
+        if end is not None:
+            log_finished(run, end, now)
         deps.faults.hit(f"{kind}:after_commit")
         await send(deps, run.run_id, outbox)
         return
     raise StorageUnavailable(f"step {claim.key} of {claim.run_id}: documents kept changing",
                              retry_after=1.0)
+
+
+def _committed(run: RunRecord, decision: Decision) -> None:
+    """Count what a step's commit recorded: the model's tokens and the run's end (the commit is
+    fenced, so each is counted once whatever the deliveries). What the step cost is counted
+    through :func:`ackloop.telemetry.metrics.step_cost` once the commit carries its cost."""
+    if decision.step_usage is not None:
+        metrics.model_tokens(run.model, decision.step_usage.prompt_tokens,
+                             decision.step_usage.output_tokens)
+    if decision.end is not None:
+        metrics.run_finished(run.agent, decision.end.status.value,
+                             decision.end.stop_reason.value)
 
 
 async def _read_again(deps: Deps, reads: Reads) -> Reads:
@@ -179,16 +219,40 @@ async def _read_again(deps: Deps, reads: Reads) -> Reads:
 async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
                       only_active: bool = False) -> RunRecord | None:
     """End a run outside any step (dead letter, conflict, sweeper, cancel of a queued run),
-    then publish its end and start the conversation's next queued run. None: nothing ended."""
-    ended = await deps.store.end_run_now(run_id, end, deps.clock.now(), only_active=only_active)
+    then publish its end and start the conversation's next queued run. None: nothing ended.
+
+    The run's usage and cost are rolled up from its steps as recorded (no step message carries
+    them here): a run whose model step completed before a dead letter ended it says so."""
+    found = await deps.store.get_run(run_id)
+    if found is None or found.status.terminal:
+        return None
+    steps = await deps.store.list_steps(run_id)
+    end = replace(end, usage=steps_usage(steps), cost=rolled_up(found, steps))
+    now = deps.clock.now()
+    ended = await deps.store.end_run_now(run_id, end, now, only_active=only_active)
     if ended is None:
         return None
     run, next_run_id = ended
-    outbox = [answer_outgoing(run, replace(end, usage=run.usage))]
+    metrics.run_finished(run.agent, end.status.value, end.stop_reason.value)
+    log_finished(run, end, now)
+    outbox = [answer_outgoing(run, end)]
     if next_run_id is not None:
         outbox.append(first_step(next_run_id, other_run=True))
     await send(deps, run_id, outbox)
     return run
+
+
+def log_finished(run: RunRecord, end: RunEnd, now: float) -> None:
+    """The one line a run's end logs, after the commit that ended it (a redelivery finds the
+    run ended and commits nothing, so it logs nothing)."""
+    log.info("run finished", extra={"fields": {
+        "run_id": run.run_id, "agent": run.agent, "conversation_id": run.conversation_id,
+        "status": end.status.value, "stop_reason": end.stop_reason.value,
+        "elapsed_seconds": round(now - (run.started_at or run.created_at), 3),
+        "steps": end.usage.model_calls + end.usage.tool_calls,
+        "usage": end.usage.model_dump(mode="json"),
+        "cost": (end.cost or Cost()).model_dump(mode="json"),
+    }})
 
 
 async def publish_end(deps: Deps, run: RunRecord) -> None:

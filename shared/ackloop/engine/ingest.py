@@ -5,12 +5,16 @@ from __future__ import annotations
 import hashlib
 import logging
 
+from ackloop.cost import Cost
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import first_step
 from ackloop.engine.outbox import resend, send
+from ackloop.engine.spend import metered, spent
 from ackloop.errors import PermanentError
 from ackloop.keys import run_id_for_request
 from ackloop.records import ANONYMOUS, RunLimits, RunRecord, RunStatus
+from ackloop.telemetry import metrics, tracing
+from ackloop.telemetry.context import update_log_context
 from ackloop.wire import QueryMessage
 
 log = logging.getLogger(__name__)
@@ -59,6 +63,8 @@ def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS) -> RunRecor
         limits=limits,
         output_schema=opts.output_schema,
         owner=owner,
+        # Within the query's span: the caller's trace when the query carried one.
+        trace_id=tracing.current_trace_id() or tracing.run_trace_id(run_id),
     )
 
 
@@ -75,8 +81,16 @@ async def start_run(
     ``owner``: the caller, who alone may continue the run's conversation (see
     :func:`~ackloop.keys.run_id_for_request`).
     """
-    run, created = await deps.store.create_run(new_run(deps, query, owner))
+    def costed(run: RunRecord, writes: int) -> Cost:
+        starts = [first_step(run.run_id)] if run.status is RunStatus.RUNNING else []
+        return spent(deps, model=None, usage=None, commit_writes=writes, outbox=starts)
+
+    with metered(deps):  # a run created through the API: its request is the ingest
+        run, created = await deps.store.create_run(new_run(deps, query, owner), costed)
+    update_log_context(run_id=run.run_id, agent=run.agent, conversation_id=run.conversation_id)
     if created:
+        metrics.run_started(run.agent)
+        tracing.record_run_root(run.run_id, run.trace_id or tracing.run_trace_id(run.run_id))
         log.info("run %s %s for request %s", run.run_id,
                  "queued" if run.status is RunStatus.QUEUED else "started", run.request_id)
     if run.status is not RunStatus.RUNNING:

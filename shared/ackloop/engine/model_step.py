@@ -45,6 +45,7 @@ from ackloop.records import (
     StopReason,
 )
 from ackloop.store import Claim, Transcript
+from ackloop.telemetry import tracing
 from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: Reques
         # Before the transcript could be read (or it is inconsistent): end the run as it is.
         log.warning("run %s failed at %s: %s", message.run_id, key, exc)
         await commit(deps, ref, _failure(exc, message.usage, []), Reads(run_snapshot),
-                     kind="model")
+                     kind="model", rolls_up=inputs.previous)
 
 
 async def _claim_and_read(
@@ -165,6 +166,7 @@ async def _run_claimed(
         await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
         return
     agent = deps.agents.get(run.agent)
+    tracing.note(agent=agent.name)
     transcript = await _transcript(deps, run, message, inputs)
     new_contents, final_output = _turn_input(run, message, inputs.previous)
     if message.turn == 0:
@@ -218,7 +220,7 @@ async def _run_claimed(
     except PermanentError as exc:
         log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
         decision = _failure(exc, message.usage, new_contents)
-    await commit(deps, ref, decision, reads, kind="model",
+    await commit(deps, ref, decision, reads, kind="model", rolls_up=inputs.previous,
                  redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
 
 
@@ -236,7 +238,11 @@ async def _call_model(
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         while True:
             try:
-                turn = await deps.model.generate(request)
+                with tracing.span("gemini.generate_content",
+                                  {"gen_ai.request.model": request.model}) as call:
+                    turn = await deps.model.generate(request)
+                    tracing.model_answered(call, turn.usage.prompt_tokens,
+                                           turn.usage.output_tokens, turn.model_version)
                 break
             except ModelRetryableError as exc:
                 wait = exc.retry_after if exc.retry_after is not None else backoff
@@ -246,6 +252,7 @@ async def _call_model(
                 log.info("model call for %s: %s; trying again in %.1f s", ref.claim.key, exc,
                          wait)
                 retried.append(f"{type(exc).__name__}: {exc}")
+                tracing.event("model retry", error=retried[-1][:500], wait_seconds=wait)
                 await deps.clock.sleep(wait)
                 backoff = min(backoff * 2, 8.0)
     beat.check()

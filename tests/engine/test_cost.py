@@ -1,0 +1,264 @@
+"""The cost ledger: what each step spent, recorded in its commit, and the run's and the
+conversation's roll-ups, on the in-memory store and on the Firestore emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import httpx
+import pytest
+
+from ackloop.agents import Agent, AgentRegistry
+from ackloop.api.app import create_app
+from ackloop.bus.memory import MemoryPublisher, Published
+from ackloop.clock import ManualClock
+from ackloop.cost import PRICES, Cost, Spend, price, pubsub_billed_bytes
+from ackloop.docdb.base import DocumentDB
+from ackloop.docdb.counting import CountingDocumentDB, delivery_counters
+from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.engine.deps import Deps
+from ackloop.engine.spend import rolled_up
+from ackloop.inprocess import InProcessLoop
+from ackloop.keys import run_id_for_request
+from ackloop.model.base import ModelTurn
+from ackloop.model.scripted import ScriptedModel
+from ackloop.model.turns import calls_turn, text_turn
+from ackloop.records import RunLimits, RunRecord, RunStatus, StepRecord
+from ackloop.settings import Settings
+from ackloop.store import AgentStore
+from ackloop.wire import QueryMessage, Usage
+from tests.engine.fakes import CountingToolbox
+from tests.engine.test_guarantees import deliver, deliver_all, take
+from tests.engine.test_holes import dead_letter
+from tests.store.conftest import db  # noqa: F401  (the fixture: memory, then the emulator)
+
+TOKENS = Usage(model_calls=1, prompt_tokens=1000, output_tokens=200, total_tokens=1200)
+
+
+def with_tokens(turn: ModelTurn) -> ModelTurn:
+    return turn.model_copy(update={"usage": TOKENS})
+
+
+def tool_then_answer(calls: int = 1) -> ScriptedModel:
+    """Turn 0 asks for ``calls`` lookups; turn 1 answers. Each turn uses :data:`TOKENS`."""
+    return ScriptedModel.from_turns([
+        with_tokens(calls_turn([("lookup", {"key": str(i)}) for i in range(calls)])),
+        with_tokens(text_turn("done")),
+    ])
+
+
+def loop_on(database: DocumentDB, model: ScriptedModel) -> InProcessLoop:
+    publisher = MemoryPublisher()
+    deps = Deps(
+        settings=Settings(lease_seconds=10.0),
+        store=AgentStore(CountingDocumentDB(database), f"t{uuid.uuid4().hex[:10]}_"),
+        publisher=publisher, model=model,
+        agents=AgentRegistry([Agent("default", "Be brief.", CountingToolbox({"lookup": "42"}))]),
+        clock=ManualClock(), owner="test-owner",
+    )
+    return InProcessLoop(deps, publisher)
+
+
+def counted(loop: InProcessLoop) -> CountingDocumentDB:
+    counting = loop.deps.store.db
+    assert isinstance(counting, CountingDocumentDB)
+    return counting
+
+
+def assert_sum(total: Cost, parts: list[Cost | None]) -> None:
+    """``total`` is the roll-up of ``parts``: counts exactly, dollars to float rounding."""
+    expected = Cost.total(parts)
+    for name in ("prompt_tokens", "output_tokens", "firestore_reads", "firestore_writes",
+                 "pubsub_bytes", "requests"):
+        assert getattr(total, name) == getattr(expected, name), name
+    for name in ("usd", "gemini_usd", "firestore_usd", "pubsub_usd", "cloud_run_usd",
+                 "request_seconds"):
+        assert getattr(total, name) == pytest.approx(getattr(expected, name)), name
+
+
+async def test_a_runs_cost_is_its_ingest_and_its_steps_and_counts_every_document_op(
+    db: DocumentDB,  # noqa: F811
+) -> None:
+    loop = loop_on(db, tool_then_answer())
+    await loop.submit(QueryMessage(request_id="cost-1", text="go"))
+    await loop.run_until_idle()
+    seen = counted(loop).counters.as_dict()  # before the test's own reads
+
+    run = await loop.deps.store.get_run(run_id_for_request("cost-1"))
+    assert run is not None and run.status is RunStatus.COMPLETED and run.cost is not None
+    steps = await loop.deps.store.list_steps(run.run_id)
+    assert [s.key for s in steps] == ["0000-model", "0000-tool-000", "0001-model"]
+    assert all(s.cost is not None for s in steps) and run.ingest_cost is not None
+    assert_sum(run.cost, [run.ingest_cost, *(s.cost for s in steps)])
+    # Every read and write the run's deliveries made is in some step (or the ingest).
+    assert run.cost.firestore_reads == seen["docs_read"]
+    assert run.cost.firestore_writes == seen["docs_written"]
+    assert run.cost.requests == 4  # the query and three steps
+    assert (run.cost.prompt_tokens, run.cost.output_tokens) == (2000, 400)
+    per = PRICES.gemini_price(run.model)
+    assert per is not None and run.model == "gemini-3-flash-preview"
+    assert run.cost.gemini_usd == pytest.approx(
+        (2000 * per.input_per_million + 400 * per.output_per_million) / 1e6)
+    assert run.cost.usd == pytest.approx(run.cost.gemini_usd + run.cost.firestore_usd
+                                         + run.cost.pubsub_usd + run.cost.cloud_run_usd)
+    assert run.cost.price_table == PRICES.date
+    tool = steps[1].cost
+    assert tool is not None and tool.gemini_usd == 0 and tool.prompt_tokens == 0
+
+    conversation = await loop.deps.store.get_conversation_snapshot(run.conversation_id)
+    assert conversation is not None
+    assert Cost.model_validate(conversation.data["cost"]).usd == pytest.approx(run.cost.usd)
+    assert conversation.data["usage"]["model_calls"] == 2
+
+
+async def test_a_conversation_adds_up_the_cost_of_each_of_its_runs() -> None:
+    loop = loop_on(MemoryDocumentDB(), ScriptedModel.from_turns(
+        [with_tokens(text_turn("one")), with_tokens(text_turn("two"))]))
+    for n in (1, 2):
+        await loop.submit(QueryMessage(request_id=f"conv-{n}", text="go", conversation_id="c1"))
+        await loop.run_until_idle()
+    runs = [await loop.deps.store.get_run(run_id_for_request(f"conv-{n}")) for n in (1, 2)]
+    costs = [r.cost for r in runs if r is not None]
+    conversation = await loop.deps.store.get_conversation_snapshot("c1")
+    assert conversation is not None and len(costs) == 2
+    assert_sum(Cost.model_validate(conversation.data["cost"]), list(costs))
+    assert conversation.data["usage"]["model_calls"] == 2
+
+
+async def test_a_model_steps_pubsub_bytes_are_the_message_it_received_and_its_outbox() -> None:
+    loop = loop_on(MemoryDocumentDB(), tool_then_answer(calls=3))
+    await loop.submit(QueryMessage(request_id="bytes", text="go"))
+    (first,) = await deliver_all(loop, take(loop))
+    tools = await deliver_all(loop, [first])
+    assert len(tools) == 3
+
+    (step,) = await loop.deps.store.get_steps(run_id_for_request("bytes"), ["0000-model"])
+    assert step is not None and step.cost is not None
+    assert step.cost.pubsub_bytes == pubsub_billed_bytes(len(first.data)) + sum(
+        pubsub_billed_bytes(len(m.data)) for m in tools)
+    assert step.cost.pubsub_bytes >= 4 * 1000  # each message billed at least 1,000 bytes
+
+
+async def test_get_run_shows_usage_and_cost_while_the_run_is_in_flight() -> None:
+    loop = loop_on(MemoryDocumentDB(), tool_then_answer())
+
+    async def deps() -> Deps:
+        return loop.deps
+
+    transport = httpx.ASGITransport(app=create_app(loop.deps.settings, deps=deps))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+        created = await api.post("/runs", json={"text": "go"}, headers={"Idempotency-Key": "fly"})
+        run_id = created.json()["run_id"]
+        (first,) = take(loop)
+        await deliver(loop, first)  # the first model step only: the run is still running
+        body = (await api.get(f"/runs/{run_id}")).json()
+        assert body["status"] == "running"
+        assert body["usage"]["model_calls"] == 1 and body["usage"]["prompt_tokens"] == 1000
+        assert body["cost"]["prompt_tokens"] == 1000 and body["cost"]["gemini_usd"] > 0
+        assert body["cost"]["requests"] == 2  # the API's ingest and the model step
+        (model_step,) = body["steps"]
+        assert model_step["cost"]["output_tokens"] == 200
+        assert "trace_id" in body
+
+        await loop.run_until_idle()
+        done = (await api.get(f"/runs/{run_id}")).json()
+        assert done["status"] == "completed" and done["usage"]["model_calls"] == 2
+        assert done["cost"]["prompt_tokens"] == 2000
+        assert done["cost"]["usd"] == pytest.approx(sum(
+            s["cost"]["usd"] for s in done["steps"]) + (await _ingest_usd(loop, run_id)))
+
+
+async def _ingest_usd(loop: InProcessLoop, run_id: str) -> float:
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.ingest_cost is not None
+    return run.ingest_cost.usd
+
+
+async def test_a_dead_lettered_run_counts_the_model_step_that_completed() -> None:
+    """The run's usage comes from its steps, not from the dead letter: its model step's call
+    and tokens are in it, in the answer message and in its cost."""
+    loop = loop_on(MemoryDocumentDB(), tool_then_answer())
+    await loop.submit(QueryMessage(request_id="dl-usage", text="go"))
+    (first,) = await deliver_all(loop, take(loop))
+    (tool,) = await deliver_all(loop, [first])
+    outcome = await dead_letter(loop, tool)  # the tool step never got a delivery through
+    assert outcome.body["run_failed"] is True
+
+    run = await loop.deps.store.get_run(run_id_for_request("dl-usage"))
+    assert run is not None and run.status is RunStatus.FAILED
+    assert run.usage.model_calls == 1 and run.usage.prompt_tokens == 1000
+    assert run.steps_total == 1
+    assert run.cost is not None and run.cost.prompt_tokens == 1000
+    steps = await loop.deps.store.list_steps(run.run_id)
+    assert_sum(run.cost, [run.ingest_cost, *(s.cost for s in steps)])
+    (answer,) = [m for m in take(loop) if m.topic == loop.deps.settings.answers_topic]
+    assert '"model_calls":1' in answer.data.decode()
+
+
+async def test_run_finished_is_logged_once_even_when_the_last_step_is_redelivered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = loop_on(MemoryDocumentDB(), tool_then_answer())
+    caplog.set_level(logging.INFO, logger="ackloop.engine.finish")
+    await loop.submit(QueryMessage(request_id="once", text="go"))
+    await loop.run_until_idle(duplicate_every=True)  # every message delivered twice
+    last: Published = loop.log[-1].message
+    await deliver(loop, last)  # and the last step once more
+
+    finished = [r for r in caplog.records if r.getMessage() == "run finished"]
+    assert len(finished) == 1
+    fields = finished[0].__dict__["fields"]
+    run = await loop.deps.store.get_run(run_id_for_request("once"))
+    assert run is not None and run.cost is not None
+    assert fields["run_id"] == run.run_id and fields["status"] == "completed"
+    assert fields["stop_reason"] == "answered" and fields["steps"] == 3
+    assert fields["agent"] == "default" and fields["conversation_id"] == run.conversation_id
+    assert fields["usage"]["prompt_tokens"] == 2000
+    assert fields["cost"]["usd"] == pytest.approx(run.cost.usd)
+    assert fields["elapsed_seconds"] >= 0
+
+
+async def test_concurrent_deliveries_count_their_own_document_operations() -> None:
+    counting = CountingDocumentDB(MemoryDocumentDB())
+    gate = asyncio.Event()
+
+    async def delivery(reads: int) -> int:
+        with delivery_counters() as mine:
+            for i in range(reads):
+                await counting.get_all([f"c/{reads}-{i}"])
+                if i == 0:
+                    await gate.wait()  # the other delivery reads in between
+            return mine.docs_read
+
+    first = asyncio.create_task(delivery(3))
+    second = asyncio.create_task(delivery(5))
+    await asyncio.sleep(0)
+    gate.set()
+    assert await asyncio.gather(first, second) == [3, 5]
+    assert counting.counters.docs_read == 8
+
+
+def test_prices_are_the_tables_and_an_unlisted_model_is_named_not_priced() -> None:
+    cost = price(Spend(model="gemini-2.5-flash-001", prompt_tokens=1_000_000,
+                       output_tokens=1_000_000, firestore_reads=100_000,
+                       firestore_writes=100_000, pubsub_bytes=2**40, request_seconds=10.0,
+                       vcpu=1.0, memory_gib=0.5))
+    assert cost.gemini_usd == pytest.approx(0.30 + 2.50)
+    assert cost.firestore_usd == pytest.approx(0.03 + 0.09)
+    assert cost.pubsub_usd == pytest.approx(40.0)
+    assert cost.cloud_run_usd == pytest.approx(0.40 / 1e6 + 10 * (0.000024 + 0.5 * 0.0000025))
+    unknown = price(Spend(model="my-tuned-model", prompt_tokens=10))
+    assert unknown.gemini_usd == 0 and unknown.unpriced_models == ["my-tuned-model"]
+
+
+def test_a_runs_roll_up_counts_a_step_without_cost_as_nothing() -> None:
+    steps = [StepRecord(key="0000-model", kind="model", name="m", turn=0,
+                        cost=Cost(usd=1.0, requests=1)),
+             StepRecord(key="0000-tool-000", kind="tool", name="t", turn=0)]
+    run = RunRecord(run_id="r", request_id="r", request_hash="h", conversation_id="r",
+                    agent="a", text="t", model="m", created_at=0.0,
+                    limits=RunLimits(max_steps=1, max_seconds=1, max_tool_calls=1),
+                    ingest_cost=Cost(usd=0.5, requests=1))
+    assert rolled_up(run, steps).usd == 1.5 and rolled_up(run, steps).requests == 2
