@@ -83,7 +83,8 @@ resource "google_firestore_index" "runs_by_conversation" {
   }
 }
 
-# `ackloop runs list` (store.recent_runs): runs where FIELD == X, newest first. With several
+# `ackloop runs list` and the API's GET /runs (store.recent_runs, the API's always by owner):
+# runs where FIELD == X, newest first (a page: created_at below the last one read). With several
 # filters Firestore merges these indexes, so one per filterable field is enough; with none, the
 # automatic single-field index on created_at serves it.
 # Key = the command's option, value = the field it filters on.
@@ -92,6 +93,7 @@ locals {
     status       = "status"
     agent        = "agent"
     conversation = "conversation_id"
+    owner        = "owner"
   }
 }
 

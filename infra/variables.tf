@@ -365,6 +365,7 @@ variable "api" {
     bearer_token_secret_id = optional(string, null)
     id_token_audience      = optional(string, null)
     id_token_emails        = optional(string, null)
+    operators              = optional(string, null)
     query_timeout_seconds  = optional(number, 50)
     max_body_bytes         = optional(number, 262144)
     stream_poll_seconds    = optional(number, 0.5)
@@ -376,7 +377,7 @@ variable "api" {
     keep_alive_seconds     = optional(number, 5)
     request_read_seconds   = optional(number, 30)
   })
-  description = "HTTP API service settings (ACKLOOP_API_*). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"cloud_run_iam\" (the token Cloud Run verified must name one of the comma-separated id_token_emails, and carry id_token_audience when set), \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file; callers send the IAM token in X-Serverless-Authorization) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails; the app verifies the signature, so callers send the IAM token in X-Serverless-Authorization). The scheduled sweeper passes every mode on POST /sweep (ACKLOOP_API_SWEEPER_EMAIL). Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api. Against hostile callers: stream_max_open event streams per instance (then 503), stream_send_timeout_s for a client that stops reading, stream_page_size step documents per stream read, max_connections per instance (uvicorn limit_concurrency), keep_alive_seconds, request_read_seconds to send a request (then 408)."
+  description = "HTTP API service settings (ACKLOOP_API_*). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"cloud_run_iam\" (the token Cloud Run verified must name one of the comma-separated id_token_emails, and carry id_token_audience when set), \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file; callers send the IAM token in X-Serverless-Authorization) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails; the app verifies the signature, so callers send the IAM token in X-Serverless-Authorization). The scheduled sweeper passes every mode on POST /sweep (ACKLOOP_API_SWEEPER_EMAIL). operators: comma-separated callers as the API names them (\"bearer\", \"google:<subject>\") who may list dead letters and poison and re-drive dead letters (GET /dead-letters, GET /poison, the inspector at /ui; ACKLOOP_API_OPERATORS); unset, no caller may unless auth is \"none\". Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api. Against hostile callers: stream_max_open event streams per instance (then 503), stream_send_timeout_s for a client that stops reading, stream_page_size step documents per stream read, max_connections per instance (uvicorn limit_concurrency), keep_alive_seconds, request_read_seconds to send a request (then 408)."
   default     = {}
 
   validation {

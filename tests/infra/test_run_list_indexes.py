@@ -24,9 +24,9 @@ class QueryLog(MemoryDocumentDB):
         self.queries: list[tuple[str, tuple[str, ...], str]] = []
 
     async def list_newest(self, collection: str, equal: Mapping[str, Any], order_by: str,
-                          limit: int = 100) -> Any:
+                          limit: int = 100, below: Any = None) -> Any:
         self.queries.append((collection, tuple(equal), order_by))
-        return await super().list_newest(collection, equal, order_by, limit)
+        return await super().list_newest(collection, equal, order_by, limit, below)
 
 
 def _queries() -> list[tuple[str, tuple[str, ...], str]]:
@@ -39,6 +39,7 @@ def _queries() -> list[tuple[str, tuple[str, ...], str]]:
         await store.recent_runs(agent="default")
         await store.recent_runs(conversation_id="c")
         await store.recent_runs(status=RunStatus.FAILED, agent="default", conversation_id="c")
+        await store.recent_runs(owner="bearer", status=RunStatus.RUNNING, before=12.5)
 
     asyncio.run(every_filter())
     return db.queries
@@ -48,7 +49,7 @@ def test_every_runs_list_filter_has_an_index_newest_first(terraform: TerraformCo
     declared = _declared_indexes(terraform)
     queries = _queries()
     fields = {name for _, equal, _ in queries for name in equal}
-    assert fields == {"status", "agent", "conversation_id"}
+    assert fields == {"status", "agent", "conversation_id", "owner"}
     for collection, equal, order_by in queries:
         assert collection == f"{PREFIX}runs"
         for name in equal:  # several filters: Firestore merges the indexes of each

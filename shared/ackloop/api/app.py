@@ -5,7 +5,8 @@ request id (the ``Idempotency-Key`` header, or ``request_id`` in the body) and i
 is published; the step functions do the rest. Reads come from the run's Firestore documents.
 
 Routes: the runs API (:mod:`ackloop.api.runs`), the Agent Runtime contract
-(:mod:`ackloop.api.agent_runtime`), ``/healthz``, and the OpenAPI document at
+(:mod:`ackloop.api.agent_runtime`), what the run inspector reads (:mod:`ackloop.api.inspector`)
+and its page at ``/ui`` (:mod:`ackloop.api.ui`), ``/healthz``, and the OpenAPI document at
 ``/openapi.json`` (generated from these routes and models, so it cannot drift).
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import Depends, FastAPI, Request
 
-from ackloop.api import agent_runtime, errors, runs
+from ackloop.api import agent_runtime, errors, inspector, runs, ui
 from ackloop.api.auth import ApiAuth
 from ackloop.api.events import StreamSlots
 from ackloop.api.limits import BodyLimit, ReadDeadline
@@ -61,6 +62,8 @@ def create_app(
     app.add_middleware(ReadDeadline, seconds=settings.api_request_read_seconds)
     app.include_router(runs.router, dependencies=guarded)
     app.include_router(agent_runtime.router, dependencies=guarded)
+    app.include_router(inspector.router, dependencies=guarded)
+    app.include_router(ui.router)  # the page holds no data: it asks for the token
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -105,10 +105,12 @@ class DocumentDB(Protocol):
         ...
 
     async def list_newest(
-        self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100
+        self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100,
+        below: Any = None,
     ) -> list[Snapshot]:
         """Documents of ``collection`` whose fields equal every item of ``equal`` (none: all of
-        them), the highest ``order_by`` first."""
+        them), the highest ``order_by`` first; only those whose ``order_by`` is under ``below``
+        when it is given (the next page after a document with that value)."""
         ...
 
     async def list_all(self, collection: str, limit: int = 1000) -> list[Snapshot]:

@@ -137,11 +137,14 @@ class FirestoreDocumentDB:
 
     @_translated
     async def list_newest(
-        self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100
+        self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100,
+        below: Any = None,
     ) -> list[Snapshot]:
         query: Any = self._client.collection(collection)
         for name, value in equal.items():
             query = query.where(filter=FieldFilter(name, "==", value))
+        if below is not None:
+            query = query.where(filter=FieldFilter(order_by, "<", below))
         query = query.order_by(order_by, direction=firestore.Query.DESCENDING).limit(limit)
         return [_snap(s) async for s in query.stream()]
 

@@ -114,12 +114,14 @@ class MemoryDocumentDB:
         return sorted(hits, key=lambda s: (order_by in s.data, s.data.get(order_by)))[:limit]
 
     async def list_newest(
-        self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100
+        self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100,
+        below: Any = None,
     ) -> list[Snapshot]:
         hits = [s for s in self._children(collection)
                 if all(name in s.data and s.data[name] == value for name, value in equal.items())]
         # Firestore leaves out a document without the ordered field; the highest value first.
-        hits = [s for s in hits if order_by in s.data]
+        hits = [s for s in hits if order_by in s.data
+                and (below is None or s.data[order_by] < below)]
         return sorted(hits, key=lambda s: s.data[order_by], reverse=True)[:limit]
 
     async def list_all(self, collection: str, limit: int = 1000) -> list[Snapshot]:

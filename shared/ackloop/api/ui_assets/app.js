@@ -1,0 +1,474 @@
+// The run inspector: three views over the HTTP API, chosen by the URL's hash.
+//   #/               the caller's runs, filterable, refreshed every few seconds
+//   #/runs/<run_id>  one run: status, answer, cost, timeline of its steps, transcript
+//   #/dead-letters   dead letters (with redrive) and poison, for operators
+// Everything is read with fetch so the bearer token (kept in sessionStorage) goes with it;
+// data is put in the page as text, never as HTML.
+
+const LIST_REFRESH_MS = 3000;
+const RUN_REFRESH_MS = 1000;
+const LETTERS_REFRESH_MS = 5000;
+const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+
+const main = document.getElementById("main");
+const notice = document.getElementById("notice");
+const tokenInput = document.getElementById("token");
+
+// What the current view started (timers, a stream); stopped when the view changes.
+let stopView = () => {};
+
+// -- helpers ---------------------------------------------------------------------------------
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
+    else if (name === "dataset") Object.assign(el.dataset, value);
+    else el.setAttribute(name, value === true ? "" : String(value));
+  }
+  el.append(...children.flat().filter((c) => c !== null && c !== undefined)
+    .map((c) => (c instanceof Node ? c : document.createTextNode(String(c)))));
+  return el;
+}
+
+function say(message) {
+  notice.textContent = message;
+  notice.hidden = !message;
+}
+
+class ApiFailure extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+function headers(extra = {}) {
+  const token = sessionStorage.getItem("ackloop-token");
+  return token ? { ...extra, Authorization: `Bearer ${token}` } : extra;
+}
+
+async function api(path, options = {}) {
+  const response = await fetch(path, { ...options, headers: headers(options.headers) });
+  if (response.status === 401) {
+    throw new ApiFailure(401, "The API needs a token: enter it in the API token field above.");
+  }
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    throw new ApiFailure(response.status, body.error || `${response.status} from ${path}`);
+  }
+  return body;
+}
+
+// Runs a view's refresh; says what went wrong instead of throwing.
+async function attempt(work) {
+  try {
+    await work();
+    if (notice.dataset.source === "refresh") say("");
+  } catch (error) {
+    if (error.name === "AbortError") return;
+    notice.dataset.source = "refresh";
+    say(error.message);
+  }
+}
+
+function every(ms, work) {
+  let timer = null;
+  let stopped = false;
+  const tick = async () => {
+    await attempt(work);
+    if (!stopped) timer = setTimeout(tick, ms);
+  };
+  tick();
+  return () => { stopped = true; clearTimeout(timer); };
+}
+
+const when = (seconds) => (seconds ? new Date(seconds * 1000).toLocaleString() : "");
+const secs = (s) => (s === null || s === undefined ? "" : `${Number(s).toFixed(s < 10 ? 2 : 1)} s`);
+const dollars = (usd) => (typeof usd === "number" ? `$${usd.toFixed(usd < 0.01 ? 6 : 4)}` : "—");
+const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+function statusBadge(status) {
+  return h("span", { class: `badge ${status}` }, status);
+}
+
+// -- run list --------------------------------------------------------------------------------
+
+const filters = { status: "", agent: "", conversation_id: "" };
+
+function runListView() {
+  const body = h("tbody");
+  const refresh = async () => {
+    const query = new URLSearchParams({ limit: "50" });
+    for (const [name, value] of Object.entries(filters)) if (value) query.set(name, value);
+    const { runs } = await api(`/runs?${query}`);
+    body.replaceChildren(...runs.map(runRow));
+    if (!runs.length) {
+      body.append(h("tr", {}, h("td", { colspan: 5, class: "empty" }, "No runs match.")));
+    }
+  };
+  const status = h("select", { id: "filter-status" },
+    ["", "queued", "running", "completed", "failed", "cancelled"].map((value) =>
+      h("option", { value, selected: filters.status === value }, value || "any")));
+  const agent = h("input", { id: "filter-agent", value: filters.agent, autocomplete: "off" });
+  const conversation = h("input", { id: "filter-conversation", value: filters.conversation_id,
+    autocomplete: "off" });
+  let typing = null;
+  const changed = () => {
+    filters.status = status.value;
+    filters.agent = agent.value.trim();
+    filters.conversation_id = conversation.value.trim();
+    clearTimeout(typing);
+    typing = setTimeout(() => attempt(refresh), 250);
+  };
+  for (const input of [status, agent, conversation]) {
+    input.addEventListener("change", changed);
+    input.addEventListener("input", changed);
+  }
+  main.replaceChildren(
+    h("h1", {}, "Runs"),
+    h("form", { id: "filters", class: "filters", onsubmit: (e) => e.preventDefault() },
+      h("label", { for: "filter-status" }, "Status"), status,
+      h("label", { for: "filter-agent" }, "Agent"), agent,
+      h("label", { for: "filter-conversation" }, "Conversation"), conversation),
+    h("div", { class: "scroll" },
+      h("table", { id: "run-list" },
+        h("caption", { class: "visually-hidden" }, "Your runs, newest first"),
+        h("thead", {}, h("tr", {}, ["Status", "Agent", "Question", "Created", "Cost"]
+          .map((name) => h("th", { scope: "col" }, name)))),
+        body)));
+  const stop = every(LIST_REFRESH_MS, refresh);
+  return () => { stop(); clearTimeout(typing); };
+}
+
+function runRow(run) {
+  const href = `#/runs/${encodeURIComponent(run.run_id)}`;
+  return h("tr", { dataset: { runId: run.run_id }, onclick: (event) => {
+    if (!event.target.closest("a")) location.hash = href;
+  } },
+  h("td", { class: "status" }, statusBadge(run.status)),
+  h("td", { class: "agent" }, run.agent),
+  h("td", { class: "text" }, h("a", { class: "run-link", href }, run.text)),
+  h("td", { class: "created" }, when(run.created_at)),
+  h("td", { class: "cost" }, dollars(run.cost?.usd)));
+}
+
+// -- one run ---------------------------------------------------------------------------------
+
+function runView(runId) {
+  const section = h("section", { id: "run", "aria-labelledby": "run-title" });
+  const controller = new AbortController();
+  let timer = null;
+  let stopped = false;
+  let traceShown = false;
+  let transcriptKey = "";
+  main.replaceChildren(h("p", {}, h("a", { href: "#/" }, "← All runs")), section);
+
+  const parts = {
+    status: h("p", { id: "run-status" }),
+    error: h("p", { id: "run-error", class: "error", hidden: true }),
+    cancel: h("button", { id: "cancel", type: "button", disabled: true }, "Cancel run"),
+    facts: h("dl", { class: "facts" }),
+    answer: h("div", { id: "answer" }),
+    cost: h("div", { id: "cost" }),
+    timeline: h("div", { id: "timeline", role: "list", "aria-label": "Steps on a time axis" }),
+    transcript: h("ol", { id: "transcript" }),
+    trace: h("div", { id: "trace", hidden: true }),
+  };
+  parts.cancel.addEventListener("click", async () => {
+    parts.cancel.disabled = true;
+    await attempt(() => api(`/runs/${encodeURIComponent(runId)}/cancel`, { method: "POST" }));
+    await attempt(refresh);
+  });
+  section.append(
+    h("h1", { id: "run-title" }, "Run ", h("code", {}, runId)),
+    h("div", { class: "run-head" }, parts.status, parts.cancel), parts.error, parts.facts,
+    h("h2", {}, "Answer"), parts.answer,
+    h("h2", {}, "Cost"), parts.cost,
+    h("h2", {}, "Timeline"), parts.timeline,
+    h("h2", {}, "Transcript"), parts.transcript,
+    parts.trace);
+
+  async function refresh() {
+    const run = await api(`/runs/${encodeURIComponent(runId)}`, { signal: controller.signal });
+    renderRun(run, parts);
+    const key = `${run.status}:${run.steps.filter((s) => s.status === "completed").length}`;
+    if (key !== transcriptKey) {
+      transcriptKey = key;
+      const transcript = await api(`/runs/${encodeURIComponent(runId)}/transcript`,
+        { signal: controller.signal });
+      renderTranscript(transcript, run, parts.transcript);
+    }
+    if (TERMINAL.has(run.status) && !traceShown) {
+      traceShown = true;
+      await showTrace(runId, parts.trace, controller.signal);
+    }
+    return run;
+  }
+
+  // Re-read the run every second while it is live, and at once when its stream says a step
+  // completed or the run finished.
+  let following = false;
+  async function loop() {
+    let run = null;
+    await attempt(async () => { run = await refresh(); });
+    if (stopped || (run && TERMINAL.has(run.status))) return;
+    if (run && !following) {
+      following = true;
+      follow(runId, controller.signal, () => attempt(refresh));
+    }
+    timer = setTimeout(loop, RUN_REFRESH_MS);
+  }
+  loop();
+  return () => { stopped = true; clearTimeout(timer); controller.abort(); };
+}
+
+// The run's event stream (ndjson, read with fetch so the token is sent): calls onEvent for each.
+async function follow(runId, signal, onEvent) {
+  try {
+    const response = await fetch(`/runs/${encodeURIComponent(runId)}/events`,
+      { headers: headers(), signal });
+    if (!response.ok || !response.body) return;
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffered = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffered += value;
+      let end;
+      while ((end = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, end).trim();
+        buffered = buffered.slice(end + 1);
+        if (line) onEvent(JSON.parse(line));
+      }
+    }
+  } catch (error) {
+    if (error.name !== "AbortError") console.warn("event stream ended", error);
+  }
+}
+
+function renderRun(run, parts) {
+  const section = document.getElementById("run");
+  section.dataset.status = run.status;
+  const stop = run.budget_stop ? `stopped by ${run.budget_stop}` : run.stop_reason;
+  parts.status.replaceChildren(statusBadge(run.status), " ",
+    stop ? `${run.status} · ${stop}` : run.status,
+    run.cancel_requested && !TERMINAL.has(run.status) ? " · cancel requested" : "");
+  parts.error.hidden = !run.error;
+  parts.error.textContent = run.error ? `Failed: ${run.error}` : "";
+  parts.cancel.disabled = TERMINAL.has(run.status) || run.cancel_requested;
+  const fact = (name, value) => [h("dt", {}, name), h("dd", {}, value)];
+  parts.facts.replaceChildren(
+    ...fact("Question", run.text),
+    ...fact("Agent", `${run.agent} (${run.model})`),
+    ...fact("Conversation", h("a", { href: "#/", onclick: () => {
+      filters.conversation_id = run.conversation_id;
+    } }, run.conversation_id)),
+    ...fact("Created", when(run.created_at)),
+    ...fact("Finished", run.finished_at ? `${when(run.finished_at)} (after ${
+      secs(run.finished_at - run.created_at)})` : "not yet"),
+    ...fact("Trace id", h("code", { id: "trace-id" }, run.trace_id || "—")));
+  parts.answer.textContent = run.answer ?? (run.output ? JSON.stringify(run.output, null, 2)
+    : TERMINAL.has(run.status) ? "No answer." : "Not answered yet.");
+  renderCost(run, parts.cost);
+  renderTimeline(run, parts.timeline);
+}
+
+function renderCost(run, box) {
+  const cost = run.cost;
+  const usage = run.usage || {};
+  const rows = cost ? [
+    ["Total", dollars(cost.usd)],
+    ["Gemini", `${dollars(cost.gemini_usd)} · ${cost.prompt_tokens} prompt + ${
+      cost.output_tokens} output tokens`],
+    ["Firestore", `${dollars(cost.firestore_usd)} · ${cost.firestore_reads} reads, ${
+      cost.firestore_writes} writes`],
+    ["Pub/Sub", `${dollars(cost.pubsub_usd)} · ${cost.pubsub_bytes} bytes`],
+    ["Cloud Run", `${dollars(cost.cloud_run_usd)} · ${secs(cost.request_seconds)} of requests`],
+    ["Prices of", cost.price_table],
+  ] : [
+    ["Tokens", `${usage.prompt_tokens ?? 0} prompt + ${usage.output_tokens ?? 0} output`],
+    ["Calls", `${plural(usage.model_calls ?? 0, "model call")}, ${
+      plural(usage.tool_calls ?? 0, "tool call")}`],
+  ];
+  box.replaceChildren(h("table", { class: "cost" }, h("tbody", {},
+    rows.map(([name, value]) => h("tr", {}, h("th", { scope: "row" }, name),
+      h("td", {}, value))))));
+}
+
+// One bar per step, placed by its times relative to the run's creation; retries, takeovers and
+// waits inside the request are marked on the bar and named in its label.
+function renderTimeline(run, box) {
+  const now = Date.now() / 1000;
+  const start = run.created_at;
+  const ends = run.steps.map((s) => s.completed_at ?? now);
+  const end = Math.max(run.finished_at ?? (TERMINAL.has(run.status) ? start : now), ...ends,
+    start + 0.001);
+  const span = end - start;
+  const at = (t) => `${Math.max(0, Math.min(100, ((t - start) / span) * 100))}%`;
+  const axis = h("div", { class: "axis", "aria-hidden": "true" },
+    [0, 0.25, 0.5, 0.75, 1].map((f) => {
+      const tick = h("span", { class: "tick" }, secs(f * span));
+      tick.style.left = `${f * 100}%`;
+      return tick;
+    }));
+  const rows = run.steps.map((step) => {
+    const finish = step.completed_at ?? now;
+    const notes = [];
+    const retries = step.result?.model_retries ?? 0;
+    if (step.attempts > 1) notes.push(`${step.attempts} attempts (taken over or retried)`);
+    if (retries) notes.push(`waited out ${plural(retries, "model retry")}`);
+    if (step.last_error) notes.push(`last error: ${step.last_error}`);
+    const label = `${step.key} ${step.name}: ${step.status}, ${secs(finish - step.created_at)}` +
+      (notes.length ? `; ${notes.join("; ")}` : "");
+    const bar = h("div", {
+      class: `bar ${step.kind} ${step.status}${step.attempts > 1 ? " retried" : ""}`,
+      role: "img", "aria-label": label, title: label,
+      dataset: { step: step.key, attempts: step.attempts, status: step.status },
+    });
+    bar.style.left = at(step.created_at);
+    bar.style.width = `max(4px, calc(${at(finish)} - ${at(step.created_at)}))`;
+    if (step.attempts > 1) {
+      const mark = h("span", { class: "retry", title: `attempt ${step.attempts} started here` },
+        `×${step.attempts}`);
+      bar.append(mark);
+    }
+    if (retries) bar.append(h("span", { class: "wait" }, `⏳${retries}`));
+    return h("div", { class: "lane", role: "listitem" },
+      h("span", { class: "step-name" }, `${step.key} `, h("small", {}, step.name)),
+      h("div", { class: "track" }, bar));
+  });
+  box.replaceChildren(axis, ...rows);
+  if (!rows.length) box.append(h("p", { class: "empty" }, "No step has started yet."));
+}
+
+function renderTranscript(transcript, run, list) {
+  const items = [];
+  for (const content of transcript.contents) {
+    for (const part of content.parts) {
+      const call = part.function_call || part.functionCall;
+      const response = part.function_response || part.functionResponse;
+      if (call) {
+        items.push(h("li", { class: "call" }, h("span", { class: "who" }, "model calls"),
+          h("code", {}, call.name), h("pre", {}, JSON.stringify(call.args ?? {}, null, 2))));
+      } else if (response) {
+        const failed = response.response && "error" in response.response;
+        items.push(h("li", { class: failed ? "response error" : "response" },
+          h("span", { class: "who" }, failed ? "tool failed" : "tool answered"),
+          h("code", {}, response.name), h("pre", {}, JSON.stringify(response.response, null, 2))));
+      } else if (typeof part.text === "string") {
+        const who = part.thought ? "model thought" : content.role === "model" ? "model" : "user";
+        items.push(h("li", { class: part.thought ? "thought" : content.role },
+          h("span", { class: "who" }, who), h("p", {}, part.text)));
+      }
+    }
+  }
+  if (run.error) {
+    items.push(h("li", { class: "error" }, h("span", { class: "who" }, "run failed"),
+      h("p", {}, run.error)));
+  }
+  if (!items.length) items.push(h("li", { class: "empty" }, "Nothing in the transcript yet."));
+  list.replaceChildren(...items);
+}
+
+// The span list, when the API offers a trace of the run.
+async function showTrace(runId, box, signal) {
+  const response = await fetch(`/runs/${encodeURIComponent(runId)}/trace`,
+    { headers: headers(), signal });
+  if (!response.ok) return;
+  const body = await response.json();
+  const spans = body.spans || [];
+  if (!spans.length) return;
+  box.hidden = false;
+  box.replaceChildren(h("h2", {}, "Trace"), h("ul", {}, spans.map((span) =>
+    h("li", {}, h("code", {}, span.name),
+      span.duration_ms !== undefined ? ` ${span.duration_ms} ms` : "",
+      span.span_id ? h("small", {}, ` ${span.span_id}`) : ""))));
+}
+
+// -- dead letters and poison -----------------------------------------------------------------
+
+function deadLettersView() {
+  const letters = h("tbody");
+  const poison = h("tbody");
+  const outcomes = new Map();  // message id -> what its redrive answered, until reloaded
+  const refresh = async () => {
+    const [dead, rejected] = await Promise.all([api("/dead-letters"), api("/poison")]);
+    letters.replaceChildren(...dead.dead_letters.map((letter) => letterRow(letter, outcomes,
+      refresh)));
+    if (!dead.dead_letters.length) {
+      letters.append(h("tr", {}, h("td", { colspan: 6, class: "empty" }, "No dead letters.")));
+    }
+    poison.replaceChildren(...rejected.poison.map((p) => h("tr", { dataset: {
+      messageId: p.message_id } },
+    h("td", {}, when(p.received_at)), h("td", {}, p.kind || ""), h("td", {}, p.reason || ""),
+    h("td", {}, p.error || ""), h("td", {}, h("code", { class: "preview" }, p.data_preview)))));
+    if (!rejected.poison.length) {
+      poison.append(h("tr", {}, h("td", { colspan: 5, class: "empty" }, "No poison.")));
+    }
+  };
+  const head = (names) => h("thead", {}, h("tr", {}, names.map((n) => h("th", { scope: "col" }, n))));
+  main.replaceChildren(
+    h("h1", {}, "Dead letters"),
+    h("p", { class: "hint" }, "Messages that used up their delivery attempts. Re-drive one " +
+      "once its cause is fixed: its run is reopened and the message published again."),
+    h("div", { class: "scroll" }, h("table", { id: "dead-letters" },
+      head(["Received", "Run", "Step", "Cause", "Outcome", ""]), letters)),
+    h("h2", {}, "Poison"),
+    h("p", { class: "hint" }, "Messages acknowledged without effect, with the reason."),
+    h("div", { class: "scroll" }, h("table", { id: "poison" },
+      head(["Received", "Kind", "Reason", "Error", "Data"]), poison)));
+  return every(LETTERS_REFRESH_MS, refresh);
+}
+
+function letterRow(letter, outcomes, refresh) {
+  const outcome = letter.redrive_outcome || outcomes.get(letter.message_id) || "";
+  const button = h("button", { type: "button", class: "redrive",
+    disabled: Boolean(letter.redriven_at) || !letter.origin,
+    title: letter.origin ? null : "not one of a run's messages: it cannot be re-driven" },
+  "Re-drive");
+  const outcomeCell = h("td", { class: "outcome" }, outcome);
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    outcomeCell.textContent = "re-driving…";
+    await attempt(async () => {
+      const result = await api(`/dead-letters/${encodeURIComponent(letter.message_id)}/redrive`,
+        { method: "POST" });
+      outcomes.set(letter.message_id, result.outcome);
+      outcomeCell.textContent = result.outcome;
+    });
+    await attempt(refresh);
+  });
+  const run = letter.run_id
+    ? h("a", { href: `#/runs/${encodeURIComponent(letter.run_id)}` }, letter.run_id) : "";
+  return h("tr", { dataset: { messageId: letter.message_id } },
+    h("td", {}, when(letter.received_at)), h("td", {}, run), h("td", {}, letter.step || ""),
+    h("td", { class: "cause" }, letter.cause), outcomeCell, h("td", {}, button));
+}
+
+// -- routing ---------------------------------------------------------------------------------
+
+function route() {
+  stopView();
+  say("");
+  const hash = location.hash || "#/";
+  const run = hash.match(/^#\/runs\/(.+)$/);
+  if (run) stopView = runView(decodeURIComponent(run[1]));
+  else if (hash === "#/dead-letters") stopView = deadLettersView();
+  else stopView = runListView();
+  for (const link of document.querySelectorAll("nav a")) {
+    if (link.getAttribute("href") === hash) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+}
+
+tokenInput.value = sessionStorage.getItem("ackloop-token") || "";
+tokenInput.addEventListener("change", () => {
+  const token = tokenInput.value.trim();
+  if (token) sessionStorage.setItem("ackloop-token", token);
+  else sessionStorage.removeItem("ackloop-token");
+  route();
+});
+window.addEventListener("hashchange", route);
+route();
