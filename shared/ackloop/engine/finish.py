@@ -180,6 +180,7 @@ async def commit(
                 decision = redecide(fresh)
             continue
         _committed(run, decision)
+        metrics.step_cost(kind, cost.usd)
         if end is not None:
             log_finished(run, end, now)
         deps.faults.hit(f"{kind}:after_commit")
