@@ -56,6 +56,15 @@ resource "google_pubsub_topic_iam_member" "service_publishes" {
   member  = google_service_account.service[each.value.service].member
 }
 
+# Every service sends its spans to Cloud Trace (ACKLOOP_TRACE_EXPORT).
+resource "google_project_iam_member" "service_writes_traces" {
+  for_each = local.services
+
+  project = var.project_id
+  role    = "roles/cloudtrace.agent"
+  member  = google_service_account.service[each.key].member
+}
+
 # Vertex AI backend: only model_step calls Gemini.
 resource "google_project_iam_member" "model_step_vertex_user" {
   count = var.gemini_backend == "vertex" ? 1 : 0

@@ -253,6 +253,17 @@ variable "retention_days" {
   }
 }
 
+variable "trace_export" {
+  type        = string
+  description = "ACKLOOP_TRACE_EXPORT: where the services send their spans (one trace per run across every service): \"auto\" (Cloud Trace on Cloud Run), \"cloud_trace\" or \"none\"."
+  default     = "auto"
+
+  validation {
+    condition     = contains(["auto", "cloud_trace", "none"], var.trace_export)
+    error_message = "trace_export must be auto, cloud_trace or none (trace files are for the local stack)."
+  }
+}
+
 variable "log_level" {
   type        = string
   description = "ACKLOOP_LOG_LEVEL: Python log level of every service."

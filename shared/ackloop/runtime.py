@@ -52,11 +52,26 @@ def build_agents(settings: Settings, http: httpx.AsyncClient) -> AgentRegistry:
 def configure_logging(settings: Settings) -> None:
     from ackloop.logs import configure
 
-    configure(settings.log_level)
+    configure(settings.log_level, settings.project_id)
+
+
+def configure_tracing(settings: Settings) -> None:
+    from ackloop.telemetry import tracing
+
+    tracing.configure(settings.trace_export, settings.trace_dir, settings.project_id)
+
+
+def configure_metrics(settings: Settings) -> None:
+    """Metrics as ``ACKLOOP_METRICS_EXPORT`` and ``ACKLOOP_METRICS_DIR`` ask (telemetry.metrics)."""
+    from ackloop.telemetry import metrics, tracing
+
+    metrics.configure(settings.project_id, tracing.service_name())
 
 
 async def build_deps(settings: Settings) -> Deps:
     configure_logging(settings)
+    configure_tracing(settings)
+    configure_metrics(settings)
     db = CountingDocumentDB(
         FirestoreDocumentDB.connect(settings.project_id, settings.firestore_database)
     )

@@ -25,6 +25,7 @@ from ackloop.engine.ledger import scheduled_model_message
 from ackloop.engine.outbox import send
 from ackloop.keys import StepKey
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StepStatus, StopReason
+from ackloop.telemetry import tracing
 from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,8 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
         ended = await end_run_now(deps, run.run_id, run_end(
             StopReason.FAILED, Usage(), error=f"swept: {cause}"), only_active=True)
         return Swept(run.run_id, "failed" if ended else "progressing", cause)
-    await send(deps, run.run_id, needed)
+    with tracing.run_context(run.run_id, run.trace_id):  # the re-sent steps join the run's trace
+        await send(deps, run.run_id, needed)
     targets = ", ".join(str(o.target_step) for o in needed)
     return Swept(run.run_id, "resumed", f"re-sent {targets}")
 

@@ -316,6 +316,10 @@ class LocalStack:
             "ACKLOOP_LOG_LEVEL": "INFO",
             # The benchmark's agents: served locally, never deployed (the default is off).
             "ACKLOOP_BENCH_AGENTS": "true",
+            # Each process appends its metrics there; `ackloop metrics` sums them.
+            "ACKLOOP_METRICS_DIR": str(Path(state.directory) / "metrics"),
+            # Each process appends its spans there; `ackloop runs trace` and /ui read them.
+            "ACKLOOP_TRACE_DIR": str(Path(state.directory) / "traces"),
         }
         if state.sandbox_url:
             env |= {

@@ -16,11 +16,12 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import Depends, FastAPI, Request
 
-from ackloop.api import agent_runtime, errors, inspector, runs, ui
+from ackloop.api import agent_runtime, errors, inspector, runs, trace, ui
 from ackloop.api.auth import ApiAuth
 from ackloop.api.events import StreamSlots
 from ackloop.api.limits import BodyLimit, ReadDeadline
 from ackloop.api.tokens import IdTokenVerifier
+from ackloop.api.trace_context import TraceHeaders
 from ackloop.engine.deps import Deps
 from ackloop.runtime import process_deps
 from ackloop.settings import Settings
@@ -60,7 +61,9 @@ def create_app(
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(ReadDeadline, seconds=settings.api_request_read_seconds)
+    app.add_middleware(TraceHeaders)
     app.include_router(runs.router, dependencies=guarded)
+    app.include_router(trace.router, dependencies=guarded)
     app.include_router(agent_runtime.router, dependencies=guarded)
     app.include_router(inspector.router, dependencies=guarded)
     app.include_router(ui.router)  # the page holds no data: it asks for the token

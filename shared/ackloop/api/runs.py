@@ -18,7 +18,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ackloop.api import events
+from ackloop.api import events, trace_context
 from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError
 from ackloop.api.models import (
@@ -38,8 +38,10 @@ from ackloop.engine import finish
 from ackloop.engine.deps import Deps
 from ackloop.engine.ingest import start_run
 from ackloop.errors import IdempotencyMismatch, PermanentError
+from ackloop.keys import run_id_for_request
 from ackloop.records import ANONYMOUS, RunRecord
 from ackloop.sweep import sweep
+from ackloop.telemetry import tracing
 from ackloop.wire import ID_PATTERN, QueryMessage
 
 RunId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=128,
@@ -90,7 +92,11 @@ async def start(deps: Deps, body: CreateRun, idempotency_key: str | None, caller
     try:
         # The run is durable once committed: if its first publish fails, it is still accepted
         # (202) and the sweeper sends that message, rather than a 503 inviting a second run.
-        return await start_run(deps, query, publish_failure_ok=True, owner=caller)
+        with tracing.delivery_span("query", trace_context.incoming(),
+                                   run_id_for_request(request_id, caller)):
+            run, created = await start_run(deps, query, publish_failure_ok=True, owner=caller)
+        trace_context.answer_for(run)
+        return run, created
     except IdempotencyMismatch as exc:
         raise ApiError(409, "idempotency_mismatch", str(exc)) from exc
     except PermanentError as exc:
@@ -114,6 +120,7 @@ async def existing_run(deps: Deps, run_id: str, caller: str) -> RunRecord:
     run = await deps.store.get_run(run_id)
     if run is None or run.owner != caller:
         raise ApiError(404, "not_found", f"no run {run_id}")
+    trace_context.answer_for(run)
     return run
 
 

@@ -35,6 +35,8 @@ from ackloop.errors import (
 from ackloop.keys import StepKey
 from ackloop.records import RunRecord, RunStatus, StepRecord
 from ackloop.store import AgentStore, Claim
+from ackloop.telemetry import metrics, tracing
+from ackloop.telemetry.context import update_log_context
 from ackloop.tools.base import Toolbox, prepare_toolbox
 
 log = logging.getLogger(__name__)
@@ -125,14 +127,22 @@ async def claim_in_run(
         if done is None:
             log.info("run %s is %s: step %s is not claimed", run_id, status, key)
             return None
+        tracing.claimed(done.key, done.step.attempts, done.state, 0.0)
         return run_snapshot, done
     try:
-        return run_snapshot, await deps.store.claim_step(
+        claim = await deps.store.claim_step(
             run_id, key, name, owner=deps.owner, now=deps.clock.now(),
             lease_seconds=deps.settings.lease_seconds, message_id=message_id)
+        tracing.claimed(claim.key, claim.step.attempts, claim.state, 0.0)
+        _observe(run_snapshot, claim)
+        return run_snapshot, claim
     except StepBusy:
+        waited_from = deps.clock.now()
         claim = await claim_waiting(deps, run_id, key, name, message_id=message_id,
                                     wait_until=wait_until)
+        tracing.claimed(claim.key, claim.step.attempts, claim.state,
+                        deps.clock.now() - waited_from)
+        _observe(run_snapshot, claim)
     try:
         fresh = await deps.store.get_run_snapshot(run_id)
     except Exception as exc:
@@ -142,6 +152,15 @@ async def claim_in_run(
     if fresh is None:
         raise UnknownRun(run_id)
     return fresh, claim
+
+
+def _observe(run_snapshot: Snapshot, claim: Claim) -> None:
+    """Label the delivery's log lines with the claim's attempt and the run's agent and
+    conversation, and count the claims beyond a step's first and the takeovers."""
+    update_log_context(attempt=claim.step.attempts, agent=run_snapshot.data.get("agent"),
+                       conversation_id=run_snapshot.data.get("conversation_id"))
+    if claim.state != "completed":
+        metrics.step_claimed(claim.step.kind, claim.step.attempts, claim.state == "taken_over")
 
 
 class Heartbeat:

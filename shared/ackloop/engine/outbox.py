@@ -14,8 +14,11 @@ import json
 import logging
 from collections.abc import Sequence
 
+from opentelemetry.trace import SpanKind
+
 from ackloop.engine.deps import Deps
 from ackloop.records import Outgoing
+from ackloop.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -24,18 +27,31 @@ def encode(data: object) -> bytes:
     return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
 
+def stamped(outbox: Sequence[Outgoing]) -> list[Outgoing]:
+    """The entries, each with the trace context it will be sent with (the current span's):
+    committed with them, it stays the parent of a re-send."""
+    traceparent = tracing.current_carrier().get("traceparent")
+    return [o if o.traceparent or not traceparent
+            else o.model_copy(update={"traceparent": traceparent}) for o in outbox]
+
+
 async def send(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> None:
-    await asyncio.gather(
-        *(
-            deps.publisher.publish(
-                deps.topic(o.topic),
-                encode(o.data),
-                {"run_id": o.target_run or run_id,
-                 **({"step": o.target_step} if o.target_step else {})},
-            )
-            for o in outbox
-        )
-    )
+    """Publish the entries, each with its trace context (the one it was committed with, else
+    the current span's) among its attributes, under a span of its own."""
+    current = tracing.current_carrier()
+    await asyncio.gather(*(_publish(deps, run_id, o, current) for o in outbox))
+
+
+async def _publish(deps: Deps, run_id: str, o: Outgoing, current: dict[str, str]) -> None:
+    topic = deps.topic(o.topic)
+    attributes = {"run_id": o.target_run or run_id,
+                  **({"step": o.target_step} if o.target_step else {}),
+                  **({"traceparent": o.traceparent} if o.traceparent else current)}
+    with tracing.span("pubsub.publish", {"messaging.system": "gcp_pubsub",
+                                         "messaging.destination.name": topic,
+                                         "ackloop.target_step": o.target_step or ""},
+                      kind=SpanKind.PRODUCER):
+        await deps.publisher.publish(topic, encode(o.data), attributes)
 
 
 async def resend(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> int:

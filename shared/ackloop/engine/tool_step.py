@@ -32,6 +32,7 @@ from ackloop.engine.ledger import committed_tool_message
 from ackloop.errors import PermanentError, UnknownRun
 from ackloop.keys import StepKey, tool_turn_range
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepStatus
+from ackloop.telemetry import tracing
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.wire import ToolStepMessage, Usage
 
@@ -88,6 +89,7 @@ async def _run_claimed(
         # turn so that the next model step ends the run as cancelled.
         return _error("not run: the run was cancelled"), None
     agent = deps.agents.get(run.agent)
+    tracing.note(agent=agent.name)
     context = ToolContext(
         run_id=run.run_id,
         step_key=claim.key,
@@ -105,7 +107,8 @@ async def _run_claimed(
                       "it is not retried automatically because it is not safe to repeat"), None
     started = time.monotonic()
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
-        outcome = await agent.tools.execute(message.call, context)
+        with tracing.span(f"tool {message.call.name}", {"ackloop.tool": message.call.name}):
+            outcome = await agent.tools.execute(message.call, context)
     beat.check()
     deps.faults.hit("tool:after_call")
     return outcome, time.monotonic() - started

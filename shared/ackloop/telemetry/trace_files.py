@@ -1,0 +1,73 @@
+"""Reading a run's trace from the trace files of a deployment that writes them (the local stack:
+``<stack directory>/traces/<service>-<pid>.jsonl``, one JSON span per line), for ``ackloop runs
+trace`` and ``GET /runs/{run_id}/trace``. No OpenTelemetry import: the files are plain JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+Span = dict[str, Any]
+
+KEY_ATTRIBUTES = ("ackloop.step", "ackloop.attempt", "ackloop.claim", "ackloop.outcome",
+                  "http.response.status_code", "gen_ai.request.model",
+                  "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+                  "messaging.destination.name")
+"""What a line of the text tree shows of a span's attributes."""
+
+
+def read_trace(directory: Path, trace_id: str) -> list[Span]:
+    """Every span of ``trace_id`` in the directory's files, in start order. A line cut short
+    (a process killed while writing it) is skipped."""
+    spans: list[Span] = []
+    for path in sorted(directory.glob("*.jsonl")):
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                if f'"{trace_id}"' not in line:
+                    continue
+                try:
+                    span = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(span, dict) and span.get("trace_id") == trace_id:
+                    spans.append(span)
+    return sorted(spans, key=lambda s: (s.get("start", 0), s.get("end", 0)))
+
+
+def tree(spans: list[Span]) -> list[tuple[int, Span]]:
+    """The spans depth first, each with its depth; a span whose parent is not among them (the
+    root, or a caller's span) starts a tree of its own."""
+    ids = {s["span_id"] for s in spans}
+    children: dict[str | None, list[Span]] = {}
+    for s in spans:
+        parent = s.get("parent_span_id")
+        children.setdefault(parent if parent in ids else None, []).append(s)
+    ordered: list[tuple[int, Span]] = []
+
+    def walk(span: Span, depth: int) -> None:
+        ordered.append((depth, span))
+        for child in children.get(span["span_id"], []):
+            walk(child, depth + 1)
+
+    for top in children.get(None, []):
+        walk(top, 0)
+    return ordered
+
+
+def render(spans: list[Span]) -> list[str]:
+    """One line per span: indentation, name, duration, key attributes, events."""
+    lines = []
+    for depth, span in tree(spans):
+        millis = (span.get("end", 0) - span.get("start", 0)) * 1000
+        attrs = span.get("attributes") or {}
+        shown = " ".join(f"{k.rsplit('.', 1)[-1]}={attrs[k]}" for k in KEY_ATTRIBUTES
+                         if k in attrs)
+        events = ", ".join(e.get("name", "") for e in span.get("events") or [])
+        line = f"{'  ' * depth}{span['name']}  {millis:.1f} ms"
+        line += f"  {shown}" if shown else ""
+        line += f"  [{events}]" if events else ""
+        if (span.get("status") or {}).get("code") == "ERROR":
+            line += "  ERROR"
+        lines.append(line)
+    return lines

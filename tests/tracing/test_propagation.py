@@ -1,0 +1,102 @@
+"""Trace context rides on every published message (read back through a real Pub/Sub emulator
+subscription), and the file exporter's format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from google.cloud import pubsub_v1
+
+from ackloop.bus.pubsub import PubSubPublisher
+from ackloop.engine import outbox
+from ackloop.engine.finish import first_step
+from ackloop.records import Outgoing
+from ackloop.settings import Settings
+from ackloop.telemetry import tracing
+from tests.engine.fakes import CountingToolbox, make_loop
+from tests.support.emulators import EmulatorSession
+from tests.tracing.conftest import all_spans
+
+
+def _subscribed(session: EmulatorSession) -> tuple[str, str]:
+    topic_name, sub_name = session.unique("trace-topic"), session.unique("trace-sub")
+    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    topic = publisher.create_topic(name=publisher.topic_path(session.project_id,
+                                                              topic_name)).name
+    sub = subscriber.create_subscription(
+        name=subscriber.subscription_path(session.project_id, sub_name), topic=topic).name
+    return topic_name, sub
+
+
+def _pull(subscription: str, count: int) -> list[dict[str, str]]:
+    subscriber = pubsub_v1.SubscriberClient()
+    got: list[dict[str, str]] = []
+    for _ in range(20):
+        response = subscriber.pull(subscription=subscription, max_messages=10, timeout=10)
+        got += [dict(r.message.attributes) for r in response.received_messages]
+        if len(got) >= count:
+            break
+    return got
+
+
+@pytest.mark.emulator
+async def test_published_messages_carry_the_step_spans_context_and_keep_it_on_a_resend(
+    emulator_session: EmulatorSession, traces: Path,
+) -> None:
+    topic, subscription = _subscribed(emulator_session)
+    loop = make_loop(None, CountingToolbox(),  # type: ignore[arg-type]  # nothing is called
+                     settings=Settings(model_steps_topic=topic,
+                                       project_id=emulator_session.project_id))
+    loop.deps.publisher = PubSubPublisher(emulator_session.project_id)
+    with tracing.delivery_span("model", {}, "run-a") as span:
+        entries = outbox.stamped([first_step("run-a")])
+        await outbox.send(loop.deps, "run-a", entries)
+        context = span.get_span_context()
+    # The re-send of the committed entry, from another delivery (another span).
+    with tracing.delivery_span("model", {}, "run-a"):
+        await outbox.send(loop.deps, "run-a", entries)
+
+    first, resent = _pull(subscription, 2)
+    expected = f"00-{context.trace_id:032x}-{context.span_id:016x}-01"
+    assert first == resent == {"run_id": "run-a", "step": "0000-model", "traceparent": expected}
+    assert f"{context.trace_id:032x}" == tracing.run_trace_id("run-a")
+    assert entries[0].traceparent == expected
+    publishes = [s for s in all_spans(traces) if s["name"] == "pubsub.publish"]
+    assert len(publishes) == 2
+    assert publishes[0]["attributes"]["messaging.destination.name"] == topic
+
+
+async def test_tracing_off_still_carries_the_callers_context() -> None:
+    caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    loop = make_loop(None, CountingToolbox())  # type: ignore[arg-type]  # nothing is called
+    with tracing.delivery_span("model", {"traceparent": caller}, "run-b"):
+        await outbox.send(loop.deps, "run-b", [Outgoing(topic="answers", data={})])
+    (sent,) = loop.publisher.take()
+    assert sent.attributes["traceparent"] == caller
+
+
+def test_a_trace_file_holds_one_json_span_per_line(traces: Path) -> None:
+    with tracing.delivery_span("tool", {}, "run-c", {"ackloop.step": "0000-tool-000"}) as step:
+        tracing.claimed("0000-tool-000", 2, "taken_over", 1.5)
+        with tracing.span("tool lookup"):
+            pass
+        tracing.answered(step, 503)
+    (path,) = traces.glob("*.jsonl")
+    assert path.name.endswith(".jsonl") and path.name.rsplit("-", 1)[1] != ""
+    child, parent = (json.loads(line) for line in path.read_text().splitlines())
+    assert set(parent) == {"trace_id", "span_id", "parent_span_id", "name", "service", "start",
+                           "end", "attributes", "events", "status"}
+    assert parent["name"] == "ackloop.tool_step"
+    assert parent["trace_id"] == tracing.run_trace_id("run-c")
+    assert parent["parent_span_id"] == tracing.run_root_span_id("run-c")
+    assert child["parent_span_id"] == parent["span_id"] and child["name"] == "tool lookup"
+    assert {k: parent["attributes"][k] for k in ("ackloop.run_id", "ackloop.attempt",
+                                                  "ackloop.claim", "ackloop.outcome")} == {
+        "ackloop.run_id": "run-c", "ackloop.attempt": 2, "ackloop.claim": "taken_over",
+        "ackloop.outcome": "redelivered"}
+    assert [(e["name"], e["attributes"]) for e in parent["events"]] == [
+        ("lease wait", {"seconds": 1.5}), ("takeover", {"attempt": 2})]
+    assert parent["status"]["code"] == "ERROR"
+    assert 0 < parent["start"] <= child["start"] <= child["end"] <= parent["end"]

@@ -1,0 +1,111 @@
+"""One run is one connected trace whose step spans are its ledger: the real handlers, the
+Firestore emulator, the file exporter."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ackloop.docdb.firestore import FirestoreDocumentDB
+from ackloop.engine.dispatch import dispatch
+from ackloop.keys import run_id_for_request
+from ackloop.model.scripted import ScriptedModel
+from ackloop.model.turns import calls_turn, text_turn
+from ackloop.push import Delivery
+from ackloop.records import RunStatus
+from ackloop.store import AgentStore
+from ackloop.telemetry import tracing
+from ackloop.telemetry.trace_files import read_trace
+from ackloop.wire import QueryMessage
+from tests.engine.fakes import CountingToolbox, make_loop
+from tests.support.emulators import EmulatorSession
+from tests.tracing.conftest import all_spans
+
+STEP_SPANS = ("ackloop.model_step", "ackloop.tool_step")
+
+
+def two_lookups_then_answer() -> ScriptedModel:
+    return ScriptedModel.from_turns([
+        calls_turn([("lookup", {"key": "a"}), ("lookup", {"key": "b"})]),
+        text_turn("done"),
+    ])
+
+
+@pytest.mark.emulator
+async def test_one_run_is_one_connected_trace_whose_step_spans_are_its_ledger(
+    emulator_session: EmulatorSession, traces: Path,
+) -> None:
+    loop = make_loop(two_lookups_then_answer(), CountingToolbox({"lookup": "42"}))
+    loop.deps.store = AgentStore(FirestoreDocumentDB.connect(emulator_session.project_id),
+                                 f"t{uuid.uuid4().hex[:10]}_")
+    await loop.submit(QueryMessage(request_id="trace-1", text="go"))
+    await loop.run_until_idle()
+    run_id = run_id_for_request("trace-1")
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
+    assert run.trace_id == tracing.run_trace_id(run_id)
+
+    spans = all_spans(traces)
+    assert {s["trace_id"] for s in spans} == {run.trace_id}, "one trace, nothing else"
+    ids = {s["span_id"] for s in spans}
+    assert len(ids) == len(spans)
+    roots = [s for s in spans if s["parent_span_id"] not in ids]
+    assert [(r["name"], r["parent_span_id"], r["span_id"]) for r in roots] == [
+        ("ackloop.run", None, tracing.run_root_span_id(run_id))]
+
+    steps = await loop.deps.store.list_steps(run_id)
+    assert [s.key for s in steps] == ["0000-model", "0000-tool-000", "0000-tool-001",
+                                      "0001-model"]
+    traced = sorted(s["attributes"]["ackloop.step"] for s in spans if s["name"] in STEP_SPANS)
+    assert traced == [s.key for s in steps], "one step span per delivery, one per step"
+    names = sorted(s["name"] for s in spans)
+    assert names.count("gemini.generate_content") == 2
+    assert names.count("tool lookup") == 2
+    assert names.count("firestore.commit") == 4
+    assert names.count("ackloop.ingest") == 1
+    # The tool steps are children of the model step that asked for them; the join's model step
+    # is a child of the tool step that completed the turn.
+    by_id = {s["span_id"]: s for s in spans}
+    parent_step = {s["attributes"]["ackloop.step"]: by_id[s["parent_span_id"]]
+                   for s in spans if s["name"] in STEP_SPANS}
+    assert parent_step["0000-model"]["name"] == "ackloop.ingest"
+    assert parent_step["0000-tool-000"]["attributes"]["ackloop.step"] == "0000-model"
+    assert parent_step["0000-tool-001"]["attributes"]["ackloop.step"] == "0000-model"
+    assert parent_step["0001-model"]["name"] == "ackloop.tool_step"
+    model_call = next(s for s in spans if s["name"] == "gemini.generate_content")
+    assert {"gen_ai.request.model", "gen_ai.usage.input_tokens",
+            "gen_ai.usage.output_tokens"} <= set(model_call["attributes"])
+    assert read_trace(traces, str(run.trace_id)) == sorted(
+        spans, key=lambda s: (s["start"], s["end"]))
+
+
+async def test_a_redelivered_step_records_a_second_span_marked_as_a_redelivery(
+    traces: Path,
+) -> None:
+    loop = make_loop(two_lookups_then_answer(), CountingToolbox({"lookup": "42"}))
+    await loop.submit(QueryMessage(request_id="trace-again", text="go"))
+    await loop.run_until_idle()
+    run_id = run_id_for_request("trace-again")
+    (first_delivery,) = [d.message for d in loop.deliveries("model")
+                         if d.message.attributes.get("step") == "0000-model"]
+    # Pub/Sub delivers the completed step's message a second time.
+    outcome = await dispatch(loop.deps, "model", Delivery(
+        message_id=first_delivery.message_id, data=first_delivery.data,
+        attributes=first_delivery.attributes, delivery_attempt=2))
+    assert outcome.acknowledged
+
+    spans = [s for s in all_spans(traces) if s["name"] == "ackloop.model_step"
+             and s["attributes"]["ackloop.step"] == "0000-model"]
+    assert len(spans) == 2
+    first, again = sorted(spans, key=lambda s: s["start"])
+    assert first["attributes"]["ackloop.claim"] == "new"
+    assert first["attributes"]["ackloop.attempt"] == 1
+    assert again["attributes"]["ackloop.claim"] == "completed"
+    assert again["attributes"]["messaging.gcp_pubsub.message.delivery_attempt"] == 2
+    assert [e["name"] for e in again["events"]] == ["redelivery of a completed step"]
+    assert {s["attributes"]["ackloop.outcome"] for s in spans} == {"acknowledged"}
+    assert {s["trace_id"] for s in spans} == {tracing.run_trace_id(run_id)}
+    assert first["parent_span_id"] == again["parent_span_id"], "the same message, one parent"
+    assert first["span_id"] != again["span_id"]

@@ -1,0 +1,84 @@
+"""A run through the real stack (the api and step functions as processes, push delivery over the
+Pub/Sub emulator): the caller's trace context becomes the run's trace, every response carries
+it, and the trace the processes wrote is read back by the API and by `ackloop runs trace`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from ackloop.telemetry import tracing
+from tests.api.conftest import api, api_stack  # noqa: F401  (the API tests' stack)
+from tests.support.stack import RunningStack
+
+pytestmark = [pytest.mark.emulator, pytest.mark.slow]
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"
+
+
+async def _runs_trace(*args: str) -> subprocess.CompletedProcess[str]:
+    """``ackloop runs trace`` as a real process."""
+    return await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", "from ackloop.cli.main import app; app()",
+                         "runs", "trace", *args], capture_output=True, text=True, timeout=60)
+
+
+async def test_a_callers_trace_becomes_the_runs_and_every_hop_joins_it(
+    api: httpx.AsyncClient, api_stack: RunningStack,  # noqa: F811
+) -> None:
+    created = await api.post("/runs", json={"text": "What is 2+2?"},
+                             headers={"traceparent": CALLER})
+    assert created.status_code == 202, created.text
+    run_id = created.json()["run_id"]
+    root = f"00-{CALLER_TRACE}-{tracing.run_root_span_id(run_id)}-01"
+    assert created.headers["traceparent"] == root
+    await api_stack.wait_run(run_id)
+
+    shown = await api.get(f"/runs/{run_id}")
+    assert shown.headers["traceparent"] == root
+    assert shown.json()["trace_id"] == CALLER_TRACE
+
+    traced = await api.get(f"/runs/{run_id}/trace")
+    assert traced.status_code == 200, traced.text
+    spans = traced.json()["spans"]
+    assert traced.json()["trace_id"] == CALLER_TRACE
+    assert {s["trace_id"] for s in spans} == {CALLER_TRACE}
+    ids = {s["span_id"] for s in spans}
+    (root_span,) = [s for s in spans if s["parent_span_id"] not in ids]
+    assert root_span["name"] == "ackloop.run" and root_span["parent_span_id"] == "00f067aa0ba902b7"
+    store = api_stack.store()
+    steps = await store.list_steps(run_id)
+    step_spans = {s["attributes"]["ackloop.step"] for s in spans
+                  if s["name"] in ("ackloop.model_step", "ackloop.tool_step")}
+    assert step_spans == {s.key for s in steps}
+    assert {s["service"] for s in spans} >= {"api", "model_step"}
+
+    cli = await _runs_trace(run_id, "--directory", api_stack.state.directory)
+    assert cli.returncode == 0, cli.stderr
+    lines = cli.stdout.splitlines()
+    assert lines[0].startswith(f"run {run_id}  trace {CALLER_TRACE}  {len(spans)} span(s)")
+    assert lines[1].startswith("ackloop.run  ")
+    assert any(line.startswith("  ackloop.ingest  ") for line in lines)
+    assert any(line.lstrip().startswith("ackloop.model_step") and "step=0000-model" in line
+               for line in lines)
+    as_json = await _runs_trace(run_id, "--json", "--directory", api_stack.state.directory)
+    assert json.loads(as_json.stdout)["trace_id"] == CALLER_TRACE
+
+
+async def test_a_run_without_a_caller_trace_gets_one_derived_from_its_id(
+    api: httpx.AsyncClient, api_stack: RunningStack,  # noqa: F811
+) -> None:
+    created = await api.post("/runs", json={"text": "hello"}, headers={"traceparent": "junk"})
+    run_id = created.json()["run_id"]
+    derived = tracing.run_trace_id(run_id)
+    assert created.headers["traceparent"] == (
+        f"00-{derived}-{tracing.run_root_span_id(run_id)}-01")
+    assert (await api.get(f"/runs/{run_id}")).json()["trace_id"] == derived
+    missing = await api.get("/runs/run-00000000000000000000000000000000/trace")
+    assert missing.status_code == 404
