@@ -4,6 +4,7 @@ through ``--directory``: what it prints, in which stream, and its exit code, for
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -28,12 +29,19 @@ def test_an_answer_names_the_model_that_gave_it(cli: Cli, cli_stack: RunningStac
     run_id = run_id_for_request("cli-weather-1")
     # The run's line is whole at 40 columns: it can be pasted into `ackloop runs show`.
     assert err[0] == f"run {run_id} (request cli-weather-1)"
-    assert [line.split()[1] for line in err[1:-1]] == [
+    assert [line.split()[1] for line in err[1:-2]] == [
         "0000-model", "0000-tool-000", "0001-model", "0001-tool-000", "0002-model",
         "0002-tool-000", "0003-model"]
     assert err[-1].startswith(f"run {run_id} completed (4 model call(s), 3 tool call(s), ")
     assert err[-1].endswith("; answered by scripted-seed-1 (the scripted offline model)")
     assert "Tornado Watch" in out
+    # What the run cost, counted by its functions: one line before the outcome.
+    cost = re.fullmatch(r"cost \$(\d+\.\d{6}): ([\d,]+) prompt \+ ([\d,]+) output tokens, "
+                        r"([\d,]+) Firestore reads \+ ([\d,]+) writes, ([\d,]+) Pub/Sub bytes, "
+                        r"8 request\(s\) \d+\.\d\d s \(list prices of \d{4}-\d\d-\d\d\)", err[-2])
+    assert cost is not None, err[-2]
+    usd, *counts = cost.groups()
+    assert float(usd) > 0 and all(int(c.replace(",", "")) > 0 for c in counts), err[-2]
 
 
 def test_a_budget_stop_says_which_budget_and_that_there_is_no_answer(
@@ -43,7 +51,8 @@ def test_a_budget_stop_says_which_budget_and_that_there_is_no_answer(
     assert code == 1
     assert out == ""
     assert "stopped by its max_steps budget (1 model steps): no answer" in err[-1]
-    assert err[-2].split(None, 2)[1:] == [
+    assert err[-2].startswith("cost $")
+    assert err[-3].split(None, 2)[1:] == [
         "0001-model", "run stopped before the model call: max_steps"]
     assert not any("answered by" in line for line in err)
 
@@ -56,6 +65,8 @@ def test_a_budget_stop_in_json(cli: Cli, cli_stack: RunningStack) -> None:
     assert (result["status"], result["budget_stop"], result["answer"]) == (
         "completed", "max_tool_calls", None)
     assert result["answered_by"] is None
+    assert result["cost"]["usd"] > 0 and result["cost"]["prompt_tokens"] == sum(
+        s["cost"]["prompt_tokens"] for s in result["steps"])
 
 
 def test_an_unknown_agent_is_reported_at_once_with_its_reason(

@@ -10,6 +10,7 @@ import time
 import pytest
 from google.cloud import pubsub_v1
 
+from ackloop.cost import Cost
 from ackloop.docdb.base import Write
 from ackloop.records import (
     RunLimits,
@@ -114,9 +115,12 @@ def test_show_a_budget_stop_and_its_steps(cli: Cli, fake_stack: FakeStack) -> No
     assert fields["status"] == "completed (stopped by its max_steps budget: no answer)"
     assert fields["answer"] == "-" and fields["model"] == "gemini-x"  # no "answered by"
     assert fields["usage"].startswith("3 model call(s), 2 tool call(s)")
+    assert fields["cost"] == "cost not recorded"  # a run stored without one
     steps = shown.stdout.split("\n\n", 1)[1].splitlines()
-    assert steps[0].split() == ["STEP", "NAME", "STATUS", "ATTEMPTS", "DURATION", "ERROR"]
-    assert steps[1].split() == ["0000-model", "model", "completed", "1", "0.500", "s", "-"]
+    assert steps[0].split() == ["STEP", "NAME", "STATUS", "ATTEMPTS", "DURATION", "COST",
+                                "ERROR"]
+    assert steps[1].split() == ["0000-model", "model", "completed", "1", "0.500", "s", "-",
+                                "-"]
     assert steps[2].split()[:6] == ["0000-tool-000", "get_ip_address", "completed", "2",
                                     "0.250", "s"]
     assert steps[2].endswith("HTTP 503 from the API")
@@ -137,6 +141,37 @@ def test_show_an_answered_run_names_the_model_that_answered(cli: Cli, fake_stack
     fields = dict(line.split(None, 1) for line in shown.stdout.splitlines()[:14])
     assert fields["model"] == "gemini-x; answered by gemini-x-002"
     assert fields["answer"] == "Sunny."
+
+
+def test_show_a_run_in_flight_with_the_cost_of_each_step_and_the_total(
+    cli: Cli, fake_stack: FakeStack
+) -> None:
+    ingest = Cost(usd=0.000002, firestore_writes=2, pubsub_bytes=2000, requests=1)
+    spent = Cost(usd=0.0011, gemini_usd=0.0011, prompt_tokens=1000, output_tokens=200,
+                 firestore_reads=3, firestore_writes=4, pubsub_bytes=3000, requests=1,
+                 request_seconds=1.5)
+    run = _run("run-flight", created=time.time(), status=RunStatus.RUNNING, ingest_cost=ingest)
+    model = _model_step(0).model_copy(update={
+        "cost": spent, "usage": Usage(model_calls=1, prompt_tokens=1000, output_tokens=200,
+                                      total_tokens=1200)})
+    _seed(fake_stack, [run], {"run-flight": [model, _model_step(1, completed=False)]})
+    d = str(fake_stack.directory)
+    shown = cli("runs", "show", "run-flight", "--directory", d)
+    assert shown.returncode == 0, shown.stderr
+    fields = dict(line.split(None, 1) for line in shown.stdout.splitlines()[:15])
+    assert fields["usage"].startswith("1 model call(s), 0 tool call(s), 1200 token(s)")
+    assert fields["cost"] == (
+        "$0.001102: 1,000 prompt + 200 output tokens, 3 Firestore reads + 6 writes, "
+        "5,000 Pub/Sub bytes, 2 request(s) 1.50 s (list prices of 2026-11-30)")
+    steps = shown.stdout.split("\n\n", 1)[1].splitlines()
+    assert steps[1].split()[:7] == ["0000-model", "model", "completed", "1", "0.500", "s",
+                                    "$0.001100"]
+    assert steps[2].split()[:5] == ["0001-model", "model", "running", "1", "-"]
+
+    as_json = json.loads(cli("runs", "show", "run-flight", "--json", "--directory", d).stdout)
+    assert as_json["cost"]["usd"] == pytest.approx(0.001102)
+    assert as_json["usage"]["model_calls"] == 1
+    assert [s["cost"] and s["cost"]["prompt_tokens"] for s in as_json["steps"]] == [1000, None]
 
 
 def test_a_run_that_does_not_exist_is_one_line(cli: Cli, fake_stack: FakeStack) -> None:

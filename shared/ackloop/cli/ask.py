@@ -16,7 +16,14 @@ import typer
 from pydantic import ValidationError
 
 from ackloop.cli.errors import CliError
-from ackloop.cli.follow import Followed, answer_text, follow, outcome_line, step_line
+from ackloop.cli.follow import (
+    Followed,
+    answer_text,
+    cost_line,
+    follow,
+    outcome_line,
+    step_line,
+)
 from ackloop.cli.target import DIRECTORY, Target, connect
 from ackloop.keys import run_id_for_request
 from ackloop.wire import QueryMessage, RunOptions
@@ -57,6 +64,8 @@ def ask(
     if as_json:
         typer.echo(json.dumps(_json(followed, query, timeout), ensure_ascii=False, indent=2))
     else:
+        if followed.run is not None:  # before the outcome, which stays the last line
+            note(f"cost {cost_line(followed.cost())}")
         note(outcome_line(followed, timeout))
         if followed.answered and followed.run is not None:
             typer.echo(answer_text(followed.run))
@@ -99,9 +108,11 @@ def _json(followed: Followed, query: QueryMessage, timeout: float) -> dict[str, 
         "error": run.error,
         "answered_by": followed.answered_by(),
         "usage": run.usage.model_dump(),
+        "cost": run.cost.model_dump() if run.cost else None,
         "steps": [
             {"key": s.key, "kind": s.kind, "name": s.name, "attempts": s.attempts,
-             "call_seconds": s.call_seconds, "result": s.result}
+             "call_seconds": s.call_seconds, "result": s.result,
+             "cost": s.cost.model_dump() if s.cost else None}
             for s in followed.steps
         ],
     }

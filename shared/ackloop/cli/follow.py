@@ -16,7 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ackloop.cost import Cost
+from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus
+from ackloop.wire import Usage
 
 if TYPE_CHECKING:
     from ackloop.store import AgentStore
@@ -55,6 +58,18 @@ class Followed:
         versions = [str(s.result["model_version"]) for s in self.steps
                     if s.kind == "model" and s.result and s.result.get("model_version")]
         return versions[-1] if versions else self.run.model
+
+    def usage(self) -> Usage:
+        """The run's usage: as its end recorded it, else what its steps have so far."""
+        if self.run is not None and self.run.status.terminal:
+            return self.run.usage
+        return steps_usage(self.steps)
+
+    def cost(self) -> Cost | None:
+        """The run's cost: its total once ended, else its ingest's and its steps' so far."""
+        if self.run is None:
+            return None
+        return self.run.cost if self.run.status.terminal else rolled_up(self.run, self.steps)
 
 
 async def follow(
@@ -128,7 +143,8 @@ def outcome_line(followed: Followed, timeout: float | None) -> str:
     if run is None:
         return (f"no run {rid} after {waited}: is the stack's ingest running? "
                 "(`ackloop dev status`)")
-    usage = (f"{run.usage.model_calls} model call(s), {run.usage.tool_calls} tool call(s), "
+    used = followed.usage()
+    usage = (f"{used.model_calls} model call(s), {used.tool_calls} tool call(s), "
              f"{followed.elapsed:.2f} s")
     if not run.status.terminal:
         return f"run {rid} still {run.status.value} after {waited} ({usage})"
@@ -144,6 +160,18 @@ def outcome_line(followed: Followed, timeout: float | None) -> str:
         return f"run {rid} {run.status.value} ({run.stop_reason}) without an answer ({usage})"
     scripted = " (the scripted offline model)" if model.startswith(SCRIPTED_PREFIX) else ""
     return f"run {rid} completed ({usage}); answered by {model}{scripted}"
+
+
+def cost_line(cost: Cost | None) -> str:
+    """What a run or a step spent, in one line: dollars first, then what was counted."""
+    if cost is None:
+        return "cost not recorded"
+    unpriced = (f"; no price for {', '.join(cost.unpriced_models)}" if cost.unpriced_models
+                else "")
+    return (f"${cost.usd:.6f}: {cost.prompt_tokens:,} prompt + {cost.output_tokens:,} output "
+            f"tokens, {cost.firestore_reads:,} Firestore reads + {cost.firestore_writes:,} "
+            f"writes, {cost.pubsub_bytes:,} Pub/Sub bytes, {cost.requests} request(s) "
+            f"{cost.request_seconds:.2f} s (list prices of {cost.price_table}{unpriced})")
 
 
 def answer_text(run: RunRecord) -> str:

@@ -19,8 +19,16 @@ import typer
 
 from ackloop.cli import table
 from ackloop.cli.errors import CliError
-from ackloop.cli.follow import Followed, answer_text, follow, outcome_line, step_line
+from ackloop.cli.follow import (
+    Followed,
+    answer_text,
+    cost_line,
+    follow,
+    outcome_line,
+    step_line,
+)
 from ackloop.cli.target import DIRECTORY, Target, connect
+from ackloop.cli.trace import trace_command
 from ackloop.records import RunRecord, RunStatus, StepRecord
 
 if TYPE_CHECKING:
@@ -29,7 +37,8 @@ if TYPE_CHECKING:
     from ackloop.redrive import Redriven
 
 app = typer.Typer(no_args_is_help=True,
-                  help="Runs: list, show, follow, cancel; dead letters, redrive, sweep.")
+                  help="Runs: list, show, follow, cancel, trace; dead letters, redrive, sweep.")
+app.command("trace")(trace_command)
 
 JSON_OPTION: bool = typer.Option(False, "--json", help="Print JSON instead of text.")
 ERROR_CHARS = 100
@@ -119,8 +128,9 @@ def show(
         ("question", run.text.replace("\n", " ")),
         ("answer", answer_text(run) if followed.answered else "-"),
         ("error", (run.error or "-").replace("\n", " ")),
-        ("usage", f"{run.usage.model_calls} model call(s), {run.usage.tool_calls} tool "
-                  f"call(s), {run.usage.total_tokens} token(s)"),
+        ("usage", f"{(used := followed.usage()).model_calls} model call(s), "
+                  f"{used.tool_calls} tool call(s), {used.total_tokens} token(s)"),
+        ("cost", cost_line(followed.cost())),
         ("created", _when(run.created_at)), ("started", _when(run.started_at)),
         ("finished", _when(run.finished_at)), ("took", took),
     ]
@@ -128,9 +138,10 @@ def show(
     for name, value in fields:
         typer.echo(f"{name:<{width}}  {value}")
     typer.echo("")
-    table.echo(("STEP", "NAME", "STATUS", "ATTEMPTS", "DURATION", "ERROR"), [
+    table.echo(("STEP", "NAME", "STATUS", "ATTEMPTS", "DURATION", "COST", "ERROR"), [
         (s.key, s.name, s.status.value, str(s.attempts),
          f"{s.completed_at - s.created_at:.3f} s" if s.completed_at else "-",
+         f"${s.cost.usd:.6f}" if s.cost else "-",
          (s.last_error or "-").replace("\n", " ")[:ERROR_CHARS]) for s in steps], "no steps")
 
 
