@@ -69,3 +69,12 @@ def test_a_gemini_provider_without_credentials_stops_the_process() -> None:
            "ACKLOOP_GEMINI_API_KEY": "", "GOOGLE_API_KEY": "", "GEMINI_API_KEY": ""}
     done = _ackloop_run(env)
     _one_failure_line(done, "start-up failed", "api_key")
+
+
+def test_an_unknown_metrics_exporter_stops_the_process_in_one_structured_line() -> None:
+    done = _ackloop_run({"FUNCTION_TARGET": "model_step", "ACKLOOP_METRICS_EXPORT": "statsd"})
+    entry: dict[str, object] = dict(_one_failure_line(done, "ACKLOOP_METRICS_EXPORT",
+                                                      "MetricsConfigError"))
+    # Cloud Logging's keys: where it was logged, when (no trace: no request was served).
+    assert entry["logging.googleapis.com/sourceLocation"], entry
+    assert str(entry["time"]).endswith("Z") and "logging.googleapis.com/trace" not in entry

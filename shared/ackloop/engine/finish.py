@@ -192,8 +192,7 @@ async def commit(
 
 def _committed(run: RunRecord, decision: Decision) -> None:
     """Count what a step's commit recorded: the model's tokens and the run's end (the commit is
-    fenced, so each is counted once whatever the deliveries). What the step cost is counted
-    through :func:`ackloop.telemetry.metrics.step_cost` once the commit carries its cost."""
+    fenced, so each is counted once whatever the deliveries); its cost is counted beside it."""
     if decision.step_usage is not None:
         metrics.model_tokens(run.model, decision.step_usage.prompt_tokens,
                              decision.step_usage.output_tokens)

@@ -1,0 +1,106 @@
+"""Metrics and log lines of real runs on a local stack of real processes: the points the
+functions write to the stack's metrics directory, and the labels and trace of their log lines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ackloop.records import RunRecord
+from ackloop.telemetry import metrics as names
+from ackloop.telemetry.metrics_file import Series, read_series
+from tests.support.stack import RunningStack
+
+pytestmark = [pytest.mark.emulator, pytest.mark.slow]
+STEP_FUNCTIONS = ("model_step", "tool_step")
+
+
+def _total(series: list[Series], name: str, **attributes: str) -> float:
+    return sum(s.value for s in series if s.name == name
+               and all(s.attributes.get(k) == v for k, v in attributes.items()))
+
+
+def _step_deliveries(stack: RunningStack) -> int:
+    """Deliveries the step functions answered, as each process counted them itself."""
+    return sum(sum(stack.service(f)["deliveries"].values()) for f in STEP_FUNCTIONS)
+
+
+async def _settled(stack: RunningStack, done: Callable[[list[Series]], bool]) -> list[Series]:
+    """The stack's metrics once ``done`` holds (processes export every second)."""
+    directory = Path(stack.state.directory) / "metrics"
+    deadline = time.monotonic() + 30
+    while True:
+        series = read_series(directory)
+        if done(series) or time.monotonic() > deadline:
+            return series
+        await asyncio.sleep(0.2)
+
+
+def _log_entries(stack: RunningStack, service: str, run: RunRecord) -> list[dict[str, Any]]:
+    entries = []
+    for line in Path(stack.state.logs[service]).read_text().splitlines():
+        if line.startswith("{"):
+            entry = json.loads(line)
+            labels = entry.get("logging.googleapis.com/labels", {})
+            if labels.get("run_id") == run.run_id:
+                entries.append(entry)
+    return entries
+
+
+async def test_one_run_and_one_503_in_metrics_and_log_labels(
+        fresh_stack: Callable[..., RunningStack], tmp_path: Path) -> None:
+    stack = fresh_stack(push_time_scale=0.1,
+                        extra_env={"ACKLOOP_TRACE_DIR": str(tmp_path / "traces")})
+    run, steps = await stack.wait_run(stack.ask("What is the weather in Norman, Oklahoma?"))
+    assert run.stop_reason is not None and run.stop_reason.value == "answered"
+    deliveries = _step_deliveries(stack)
+    assert deliveries >= len(steps)
+
+    def complete(series: list[Series]) -> bool:
+        counted = sum(s.count for s in series if s.name == names.STEP_DURATION)
+        return _total(series, names.RUNS_FINISHED) == 1 and counted == deliveries
+
+    series = await _settled(stack, complete)
+    assert _total(series, names.RUNS_STARTED, agent=run.agent) == 1
+    assert _total(series, names.RUNS_FINISHED, status="completed", stop_reason="answered") == 1
+    assert sum(s.count for s in series if s.name == names.STEP_DURATION) == deliveries
+    assert (sum(s.count for s in series if s.name == names.STEP_DURATION
+                and s.attributes["kind"] == "model")
+            == stack.service("model_step")["deliveries"].get("204", 0)
+            + stack.service("model_step")["deliveries"].get("200", 0))
+    assert _total(series, names.MODEL_TOKENS, type="prompt") == run.usage.prompt_tokens > 0
+    assert _total(series, names.MODEL_TOKENS, type="output") == run.usage.output_tokens > 0
+    assert _total(series, names.PUSH_ANSWERS, **{"class": "5xx"}) == 0
+    # The committed steps' cost ledger, in dollars (the run's ingest is not a step).
+    step_usd = sum(s.cost.usd for s in steps if s.cost is not None)
+    assert step_usd > 0 and _total(series, names.COST_USD) == pytest.approx(step_usd)
+
+    # A model that asks for 21 s (more than a request waits for a retry-after) makes the
+    # delivery answer 503; the redelivery waits out the rest inside its request and runs.
+    stack.schedule_model_faults("429:21")
+    second, _ = await stack.wait_run(stack.ask("tell me a joke"), timeout=120)
+    assert second.stop_reason is not None and second.stop_reason.value == "answered"
+    series = await _settled(stack, lambda s: _total(s, names.RUNS_FINISHED) == 2)
+    assert _total(series, names.PUSH_ANSWERS, **{"class": "5xx"}) == 1
+    assert _total(series, names.PUSH_ANSWERS, function="model", status="503") == 1
+    assert _total(series, names.STEP_RETRIES, kind="model") == 1
+    assert sum(s.count for s in series if s.name == names.STEP_DURATION
+               and s.attributes["outcome"] == "retry") == 1
+
+    # The 503's own line, from the model step's process: the delivery's labels and trace.
+    released = [e for e in _log_entries(stack, "model_step", second)
+                if "will be redelivered" in e["message"]]
+    assert len(released) == 1, _log_entries(stack, "model_step", second)
+    entry = released[0]
+    assert entry["logging.googleapis.com/labels"] | {"python_logger": ""} == {
+        "python_logger": "", "run_id": second.run_id, "step": "0000-model", "attempt": "1",
+        "agent": second.agent, "conversation_id": second.conversation_id}
+    assert entry["logging.googleapis.com/trace"] == (
+        f"projects/{stack.settings.project_id}/traces/{second.trace_id}")
+    assert len(entry["logging.googleapis.com/spanId"]) == 16
