@@ -253,7 +253,7 @@ function renderRun(run, parts) {
   section.dataset.status = run.status;
   const stop = run.budget_stop ? `stopped by ${run.budget_stop}` : run.stop_reason;
   parts.status.replaceChildren(statusBadge(run.status), " ",
-    stop ? `${run.status} · ${stop}` : run.status,
+    stop && stop !== run.status ? `${run.status} · ${stop}` : run.status,
     run.cancel_requested && !TERMINAL.has(run.status) ? " · cancel requested" : "");
   parts.error.hidden = !run.error;
   parts.error.textContent = run.error ? `Failed: ${run.error}` : "";
@@ -300,11 +300,11 @@ function renderCost(run, box) {
 // One bar per step, placed by its times relative to the run's creation; retries, takeovers and
 // waits inside the request are marked on the bar and named in its label.
 function renderTimeline(run, box) {
-  const now = Date.now() / 1000;
+  // A step still unfinished ends where the run ended, or now while the run is live.
+  const now = TERMINAL.has(run.status) ? run.finished_at ?? run.created_at : Date.now() / 1000;
   const start = run.created_at;
   const ends = run.steps.map((s) => s.completed_at ?? now);
-  const end = Math.max(run.finished_at ?? (TERMINAL.has(run.status) ? start : now), ...ends,
-    start + 0.001);
+  const end = Math.max(now, ...ends, start + 0.001);
   const span = end - start;
   const at = (t) => `${Math.max(0, Math.min(100, ((t - start) / span) * 100))}%`;
   const axis = h("div", { class: "axis", "aria-hidden": "true" },
@@ -372,19 +372,37 @@ function renderTranscript(transcript, run, list) {
   list.replaceChildren(...items);
 }
 
-// The span list, when the API offers a trace of the run.
+// The run's spans as an indented list (children under their parent, by start time), when the
+// API offers a trace of the run.
 async function showTrace(runId, box, signal) {
   const response = await fetch(`/runs/${encodeURIComponent(runId)}/trace`,
     { headers: headers(), signal });
   if (!response.ok) return;
-  const body = await response.json();
-  const spans = body.spans || [];
+  const spans = ((await response.json()).spans || []).sort((a, b) => a.start - b.start);
   if (!spans.length) return;
+  const known = new Set(spans.map((span) => span.span_id));
+  const children = new Map();
+  for (const span of spans) {
+    const parent = known.has(span.parent_span_id) ? span.parent_span_id : null;
+    children.set(parent, [...(children.get(parent) || []), span]);
+  }
+  const rows = [];
+  const walk = (parent, depth) => {
+    for (const span of children.get(parent) || []) {
+      const step = span.attributes?.["ackloop.step"];
+      const row = h("li", { dataset: { spanId: span.span_id } }, h("code", {}, span.name),
+        step ? ` ${step}` : "", h("small", {}, ` ${span.service} · ${
+          ((span.end - span.start) * 1000).toFixed(1)} ms`));
+      row.style.paddingLeft = `${depth * 1.2}rem`;
+      rows.push(row);
+      walk(span.span_id, depth + 1);
+    }
+  };
+  walk(null, 0);
   box.hidden = false;
-  box.replaceChildren(h("h2", {}, "Trace"), h("ul", {}, spans.map((span) =>
-    h("li", {}, h("code", {}, span.name),
-      span.duration_ms !== undefined ? ` ${span.duration_ms} ms` : "",
-      span.span_id ? h("small", {}, ` ${span.span_id}`) : ""))));
+  box.replaceChildren(h("h2", {}, "Trace"), h("p", { class: "hint" },
+    `${plural(spans.length, "span")} across every service; the same trace id in Cloud Trace.`),
+  h("ol", { class: "spans" }, rows));
 }
 
 // -- dead letters and poison -----------------------------------------------------------------
@@ -443,7 +461,8 @@ function letterRow(letter, outcomes, refresh) {
   const run = letter.run_id
     ? h("a", { href: `#/runs/${encodeURIComponent(letter.run_id)}` }, letter.run_id) : "";
   return h("tr", { dataset: { messageId: letter.message_id } },
-    h("td", {}, when(letter.received_at)), h("td", {}, run), h("td", {}, letter.step || ""),
+    h("td", {}, when(letter.received_at)), h("td", {}, run),
+    h("td", { class: "step" }, letter.step || ""),
     h("td", { class: "cause" }, letter.cause), outcomeCell, h("td", {}, button));
 }
 
