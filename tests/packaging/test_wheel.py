@@ -42,9 +42,12 @@ def test_the_runtime_wheel_has_no_development_tools(tmp_path: Path) -> None:
     # What the Dockerfile copies to build the image's wheel.
     wheel, log = _build(ROOT, ["pyproject.toml", "README.md", "LICENSE", "shared"], tmp_path)
     names = wheel.namelist()
-    # The local stack's state file reader and the retry policy infra/ shares stay.
+    # The local stack's state file reader and the retry policy infra/ shares stay, and so do
+    # the run inspector's files, which the API serves at /ui.
     for module in ("ackloop/engine/model_step.py", "ackloop/localstack.py",
-                   "ackloop/delivery.py", "ackloop/delivery.json"):
+                   "ackloop/delivery.py", "ackloop/delivery.json",
+                   "ackloop/api/ui_assets/index.html", "ackloop/api/ui_assets/app.js",
+                   "ackloop/api/ui_assets/style.css"):
         assert module in names
     assert [n for n in names if any(part in n for part in DEV_ONLY)] == []
     (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
