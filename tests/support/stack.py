@@ -31,6 +31,8 @@ from ackloop_dev.devstack.stack import LocalStack, StackOptions, isolated_env
 from ackloop_dev.devstack.topology import PushMode
 from tests.support.emulators import EmulatorSession
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+
 
 @dataclass
 class RunningStack:
@@ -125,9 +127,12 @@ def start_stack(
     max_delivery_attempts: int | None = None,
     push: PushMode = "twin",
     push_time_scale: float = 1.0,
+    agents: str | None = None,
 ) -> RunningStack:
     """A stack of real processes; ``push="twin"`` (the default, as ``ackloop dev up``) delivers
-    with the production-like push delivery, ``"emulator"`` with the emulator's own push."""
+    with the production-like push delivery, ``"emulator"`` with the emulator's own push.
+    ``agents`` is an agent catalog under ``tests`` (``ACKLOOP_AGENTS``) that every process,
+    the fake Gemini server included, imports from the checkout."""
     tag = f"s{uuid.uuid4().hex[:8]}"
     env = isolated_env(tag, session.project_id) | (extra_env or {})
     options = StackOptions(
@@ -146,6 +151,8 @@ def start_stack(
            else {"max_delivery_attempts": max_delivery_attempts}),
         push=push,
         push_time_scale=push_time_scale,
+        agents=agents,
+        python_path=(CHECKOUT,) if agents else (),
     )
     stack = LocalStack(options)
     state = stack.up(log=lambda *_: None)

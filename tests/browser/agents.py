@@ -1,0 +1,53 @@
+"""The inspector's test catalog (``ACKLOOP_AGENTS=tests.browser.agents:catalog``).
+
+Offline scripts only. ``surveyor`` takes several turns of a slow tool, so that a browser sees its
+run while it is live; ``fragile`` answers its tool's result with something no model could say,
+so its run fails with a cause; ``echo`` answers at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel, Field
+
+from ackloop.agents import Agent
+from ackloop.model.function_model import Conversation, FunctionModel, Reply, call, text
+from ackloop.tools.definition import tool
+
+SURVEYS = 3
+"""Sequential turns of ``survey_site`` in a surveyor run: 2 steps each, then the answer."""
+SURVEY_SECONDS = 1.5
+
+
+class Site(BaseModel):
+    site: str = Field(description="The site to survey.")
+
+
+@tool
+async def survey_site(args: Site) -> dict[str, str]:
+    """Survey one site (slowly, like a real field visit)."""
+    await asyncio.sleep(SURVEY_SECONDS)
+    return {"site": args.site, "finding": f"{args.site} is dry"}
+
+
+def survey_turn(conversation: Conversation) -> Reply:
+    done = [r.result["site"] for r in conversation.results if r.error is None]
+    if len(done) < SURVEYS:
+        return call("survey_site", site=f"site-{len(done) + 1}")
+    return text(f"Surveyed {', '.join(done)}: all dry.")
+
+
+def malformed_turn(conversation: Conversation) -> Reply:
+    if not conversation.called("survey_site"):
+        return call("survey_site", site="archive")
+    return {"mood": "confused"}  # type: ignore[return-value]  # the malformed answer
+
+
+surveyor = Agent("surveyor", "You survey sites one at a time and report what you found.",
+                 [survey_site], script=FunctionModel(survey_turn))
+fragile = Agent("fragile", "You survey the archive and then lose your train of thought.",
+                [survey_site], script=FunctionModel(malformed_turn))
+echo = Agent("echo", "You answer every greeting with a greeting.",
+             script=FunctionModel(lambda _: "Hello from the echo desk."))
+catalog = [surveyor, fragile, echo]
