@@ -196,7 +196,22 @@ def test_a_dead_letter_is_redriven_from_the_page_and_its_run_completes(
                  "the run to be dead-lettered", timeout=180)
     finally:
         httpx.post(f"{stack.fake_gemini}/_admin/reset", timeout=5).raise_for_status()
-    assert (inspector.run(run_id)["error"] or "").startswith("dead_lettered")
+    failed = inspector.run(run_id)
+    assert (failed["error"] or "").startswith("dead_lettered")
+    attempts = failed["steps"][0]["attempts"]
+    assert attempts > 1, failed["steps"]
+
+    # The failed run's timeline marks the step's repeated attempts.
+    open_run(driver, inspector, run_id)
+    wait_status(driver, "failed", "the dead-lettered run's view")
+    bar = '#timeline .bar[data-step="0000-model"]'
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"{bar} .retry"),
+             "a retry marker on the step's bar")
+    marked = driver.find_element(By.CSS_SELECTOR, bar)
+    assert marked.get_attribute("data-attempts") == str(attempts)
+    assert f"{attempts} attempts" in (marked.get_attribute("aria-label") or "")
+    driver.execute_script("document.getElementById('timeline').scrollIntoView()")
+    screenshot("dead-lettered-run")
     (letter,) = [d for d in asyncio.run(stack.store().list_dead_letters())
                  if d.data["run_id"] == run_id]
     row = f'#dead-letters tr[data-message-id="{letter.data["message_id"]}"]'
