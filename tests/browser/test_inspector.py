@@ -76,6 +76,20 @@ def open_run(driver: Any, inspector: Inspector, run_id: str) -> None:
     driver.get(f"{inspector.url}/ui#/runs/{run_id}")
 
 
+def on_phone(driver: Any) -> None:
+    """Show the page as a phone does: 390 CSS pixels wide, touch, twice the pixel density."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+    driver.refresh()
+
+
+def assert_fits(driver: Any) -> None:
+    """Nothing on the page is wider than the screen (no sideways scrolling to read it)."""
+    page, screen = driver.execute_script(
+        "return [document.documentElement.scrollWidth, window.innerWidth]")
+    assert page <= screen, f"the page is {page} px wide on a {screen} px screen"
+
+
 def wait_status(driver: Any, status: str, what: str) -> dict[str, Any]:
     state: dict[str, Any] = wait_for(
         driver, lambda d: (s := run_state(d)) and s["status"] == status and s, what)
@@ -122,6 +136,12 @@ def test_runs_appear_in_the_list_and_filters_narrow_it(
              "Enter on a.run-link to open the run")
     wait_status(driver, "completed", "the echo run's view")
 
+    on_phone(driver)
+    driver.get(f"{inspector.url}/ui#/")
+    wait_for(driver, lambda d: echo_run in listed(d), "the run list on a phone")
+    screenshot("phone-run-list")
+    assert_fits(driver)
+
 
 def test_a_live_run_grows_its_timeline_until_it_completes(
     driver: Any, inspector: Inspector, screenshot: Screenshot
@@ -158,15 +178,10 @@ def test_a_live_run_grows_its_timeline_until_it_completes(
     assert not driver.find_element(By.ID, "cancel").is_enabled()
     screenshot("completed-run")
 
-    # A phone: 390 CSS pixels wide, and nothing wider than the screen.
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-        "width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
-    driver.refresh()
+    on_phone(driver)
     wait_status(driver, "completed", "the run view on a phone")
-    width = driver.execute_script(
-        "return [document.documentElement.scrollWidth, window.innerWidth]")
     screenshot("phone-run")
-    assert width[0] <= width[1], f"the page is {width[0]} px wide on a {width[1]} px screen"
+    assert_fits(driver)
 
 
 def test_a_failed_run_shows_its_cause(
