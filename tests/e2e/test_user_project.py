@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ackloop_dev.devstack.emulators import free_port
@@ -43,11 +45,15 @@ def test_dev_up_from_the_project_answers_with_its_script_and_tools(
         assert up.returncode == 0, up.stdout + up.stderr
         asked = _ackloop("ask", "--directory", directory, "--json",
                          "My order A-2001 is late, what is going on?", timeout=180)
+        inspector = re.search(r"^inspector: (http://\S+/ui)$", up.stdout, re.MULTILINE)
+        assert inspector, up.stdout
+        page = httpx.get(inspector.group(1), timeout=10)
     finally:
         down = _ackloop("dev", "down", "--directory", directory, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     banner = "from the fake Gemini REST server" if fake_gemini else "the scripted offline model"
     assert banner in up.stdout, up.stdout
+    assert page.status_code == 200 and "ackloop" in page.text, page.text[:200]
     assert asked.returncode == 0, asked.stdout + asked.stderr
     run = json.loads(asked.stdout)
     tools = [s for s in run["steps"] if s["kind"] == "tool"]

@@ -81,6 +81,7 @@ def up(
         typer.echo(f"model: {state.model}")
         typer.secho(f"up. API: {state.api_url}   state: {directory / 'state.json'}",
                     fg="green")
+        typer.echo(f"inspector: {state.api_url}/ui")
     else:
         typer.secho(f"emulators up. state: {directory / 'state.json'}", fg="green")
     typer.echo(f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.pubsub_port} "
