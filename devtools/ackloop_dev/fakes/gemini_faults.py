@@ -11,6 +11,9 @@ A spec is a comma-separated list of ``KIND[:VALUE][*COUNT]`` items:
 - ``safety``: ``promptFeedback.blockReason = SAFETY``, no candidates
 - ``safety-finish``: one candidate with ``finishReason = SAFETY`` and no content
 - ``empty``: ``candidates: []``; ``no-content``: a candidate without content
+- ``midstream:2``: a streamed answer (``streamGenerateContent``) breaks off after 2 chunks with
+  a 503 error event in the stream, as Gemini reports a failure after it started answering; a
+  unary call gets the 503 at once
 
 Example: ``429:2,500*2,ok,delay:3`` serves those five in order, then answers normally.
 """
@@ -24,7 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 NAMED_KINDS = frozenset(
-    {"ok", "429-details", "delay", "malformed", "safety", "safety-finish", "empty", "no-content"}
+    {"ok", "429-details", "delay", "malformed", "safety", "safety-finish", "empty", "no-content",
+     "midstream"}
 )
 
 
@@ -56,6 +60,8 @@ def parse_fault_spec(spec: str) -> list[Fault]:
         value = float(value_text) if value_text else None
         if kind == "delay" and value is None:
             raise ValueError("delay needs seconds: delay:5")
+        if kind == "midstream" and value is None:
+            raise ValueError("midstream needs the chunks sent before the error: midstream:2")
         count = int(count_text) if count_text else 1
         faults.extend([Fault(kind, value)] * count)
     return faults

@@ -71,6 +71,35 @@ def response_to_rest(turn: ModelTurn, model: str) -> JsonDict:
     }
 
 
+def stream_chunks(turn: ModelTurn, model: str, chunk_chars: int) -> list[JsonDict]:
+    """``turn`` as the chunks of a ``streamGenerateContent`` answer, as Gemini splits one: text
+    in pieces of ``chunk_chars`` characters (a thought signature on the last piece), each
+    function call whole in its own chunk, and the finish reason and usage on the last chunk."""
+    parts: list[JsonDict] = []
+    for part in turn.parts:
+        text = part.get("text")
+        if not isinstance(text, str) or len(text) <= chunk_chars:
+            parts.append(part)
+            continue
+        pieces = [text[i:i + chunk_chars] for i in range(0, len(text), chunk_chars)]
+        plain = {k: v for k, v in part.items() if k not in ("text", "thought_signature")}
+        parts.extend({**plain, "text": piece} for piece in pieces[:-1])
+        parts.append({**part, "text": pieces[-1]})
+    whole = response_to_rest(turn, model)
+    chunks: list[JsonDict] = []
+    for part in parts:
+        chunks.append({
+            "candidates": [{"content": {"role": "model", "parts": [part_to_rest(part)]},
+                            "index": 0}],
+            "modelVersion": whole["modelVersion"], "responseId": whole["responseId"],
+        })
+    if not chunks:
+        chunks.append({"candidates": [{"index": 0}], "modelVersion": whole["modelVersion"]})
+    chunks[-1]["candidates"][0]["finishReason"] = whole["candidates"][0]["finishReason"]
+    chunks[-1]["usageMetadata"] = whole["usageMetadata"]
+    return chunks
+
+
 def part_to_rest(part: JsonDict) -> JsonDict:
     """A stored ``Part`` dict in REST form: camelCase keys, standard-base64 thought signature."""
     parsed = types.Part.model_validate(part)

@@ -8,12 +8,18 @@ In a test::
         assert server.stats()["requests"] == 2
 
 As a process: ``python -m ackloop_dev.fakes.gemini_server --port 8090 [--faults SPEC]
-[--fault-rate 0.1 --fault-kinds 500,429:1 --seed 7] [--policy seed|reference:TOOL]``.
+[--fault-rate 0.1 --fault-kinds 500,429:1 --seed 7] [--policy seed|reference:TOOL]
+[--stream-delay 0.05 --stream-chunk-chars 8]``.
 It prints ``fake Gemini server listening on URL`` and serves until SIGTERM or SIGINT.
 
-Endpoints: ``POST /{version}/models/{model}:generateContent``; ``GET /`` (health);
-``GET /_admin/stats``; ``GET /_admin/requests`` (every body received); ``POST /_admin/faults``
-with ``{"faults": SPEC, "fault_rate": P, "fault_kinds": SPEC, "seed": N}``; ``POST /_admin/reset``.
+Endpoints: ``POST /{version}/models/{model}:generateContent``;
+``POST /{version}/models/{model}:streamGenerateContent?alt=sse`` (the same answer as Server-Sent
+Events, its text split into chunks of ``stream_chunk_chars`` characters sent ``stream_delay``
+seconds apart, as google-genai's ``generate_content_stream`` reads them); ``GET /`` (health);
+``GET /_admin/stats``; ``GET /_admin/requests`` (every body received); ``GET /_admin/chunks``
+(each streamed chunk's text and when it was sent, Unix seconds); ``POST /_admin/faults``
+with ``{"faults": SPEC, "fault_rate": P, "fault_kinds": SPEC, "seed": N}``; ``POST
+/_admin/stream`` with ``{"delay": S, "chunk_chars": N}``; ``POST /_admin/reset``.
 Fault specs are described in :mod:`ackloop_dev.fakes.gemini_faults`. It binds to 127.0.0.1 only.
 """
 
@@ -24,6 +30,7 @@ import json
 import re
 import signal
 import threading
+import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,10 +46,11 @@ from ackloop_dev.fakes.gemini_rest import (
     request_from_rest,
     response_to_rest,
     retry_info,
+    stream_chunks,
 )
 
 HOST = "127.0.0.1"
-_GENERATE = re.compile(r"^/[^/]+/(?:.*/)?models/([^/:]+):generateContent$")
+_GENERATE = re.compile(r"^/[^/]+/(?:.*/)?models/([^/:]+):(generateContent|streamGenerateContent)$")
 
 
 @dataclass(frozen=True)
@@ -71,8 +79,13 @@ class FakeGeminiServer:
         fault_kinds: str = "",
         seed: int = 0,
         keep_requests: int = 10_000,
+        stream_delay: float = 0.0,
+        stream_chunk_chars: int = 8,
     ) -> None:
         self.policy: Script = policy or ScriptedModel().decide
+        self.configure_stream(stream_delay, stream_chunk_chars)
+        # (when, text) of each streamed chunk: what a test times the client's deltas against.
+        self.chunks_sent: deque[tuple[float, str]] = deque(maxlen=keep_requests)
         self.faults = FaultPlan()
         self.faults.schedule(parse_fault_spec(faults))
         self.faults.set_random(fault_rate, parse_fault_spec(fault_kinds), seed)
@@ -149,6 +162,7 @@ class FakeGeminiServer:
         """Forget recorded requests, counters and faults."""
         with self._lock:
             self._requests.clear()
+            self.chunks_sent.clear()
             self._served.clear()
             self._models.clear()
             self._received = 0
@@ -162,6 +176,12 @@ class FakeGeminiServer:
             self.faults.set_random(
                 float(settings["fault_rate"]), kinds, int(settings.get("seed", 0))
             )
+
+    def configure_stream(self, delay: float, chunk_chars: int) -> None:
+        """Seconds between streamed chunks, and the characters of text in each."""
+        if delay < 0 or chunk_chars < 1:
+            raise ValueError("stream delay must be >= 0 and chunk_chars >= 1")
+        self.stream_delay, self.stream_chunk_chars = delay, chunk_chars
 
     def record(self, request: RecordedRequest) -> Fault | None:
         """Count ``request`` and pick its fault (None: answer normally)."""
@@ -197,6 +217,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, self.fake.stats())
         elif self.path == "/_admin/requests":
             self._json(200, {"requests": [r.body for r in self.fake.requests]})
+        elif self.path == "/_admin/chunks":
+            self._json(200, {"chunks": [{"at": at, "text": text}
+                                        for at, text in list(self.fake.chunks_sent)]})
         else:
             self._json(404, error_body(404, f"no such path {self.path}"))
 
@@ -211,18 +234,31 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(400, error_body(400, str(error)))
                 return
             self._json(200, self.fake.stats())
+        elif self.path == "/_admin/stream":
+            try:
+                self.fake.configure_stream(float(body.get("delay", self.fake.stream_delay)),
+                                           int(body.get("chunk_chars",
+                                                        self.fake.stream_chunk_chars)))
+            except (TypeError, ValueError) as error:
+                self._json(400, error_body(400, str(error)))
+                return
+            self._json(200, {"delay": self.fake.stream_delay,
+                             "chunk_chars": self.fake.stream_chunk_chars})
         elif self.path == "/_admin/reset":
             self.fake.reset()
             self._json(200, self.fake.stats())
         elif match := _GENERATE.match(self.path.split("?", 1)[0]):
-            self._generate(match.group(1), body)
+            self._generate(match.group(1), body, streamed=match.group(2) != "generateContent")
         else:
             self._json(404, error_body(404, f"no such path {self.path}"))
 
-    def _generate(self, model: str, body: JsonDict) -> None:
+    def _generate(self, model: str, body: JsonDict, *, streamed: bool = False) -> None:
         fault = self.fake.record(RecordedRequest(model, body, dict(self.headers.items())))
-        if fault is not None and fault.kind != "delay":
-            self._serve_fault(fault)
+        if fault is not None and fault.kind not in ("delay", "midstream"):
+            self._serve_fault(fault, streamed)
+            return
+        if fault is not None and fault.kind == "midstream" and not streamed:
+            self._json(503, error_body(503, "injected fault 503"))
             return
         if fault is not None:
             self.fake.wait(fault.value or 0.0)
@@ -235,19 +271,68 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as error:  # the body does not fit the Gemini schema
             self._json(400, error_body(400, f"invalid generateContent body: {error}"))
         else:
-            self._json(200, response_to_rest(turn, model))
+            if not streamed:
+                self._json(200, response_to_rest(turn, model))
+                return
+            cut = int(fault.value or 0) if fault is not None and fault.kind == "midstream" else None
+            self._stream(stream_chunks(turn, model, self.fake.stream_chunk_chars), cut)
 
-    def _serve_fault(self, fault: Fault) -> None:
+    def _stream(self, chunks: list[JsonDict], cut: int | None) -> None:
+        """Server-Sent Events, one ``data:`` line per chunk, ``stream_delay`` apart; with
+        ``cut``, a 503 error event after that many chunks ends the stream instead. The body is
+        delimited by the connection's end, so nothing is left to read on a kept-alive socket."""
+        try:
+            self._start_stream()
+            for n, chunk in enumerate(chunks):
+                if n == cut:
+                    self._event(error_body(503, "injected fault 503 in the stream"))
+                    return
+                if n:
+                    self.fake.wait(self.fake.stream_delay)
+                self._event(chunk)
+                text = "".join(str(p.get("text", "")) for c in chunk.get("candidates", [])
+                               for p in (c.get("content") or {}).get("parts", []))
+                self.fake.chunks_sent.append((time.time(), text))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up
+
+    def _stream_raw(self, events: list[bytes]) -> None:
+        try:
+            self._start_stream()
+            for data in events:
+                self.wfile.write(b"data: " + data + b"\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _start_stream(self) -> None:
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    def _event(self, body: JsonDict) -> None:
+        self.wfile.write(b"data: " + json.dumps(body).encode() + b"\r\n\r\n")
+        self.wfile.flush()
+
+    def _serve_fault(self, fault: Fault, streamed: bool) -> None:
+        answers: dict[str, JsonDict] = {
+            "safety": {"promptFeedback": {"blockReason": "SAFETY"}, "modelVersion": "fake"},
+            "safety-finish": {"candidates": [{"finishReason": "SAFETY", "index": 0}]},
+            "empty": {"candidates": []},
+            "no-content": {"candidates": [{"finishReason": "STOP", "index": 0}]},
+        }
         if fault.kind == "malformed":
-            self._send(200, b'{"candidates": [ this is not json', "application/json")
-        elif fault.kind == "safety":
-            self._json(200, {"promptFeedback": {"blockReason": "SAFETY"}, "modelVersion": "fake"})
-        elif fault.kind == "safety-finish":
-            self._json(200, {"candidates": [{"finishReason": "SAFETY", "index": 0}]})
-        elif fault.kind == "empty":
-            self._json(200, {"candidates": []})
-        elif fault.kind == "no-content":
-            self._json(200, {"candidates": [{"finishReason": "STOP", "index": 0}]})
+            raw = b'{"candidates": [ this is not json'
+            if streamed:  # a stream's one event that does not parse
+                self._stream_raw([raw])
+            else:
+                self._send(200, raw, "application/json")
+        elif fault.kind in answers:
+            if streamed:  # a stream of that one chunk
+                self._stream_raw([json.dumps(answers[fault.kind]).encode()])
+            else:
+                self._json(200, answers[fault.kind])
         elif fault.kind == "429-details":
             details = [retry_info(fault.value)] if fault.value is not None else None
             self._json(429, error_body(429, "Resource exhausted (injected)", details))
@@ -312,6 +397,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fault-rate", type=float, default=0.0, help="probability of a fault")
     parser.add_argument("--fault-kinds", default="500", help="faults drawn at --fault-rate")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random faults")
+    parser.add_argument("--stream-delay", type=float, default=0.0,
+                        help="seconds between the chunks of a streamed answer")
+    parser.add_argument("--stream-chunk-chars", type=int, default=8,
+                        help="characters of text in each chunk of a streamed answer")
     parser.add_argument(
         "--policy", default="seed",
         help="'seed', 'catalog' (every agent of ACKLOOP_AGENTS, else the built-in ones) or "
@@ -325,6 +414,8 @@ def main(argv: list[str] | None = None) -> None:
         fault_rate=args.fault_rate,
         fault_kinds=args.fault_kinds,
         seed=args.seed,
+        stream_delay=args.stream_delay,
+        stream_chunk_chars=args.stream_chunk_chars,
     )
     stopping = threading.Event()
 

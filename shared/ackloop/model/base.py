@@ -7,7 +7,8 @@ a model's raw parts (thought signatures included) go back to it unchanged on the
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,3 +62,17 @@ class ModelClient(Protocol):
     provider: str
 
     async def generate(self, request: ModelRequest) -> ModelTurn: ...
+
+
+TextSink = Callable[[str], None]
+"""Receives each piece of the answer's text as the model writes it (thoughts excluded)."""
+
+
+@runtime_checkable
+class StreamingModelClient(ModelClient, Protocol):
+    """A model client that can also hand out its answer's text while the call runs.
+
+    The turn it returns is the same one :meth:`generate` would: the pieces only show progress.
+    """
+
+    async def generate_streaming(self, request: ModelRequest, on_text: TextSink) -> ModelTurn: ...
