@@ -17,7 +17,7 @@ from ackloop.bus.memory import MemoryPublisher, Published
 from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Kind, Outcome, dispatch
 from ackloop.push import Delivery
-from ackloop.wire import AnswerMessage, QueryMessage
+from ackloop.wire import AnswerMessage, QueryMessage, WaitingNotice
 
 
 @dataclass
@@ -32,6 +32,8 @@ class InProcessLoop:
     deps: Deps
     publisher: MemoryPublisher
     answers: list[AnswerMessage] = field(default_factory=list)
+    notices: list[WaitingNotice] = field(default_factory=list)
+    """Runs waiting for a person (the answers topic's ``waiting`` notices)."""
     log: list[DeliveryLog] = field(default_factory=list)
     _queue: deque[tuple[Kind, Published]] = field(default_factory=deque)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -49,7 +51,11 @@ class InProcessLoop:
         kinds = self._kinds()
         for message in self.publisher.take():
             if message.topic == self.deps.settings.answers_topic:
-                self.answers.append(AnswerMessage.model_validate_json(message.data))
+                data = json.loads(message.data)
+                if data.get("event") == "waiting":
+                    self.notices.append(WaitingNotice.model_validate(data))
+                else:
+                    self.answers.append(AnswerMessage.model_validate(data))
             else:
                 self._queue.append((kinds[message.topic], message))
 

@@ -72,6 +72,7 @@ class RunLimits(Record):
     max_seconds: float
     max_tool_calls: int
     max_tokens: int | None = None
+    approval_timeout_seconds: float | None = None
 
 
 class RunRecord(Record):
@@ -104,6 +105,10 @@ class RunRecord(Record):
     output_schema: JsonDict | None = None
     owner: str = ANONYMOUS
     """The caller who asked for the run: only they read it, stream it or cancel it."""
+    waited_seconds: float = 0.0
+    """Time the run spent waiting for people, which its ``max_seconds`` does not count."""
+    wait_ended_at: float = 0.0
+    """When the last decision was recorded (overlapping waits are counted once)."""
     trace_id: str | None = None
     """The run's trace (32 lowercase hex): the caller's when the query carried a trace context,
     else derived from the run id (:mod:`ackloop.telemetry.tracing`)."""
@@ -132,6 +137,9 @@ class ConversationRecord(Record):
 class StepStatus(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
+    WAITING = "waiting"
+    """A tool step waiting for a person's decision: no lease, nothing runs or is redelivered
+    until the decision re-sends its message (or the sweeper does, at the deadline)."""
 
 
 Topic = Literal["model_steps", "tool_steps", "answers"]
@@ -151,6 +159,29 @@ class Outgoing(Record):
     traceparent: str | None = None
     """The trace context the message is sent with (the sending step's span), kept so that a
     re-send after a crash has the same parent."""
+
+
+class Waiting(Record):
+    """What a waiting step waits for: an approval of its call, before its deadline."""
+
+    kind: Literal["approval"] = "approval"
+    tool: str
+    args: JsonDict = Field(default_factory=dict)
+    since: float
+    deadline: float
+    """Past it, the sweeper decides the step as rejected ("no decision before the deadline")."""
+
+
+class StepDecision(Record):
+    """A person's decision on a waiting step, recorded once: the first one wins."""
+
+    decision: Literal["approve", "reject"]
+    args: JsonDict | None = None
+    """Edited arguments the tool runs with instead of the model's (approve only)."""
+    comment: str | None = None
+    by: str
+    """The caller who decided, or ``deadline`` when the sweeper decided at the deadline."""
+    at: float
 
 
 class StepRecord(Record):
@@ -177,6 +208,9 @@ class StepRecord(Record):
     usage: Usage = Usage()
     cost: Cost | None = None
     """What the delivery that completed the step spent (see :mod:`ackloop.engine.spend`)."""
+    waiting: Waiting | None = None
+    """Set when the step waited for a decision (kept once it has completed)."""
+    decision: StepDecision | None = None
 
 
 class TranscriptChunk(Record):

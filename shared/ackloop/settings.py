@@ -106,6 +106,11 @@ class Settings(BaseSettings):
         description="A running run with no progress for this long is resumed (or failed with a "
         "cause) by the sweeper.",
     )
+    approval_timeout_seconds: float = Field(
+        default=604_800.0, gt=0, le=2_592_000,
+        description="Longest a tool call waits for a person's approval when neither its tool "
+        "nor its run says: past it, the sweeper rejects the call.",
+    )
     default_max_steps: int = Field(default=20, ge=1, description="Model steps per run.")
     default_max_seconds: float = Field(default=300.0, gt=0, description="Wall clock per run.")
     default_max_tool_calls: int = Field(default=50, ge=0, description="Tool calls per run.")

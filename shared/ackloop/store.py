@@ -48,10 +48,12 @@ from ackloop.records import (
     Outgoing,
     RunRecord,
     RunStatus,
+    StepDecision,
     StepRecord,
     StepStatus,
     StopReason,
     TranscriptChunk,
+    Waiting,
 )
 from ackloop.tools.masking import mask_secrets
 from ackloop.wire import Usage
@@ -69,7 +71,8 @@ MAX_QUEUED_RUNS = 100
 DEAD_LETTER_PAGE = 500
 LAST_DOCUMENT_ID = "\U0010ffff"
 
-ClaimState = Literal["new", "taken_over", "completed"]
+ClaimState = Literal["new", "taken_over", "completed", "waiting"]
+"""``waiting``: the step waits for a decision; nothing is claimed and nothing runs."""
 
 DAY_SECONDS = 86_400.0
 EXPIRE_AT = "expire_at"
@@ -157,6 +160,19 @@ class Claim:
     @property
     def key(self) -> str:
         return self.step.key
+
+
+class DecisionRefused(Exception):
+    """A decision that cannot be recorded: the HTTP status, a reason code and what to fix."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+def _same_decision(a: StepDecision, b: StepDecision) -> bool:
+    return (a.decision, a.args, a.comment) == (b.decision, b.args, b.comment)
 
 
 @dataclass(frozen=True)
@@ -542,6 +558,11 @@ class AgentStore:
             )
         if step.status is StepStatus.COMPLETED:
             return Claim(run_id, step, snap.version, "completed")
+        if step.status is StepStatus.WAITING:
+            if step.decision is None:
+                return Claim(run_id, step, snap.version, "waiting")
+            return await self._resume(run_id, step, snap.version, owner=owner, now=now,
+                                      lease_seconds=lease_seconds, message_id=message_id)
         wait = max(step.lease_expires_at, step.not_before) - now
         if wait > 0:
             raise StepBusy(f"step {key} is leased by {step.owner}", retry_after=wait, holder=step)
@@ -566,6 +587,86 @@ class AgentStore:
             raise StepBusy(f"step {key} was claimed concurrently", retry_after=0.0,
                            holder=step) from exc
         return Claim(run_id, taken, version, "taken_over")
+
+    async def _resume(self, run_id: str, step: StepRecord, version: Version, *, owner: str,
+                      now: float, lease_seconds: float, message_id: str) -> Claim:
+        """Claim a decided waiting step to carry its decision out. Not an attempt: the step
+        never ran, so its attempts stay as they are."""
+        resumed = step.model_copy(update={
+            "status": StepStatus.RUNNING, "fence": step.fence + 1, "owner": owner,
+            "lease_expires_at": now + lease_seconds, "message_id": message_id,
+            "started_at": now})
+        fields = {"status": StepStatus.RUNNING.value, "fence": resumed.fence, "owner": owner,
+                  "lease_expires_at": resumed.lease_expires_at, "message_id": message_id,
+                  "started_at": now} | self._live_expiry(now)
+        try:
+            (new_version,) = await self.db.commit(
+                [Write("update", self.step_path(run_id, step.key), fields, if_version=version)])
+        except PreconditionFailed as exc:
+            raise StepBusy(f"step {step.key} was claimed concurrently", retry_after=0.0,
+                           holder=step) from exc
+        return Claim(run_id, resumed, new_version, "new")
+
+    async def wait_step(self, claim: Claim, waiting: Waiting, run: Snapshot,
+                        sweep_at: float) -> None:
+        """Record the step as waiting (lease given back) in one batch with the run's
+        ``progress_at`` moved to ``sweep_at`` (when the sweeper should find the run idle: at
+        the deadline) unless another call of the turn set an earlier one: the sweeper then
+        leaves the run alone until a decision or the deadline.
+
+        Raises :class:`LeaseLost` or :class:`StaleRead` (nothing written)."""
+        record = RunRecord.model_validate(run.data)
+        if (record.progress_at or 0.0) > waiting.since:  # another call of the turn waits
+            sweep_at = min(sweep_at, record.progress_at or sweep_at)
+        step_write = Write("update", self.step_path(claim.run_id, claim.key), {
+            "status": StepStatus.WAITING.value, "waiting": waiting.to_doc(),
+            "lease_expires_at": 0.0} | self._live_expiry(waiting.deadline),
+            if_version=claim.version)
+        run_write = Write("update", run.path, {"progress_at": sweep_at}, if_version=run.version)
+        try:
+            await self.db.commit([step_write, run_write])
+        except (PreconditionFailed, AlreadyExists) as exc:
+            await self._raise_conflict(claim, exc)
+
+    async def decide_step(self, run_id: str, key: str, decision: StepDecision
+                          ) -> tuple[StepRecord, bool]:
+        """Record ``decision`` on a waiting step, with the run's clock (its ``progress_at``
+        and the time it waited), in one transaction. Returns the step and whether this call
+        decided it; the same decision again returns the recorded one.
+
+        Raises :class:`DecisionRefused` for a step that is missing, not waiting, or decided
+        otherwise."""
+
+        async def body(txn: Transaction) -> tuple[StepRecord, bool]:
+            run_snap = await txn.get(self.run_path(run_id))
+            snap = await txn.get(self.step_path(run_id, key))
+            if run_snap is None or snap is None:
+                raise DecisionRefused(404, "not_found", f"run {run_id} has no step {key}")
+            step = StepRecord.model_validate(snap.data)
+            run = RunRecord.model_validate(run_snap.data)
+            if step.decision is not None:
+                if _same_decision(step.decision, decision):
+                    return step, False
+                raise DecisionRefused(409, "already_decided", (
+                    f"step {key} was already decided: {step.decision.decision} by "
+                    f"{step.decision.by}"))
+            if step.status is not StepStatus.WAITING or step.waiting is None:
+                raise DecisionRefused(409, "not_waiting",
+                                      f"step {key} is {step.status}: it waits for no decision")
+            if run.status.terminal:
+                raise DecisionRefused(409, "run_ended", f"run {run_id} is {run.status}")
+            txn.write(Write("update", snap.path, {"decision": decision.to_doc()}))
+            waited = decision.at - max(step.waiting.since, run.wait_ended_at)
+            txn.write(Write("update", run_snap.path, {
+                "progress_at": decision.at, "wait_ended_at": decision.at,
+                "waited_seconds": run.waited_seconds + max(0.0, waited)}))
+            return step.model_copy(update={"decision": decision}), True
+
+        return await self.db.transact(body)
+
+    async def sweep_run_at(self, run_id: str, at: float) -> None:
+        """Set when the sweeper looks at the run next (a waiting run: its earliest deadline)."""
+        await self.db.commit([Write("update", self.run_path(run_id), {"progress_at": at})])
 
     async def run_and_steps(
         self, run_id: str, keys: Sequence[str]

@@ -9,6 +9,12 @@ which step message the run needs next and publishes it again. The step's claim t
 duplicate into a no-op, so sweeping a healthy run costs a message, never a second execution.
 A run the ledger cannot resume is failed with the cause (and its end is published).
 
+A run whose steps wait for a person is not stalled: a waiting step's commit moved the run's
+``progress_at`` to its deadline, so the sweeper first sees it then, and rejects what is still
+undecided ("no decision before the deadline"). It also re-sends a decided step that still waits
+(its re-send after the decision was lost) once the run is ``sweep_stale_seconds`` idle past the
+decision, and otherwise moves ``progress_at`` to the earliest deadline again.
+
 It runs from ``ackloop runs sweep``, from ``POST /sweep`` on the API (Cloud Scheduler calls it;
 see ``infra/scheduler.tf``), and from the local stack.
 """
@@ -19,18 +25,20 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
+from ackloop.engine import approval
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import after_tools, end_run_now, first_step, run_end
 from ackloop.engine.ledger import scheduled_model_message
 from ackloop.engine.outbox import send
 from ackloop.keys import StepKey
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StepStatus, StopReason
+from ackloop.store import DecisionRefused
 from ackloop.telemetry import tracing
 from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
-Action = Literal["resumed", "failed", "progressing", "started"]
+Action = Literal["resumed", "failed", "progressing", "started", "waiting"]
 
 
 @dataclass(frozen=True)
@@ -65,11 +73,20 @@ async def sweep(deps: Deps, *, stale_after: float | None = None, limit: int = 20
 async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
     steps = await deps.store.list_steps(run.run_id)
     now = deps.clock.now()
+    if (timed_out := await _decide_overdue(deps, run, steps, now)):
+        return Swept(run.run_id, "resumed", f"no decision before the deadline: {timed_out}")
     busy = [s.key for s in steps if s.lease_expires_at > now or s.not_before > now
             or max(s.started_at, s.completed_at or 0.0) > threshold]
     if busy:
         return Swept(run.run_id, "progressing", f"step {busy[-1]} is live")
     needed = next_messages(run, steps)
+    waiting = [s for s in steps if _undecided(s)]
+    if not needed and waiting:
+        # Nothing to do before a decision or the earliest deadline: look again then.
+        deadline = min(s.waiting.deadline for s in waiting if s.waiting is not None)
+        await deps.store.sweep_run_at(run.run_id, approval.sweep_at(deps, deadline, now))
+        return Swept(run.run_id, "waiting", f"{', '.join(s.key for s in waiting)} wait(s) "
+                     "for a decision")
     if not needed:
         cause = (f"stalled at {steps[-1].key if steps else 'its start'} with nothing left to "
                  "send")
@@ -100,6 +117,8 @@ def next_messages(run: RunRecord, steps: list[StepRecord]) -> list[Outgoing]:
         return [message] if message is not None else []
     pending = [o for o in model.outbox if o.target_step and o.topic != "answers"
                and _unfinished(by_key.get(o.target_step))]
+    # A step waiting for a decision needs none of its messages until it is decided; one that
+    # is decided but still waits lost its re-send, which this sends again.
     tools = [o for o in model.outbox if o.topic == "tool_steps"]
     if not pending and tools and all(_done(by_key.get(str(o.target_step))) for o in tools):
         return [_joined(tools[0])]  # every tool is done; the join never fired
@@ -115,7 +134,26 @@ def _done(step: StepRecord | None) -> bool:
 
 
 def _unfinished(step: StepRecord | None) -> bool:
-    return step is None or step.status is not StepStatus.COMPLETED
+    return step is None or (step.status is not StepStatus.COMPLETED and not _undecided(step))
+
+
+def _undecided(step: StepRecord) -> bool:
+    return step.status is StepStatus.WAITING and step.decision is None
+
+
+async def _decide_overdue(deps: Deps, run: RunRecord, steps: list[StepRecord], now: float
+                          ) -> str:
+    """Reject the waiting steps whose deadline has passed (which re-sends them); their keys."""
+    overdue = [s for s in steps if _undecided(s) and s.waiting is not None
+               and s.waiting.deadline <= now]
+    for step in overdue:
+        with tracing.run_context(run.run_id, run.trace_id):
+            try:
+                await approval.decide(deps, run.run_id, step.key,
+                                      approval.deadline_rejection(now))
+            except DecisionRefused:
+                continue  # decided (or ended) meanwhile: that decision stands
+    return ", ".join(s.key for s in overdue)
 
 
 async def _start_if_free(deps: Deps, run: RunRecord) -> Swept | None:

@@ -96,6 +96,11 @@ class RunOptions(WireModel):
     max_tokens: int | None = Field(
         default=None, ge=1, le=1_000_000_000, description="Total tokens."
     )
+    approval_timeout_seconds: float | None = Field(
+        default=None, gt=0, le=2_592_000,
+        description="Longest a call waits for a person's approval before it is rejected (a "
+        "tool's own, when shorter, wins).",
+    )
     output_schema: dict[str, Any] | None = Field(
         default=None,
         description="JSON Schema (an object) the final answer must match; it becomes `output`.",
@@ -168,6 +173,24 @@ class ToolStepMessage(WireModel):
 
 
 StepMessage = ModelStepMessage | ToolStepMessage
+
+
+class WaitingNotice(WireModel):
+    """A run waits for a person, published to the answers topic beside the run ends (at least
+    once: dedupe on ``run_id`` and ``step``). Tell it from an :class:`AnswerMessage` by
+    ``event``, which an answer does not have."""
+
+    v: Literal[1] = 1
+    event: Literal["waiting"] = "waiting"
+    run_id: Identifier
+    request_id: Identifier
+    conversation_id: Identifier
+    step: str
+    waiting_for: Literal["approval"] = "approval"
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    deadline: float
+    """Unix time after which no decision means a rejection."""
 
 
 class AnswerMessage(WireModel):

@@ -22,7 +22,11 @@ log = logging.getLogger(__name__)
 
 def request_hash(query: QueryMessage) -> str:
     """Fingerprint of what was asked, to tell a retry from a reused request id."""
-    body = query.model_dump_json(include={"text", "conversation_id", "agent", "options"})
+    # An option left out is left out of the fingerprint, so adding options keeps old ones.
+    unset = {"options": {"approval_timeout_seconds"}} if (
+        query.options.approval_timeout_seconds is None) else None
+    body = query.model_dump_json(include={"text", "conversation_id", "agent", "options"},
+                                 exclude=unset)
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
@@ -50,6 +54,7 @@ def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS) -> RunRecor
             if (v := pick(opts.max_tokens, agent.max_tokens, settings.default_max_tokens))
             else None
         ),
+        approval_timeout_seconds=opts.approval_timeout_seconds,
     )
     return RunRecord(
         run_id=run_id,

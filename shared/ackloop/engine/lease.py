@@ -159,7 +159,7 @@ def _observe(run_snapshot: Snapshot, claim: Claim) -> None:
     conversation, and count the claims beyond a step's first and the takeovers."""
     update_log_context(attempt=claim.step.attempts, agent=run_snapshot.data.get("agent"),
                        conversation_id=run_snapshot.data.get("conversation_id"))
-    if claim.state != "completed":
+    if claim.state in ("new", "taken_over"):
         metrics.step_claimed(claim.step.kind, claim.step.attempts, claim.state == "taken_over")
 
 

@@ -63,9 +63,10 @@ def budget_stop(deps: Deps, run: RunRecord, message: ModelStepMessage) -> StopRe
         return StopReason.CANCELLED
     if message.turn >= limits.max_steps:
         return StopReason.MAX_STEPS
-    # Wall clock from when the run became active: time waiting in its conversation's queue
-    # is not the run's own.
-    if deps.clock.now() - (run.started_at or run.created_at) > limits.max_seconds:
+    # Wall clock from when the run became active: time waiting in its conversation's queue,
+    # or for a person's decision, is not the run's own.
+    if (deps.clock.now() - (run.started_at or run.created_at) - run.waited_seconds
+            > limits.max_seconds):
         return StopReason.MAX_SECONDS
     if limits.max_tokens is not None and usage.total_tokens >= limits.max_tokens:
         return StopReason.MAX_TOKENS

@@ -17,7 +17,7 @@ import logging
 import time
 
 from ackloop.docdb.base import Snapshot
-from ackloop.engine import outbox
+from ackloop.engine import approval, outbox
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import Decision, Reads, after_tools, commit
 from ackloop.engine.lease import (
@@ -56,6 +56,12 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
     if claimed is None:
         return  # the run has ended: nothing to run
     run_snapshot, claim = claimed
+    if claim.state == "waiting":
+        # A re-send of a step that waits for a decision: nothing runs; say it waits again.
+        if claim.step.waiting is not None:
+            await approval.announce(deps, RunRecord.model_validate(run_snapshot.data),
+                                    claim.key, claim.step.waiting)
+        return
     if claim.state != "completed":
         ref = ClaimRef(claim)
         try:
@@ -67,7 +73,7 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
             outcome = ToolOutcome(response={"error": f"{exc.reason}: {exc}"}, is_error=True)
             seconds = None
         if outcome is None:
-            return  # the run has ended: nothing was run, nothing is recorded
+            return  # the run has ended, or the call waits: nothing more is recorded
         await commit(deps, ref, _decision(message, outcome, seconds), Reads(run_snapshot),
                      kind="tool")
         if message.call_count == 1:
@@ -78,7 +84,8 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
 async def _run_claimed(
     deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_snapshot: Snapshot
 ) -> tuple[ToolOutcome | None, float | None]:
-    """Run the call, or say why not. ``(None, None)``: the run has ended, record nothing."""
+    """Run the call, or say why not. ``(None, None)``: the run has ended, or the call now
+    waits for a decision (recorded by :mod:`ackloop.engine.approval`): record nothing more."""
     claim = ref.claim
     run = RunRecord.model_validate(run_snapshot.data)
     if run.status is not RunStatus.RUNNING:
@@ -101,6 +108,16 @@ async def _run_claimed(
         return _error(f"the tool did not complete after {claim.step.attempts - 1} attempts "
                       f"(last error: {claim.step.last_error})"), None
     await prepare_tools(deps, ref, agent.tools)  # what is_retry_safe reads, for MCP tools
+    decision = claim.step.decision
+    call = message.call
+    if decision is None:
+        if (needing := approval.needs_decision(agent.tools, call)) is not None:
+            await approval.wait_for_decision(deps, claim, run_snapshot, needing, call)
+            return None, None
+    elif decision.decision == "reject":
+        return approval.rejection(decision), None
+    else:
+        call = approval.decided_call(call, decision)
     if claim.state == "taken_over" and not _retry_safe(agent.tools, message.call.name):
         # The previous holder may have acted before it died: do not act twice.
         return _error("this call was interrupted and may or may not have taken effect; "
@@ -108,7 +125,7 @@ async def _run_claimed(
     started = time.monotonic()
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         with tracing.span(f"tool {message.call.name}", {"ackloop.tool": message.call.name}):
-            outcome = await agent.tools.execute(message.call, context)
+            outcome = await agent.tools.execute(call, context)
     beat.check()
     deps.faults.hit("tool:after_call")
     return outcome, time.monotonic() - started

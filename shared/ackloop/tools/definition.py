@@ -31,6 +31,8 @@ from ackloop.tools.schema import parameters_schema
 Handler = Callable[..., Any]
 """An async function, or a sync one (run in a worker thread)."""
 AsyncHandler = Callable[..., Awaitable[Any]]
+ApprovalPolicy = Callable[[dict[str, Any]], bool]
+"""Whether a call needs a person's approval, from its arguments as the model sent them."""
 BoundCall = Callable[[BaseModel, ToolContext], Awaitable[Any]]
 
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024
@@ -59,6 +61,12 @@ class Tool:
     """Cap on one call; the context's ``timeout_seconds`` caps it further. None: the context's."""
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     """Cap on the JSON size of the response the model reads; longer output is truncated."""
+    requires_approval: bool | ApprovalPolicy = False
+    """True, or a policy of the call's arguments: such a call waits for a person's decision
+    (``POST /runs/{id}/approvals/{step}``) before it runs."""
+    approval_timeout_seconds: float | None = None
+    """How long a call waits for a decision before it is rejected; None: the run's option,
+    else the deployment's ``approval_timeout_seconds``."""
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -72,6 +80,18 @@ class Tool:
             raise ValueError("timeout_seconds must be positive")
         if self.max_output_bytes < 256:
             raise ValueError("max_output_bytes must be at least 256")
+        if self.approval_timeout_seconds is not None and self.approval_timeout_seconds <= 0:
+            raise ValueError("approval_timeout_seconds must be positive")
+
+    def needs_approval(self, args: dict[str, Any]) -> bool:
+        """Whether a call with ``args`` waits for a decision. A policy that raises is taken
+        as a yes: a person looks at a call the policy could not judge."""
+        if callable(self.requires_approval):
+            try:
+                return bool(self.requires_approval(args))
+            except Exception:
+                return True
+        return self.requires_approval
 
     def declaration(self) -> JsonDict:
         """The Gemini ``FunctionDeclaration`` dict: name, description and flat parameters."""
@@ -94,6 +114,8 @@ def tool(
     retry_safe: bool = True,
     timeout_seconds: float | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    requires_approval: bool | ApprovalPolicy = False,
+    approval_timeout_seconds: float | None = None,
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -104,6 +126,8 @@ def tool(
     retry_safe: bool = True,
     timeout_seconds: float | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    requires_approval: bool | ApprovalPolicy = False,
+    approval_timeout_seconds: float | None = None,
 ) -> Tool | Callable[[Handler], Tool]:
     """Make a tool of a function, async or sync; use bare (``@tool``) or called (``@tool("name")``).
 
@@ -114,6 +138,8 @@ def tool(
     the context. The name defaults to the function's name; the description to its docstring up
     to the first section, and each plain parameter's description to its entry in the ``Args:``
     section (or ``:param name:``), unless ``Annotated[T, "text"]`` or ``Field`` gives one.
+    ``requires_approval`` (True, or a function of the call's arguments) makes a call wait for
+    a person's decision, at most ``approval_timeout_seconds``.
     """
 
     def build(fn: Handler) -> Tool:
@@ -133,6 +159,8 @@ def tool(
             retry_safe=retry_safe,
             timeout_seconds=timeout_seconds,
             max_output_bytes=max_output_bytes,
+            requires_approval=requires_approval,
+            approval_timeout_seconds=approval_timeout_seconds,
         )
 
     if callable(name):

@@ -1,0 +1,146 @@
+"""Calls that wait for a person: the waiting commit, the decision, and carrying it out.
+
+A tool step whose call needs approval (``Tool.requires_approval``) and has no decision yet
+records itself as ``waiting`` (what it waits for, its deadline), gives its lease back and is
+acknowledged: while it waits no process runs, no lease is renewed and nothing is redelivered.
+The same commit moves the run's ``progress_at`` (the sweeper's clock) to the deadline.
+
+A decision is recorded on the step in one transaction (:meth:`AgentStore.decide_step`: the
+first one wins), then the step's message, the model step's committed outbox entry for it, is
+published again, so the step resumes through the ordinary path and the ledger check holds. If
+that publish is lost, the decision moved the run's ``progress_at``, and the sweeper re-sends
+the message of a decided step that still waits once the run has been idle for
+``sweep_stale_seconds``. At the deadline the sweeper records a rejection the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ackloop.docdb.base import Snapshot
+from ackloop.engine.deps import Deps
+from ackloop.engine.outbox import send
+from ackloop.errors import StaleRead
+from ackloop.keys import StepKey
+from ackloop.records import Outgoing, RunRecord, StepDecision, StepRecord, Waiting
+from ackloop.store import Claim
+from ackloop.tools.base import ToolOutcome
+from ackloop.tools.definition import Tool
+from ackloop.wire import FunctionCall, WaitingNotice
+
+log = logging.getLogger(__name__)
+
+DEADLINE = "deadline"
+"""Who decided a step whose deadline passed with no decision (the sweeper)."""
+WAIT_COMMIT_ATTEMPTS = 4
+
+
+def find_tool(toolbox: object, name: str) -> Tool | None:
+    """The :class:`Tool` called ``name`` in a toolset or a combination of toolboxes."""
+    get = getattr(toolbox, "get", None)
+    if callable(get):
+        found = get(name)
+        return found if isinstance(found, Tool) else None
+    for part in getattr(toolbox, "parts", ()):
+        if (found := find_tool(part, name)) is not None:
+            return found
+    return None
+
+
+def sweep_at(deps: Deps, deadline: float, now: float) -> float:
+    """The ``progress_at`` that makes the sweeper find a waiting run idle at ``deadline`` (it
+    resumes runs idle for ``sweep_stale_seconds``), never before now."""
+    return max(now, deadline - deps.settings.sweep_stale_seconds)
+
+
+def approval_timeout(deps: Deps, run: RunRecord, tool: Tool) -> float:
+    """The wait's length: the shorter of the tool's and the run's, else the deployment's."""
+    given = [t for t in (tool.approval_timeout_seconds, run.limits.approval_timeout_seconds)
+             if t is not None]
+    return min(given) if given else deps.settings.approval_timeout_seconds
+
+
+def needs_decision(toolbox: object, call: FunctionCall) -> Tool | None:
+    """The tool, when this call of it waits for a decision."""
+    tool = find_tool(toolbox, call.name)
+    return tool if tool is not None and tool.needs_approval(call.args) else None
+
+
+async def wait_for_decision(deps: Deps, claim: Claim, run_snapshot: Snapshot, tool: Tool,
+                            call: FunctionCall) -> None:
+    """Record the step as waiting and announce it. A commit refused because the run changed
+    (another call of the turn started waiting) is tried again on the run as it is now."""
+    run = RunRecord.model_validate(run_snapshot.data)
+    now = deps.clock.now()
+    waiting = Waiting(tool=tool.name, args=call.args, since=now,
+                      deadline=now + approval_timeout(deps, run, tool))
+    for _ in range(WAIT_COMMIT_ATTEMPTS):
+        try:
+            await deps.store.wait_step(claim, waiting, run_snapshot,
+                                       sweep_at(deps, waiting.deadline, now))
+            break
+        except StaleRead:
+            fresh = await deps.store.get_run_snapshot(claim.run_id)
+            if fresh is None:
+                return
+            run_snapshot = fresh
+    else:
+        raise StaleRead(f"step {claim.key} of {claim.run_id}: the run kept changing")
+    log.info("run %s step %s waits for approval of %s until %.0f", claim.run_id, claim.key,
+             tool.name, waiting.deadline)
+    await announce(deps, RunRecord.model_validate(run_snapshot.data), claim.key, waiting)
+
+
+async def announce(deps: Deps, run: RunRecord, step_key: str, waiting: Waiting) -> None:
+    """Publish the wait on the answers topic (again on every delivery that finds it)."""
+    notice = WaitingNotice(run_id=run.run_id, request_id=run.request_id,
+                           conversation_id=run.conversation_id, step=step_key,
+                           tool=waiting.tool, args=waiting.args, deadline=waiting.deadline)
+    await send(deps, run.run_id, [Outgoing(topic="answers", data=notice.model_dump(mode="json"))])
+
+
+def decided_call(call: FunctionCall, decision: StepDecision) -> FunctionCall:
+    """The call to run once approved: with the edited arguments when the person gave some."""
+    return call if decision.args is None else call.model_copy(update={"args": decision.args})
+
+
+def deadline_rejection(now: float) -> StepDecision:
+    """The decision the sweeper records for a wait past its deadline."""
+    return StepDecision(decision="reject", by=DEADLINE, at=now)
+
+
+def rejection(decision: StepDecision) -> ToolOutcome:
+    """What the model reads of a rejected call."""
+    if decision.by == DEADLINE:
+        text = "not run: no decision before the deadline"
+    else:
+        text = f"not run: rejected by {decision.by}"
+    if decision.comment:
+        text += f" ({decision.comment})"
+    return ToolOutcome(response={"error": text}, is_error=True)
+
+
+async def decide(deps: Deps, run_id: str, key: str, decision: StepDecision
+                 ) -> tuple[StepRecord, bool]:
+    """Record ``decision`` (:meth:`AgentStore.decide_step`) and re-send the step's message.
+
+    The message sent is the model step's committed outbox entry for the step; a duplicate of
+    an already recorded decision sends it again too (the claim absorbs it)."""
+    step, decided = await deps.store.decide_step(run_id, key, decision)
+    await resume(deps, run_id, step)
+    return step, decided
+
+
+async def resume(deps: Deps, run_id: str, step: StepRecord) -> None:
+    """Send the committed message of a decided step."""
+    (model_step,) = await deps.store.get_steps(run_id, [str(StepKey.model(step.turn))])
+    entry = _entry(model_step, step.key)
+    if entry is not None:
+        await send(deps, run_id, [entry])
+
+
+def _entry(model_step: StepRecord | None, key: str) -> Outgoing | None:
+    if model_step is None:
+        return None
+    return next((o for o in model_step.outbox if o.target_step == key), None)
+

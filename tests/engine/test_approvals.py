@@ -1,0 +1,190 @@
+"""A tool call that needs approval waits with no process, no lease and no redelivery, and
+resumes through its ordinary message once decided; its deadline is the sweeper's.
+
+Driven through the real dispatch on the in-memory store, with a manual clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ackloop.engine import approval
+from ackloop.keys import StepKey, run_id_for_request
+from ackloop.model.scripted import ScriptedModel
+from ackloop.model.turns import calls_turn, text_turn
+from ackloop.records import RunStatus, StepDecision, StepStatus
+from ackloop.settings import Settings
+from ackloop.store import DecisionRefused
+from ackloop.sweep import sweep
+from ackloop.tools import ToolSet, tool
+from ackloop.wire import QueryMessage
+from tests.engine.fakes import make_loop
+
+SETTINGS = Settings()
+
+
+def transfer_tools(sent: list[dict[str, Any]], *, timeout: float | None = None) -> ToolSet:
+    @tool(requires_approval=lambda args: args.get("amount", 0) > 100,
+          approval_timeout_seconds=timeout)
+    def transfer(to: str, amount: int) -> str:
+        """Send money."""
+        sent.append({"to": to, "amount": amount})
+        return f"sent {amount} to {to}"
+
+    @tool
+    def balance() -> int:
+        """The balance."""
+        return 1000
+
+    return ToolSet([transfer, balance])
+
+
+def model(*calls: tuple[str, dict[str, Any]]) -> ScriptedModel:
+    return ScriptedModel.from_turns([calls_turn(list(calls)), text_turn("done")])
+
+
+async def started(loop, request_id: str) -> str:  # type: ignore[no-untyped-def]
+    await loop.submit(QueryMessage(request_id=request_id, text="pay Bob"))
+    await loop.run_until_idle()
+    return run_id_for_request(request_id)
+
+
+async def transfer_run(request_id: str, sent: list[dict[str, Any]], *, amount: int = 500,
+                       timeout: float | None = None):  # type: ignore[no-untyped-def]
+    """A run whose model asks to transfer ``amount`` once (a call over 100 waits)."""
+    loop = make_loop(model(("transfer", {"to": "bob", "amount": amount})),
+                     transfer_tools(sent, timeout=timeout), settings=SETTINGS)
+    return loop, await started(loop, request_id)
+
+
+def tool_result(loop, run_id: str, index: int = 0):  # type: ignore[no-untyped-def]
+    return loop.deps.store.get_steps(run_id, [str(StepKey.tool(0, index))])
+
+
+async def test_a_call_that_needs_approval_waits_then_runs_with_the_edited_args() -> None:
+    sent: list[dict[str, Any]] = []
+    loop, run_id = await transfer_run("approve", sent)
+    (step,) = await tool_result(loop, run_id)
+    assert step.status is StepStatus.WAITING and step.waiting is not None
+    assert step.waiting.tool == "transfer" and step.lease_expires_at == 0.0
+    assert step.waiting.deadline == step.waiting.since + SETTINGS.approval_timeout_seconds
+    assert sent == [] and not loop.queued()  # acknowledged: nothing runs, nothing is queued
+    (notice,) = loop.notices
+    assert (notice.run_id, notice.step, notice.tool) == (run_id, step.key, "transfer")
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.RUNNING
+    # The sweeper, which resumes runs idle for sweep_stale_seconds, looks again at the deadline.
+    assert run.progress_at == step.waiting.deadline - SETTINGS.sweep_stale_seconds
+
+    decision = StepDecision(decision="approve", args={"to": "bob", "amount": 300},
+                            by="alice", at=loop.deps.clock.now())
+    _, decided = await approval.decide(loop.deps, run_id, step.key, decision)
+    assert decided
+    await loop.run_until_idle()
+    assert sent == [{"to": "bob", "amount": 300}]
+    (answer,) = loop.answers
+    assert answer.status == "completed" and answer.answer == "done"
+    (step,) = await tool_result(loop, run_id)
+    assert step.status is StepStatus.COMPLETED and step.decision == decision
+    assert step.attempts == 1
+
+
+async def test_a_rejection_is_the_result_the_model_reads_and_the_tool_never_runs() -> None:
+    sent: list[dict[str, Any]] = []
+    loop, run_id = await transfer_run("reject", sent)
+    await approval.decide(loop.deps, run_id, str(StepKey.tool(0, 0)), StepDecision(
+        decision="reject", comment="too much", by="alice", at=loop.deps.clock.now()))
+    await loop.run_until_idle()
+    (step,) = await tool_result(loop, run_id)
+    assert sent == [] and step.result is not None
+    assert step.result["response"] == {"error": "not run: rejected by alice (too much)"}
+    assert loop.answers[0].status == "completed"
+
+
+async def test_the_first_decision_wins_and_the_same_one_again_is_idempotent() -> None:
+    loop, run_id = await transfer_run("conflict", [])
+    key = str(StepKey.tool(0, 0))
+    first = StepDecision(decision="approve", by="alice", at=1.0)
+    await approval.decide(loop.deps, run_id, key, first)
+    step, decided = await approval.decide(loop.deps, run_id, key, first.model_copy(
+        update={"at": 2.0}))
+    assert not decided and step.decision == first
+    with pytest.raises(DecisionRefused) as refused:
+        await approval.decide(loop.deps, run_id, key, StepDecision(decision="reject", by="bo",
+                                                                   at=3.0))
+    assert refused.value.status == 409
+    with pytest.raises(DecisionRefused) as missing:
+        await approval.decide(loop.deps, run_id, str(StepKey.tool(0, 5)), first)
+    assert missing.value.status == 404
+
+
+async def test_parallel_calls_one_waits_one_runs_and_the_join_holds_until_the_decision() -> None:
+    sent: list[dict[str, Any]] = []
+    loop = make_loop(model(("transfer", {"to": "bob", "amount": 500}), ("balance", {})),
+                     transfer_tools(sent))
+    run_id = await started(loop, "parallel")
+    waiting, ran = await loop.deps.store.get_steps(
+        run_id, [str(StepKey.tool(0, 0)), str(StepKey.tool(0, 1))])
+    assert waiting is not None and waiting.status is StepStatus.WAITING
+    assert ran is not None and ran.status is StepStatus.COMPLETED
+    (next_model,) = await loop.deps.store.get_steps(run_id, [str(StepKey.model(1))])
+    assert next_model is None and not loop.answers  # the join did not fire
+    await approval.decide(loop.deps, run_id, waiting.key, StepDecision(
+        decision="approve", by="alice", at=loop.deps.clock.now()))
+    await loop.run_until_idle()
+    assert sent == [{"to": "bob", "amount": 500}]
+    assert loop.answers[0].answer == "done"
+
+
+async def test_a_call_under_the_policy_runs_without_waiting() -> None:
+    sent: list[dict[str, Any]] = []
+    loop, _ = await transfer_run("small", sent, amount=5)
+    assert sent == [{"to": "bob", "amount": 5}] and not loop.notices
+
+
+async def test_a_wait_past_its_deadline_is_rejected_by_the_sweeper() -> None:
+    sent: list[dict[str, Any]] = []
+    loop, run_id = await transfer_run("deadline", sent, timeout=3600)
+    loop.deps.clock.advance(3000)  # type: ignore[attr-defined]
+    assert [s.action for s in await sweep(loop.deps)] == []  # not idle: it waits
+    loop.deps.clock.advance(601)  # type: ignore[attr-defined]
+    (swept,) = await sweep(loop.deps)
+    assert swept.action == "resumed"
+    await loop.run_until_idle()
+    (step,) = await tool_result(loop, run_id)
+    assert sent == [] and step.result is not None
+    assert step.result["response"] == {"error": "not run: no decision before the deadline"}
+    run = await loop.deps.store.get_run(run_id)
+    # The run's max_seconds (300 s) does not count the hour it waited for a person.
+    assert run is not None and run.status is RunStatus.COMPLETED and run.answer == "done"
+
+
+async def test_a_decision_whose_resend_was_lost_is_resent_by_the_sweeper() -> None:
+    sent: list[dict[str, Any]] = []
+    loop, run_id = await transfer_run("lost-resend", sent)
+    key = str(StepKey.tool(0, 0))
+    await loop.deps.store.decide_step(run_id, key, StepDecision(
+        decision="approve", by="alice", at=loop.deps.clock.now()))  # no re-send: "crashed"
+    loop.deps.clock.advance(SETTINGS.sweep_stale_seconds - 1)  # type: ignore[attr-defined]
+    assert await sweep(loop.deps) == []
+    loop.deps.clock.advance(2)  # type: ignore[attr-defined]
+    (swept,) = await sweep(loop.deps)
+    assert swept.action == "resumed" and key in swept.detail
+    await loop.run_until_idle()
+    assert sent == [{"to": "bob", "amount": 500}]
+    assert loop.answers[0].status == "completed"
+
+
+async def test_a_resent_waiting_step_runs_nothing_and_says_it_waits_again() -> None:
+    sent: list[dict[str, Any]] = []
+    loop, run_id = await transfer_run("duplicate", sent)
+    (model_step,) = await loop.deps.store.get_steps(run_id, [str(StepKey.model(0))])
+    assert model_step is not None
+    from ackloop.engine.outbox import send
+    await send(loop.deps, run_id, model_step.outbox)
+    await loop.run_until_idle()
+    (step,) = await tool_result(loop, run_id)
+    assert sent == [] and step is not None and step.status is StepStatus.WAITING
+    assert step.attempts == 1 and len(loop.notices) == 2
