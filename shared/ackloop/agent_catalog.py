@@ -6,9 +6,11 @@
 - ``reference-long``: the same loop, as many tool calls as the question asks (``calls=N``), to
   measure how the cost of a step grows with the length of the conversation.
 
-The two benchmark agents are registered only when ``ACKLOOP_BENCH_AGENTS`` is on (the local
-stack and ``ackloop bench`` set it): a deployment serves ``default`` alone. Each carries its
-offline script, like any user's agent (``Agent(script=...)``).
+- ``approval-demo``: payments that wait for a person's approval (:mod:`ackloop.approval_demo`).
+
+The two benchmark agents and the demo are registered only when ``ACKLOOP_BENCH_AGENTS`` is
+on (the local stack and ``ackloop bench`` set it): a deployment serves ``default`` alone. Each
+carries its offline script, like any user's agent (``Agent(script=...)``).
 
 A user's agents come from their own package (``ACKLOOP_AGENTS``, :mod:`ackloop.catalog`).
 """
@@ -22,6 +24,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from ackloop.agents import SEED_INSTRUCTIONS, Agent
+from ackloop.approval_demo import approval_demo_agent
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import Script, reference_workload_script
 from ackloop.model.seed_agent import seed_agent_turn
@@ -50,7 +53,9 @@ async def bench_lookup(args: BenchLookup) -> dict[str, str]:
 def builtin_agents(settings: Settings, http: httpx.AsyncClient) -> list[Agent]:
     default = Agent("default", SEED_INSTRUCTIONS, seed_toolset(http, settings),
                     script=seed_agent_turn)
-    return [default, *bench_agents()] if settings.bench_agents else [default]
+    if not settings.bench_agents:
+        return [default]
+    return [default, *bench_agents(), approval_demo_agent()]
 
 
 def bench_agents() -> list[Agent]:

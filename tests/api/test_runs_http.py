@@ -212,7 +212,7 @@ async def test_openapi_document_lists_every_route(api: httpx.AsyncClient) -> Non
         "/conversations/{conversation_id}/runs", "/api/class_methods",
         "/api/reasoning_engine", "/api/stream_reasoning_engine", "/sweep",
         "/runs/{run_id}/trace", "/runs/{run_id}/transcript", "/dead-letters",
-        "/dead-letters/{message_id}/redrive", "/poison",
+        "/dead-letters/{message_id}/redrive", "/poison", "/runs/{run_id}/approvals/{step}",
     }
     events = doc["paths"]["/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]
     assert {"application/x-ndjson", "text/event-stream"} <= set(events)

@@ -12,6 +12,9 @@ steps announced by the steps already sent are remembered (only keys past the cur
 process keeps at most ``api_stream_max_open`` streams (:class:`StreamSlots`), each for at most
 ``api_stream_max_seconds``, and closes a stream whose client stops reading
 (:class:`EventStreamResponse`).
+
+A step that waits for a person's decision is sent as a ``waiting`` event once per stream (it
+is not a cursor); its step event follows when it completes.
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from ackloop.api.errors import ApiError
-from ackloop.api.models import Event, FinishedEvent, StepEvent, StepView
+from ackloop.api.models import (
+    Event,
+    FinishedEvent,
+    StepEvent,
+    StepView,
+    WaitingEvent,
+    WaitingView,
+)
 from ackloop.keys import StepKey
 from ackloop.records import RunRecord, StepRecord, StepStatus
 from ackloop.store import AgentStore
@@ -90,6 +100,13 @@ def deliverable(steps: list[StepRecord], cursor: str | None, terminal: bool,
     return ready, False
 
 
+def waits(steps: list[StepRecord], told: set[str]) -> list[WaitingView]:
+    """The steps that wait for a decision and were not told yet (``told`` receives them)."""
+    views = [v for s in steps if s.key not in told and (v := WaitingView.of(s)) is not None]
+    told.update(v.step for v in views)
+    return views
+
+
 async def run_events(
     store: AgentStore,
     run_id: str,
@@ -108,6 +125,7 @@ async def run_events(
         return
     cursor = after
     announced: set[str] = set()
+    told: set[str] = set()  # the waiting steps this stream has sent a waiting event for
     start: str | None = _range_start(cursor)  # the cursor's turn: what its model step announced
     began = clock()
     quiet_since = began
@@ -120,12 +138,16 @@ async def run_events(
             page = await store.steps_in_range(run_id, start, LAST_KEY, limit=page_size)
             full, last_read = len(page) >= page_size, page[-1].key if page else None
             ready, blocked = deliverable(page, cursor, terminal, announced)
+            waiting = waits(page, told)
             page = []
             for step in ready:
                 cursor = step.key
                 quiet_since = clock()
                 yield StepEvent(cursor=step.key, run_id=run_id, step=StepView.of(step))
             ready = []
+            for view in waiting:  # after the steps before it, as the run went
+                quiet_since = clock()
+                yield WaitingEvent(run_id=run_id, waiting=view)
             if cursor is not None:
                 past = StepKey.parse(cursor)
                 announced = {k for k in announced if StepKey.parse(k) > past}
@@ -152,10 +174,13 @@ def ndjson(event: Event) -> str:
 
 
 def sse(event: Event | None) -> str:
-    """One Server-Sent Event (``id`` is the cursor, for ``Last-Event-ID``), or a comment."""
+    """One Server-Sent Event (``id`` is the cursor, for ``Last-Event-ID``; a waiting event has
+    none, so a reconnect resumes after the last step), or a comment."""
     if event is None:
         return ": keep-alive\n\n"
     data = json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
+    if isinstance(event, WaitingEvent):
+        return f"event: {event.type}\ndata: {data}\n\n"
     return f"id: {event.cursor}\nevent: {event.type}\ndata: {data}\n\n"
 
 

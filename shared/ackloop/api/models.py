@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ackloop.cost import Cost
 from ackloop.engine.spend import rolled_up, steps_usage
-from ackloop.records import RunRecord, StepRecord
+from ackloop.records import RunRecord, StepRecord, StepStatus
 from ackloop.wire import ID_PATTERN, MAX_QUERY_CHARS, RunOptions, Usage, storable_text
 
 CURSOR_PATTERN = r"^(\d{4}-(model|tool-\d{3})|end)$"
@@ -137,11 +137,32 @@ class RunSummary(BaseModel):
         )
 
 
+class WaitingView(BaseModel):
+    """A tool call waiting for a person's decision (``POST /runs/{id}/approvals/{step}``)."""
+
+    step: str
+    waiting_for: Literal["approval"]
+    tool: str
+    args: dict[str, Any]
+    since: float
+    deadline: float = Field(description="Past it, no decision is a rejection (Unix seconds).")
+
+    @classmethod
+    def of(cls, step: StepRecord) -> WaitingView | None:
+        w = step.waiting
+        if w is None or step.status is not StepStatus.WAITING or step.decision is not None:
+            return None
+        return cls(step=step.key, waiting_for=w.kind, tool=w.tool, args=w.args, since=w.since,
+                   deadline=w.deadline)
+
+
 class RunView(RunSummary):
     """A run with its steps, in execution order."""
 
     model: str
     steps: list[StepView]
+    waiting: list[WaitingView] = Field(
+        default_factory=list, description="Tool calls waiting for a decision.")
 
     @classmethod
     def of_run(cls, run: RunRecord, steps: list[StepRecord]) -> RunView:
@@ -149,7 +170,9 @@ class RunView(RunSummary):
         if not run.status.terminal:  # in flight: what the steps have recorded so far
             summary = summary.model_copy(update={"usage": steps_usage(steps),
                                                  "cost": rolled_up(run, steps)})
-        return cls(**dict(summary), model=run.model, steps=[StepView.of(s) for s in steps])
+        waiting = [w for s in steps if (w := WaitingView.of(s)) is not None]
+        return cls(**dict(summary), model=run.model, steps=[StepView.of(s) for s in steps],
+                   waiting=waiting)
 
 
 class ConversationRuns(BaseModel):
@@ -227,4 +250,14 @@ class FinishedEvent(BaseModel):
         )
 
 
-Event = StepEvent | FinishedEvent
+class WaitingEvent(BaseModel):
+    """A tool call waits for a person's decision (``POST /runs/{id}/approvals/{step}``), sent
+    once per stream when the stream first sees it. Not a cursor: a resumed stream sends it
+    again while the call still waits."""
+
+    type: Literal["waiting"] = "waiting"
+    run_id: str
+    waiting: WaitingView
+
+
+Event = StepEvent | FinishedEvent | WaitingEvent

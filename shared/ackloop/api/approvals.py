@@ -1,0 +1,88 @@
+"""Deciding a tool call that waits for a person: ``POST /runs/{run_id}/approvals/{step}``.
+
+The decision is recorded on the step with who decided (the caller) and when, in one
+transaction: the first decision wins, the same one again answers the recorded decision (200),
+another one 409. The step's message is then published again and the step resumes through the
+ordinary path (:mod:`ackloop.engine.approval`). Owner-checked like every run route.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi import Path as PathParam
+from pydantic import BaseModel, ConfigDict, Field
+
+from ackloop.api.auth import caller_of
+from ackloop.api.errors import ApiError
+from ackloop.api.models import ErrorBody
+from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
+from ackloop.engine import approval
+from ackloop.records import StepDecision
+from ackloop.store import DecisionRefused
+from ackloop.tools.arguments import InvalidArguments, parse_arguments
+
+StepKeyParam = Annotated[str, PathParam(pattern=r"^\d{4}-tool-\d{3}$",
+                                        description="The waiting step's key (0000-tool-000).")]
+
+router = APIRouter(tags=["runs"])
+
+
+class DecisionBody(BaseModel):
+    """A decision on a waiting tool call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "reject"]
+    args: dict[str, Any] | None = Field(
+        default=None, description="Approve with these arguments instead of the model's "
+        "(validated against the tool's parameters).")
+    comment: str | None = Field(default=None, max_length=2000,
+                                description="Shown to the model with a rejection.")
+
+
+class DecisionView(BaseModel):
+    run_id: str
+    step: str
+    decision: Literal["approve", "reject"]
+    args: dict[str, Any] | None
+    comment: str | None
+    by: str = Field(description="Who decided: the caller, or 'deadline'.")
+    at: float = Field(description="When (Unix seconds).")
+    recorded: bool = Field(description="False when this decision was already recorded.")
+
+
+@router.post("/runs/{run_id}/approvals/{step}", response_model=DecisionView,
+             responses={409: {"model": ErrorBody, "description": "The step is decided "
+                              "otherwise, does not wait, or its run has ended."}, **ERRORS},
+             summary="Approve or reject a waiting tool call")
+async def decide(request: Request, run_id: RunId, step: StepKeyParam, body: DecisionBody
+                 ) -> DecisionView:
+    """Record the decision and resume the step: approve runs the tool (with ``args`` when
+    given), reject makes the rejection and the comment the tool's result for the model.
+    Idempotent: the same decision again answers the recorded one."""
+    deps = await deps_of(request)
+    caller = caller_of(request)
+    run = await existing_run(deps, run_id, caller)
+    if body.args is not None:
+        if body.decision == "reject":
+            raise ApiError(422, "invalid_request", "args go with an approval, not a rejection")
+        (record,) = await deps.store.get_steps(run_id, [step])
+        tool = approval.find_tool(deps.agents.get(run.agent).tools,
+                                  record.name if record is not None else "")
+        if tool is not None:
+            try:
+                parse_arguments(tool, body.args)
+            except InvalidArguments as exc:
+                raise ApiError(422, "invalid_args", f"args do not fit {tool.name}: {exc}"
+                               ) from exc
+    decision = StepDecision(decision=body.decision, args=body.args, comment=body.comment,
+                            by=caller, at=deps.clock.now())
+    try:
+        recorded, decided = await approval.decide(deps, run_id, step, decision)
+    except DecisionRefused as exc:
+        raise ApiError(exc.status, exc.reason, str(exc)) from exc
+    final = recorded.decision or decision
+    return DecisionView(run_id=run_id, step=step, decision=final.decision, args=final.args,
+                        comment=final.comment, by=final.by, at=final.at, recorded=decided)

@@ -1,0 +1,61 @@
+"""``approval-demo``: an agent whose payments wait for a person, to try approvals at once.
+
+Its one side-effecting tool, ``send_payment``, needs approval; ``account_balance`` does not.
+Offline its model is a script: it asks to pay what the question says ("pay 40 to Ada"; 25 to
+Ada otherwise), and also for the balance when the question mentions it (two parallel calls,
+one waiting, one running), then reports what came back: the payment, or why it was not made.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ackloop.agents import Agent
+from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.transcript import read_exchange
+from ackloop.model.turns import calls_turn, text_turn
+from ackloop.tools.definition import tool
+
+NAME = "approval-demo"
+INSTRUCTIONS = ("You pay people for the user. Payments wait for a person's approval; report "
+                "what happened, including a rejection and its reason.")
+_PAY = re.compile(r"\bpay\s+(\d{1,9})\s+to\s+([A-Za-z][\w.-]{0,40})", re.IGNORECASE)
+
+
+@tool(requires_approval=True, retry_safe=False)
+def send_payment(to: str, amount: int) -> dict[str, Any]:
+    """Send a payment. Waits for a person's approval before it is made.
+
+    Args:
+        to: Who is paid.
+        amount: How much, in whole euros.
+    """
+    return {"paid": to, "amount": amount, "status": "sent"}
+
+
+@tool
+def account_balance() -> dict[str, int]:
+    """The account's balance, in whole euros."""
+    return {"balance": 1000}
+
+
+def demo_script(request: ModelRequest) -> ModelTurn:
+    """The offline model: ask for the payment (and the balance), then report the results."""
+    exchange = read_exchange(request.contents)
+    if not exchange.results:
+        found = _PAY.search(exchange.question)
+        args = {"to": found.group(2), "amount": int(found.group(1))} if found else {
+            "to": "Ada", "amount": 25}
+        calls: list[tuple[str, dict[str, Any]]] = [("send_payment", args)]
+        if "balance" in exchange.question.lower():
+            calls.append(("account_balance", {}))
+        return calls_turn(calls, request=request)
+    report = "; ".join(f"{r.name}: {json.dumps(r.response, sort_keys=True)}"
+                       for r in exchange.results)
+    return text_turn(report, request=request)
+
+
+def approval_demo_agent() -> Agent:
+    return Agent(NAME, INSTRUCTIONS, [send_payment, account_balance], script=demo_script)
