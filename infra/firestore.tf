@@ -47,6 +47,7 @@ locals {
     steps         = "steps" # runs/{run_id}/steps
     conversations = "${var.collection_prefix}conversations"
     transcript    = "transcript" # conversations/{conversation_id}/transcript
+    deltas        = "deltas"     # runs/{run_id}/deltas: a streamed model call's text
     poison        = "${var.collection_prefix}poison"
     dead_letters  = "${var.collection_prefix}dead_letters"
   }

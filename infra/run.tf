@@ -62,6 +62,8 @@ locals {
     GOOGLE_GENAI_USE_VERTEXAI               = tostring(var.gemini_backend == "vertex")
     GOOGLE_CLOUD_LOCATION                   = var.vertex_location
     ACKLOOP_MODEL_TIMEOUT_SECONDS           = tostring(var.model_timeout_seconds)
+    ACKLOOP_MODEL_STREAM                    = tostring(var.model_stream.enabled)
+    ACKLOOP_STREAM_FLUSH_SECONDS            = tostring(var.model_stream.flush_seconds)
     ACKLOOP_TOOL_TIMEOUT_SECONDS            = tostring(var.tool_timeout_seconds)
     ACKLOOP_NWS_BASE_URL                    = var.tool_endpoints.nws_base_url
     ACKLOOP_IP_ECHO_URL                     = var.tool_endpoints.ip_echo_url

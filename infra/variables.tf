@@ -99,6 +99,20 @@ variable "gemini_base_url" {
   default     = null
 }
 
+variable "model_stream" {
+  type = object({
+    enabled       = optional(bool, true)
+    flush_seconds = optional(number, 0.25)
+  })
+  description = "ACKLOOP_MODEL_STREAM and ACKLOOP_STREAM_FLUSH_SECONDS: stream Gemini's answer to the run's event stream as delta events (Firestore documents runs/{run_id}/deltas, at most one write per flush_seconds per model call, so at most 1/flush_seconds writes per second per run)."
+  default     = {}
+
+  validation {
+    condition     = var.model_stream.flush_seconds >= 0.05 && var.model_stream.flush_seconds <= 10
+    error_message = "model_stream.flush_seconds must be within [0.05, 10]."
+  }
+}
+
 variable "model_timeout_seconds" {
   type        = number
   description = "ACKLOOP_MODEL_TIMEOUT_SECONDS: limit on one model call."

@@ -65,6 +65,18 @@ class Settings(BaseSettings):
         default=None, description="Override of the Gemini endpoint (a local compatible server)."
     )
     model_timeout_seconds: float = Field(default=60.0, gt=0, description="One model call.")
+    model_stream: bool = Field(
+        default=True,
+        description="Stream Gemini's answer (generate_content_stream) and show its text on the "
+        "run's event stream as 'delta' events while the call runs; the step still commits the "
+        "one joined turn. Off: one unary call per model step, no delta written.",
+    )
+    stream_flush_seconds: float = Field(
+        default=0.25, ge=0.05, le=10,
+        description="Least time between two delta writes of one model call (the first piece "
+        "is written at once): at most 1/stream_flush_seconds Firestore writes per second per "
+        "run.",
+    )
 
     tool_timeout_seconds: float = Field(default=30.0, gt=0, description="One tool call.")
     nws_base_url: str = Field(default="https://api.weather.gov", description="weather.gov API.")

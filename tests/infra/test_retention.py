@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.keys import StepKey
 from ackloop.records import RunLimits, RunRecord
@@ -26,6 +27,10 @@ async def _write_every_kind(store: AgentStore) -> None:
                                               "r/0", now=1.0))
     await store.record_poison("p", {"received_at": 1.0})
     await store.record_dead_letter("d", {"data": "", "received_at": 1.0})
+    deltas = DeltaWriter(store.db, deltas_collection(store, "r"), "0000-model", 1,
+                         flush_seconds=0.05, expire_at=delta_expiry(store, 1.0))
+    deltas.add("a piece of text")
+    await deltas.close()
 
 
 def collection_groups_the_store_writes() -> dict[str, bool]:
@@ -51,7 +56,7 @@ def test_every_collection_group_the_store_writes_has_a_ttl_policy(
     assert set(written) >= {"${var.collection_prefix}runs", "steps",
                             "${var.collection_prefix}conversations", "transcript",
                             "${var.collection_prefix}poison",
-                            "${var.collection_prefix}dead_letters"}, written
+                            "${var.collection_prefix}dead_letters", "deltas"}, written
     # Runs carry expire_at once they end; every other kind from its first write.
     assert all(has for group, has in written.items() if not group.endswith("runs")), written
 

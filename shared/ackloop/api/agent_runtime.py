@@ -137,7 +137,8 @@ CLASS_METHODS = (
     ClassMethod("query", "", "Ask the agent and wait for the answer (up to the query "
                 "timeout; then the run id and status).", SyncQueryInput),
     ClassMethod("stream_query", "stream", "Ask the agent; stream the run's events as they "
-                "happen (ndjson), the last one with the answer.", QueryInput),
+                "happen (ndjson): its steps, the model's text as 'delta' lines while it is "
+                "written, the last one with the answer.", QueryInput),
     ClassMethod("get_run", "", "A run with its steps.", RunRef),
     ClassMethod("cancel_run", "", "Ask a run to stop at its next step.", RunRef),
 )
@@ -198,8 +199,8 @@ async def reasoning_engine(request: Request, body: ReasoningEngineRequest) -> An
              summary="Streaming class methods (stream_query)")
 async def stream_reasoning_engine(request: Request, body: ReasoningEngineRequest
                                   ) -> StreamingResponse:
-    """``stream_query``: a ``started`` line, each completed step, then ``finished`` whose
-    ``answer`` is the agent's answer."""
+    """``stream_query``: a ``started`` line, each completed step (and, while a model step runs,
+    its text as ``delta`` lines), then ``finished`` whose ``answer`` is the agent's answer."""
     _, data = _resolve(body, streaming=True)
     deps = await deps_of(request)
     request.app.state.streams.check()  # no run started for a stream that would be refused

@@ -15,6 +15,12 @@ process keeps at most ``api_stream_max_open`` streams (:class:`StreamSlots`), ea
 
 A step that waits for a person's decision is sent as a ``waiting`` event once per stream (it
 is not a cursor); its step event follows when it completes.
+
+While the run goes on, each poll also reads the deltas (:mod:`ackloop.deltas`) past the last
+one sent, of the steps past the cursor only. A step's deltas are all written before it commits,
+so once its completion is read, one more read finds the rest of them: a stream that sent some
+of a step's deltas sends all of them before the step's event. Once its event is sent, a step's
+deltas are never read again (a stream that starts after it completed sends its event only).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from ackloop.api.errors import ApiError
 from ackloop.api.models import (
+    DeltaEvent,
     Event,
     FinishedEvent,
     StepEvent,
@@ -38,6 +45,7 @@ from ackloop.api.models import (
     WaitingEvent,
     WaitingView,
 )
+from ackloop.deltas import after_step, next_id, read_deltas
 from ackloop.keys import StepKey
 from ackloop.records import RunRecord, StepRecord, StepStatus
 from ackloop.store import AgentStore
@@ -124,6 +132,8 @@ async def run_events(
     if after == END:
         return
     cursor = after
+    deltas_from = "0" if cursor is None else after_step(cursor)  # the next delta id to read
+    live: str | None = None  # the step of the last delta sent
     announced: set[str] = set()
     told: set[str] = set()  # the waiting steps this stream has sent a waiting event for
     start: str | None = _range_start(cursor)  # the cursor's turn: what its model step announced
@@ -141,6 +151,11 @@ async def run_events(
             waiting = waits(page, told)
             page = []
             for step in ready:
+                if step.key == live:  # the rest of its text first
+                    for delta_id, delta in await read_deltas(store, run_id, deltas_from, None,
+                                                             end_id=after_step(step.key)):
+                        deltas_from = next_id(delta_id)
+                        yield DeltaEvent(run_id=run_id, **delta.model_dump())
                 cursor = step.key
                 quiet_since = clock()
                 yield StepEvent(cursor=step.key, run_id=run_id, step=StepView.of(step))
@@ -159,6 +174,12 @@ async def run_events(
         if terminal:
             yield FinishedEvent.of(run)
             return
+        if cursor is not None:
+            deltas_from = max(deltas_from, after_step(cursor))
+        for delta_id, delta in await read_deltas(store, run_id, deltas_from, page_size):
+            deltas_from, live = next_id(delta_id), delta.step
+            quiet_since = clock()
+            yield DeltaEvent(run_id=run_id, **delta.model_dump())
         now = clock()
         if now - began >= max_seconds:
             return
@@ -174,12 +195,12 @@ def ndjson(event: Event) -> str:
 
 
 def sse(event: Event | None) -> str:
-    """One Server-Sent Event (``id`` is the cursor, for ``Last-Event-ID``; a waiting event has
-    none, so a reconnect resumes after the last step), or a comment."""
+    """One Server-Sent Event (``id`` is the cursor, for ``Last-Event-ID``; a waiting event or a
+    delta has none, so a reconnect resumes after the last step), or a comment."""
     if event is None:
         return ": keep-alive\n\n"
     data = json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
-    if isinstance(event, WaitingEvent):
+    if isinstance(event, DeltaEvent | WaitingEvent):
         return f"event: {event.type}\ndata: {data}\n\n"
     return f"id: {event.cursor}\nevent: {event.type}\ndata: {data}\n\n"
 

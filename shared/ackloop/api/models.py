@@ -250,6 +250,21 @@ class FinishedEvent(BaseModel):
         )
 
 
+class DeltaEvent(BaseModel):
+    """A piece of a model step's answer text while its model call runs (the deployment streams:
+    ACKLOOP_MODEL_STREAM). Not a cursor: a stream resumed after a step sends that step's
+    deltas again from the start. Keep, per step, the text of its highest ``attempt``: a step
+    retried or taken over streams again under a higher attempt, and the lower one's text is
+    superseded; the step's own event, which follows its deltas, carries the committed text."""
+
+    type: Literal["delta"] = "delta"
+    run_id: str
+    step: str = Field(description="The model step's key.")
+    attempt: int = Field(description="The step's attempt (its claims) that wrote this text.")
+    seq: int = Field(description="Order within the attempt, from 0.")
+    text: str
+
+
 class WaitingEvent(BaseModel):
     """A tool call waits for a person's decision (``POST /runs/{id}/approvals/{step}``), sent
     once per stream when the stream first sees it. Not a cursor: a resumed stream sends it
@@ -260,4 +275,4 @@ class WaitingEvent(BaseModel):
     waiting: WaitingView
 
 
-Event = StepEvent | FinishedEvent | WaitingEvent
+Event = StepEvent | FinishedEvent | DeltaEvent | WaitingEvent

@@ -19,6 +19,7 @@ from typing import Any
 
 from ackloop import conversation
 from ackloop.agents import Agent
+from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
 from ackloop.docdb.base import Snapshot
 from ackloop.engine import outbox
 from ackloop.engine.deps import Deps
@@ -35,7 +36,7 @@ from ackloop.engine.ledger import scheduled_model_step
 from ackloop.engine.structured import OutputContract, contract_for, judge
 from ackloop.errors import ModelRetryableError, PermanentError, RetryableError
 from ackloop.keys import StepKey, turn_range
-from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.base import ModelClient, ModelRequest, ModelTurn, StreamingModelClient
 from ackloop.records import (
     Outgoing,
     RunRecord,
@@ -230,7 +231,9 @@ async def _call_model(
 ) -> tuple[ModelTurn, float, list[str]]:
     """Call the model with the lease kept alive, waiting out retryable errors in the request
     while the wait is short (``retry_wait_seconds``) and the call still fits before the
-    request's deadline; a longer wait releases the step to Pub/Sub's redelivery.
+    request's deadline; a longer wait releases the step to Pub/Sub's redelivery. So does a
+    streamed call that fails after some of its text was shown: the step's next attempt streams
+    again under its own attempt number, which tells clients to drop this one's text.
 
     Returns the turn, the seconds spent, and the retryable errors waited out."""
     started = time.monotonic()
@@ -238,17 +241,19 @@ async def _call_model(
     retried: list[str] = []
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         while True:
+            deltas = _delta_writer(deps, ref)
             try:
                 with tracing.span("gemini.generate_content",
                                   {"gen_ai.request.model": request.model}) as call:
-                    turn = await deps.model.generate(request)
+                    turn = await _generate(deps.model, request, deltas)
                     tracing.model_answered(call, turn.usage.prompt_tokens,
                                            turn.usage.output_tokens, turn.model_version)
                 break
             except ModelRetryableError as exc:
                 wait = exc.retry_after if exc.retry_after is not None else backoff
                 room = scope.deadline - deps.clock.now() - deps.settings.model_timeout_seconds
-                if wait > min(deps.settings.retry_wait_seconds, room) or beat.lost:
+                shown = deltas is not None and deltas.shown
+                if wait > min(deps.settings.retry_wait_seconds, room) or beat.lost or shown:
                     raise
                 log.info("model call for %s: %s; trying again in %.1f s", ref.claim.key, exc,
                          wait)
@@ -258,6 +263,32 @@ async def _call_model(
                 backoff = min(backoff * 2, 8.0)
     beat.check()
     return turn, time.monotonic() - started, retried
+
+
+def _delta_writer(deps: Deps, ref: ClaimRef) -> DeltaWriter | None:
+    """Where a model call's text goes while it runs, when the deployment streams and the model
+    can; None for a unary call."""
+    if not (deps.settings.model_stream and isinstance(deps.model, StreamingModelClient)):
+        return None
+    claim = ref.claim
+    return DeltaWriter(deps.store.db, deltas_collection(deps.store, claim.run_id), claim.key,
+                       claim.step.attempts, flush_seconds=deps.settings.stream_flush_seconds,
+                       expire_at=delta_expiry(deps.store, deps.clock.now()))
+
+
+async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWriter | None
+                    ) -> ModelTurn:
+    """One model call: streamed into ``deltas`` when given (its last text written before the
+    step commits, so a client sees every delta before the step's event), else unary."""
+    if deltas is None or not isinstance(model, StreamingModelClient):
+        return await model.generate(request)
+    try:
+        turn = await model.generate_streaming(request, deltas.add)
+    except BaseException:
+        await deltas.abandon()
+        raise
+    await deltas.close()
+    return turn
 
 
 @dataclass(frozen=True)

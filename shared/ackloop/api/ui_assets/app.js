@@ -216,7 +216,8 @@ function runView(runId) {
     if (stopped || (run && TERMINAL.has(run.status))) return;
     if (run && !following) {
       following = true;
-      follow(runId, controller.signal, () => attempt(refresh));
+      // A step or the end changes the run; a delta (text being written) does not.
+      follow(runId, controller.signal, (event) => event.type !== "delta" && attempt(refresh));
     }
     timer = setTimeout(loop, RUN_REFRESH_MS);
   }

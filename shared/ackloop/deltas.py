@@ -1,0 +1,165 @@
+"""Live text of a model call in flight: written by the model step, read by any API instance.
+
+A streamed model call hands its answer's text out piece by piece; :class:`DeltaWriter` gathers
+the pieces and writes them as ``runs/{run_id}/deltas/{step}-{attempt}-{seq}`` documents, at most
+one write per ``flush_seconds`` (the first piece at once, so the first words show without
+waiting), which bounds the writes a run makes per second whatever the model's speed. The writes
+are best effort: they run beside the call, a failed one is logged and its text goes with the
+next, and nothing about them can fail the step. The committed step stays the record of the
+turn; deltas only show it being written, and expire with a short ``expire_at``.
+
+Ids sort in the order a reader needs: by step, then attempt (a step retried or taken over
+streams again under its new attempt), then sequence. Firestore rather than Pub/Sub carries them
+because every API instance can read them with the queries it already makes, a client that
+(re)connects mid-step reads them from the start, and nothing needs a subscription per stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
+
+from ackloop.docdb.base import DocumentDB, Write
+from ackloop.store import DAY_SECONDS, EXPIRE_AT, LAST_DOCUMENT_ID, AgentStore
+
+log = logging.getLogger(__name__)
+
+WRITE_TIMEOUT_SECONDS = 5.0
+"""Longest one delta write may take: a slow store delays the deltas, never the step."""
+CLOSE_TIMEOUT_SECONDS = 2.0
+"""Longest the step waits, after its call, for the last deltas to be written."""
+
+
+class DeltaRecord(BaseModel):
+    """One piece of a streamed model call's text, as stored and as sent to clients."""
+
+    step: str
+    attempt: int
+    seq: int
+    text: str
+
+
+def deltas_collection(store: AgentStore, run_id: str) -> str:
+    return f"{store.run_path(run_id)}/deltas"
+
+
+def delta_id(step: str, attempt: int, seq: int) -> str:
+    """``0003-model-002-00017``: ids sort by step, attempt, then sequence."""
+    return f"{step}-{attempt:03d}-{seq:05d}"
+
+
+def after_step(step: str) -> str:
+    """The first delta id past every delta of ``step`` (``.`` sorts after ``-``)."""
+    return f"{step}."
+
+
+class DeltaWriter:
+    """The deltas of one model call: :meth:`add` each piece, then :meth:`close`.
+
+    ``expire_at``: when the documents may be deleted (None writes none).
+    """
+
+    def __init__(self, db: DocumentDB, collection: str, step: str, attempt: int, *,
+                 flush_seconds: float, expire_at: datetime | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._db, self._collection = db, collection
+        self.step, self.attempt = step, attempt
+        self._flush_seconds, self._expire_at, self._clock = flush_seconds, expire_at, clock
+        self._pending: list[str] = []
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self.writes = 0
+        self.shown = False
+        """Whether any text was handed to the writer (a client may have seen it)."""
+
+    def add(self, text: str) -> None:
+        """Queue ``text``; the writer task sends it with the next write."""
+        if not text or self._closing:
+            return
+        self._pending.append(text)
+        self.shown = True
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"deltas {self.step}")
+        self._wake.set()
+
+    async def close(self) -> None:
+        """Write what is left, waiting at most :data:`CLOSE_TIMEOUT_SECONDS`."""
+        self._closing = True
+        self._wake.set()
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), CLOSE_TIMEOUT_SECONDS)
+        except TimeoutError:
+            log.warning("deltas of %s: the last write did not finish in %.0f s", self.step,
+                        CLOSE_TIMEOUT_SECONDS)
+            self._task.cancel()
+
+    async def abandon(self) -> None:
+        """Stop writing (the call failed): what was written stays, superseded by the next
+        attempt's."""
+        self._closing = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._pending:
+                began = self._clock()
+                await self._write()
+                if self._closing and not self._pending:
+                    return
+                await asyncio.sleep(max(0.0, began + self._flush_seconds - self._clock()))
+            elif self._closing:
+                return
+
+    async def _write(self) -> None:
+        text, self._pending = "".join(self._pending), []
+        record = DeltaRecord(step=self.step, attempt=self.attempt, seq=self._seq, text=text)
+        data = record.model_dump() | {"written_at": time.time()}
+        if self._expire_at is not None:
+            data[EXPIRE_AT] = self._expire_at
+        path = f"{self._collection}/{delta_id(self.step, self.attempt, self._seq)}"
+        try:
+            await asyncio.wait_for(self._db.commit([Write("set", path, data)]),
+                                   WRITE_TIMEOUT_SECONDS)
+        except Exception as exc:  # best effort: the text goes with the next write
+            log.warning("delta %s not written: %s: %s", path, type(exc).__name__, exc)
+            self._pending.insert(0, text)
+            self._wake.set()  # try again after the interval
+            return
+        self._seq += 1
+        self.writes += 1
+
+
+def delta_expiry(store: AgentStore, now: float) -> datetime | None:
+    """A delta matters while its step runs: it expires a day after it was written (within the
+    deployment's retention), or never when the deployment keeps everything."""
+    if store.retention is None:
+        return None
+    return datetime.fromtimestamp(now + min(DAY_SECONDS, store.retention.seconds), UTC)
+
+
+async def read_deltas(store: AgentStore, run_id: str, start_id: str, limit: int | None, *,
+                      end_id: str = LAST_DOCUMENT_ID) -> list[tuple[str, DeltaRecord]]:
+    """The run's deltas with ids from ``start_id`` to ``end_id``, by id, with their ids."""
+    snaps = await store.db.list_range(deltas_collection(store, run_id), start_id, end_id, limit)
+    return [(s.id, DeltaRecord.model_validate(s.data)) for s in snaps]
+
+
+def next_id(delta: str) -> str:
+    """The id right after ``delta`` in its attempt (the next sequence number)."""
+    head, _, seq = delta.rpartition("-")
+    return f"{head}-{int(seq) + 1:05d}"
