@@ -1,7 +1,9 @@
 """``ackloop ask``: publish a question, follow the run live, print the answer.
 
 The answer goes to stdout, everything else to stderr, one line each and never wrapped: the run
-id can be pasted into ``ackloop runs show``. The exit code is 0 only when the run answered.
+id can be pasted into ``ackloop runs show``. The exit code is 0 only when the run answered. A
+run that waits for a person's approval is reported with the commands that decide it, and ask
+exits 2 at once: the run holds no process while it waits (``ackloop runs follow`` goes on).
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ from ackloop.cli.follow import (
     follow,
     outcome_line,
     step_line,
+    waiting_lines,
 )
 from ackloop.cli.target import DIRECTORY, Target, connect
 from ackloop.keys import run_id_for_request
 from ackloop.wire import QueryMessage, RunOptions
+
+WAITING_EXIT = 2
+"""ask's exit code when the run waits for a decision."""
 
 
 def note(line: str) -> None:
@@ -63,6 +69,10 @@ def ask(
     followed = asyncio.run(_ask(target, query, timeout, quiet=as_json))
     if as_json:
         typer.echo(json.dumps(_json(followed, query, timeout), ensure_ascii=False, indent=2))
+    elif followed.waiting:
+        for line in waiting_lines(followed):
+            note(line)
+        raise typer.Exit(WAITING_EXIT)
     else:
         if followed.run is not None:  # before the outcome, which stays the last line
             note(f"cost {cost_line(followed.cost())}")
@@ -70,7 +80,7 @@ def ask(
         if followed.answered and followed.run is not None:
             typer.echo(answer_text(followed.run))
     if not followed.answered:
-        raise typer.Exit(1)
+        raise typer.Exit(WAITING_EXIT if followed.waiting else 1)
 
 
 async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool) -> Followed:
@@ -84,7 +94,7 @@ async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool)
     if not quiet:
         note(f"run {run_id} (request {query.request_id})")
     return await follow(target.store(), run_id, timeout=timeout, message_id=message_id,
-                        on_step=(lambda step: None) if quiet else
+                        until_waiting=True, on_step=(lambda step: None) if quiet else
                         (lambda step: note(step_line(step))))
 
 
@@ -95,6 +105,10 @@ def _json(followed: Followed, query: QueryMessage, timeout: float) -> dict[str, 
     if followed.rejection is not None:
         return common | {"status": "rejected", "reason": followed.rejection.get("reason"),
                          "error": followed.rejection.get("error"), "answer": None}
+    if followed.waiting:
+        return common | {"status": "waiting", "answer": None, "waiting": [
+            {"step": s.key, **s.waiting.model_dump(mode="json")}
+            for s in followed.waiting if s.waiting is not None]}
     if run is None or not run.status.terminal:
         return common | {"status": "timeout", "answer": None,
                          "error": outcome_line(followed, timeout)}

@@ -39,6 +39,13 @@ class Followed:
     elapsed: float = 0.0
 
     @property
+    def waiting(self) -> list[StepRecord]:
+        """The tool calls that wait for a person's decision (none once the run has ended)."""
+        if self.run is None or self.run.status.terminal:
+            return []
+        return [s for s in self.steps if s.status is StepStatus.WAITING and s.decision is None]
+
+    @property
     def ended(self) -> bool:
         return self.rejection is not None or (self.run is not None and self.run.status.terminal)
 
@@ -76,10 +83,12 @@ async def follow(
     store: AgentStore, run_id: str, *, timeout: float | None,
     on_step: Callable[[StepRecord], None] = lambda step: None,
     message_id: str | None = None,
+    until_waiting: bool = False,
 ) -> Followed:
     """Poll until the run ends (or ``timeout`` seconds pass, None: no limit), calling
     ``on_step`` once for each completed step, in key order. ``message_id``: the query's
-    Pub/Sub message, whose rejection ends the wait while no run exists."""
+    Pub/Sub message, whose rejection ends the wait while no run exists. ``until_waiting``:
+    return as soon as a tool call waits for a decision, which no poll would change."""
     seen: set[str] = set()
     started = time.monotonic()
     followed = Followed(run_id)
@@ -93,7 +102,8 @@ async def follow(
         if run is None and message_id is not None:
             followed.rejection = await store.get_poison(message_id)
         followed.elapsed = time.monotonic() - started
-        if followed.ended or (timeout is not None and followed.elapsed >= timeout):
+        if followed.ended or (until_waiting and followed.waiting) or (
+                timeout is not None and followed.elapsed >= timeout):
             return followed
         await asyncio.sleep(POLL_SECONDS)
 
@@ -130,6 +140,23 @@ def budget_limit(run: RunRecord) -> str:
              "max_tool_calls": f"{limits.max_tool_calls} tool calls",
              "max_tokens": f"{limits.max_tokens} tokens"}
     return value.get(run.budget_stop or "", "")
+
+
+def waiting_lines(followed: Followed) -> list[str]:
+    """What a run waits for, and the commands that decide it."""
+    lines = []
+    for step in followed.waiting:
+        if step.waiting is None:
+            continue
+        args = json.dumps(step.waiting.args, ensure_ascii=False)
+        deadline = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(step.waiting.deadline))
+        rid = followed.run_id
+        lines += [f"run {rid} waits for approval of {step.waiting.tool}({args}) at step "
+                  f"{step.key}, until {deadline}",
+                  f"  approve: ackloop runs approve {rid} {step.key} [--args JSON] "
+                  "[--comment TEXT]",
+                  f"  reject:  ackloop runs reject {rid} {step.key} [--comment TEXT]"]
+    return lines
 
 
 def outcome_line(followed: Followed, timeout: float | None) -> str:

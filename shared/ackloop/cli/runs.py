@@ -1,4 +1,5 @@
-"""``ackloop runs``: list, show, follow, cancel; dead letters, redrive, stalled runs.
+"""``ackloop runs``: list, show, follow, cancel, approve, reject; dead letters, redrive,
+stalled runs.
 
 Every command talks to the local stack in ``--directory`` (its ``state.json``) or, without one,
 to the deployment the environment names (``ACKLOOP_*``, the emulator variables, or Google
@@ -13,7 +14,7 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
@@ -29,7 +30,7 @@ from ackloop.cli.follow import (
 )
 from ackloop.cli.target import DIRECTORY, Target, connect
 from ackloop.cli.trace import trace_command
-from ackloop.records import RunRecord, RunStatus, StepRecord
+from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus
 
 if TYPE_CHECKING:
     from ackloop.engine.deps import Deps
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
     from ackloop.redrive import Redriven
 
 app = typer.Typer(no_args_is_help=True,
-                  help="Runs: list, show, follow, cancel, trace; dead letters, redrive, sweep.")
+                  help="Runs: list, show, follow, cancel, approve, reject, trace; dead letters, "
+                  "redrive, sweep.")
 app.command("trace")(trace_command)
 
 JSON_OPTION: bool = typer.Option(False, "--json", help="Print JSON instead of text.")
@@ -215,10 +217,92 @@ def cancel(
         typer.echo(line)
 
 
-async def _deps(target: Target) -> Deps:
-    """What cancel and sweep use of the engine: the store, the publisher and the clock.
+STEP_ARGUMENT: str | None = typer.Argument(
+    None, metavar="[STEP]", help="The waiting step's key (default: the run's only waiting step).")
+COMMENT_OPTION: str | None = typer.Option(None, "--comment", help="Why; the model reads it.")
 
-    Neither reads an agent nor calls a model, so the command loads no agent catalog (the
+
+@app.command("approve")
+def approve(
+    run_id: str = typer.Argument(..., metavar="RUN", help="The run's id."),
+    step: str | None = STEP_ARGUMENT,
+    args: str | None = typer.Option(None, "--args", help="Run the tool with these arguments "
+                                    "(a JSON object) instead of the model's."),
+    comment: str | None = COMMENT_OPTION,
+    as_json: bool = JSON_OPTION,
+    directory: Path = DIRECTORY,
+) -> None:
+    """Approve a tool call that waits for a decision: the run resumes and the tool runs."""
+    edited = None
+    if args is not None:
+        try:
+            edited = json.loads(args)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"--args is not JSON: {exc}") from exc
+        if not isinstance(edited, dict):
+            raise CliError('--args must be a JSON object, such as {"amount": 30}')
+    _decide(directory, run_id, step, "approve", edited, comment, as_json)
+
+
+@app.command("reject")
+def reject(
+    run_id: str = typer.Argument(..., metavar="RUN", help="The run's id."),
+    step: str | None = STEP_ARGUMENT,
+    comment: str | None = COMMENT_OPTION,
+    as_json: bool = JSON_OPTION,
+    directory: Path = DIRECTORY,
+) -> None:
+    """Reject a tool call that waits for a decision: the model reads the rejection."""
+    _decide(directory, run_id, step, "reject", None, comment, as_json)
+
+
+def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["approve", "reject"],
+            args: dict[str, Any] | None, comment: str | None, as_json: bool) -> None:
+    """Record the decision as the API does (first wins) and resume the step. The decider is
+    the local user at this host."""
+    import getpass
+    import socket
+
+    from ackloop.engine import approval
+    from ackloop.records import StepDecision
+    from ackloop.store import DecisionRefused
+
+    target = connect(directory)
+
+    async def record() -> tuple[str, StepRecord, bool]:
+        _, steps = await _existing(target, run_id)
+        waiting = [s.key for s in steps if s.status is StepStatus.WAITING and s.decision is None]
+        key = step or (waiting[0] if len(waiting) == 1 else None)
+        if key is None:
+            raise CliError(f"run {run_id} has {len(waiting)} waiting steps"
+                           + (f" ({', '.join(waiting)}): name one" if waiting else ""))
+        deps = await _deps(target)
+        made = StepDecision(decision=decision, args=args, comment=comment,
+                            by=f"{getpass.getuser()}@{socket.gethostname()}",
+                            at=deps.clock.now())
+        try:
+            recorded, decided = await approval.decide(deps, run_id, key, made)
+        except DecisionRefused as exc:
+            raise CliError(str(exc)) from exc
+        return key, recorded, decided
+
+    key, recorded, decided = asyncio.run(record())
+    final = recorded.decision
+    if as_json:
+        _emit({"run_id": run_id, "step": key, "recorded": decided,
+               **(final.model_dump(mode="json") if final else {})})
+        return
+    verb = "approved" if decision == "approve" else "rejected"
+    typer.echo(f"run {run_id} step {key} {verb}; the run resumes" if decided else
+               f"run {run_id} step {key} was already {verb} by "
+               f"{final.by if final else '?'}; nothing changed")
+
+
+async def _deps(target: Target) -> Deps:
+    """What cancel, approve, reject and sweep use of the engine: the store, the publisher
+    and the clock.
+
+    None reads an agent nor calls a model, so the command loads no agent catalog (the
     user's package need not be importable where the CLI runs) and starts no service: it logs
     nothing of a process start-up, and a model call through these dependencies is a bug.
     """
