@@ -5,6 +5,8 @@ Layout (see docs/architecture.md):
 - ``runs/{run_id}``: :class:`RunRecord`, written when the run starts and when it ends.
 - ``runs/{run_id}/steps/{step_key}``: :class:`StepRecord`, one per step; its lease fences
   concurrent deliveries and its outbox holds the messages the step must send.
+- ``runs/{run_id}/deltas/{step}-{attempt}-{seq}``: :class:`ackloop.deltas.DeltaRecord`, a piece
+  of a streamed model call's text, written while the call runs (not a record of the step).
 - ``conversations/{conversation_id}``: :class:`ConversationRecord`, which run is active.
 - ``conversations/{conversation_id}/transcript/{chunk}``: :class:`TranscriptChunk`, the
   conversation as Gemini contents, split in chunks so it can outgrow a 1 MiB document.

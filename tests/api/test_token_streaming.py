@@ -5,6 +5,7 @@ reaching the client (a figure to read, not asserted)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 import time
@@ -129,6 +130,32 @@ async def test_a_step_retried_after_some_chunks_streams_again_under_attempt_2(
     assert [c["role"] for c in transcript] == ["user", "model"]
     assert "".join(p.get("text", "") for p in transcript[1]["parts"]) == second
     assert seen[-1][0]["type"] == "finished"
+
+
+async def test_a_step_taken_over_after_a_crash_mid_stream_streams_again_under_attempt_2(
+    client: httpx.AsyncClient, streaming_stack: RunningStack,
+) -> None:
+    """model_step SIGKILLed once its first delta is on the stream, then started again: the
+    redelivery takes the dead holder's step over (after its 10 s lease) and calls the model
+    again, streaming under attempt 2."""
+    run_id = (await client.post("/runs", json={"text": QUESTION + " at noon"})).json()["run_id"]
+    seen: list[dict[str, Any]] = []
+    async with client.stream("GET", f"/runs/{run_id}/events") as response:
+        async for line in response.aiter_lines():
+            seen.append(json.loads(line))
+            if len(seen) == 1 and seen[0]["type"] == "delta":
+                streaming_stack.stack.processes["model_step"].kill()  # its process group
+                await asyncio.to_thread(streaming_stack.stack.restart_service, "model_step")
+    run = (await client.get(f"/runs/{run_id}")).json()
+    transcript = (await client.get(f"/runs/{run_id}/transcript")).json()["contents"]
+
+    deltas = [e for e in seen if e["type"] == "delta"]
+    assert seen[0]["attempt"] == 1 and {e["attempt"] for e in deltas} == {1, 2}
+    second = "".join(e["text"] for e in deltas if e["attempt"] == 2)
+    step = run["steps"][0]
+    assert step["attempts"] == 2 and second == step["result"]["text"] == run["answer"]
+    assert [c["role"] for c in transcript] == ["user", "model"]
+    assert [e["type"] for e in seen[-2:]] == ["step", "finished"]
 
 
 async def test_stream_query_and_sse_carry_the_deltas(
