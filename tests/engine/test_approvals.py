@@ -6,9 +6,11 @@ Driven through the real dispatch on the in-memory store, with a manual clock.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from ackloop.engine import approval
 from ackloop.keys import StepKey, run_id_for_request
@@ -18,7 +20,7 @@ from ackloop.records import RunStatus, StepDecision, StepStatus
 from ackloop.settings import Settings
 from ackloop.store import DecisionRefused
 from ackloop.sweep import sweep
-from ackloop.tools import ToolSet, tool
+from ackloop.tools import ToolSet, text_tool, tool, typed_tool
 from ackloop.wire import QueryMessage
 from tests.engine.fakes import make_loop
 
@@ -188,3 +190,41 @@ async def test_a_resent_waiting_step_runs_nothing_and_says_it_waits_again() -> N
     (step,) = await tool_result(loop, run_id)
     assert sent == [] and step is not None and step.status is StepStatus.WAITING
     assert step.attempts == 1 and len(loop.notices) == 2
+
+
+async def test_a_dead_letter_of_a_waiting_step_leaves_the_run_waiting() -> None:
+    from ackloop.bus.memory import Published
+
+    loop, run_id = await transfer_run("dead-letter", [])
+    (model_step,) = await loop.deps.store.get_steps(run_id, [str(StepKey.model(0))])
+    assert model_step is not None
+    (entry,) = model_step.outbox
+    forwarded = Published(loop.deps.settings.dead_letter_topic,
+                          json.dumps(entry.data).encode(),
+                          {"run_id": run_id, "step": str(entry.target_step),
+                           "CloudPubSubDeadLetterSourceDeliveryCount": "10"}, "dl-wait")
+    outcome = await loop.deliver("dead_letter", forwarded)
+    assert outcome.body.get("verdict") == "duplicate" and outcome.body["run_failed"] is False
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.RUNNING
+
+
+class PayArgs(BaseModel):
+    amount: int
+
+
+def pay(args: PayArgs) -> None:
+    """Pay."""
+
+
+def test_every_way_to_make_a_tool_takes_an_approval_policy() -> None:
+    def failing_policy(args: dict[str, Any]) -> bool:
+        raise KeyError("amount")
+
+    typed = typed_tool("pay", "Pay.", PayArgs, pay, requires_approval=True,
+                       approval_timeout_seconds=60)
+    text = text_tool("note", "Note.", lambda text: text, requires_approval=failing_policy)
+    assert typed.needs_approval({}) and typed.approval_timeout_seconds == 60
+    assert text.needs_approval({"text": "x"})  # a policy that fails asks a person
+    with pytest.raises(ValueError, match="approval_timeout_seconds"):
+        tool(approval_timeout_seconds=0)(pay)

@@ -7,7 +7,8 @@ once the cause is fixed. Its step decides what happens to the run:
 - the run's ledger never scheduled the step (see :mod:`ackloop.engine.ledger`): the message
   was not published by the engine, and the run is left alone;
 - the step has completed, or a live delivery holds it: the dead letter was a duplicate, and the
-  run is left alone (failing it would throw away the holder's work);
+  run is left alone (failing it would throw away the holder's work); so is a step that waits
+  for a person's decision, which re-sends its message;
 - otherwise the run fails with the cause (the step's last recorded error), its end is
   published on the answers topic, and the conversation's next queued run starts. A query
   dead-lettered before its run existed fails nothing: re-drive it.
@@ -105,6 +106,9 @@ async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
             verdict, cause = "duplicate", "the step has completed: this was a duplicate"
         elif step.lease_expires_at > deps.clock.now():
             verdict, cause = "duplicate", f"the step is held by a live delivery ({step.owner})"
+        elif step.status is StepStatus.WAITING:
+            verdict, cause = "duplicate", ("the step waits for a decision, which sends it again "
+                                           "(or the sweeper does)")
         elif step.last_error:
             cause = step.last_error
     elif run_id:  # a query: its run either exists (the sweeper resumes it) or never started

@@ -177,6 +177,8 @@ def typed_tool(
     retry_safe: bool = True,
     timeout_seconds: float | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    requires_approval: bool | ApprovalPolicy = False,
+    approval_timeout_seconds: float | None = None,
 ) -> Tool:
     """Make a tool of any callable (a bound method, say), async or sync, with an explicit
     arguments model.
@@ -204,6 +206,8 @@ def typed_tool(
         retry_safe=retry_safe,
         timeout_seconds=timeout_seconds,
         max_output_bytes=max_output_bytes,
+        requires_approval=requires_approval,
+        approval_timeout_seconds=approval_timeout_seconds,
     )
 
 
@@ -217,6 +221,8 @@ def text_tool(
     retry_safe: bool = True,
     timeout_seconds: float | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    requires_approval: bool | ApprovalPolicy = False,
+    approval_timeout_seconds: float | None = None,
 ) -> Tool:
     """Make a tool whose only argument is one string, passed to ``handler(text[, context])``
     (async or sync)."""
@@ -239,6 +245,8 @@ def text_tool(
         retry_safe=retry_safe,
         timeout_seconds=timeout_seconds,
         max_output_bytes=max_output_bytes,
+        requires_approval=requires_approval,
+        approval_timeout_seconds=approval_timeout_seconds,
     )
 
 
