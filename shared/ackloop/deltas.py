@@ -3,7 +3,8 @@
 A streamed model call hands its answer's text out piece by piece; :class:`DeltaWriter` gathers
 the pieces and writes them as ``runs/{run_id}/deltas/{step}-{attempt}-{seq}`` documents, at most
 one write per ``flush_seconds`` (the first piece at once, so the first words show without
-waiting), which bounds the writes a run makes per second whatever the model's speed. The writes
+waiting, and the rest at once when the call ends, so the step does not wait for the interval),
+which bounds the writes a run makes per second whatever the model's speed. The writes
 are best effort: they run beside the call, a failed one is logged and its text goes with the
 next, and nothing about them can fail the step. The committed step stays the record of the
 turn; deltas only show it being written, and expire with a short ``expire_at``.
@@ -74,6 +75,7 @@ class DeltaWriter:
         self._pending: list[str] = []
         self._seq = 0
         self._wake = asyncio.Event()
+        self._closed = asyncio.Event()  # the call ended: write the rest without waiting
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self.writes = 0
@@ -93,6 +95,7 @@ class DeltaWriter:
     async def close(self) -> None:
         """Write what is left, waiting at most :data:`CLOSE_TIMEOUT_SECONDS`."""
         self._closing = True
+        self._closed.set()
         self._wake.set()
         if self._task is None:
             return
@@ -121,7 +124,9 @@ class DeltaWriter:
                 await self._write()
                 if self._closing and not self._pending:
                     return
-                await asyncio.sleep(max(0.0, began + self._flush_seconds - self._clock()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closed.wait(),
+                                           max(0.0, began + self._flush_seconds - self._clock()))
             elif self._closing:
                 return
 

@@ -123,3 +123,15 @@ async def test_deltas_expire_a_day_after_they_were_written() -> None:
     (snap,) = await kept.db.list_all(deltas_collection(kept, "run-d"))
     assert snap.data["expire_at"] == expiry
     assert delta_expiry(AgentStore(MemoryDocumentDB()), now) is None  # retention 0: kept
+
+
+async def test_the_end_of_the_call_writes_the_rest_without_waiting_out_the_interval() -> None:
+    store = AgentStore(MemoryDocumentDB())
+    writer = _writer(store, flush_seconds=5.0)  # longer than close() waits
+    writer.add("first, ")
+    await asyncio.sleep(0.05)
+    writer.add("then the rest.")
+    await writer.close()
+
+    read = await read_deltas(store, "run-d", "0", 10)
+    assert [d.text for _, d in read] == ["first, ", "then the rest."]
