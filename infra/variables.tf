@@ -104,7 +104,7 @@ variable "model_stream" {
     enabled       = optional(bool, true)
     flush_seconds = optional(number, 0.25)
   })
-  description = "ACKLOOP_MODEL_STREAM and ACKLOOP_STREAM_FLUSH_SECONDS: stream Gemini's answer to the run's event stream as delta events (Firestore documents runs/{run_id}/deltas, at most one write per flush_seconds per model call and one when it ends, so at most 1/flush_seconds writes per second per run plus one per model call)."
+  description = "ACKLOOP_MODEL_STREAM and ACKLOOP_STREAM_FLUSH_SECONDS: stream Gemini's answer to the run's event stream as delta events (Firestore documents runs/{run_id}/deltas, at most one write per flush_seconds per model call, so at most 1/flush_seconds writes per second per run)."
   default     = {}
 
   validation {
@@ -125,6 +125,17 @@ variable "model_timeout_seconds" {
 }
 
 # --- Tools ----------------------------------------------------------------------------------
+
+variable "approval_timeout_seconds" {
+  type        = number
+  description = "ACKLOOP_APPROVAL_TIMEOUT_SECONDS: longest a tool call waits for a person's approval when neither its tool nor its run says; past it the sweeper rejects the call (at most 30 days)."
+  default     = 604800
+
+  validation {
+    condition     = var.approval_timeout_seconds > 0 && var.approval_timeout_seconds <= 2592000
+    error_message = "approval_timeout_seconds must be positive and at most 2592000 (30 days)."
+  }
+}
 
 variable "tool_timeout_seconds" {
   type        = number
