@@ -104,7 +104,7 @@ variable "model_stream" {
     enabled       = optional(bool, true)
     flush_seconds = optional(number, 0.25)
   })
-  description = "ACKLOOP_MODEL_STREAM and ACKLOOP_STREAM_FLUSH_SECONDS: stream Gemini's answer to the run's event stream as delta events (Firestore documents runs/{run_id}/deltas, at most one write per flush_seconds per model call, so at most 1/flush_seconds writes per second per run)."
+  description = "ACKLOOP_MODEL_STREAM and ACKLOOP_STREAM_FLUSH_SECONDS: stream Gemini's answer to the run's event stream as delta events (Firestore documents runs/{run_id}/deltas, at most one write per flush_seconds per model call and one when it ends, so at most 1/flush_seconds writes per second per run plus one per model call)."
   default     = {}
 
   validation {
