@@ -228,3 +228,16 @@ def test_every_way_to_make_a_tool_takes_an_approval_policy() -> None:
     assert text.needs_approval({"text": "x"})  # a policy that fails asks a person
     with pytest.raises(ValueError, match="approval_timeout_seconds"):
         tool(approval_timeout_seconds=0)(pay)
+
+
+async def test_cancelling_a_waiting_run_ends_it_without_running_the_call() -> None:
+    from ackloop.engine.finish import cancel_run
+
+    sent: list[dict[str, Any]] = []
+    loop, run_id = await transfer_run("cancel", sent)
+    await cancel_run(loop.deps, run_id)
+    await loop.run_until_idle()
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.CANCELLED and sent == []
+    (step,) = await tool_result(loop, run_id)
+    assert step.decision is not None and step.decision.by == approval.CANCEL

@@ -15,6 +15,7 @@ the message of a decided step that still waits once the run has been idle for
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from ackloop.docdb.base import Snapshot
@@ -22,8 +23,8 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import send
 from ackloop.errors import StaleRead
 from ackloop.keys import StepKey
-from ackloop.records import Outgoing, RunRecord, StepDecision, StepRecord, Waiting
-from ackloop.store import Claim
+from ackloop.records import Outgoing, RunRecord, StepDecision, StepRecord, StepStatus, Waiting
+from ackloop.store import Claim, DecisionRefused
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import Tool
 from ackloop.wire import FunctionCall, WaitingNotice
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 DEADLINE = "deadline"
 """Who decided a step whose deadline passed with no decision (the sweeper)."""
+CANCEL = "cancel"
+"""Who decided the waiting steps of a run whose cancel was requested."""
 WAIT_COMMIT_ATTEMPTS = 4
 
 
@@ -107,6 +110,18 @@ def decided_call(call: FunctionCall, decision: StepDecision) -> FunctionCall:
 def deadline_rejection(now: float) -> StepDecision:
     """The decision the sweeper records for a wait past its deadline."""
     return StepDecision(decision="reject", by=DEADLINE, at=now)
+
+
+async def reject_on_cancel(deps: Deps, run_id: str) -> None:
+    """Reject the undecided waiting steps of a run whose cancel was requested: a cancel takes
+    effect at the next step boundary, which a turn that waits would otherwise reach only at a
+    decision or its deadline."""
+    for step in await deps.store.list_steps(run_id):
+        if step.status is StepStatus.WAITING and step.decision is None:
+            with contextlib.suppress(DecisionRefused):  # decided meanwhile: that one stands
+                await decide(deps, run_id, step.key, StepDecision(
+                    decision="reject", by=CANCEL, comment="the run was cancelled",
+                    at=deps.clock.now()))
 
 
 def rejection(decision: StepDecision) -> ToolOutcome:

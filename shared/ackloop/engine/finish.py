@@ -26,6 +26,7 @@ from typing import Any
 
 from ackloop.cost import Cost
 from ackloop.docdb.base import Snapshot, StorageUnavailable, Write
+from ackloop.engine import approval
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimRef
 from ackloop.engine.outbox import send, stamped
@@ -271,4 +272,7 @@ async def cancel_run(deps: Deps, run_id: str) -> RunRecord | None:
                                                         error="cancelled before it started"))
         if ended is not None:
             return ended
-    return await deps.store.request_cancel(run_id)
+    requested = await deps.store.request_cancel(run_id)
+    if requested is not None and requested.status is RunStatus.RUNNING:
+        await approval.reject_on_cancel(deps, run_id)
+    return requested
