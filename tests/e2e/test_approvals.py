@@ -47,7 +47,7 @@ async def test_a_run_waits_with_every_process_stopped_and_resumes_when_approved(
     assert asked.returncode == 2, asked.stderr
     lines = asked.stderr.splitlines()
     assert any(line.startswith(f"run {run_id} waits for approval of send_payment("
-                               '{"to": "Ada", "amount": 40}) at step 0000-tool-000')
+                               '{"amount": 40, "to": "Ada"}) at step 0000-tool-000, until ')
                for line in lines), lines
     assert f"  approve: ackloop runs approve {run_id} {PAYMENT} [--args JSON] " \
            "[--comment TEXT]" in lines

@@ -148,7 +148,7 @@ def waiting_lines(followed: Followed) -> list[str]:
     for step in followed.waiting:
         if step.waiting is None:
             continue
-        args = json.dumps(step.waiting.args, ensure_ascii=False)
+        args = json.dumps(step.waiting.args, ensure_ascii=False, sort_keys=True)
         deadline = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(step.waiting.deadline))
         rid = followed.run_id
         lines += [f"run {rid} waits for approval of {step.waiting.tool}({args}) at step "
