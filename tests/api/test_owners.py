@@ -114,6 +114,8 @@ async def test_another_callers_run_cannot_be_read_streamed_or_cancelled(
         "get": await callers.mallory.get(f"/runs/{run_id}"),
         "events": await callers.mallory.get(f"/runs/{run_id}/events"),
         "cancel": await callers.mallory.post(f"/runs/{run_id}/cancel"),
+        "approve": await callers.mallory.post(f"/runs/{run_id}/approvals/0000-tool-000",
+                                              json={"decision": "approve"}),
         "agent runtime get_run": await callers.mallory.post("/api/reasoning_engine", json={
             "class_method": "get_run", "input": {"run_id": run_id}}),
         "agent runtime cancel_run": await callers.mallory.post("/api/reasoning_engine", json={
