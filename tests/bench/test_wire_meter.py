@@ -1,0 +1,86 @@
+"""The counting proxy in front of the emulators counts what Firestore and Pub/Sub bill: checked
+with the real client libraries against the emulators."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from google.cloud import firestore, pubsub_v1  # type: ignore[attr-defined]
+from tests.support.emulators import EmulatorSession
+
+from ackloop_dev.bench.wire_meter import WireMeter, start_meter
+
+pytestmark = pytest.mark.emulator
+
+PROJECT = "wire-meter-test"
+
+
+@pytest.fixture
+def meters(emulator_session: EmulatorSession, monkeypatch: pytest.MonkeyPatch
+           ) -> Iterator[tuple[WireMeter, WireMeter]]:
+    pubsub = start_meter(f"127.0.0.1:{emulator_session.pubsub_port}")
+    fs = start_meter(f"127.0.0.1:{emulator_session.firestore_port}")
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{pubsub.port}")
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{fs.port}")
+    try:
+        yield pubsub, fs
+    finally:
+        pubsub.stop()
+        fs.stop()
+
+
+def test_firestore_reads_writes_deletes_and_transactions(meters: tuple[WireMeter, WireMeter]
+                                                         ) -> None:
+    _, meter = meters
+    col = f"meter-{uuid.uuid4().hex[:8]}"
+
+    async def work() -> None:
+        client = firestore.AsyncClient(project=PROJECT)
+        await client.document(f"{col}/a").set({"x": 1})
+        batch = client.batch()
+        batch.set(client.document(f"{col}/b"), {"x": 2})
+        batch.delete(client.document(f"{col}/c"))
+        await batch.commit()
+        [_ async for _ in client.get_all([client.document(f"{col}/a"),
+                                          client.document(f"{col}/missing")])]
+        [_ async for _ in client.collection(col).stream()]
+        [_ async for _ in client.collection(f"{col}-empty").stream()]
+
+        @firestore.async_transactional
+        async def bump(transaction: firestore.AsyncTransaction) -> None:
+            await client.document(f"{col}/a").get(transaction=transaction)
+            transaction.update(client.document(f"{col}/a"), {"x": 3})
+
+        await bump(client.transaction())
+
+    asyncio.run(work())
+    counts = meter.counts()
+    assert (counts.docs_found, counts.docs_missing, counts.query_docs, counts.empty_queries) == (
+        2, 1, 2, 1)
+    assert counts.firestore_reads == 6
+    assert (counts.firestore_writes, counts.firestore_deletes, counts.transactions) == (3, 1, 1)
+
+
+def test_pubsub_publishes_and_pulled_deliveries(meters: tuple[WireMeter, WireMeter]) -> None:
+    meter, _ = meters
+    tag = uuid.uuid4().hex[:8]
+    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    topic = publisher.topic_path(PROJECT, f"t-{tag}")
+    subscription = subscriber.subscription_path(PROJECT, f"s-{tag}")
+    publisher.create_topic(name=topic)
+    subscriber.create_subscription(name=subscription, topic=topic)
+    for data in (b"small", b"x" * 3000):
+        publisher.publish(topic, data).result(timeout=30)
+    received = 0
+    while received < 2:
+        pulled = subscriber.pull(subscription=subscription, max_messages=10, timeout=30)
+        received += len(pulled.received_messages)
+    subscriber.close()
+    counts = meter.counts()
+    assert counts.published == 2 and counts.published_by_topic == {f"t-{tag}": 2}
+    assert counts.delivered == 2 and counts.delivered_by_subscription == {f"s-{tag}": 2}
+    # Each message is billed at least 1,000 bytes; the large one at its size.
+    assert counts.published_bytes >= 1000 + 3000
