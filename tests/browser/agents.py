@@ -2,7 +2,9 @@
 
 Offline scripts only. ``surveyor`` takes several turns of a slow tool, so that a browser sees its
 run while it is live; ``fragile`` answers its tool's result with something no model could say,
-so its run fails with a cause; ``echo`` answers at once.
+so its run fails with a cause; ``echo`` answers at once; ``narrator`` answers with a paragraph
+(streamed by the fake model in chunks, for the live text); ``approval-demo`` is the built-in
+agent whose payments wait for a person.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 from pydantic import BaseModel, Field
 
 from ackloop.agents import Agent
+from ackloop.approval_demo import approval_demo_agent
 from ackloop.model.function_model import Conversation, FunctionModel, Reply, call, text
 from ackloop.tools.definition import tool
 
@@ -50,4 +53,8 @@ fragile = Agent("fragile", "You survey the archive and then lose your train of t
                 [survey_site], script=FunctionModel(malformed_turn))
 echo = Agent("echo", "You answer every greeting with a greeting.",
              script=FunctionModel(lambda _: "Hello from the echo desk."))
-catalog = [surveyor, fragile, echo]
+STORY = ("The harbour was quiet at dusk. Gulls settled on the posts, the ferry's lights came "
+         "on one by one, and the water held the last of the sky.")
+narrator = Agent("narrator", "You tell a short story about the harbour.",
+                 script=FunctionModel(lambda _: STORY))
+catalog = [surveyor, fragile, echo, narrator, approval_demo_agent()]

@@ -5,8 +5,9 @@ bearer auth. Each state is saved as a screenshot (see conftest)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.browser.agents import SURVEYS
+from tests.browser.agents import STORY, SURVEYS
 from tests.browser.conftest import BEARER_TOKEN, WAIT_S, Inspector
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow, pytest.mark.browser]
@@ -261,3 +262,171 @@ def test_bearer_auth_without_the_token_says_401_and_with_it_works(
     wait_for(driver, lambda d: run_id in listed(d), "the run, listed with the token")
     wait_for(driver, lambda d: not text_of(d, "#notice"), "the notice to go")
     screenshot("bearer-with-token")
+
+
+def approval_panel(driver: Any, step: str) -> Any:
+    selector = f'#approvals div.approval[data-step="{step}"]'
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, selector),
+             f"the decision panel of {step}")
+    return driver.find_element(By.CSS_SELECTOR, selector)
+
+
+def test_a_waiting_payment_is_approved_from_the_page_with_edited_args(
+    driver: Any, bearer_inspector: Inspector, screenshot: Screenshot
+) -> None:
+    """With bearer auth: the panel shows the waiting call, a bad edit is the API's 422 in the
+    panel, and a good one, typed and sent from the keyboard, is what the tool runs with."""
+    run_id = bearer_inspector.start_run("pay 40 to Ada", "approval-demo")
+    driver.get(f"{bearer_inspector.url}/ui#/runs/{run_id}")
+    driver.find_element(By.ID, "token").send_keys(BEARER_TOKEN, Keys.ENTER)
+    panel = approval_panel(driver, "0000-tool-000")
+    assert "send_payment" in panel.find_element(By.CSS_SELECTOR, "h3").text
+    assert "Undecided by" in panel.text  # the deadline
+    assert "waiting for a decision" in text_of(driver, "#run-status")
+    args = panel.find_element(By.CSS_SELECTOR, "textarea.args")
+    assert json.loads(args.get_attribute("value")) == {"to": "Ada", "amount": 40}
+    outcome = panel.find_element(By.CSS_SELECTOR, ".outcome")
+    assert outcome.get_attribute("role") == "status"
+    for field in ("args", "comment"):  # each field is labelled
+        labels = driver.find_elements(
+            By.CSS_SELECTOR, f'label[for="approval-0000-tool-000-{field}"]')
+        assert labels and labels[0].text, field
+
+    def send(new_args: str) -> None:
+        """Retype the arguments, then Tab to the comment, Tab to approve, Enter."""
+        args.send_keys(Keys.CONTROL, "a")
+        args.send_keys(Keys.BACKSPACE, new_args, Keys.TAB)
+        driver.switch_to.active_element.send_keys(Keys.TAB)
+        focused = driver.switch_to.active_element
+        assert focused.get_attribute("class") == "approve", focused.get_attribute("outerHTML")
+        focused.send_keys(Keys.ENTER)
+
+    send('{"to": "Ada", "amount": "lots"}')
+    wait_for(driver, lambda _: "args do not fit send_payment" in outcome.text,
+             "the API's 422 in the panel")
+    assert "error" in (outcome.get_attribute("class") or "")
+    assert inspector_step(bearer_inspector, run_id, "0000-tool-000")["status"] == "waiting"
+    screenshot("approval-invalid-args")
+
+    send('{"to": "Ada", "amount": 30}')
+    wait_for(driver, lambda _: "Approved by bearer with edited arguments" in outcome.text,
+             "the recorded approval in the panel")
+    screenshot("approval-approved")
+    wait_status(driver, "completed", "the approved run to complete")
+    wait_for(driver, lambda d: '"amount": 30' in text_of(d, "#answer"),
+             "the answer: the payment with the edited args")
+    assert '"status": "sent"' in text_of(driver, "#answer")
+    wait_for(driver, lambda d: text_of(d, "#approvals-title") == "Decided", "the title: Decided")
+    (step,) = asyncio.run(bearer_inspector.stack.store().get_steps(run_id, ["0000-tool-000"]))
+    assert step is not None and step.decision is not None
+    assert (step.decision.decision, step.decision.by, step.decision.args) == (
+        "approve", "bearer", {"to": "Ada", "amount": 30})
+    assert not text_of(driver, "#approvals div.approval:not([data-decided])")
+
+
+def inspector_step(inspector: Inspector, run_id: str, key: str) -> dict[str, Any]:
+    step: dict[str, Any] = next(s for s in inspector.run(run_id)["steps"] if s["key"] == key)
+    return step
+
+
+def test_a_waiting_payment_is_rejected_with_a_comment_on_a_phone(
+    driver: Any, inspector: Inspector, screenshot: Screenshot
+) -> None:
+    """Two parallel calls, one waiting: its panel fits a phone, the rejection's comment reaches
+    the model, and the run answers with both results."""
+    run_id = inspector.start_run("pay 500 to Mallory and show the balance", "approval-demo")
+    open_run(driver, inspector, run_id)
+    on_phone(driver)
+    panel = approval_panel(driver, "0000-tool-000")
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#approvals div.approval")) == 1
+    driver.execute_script("document.getElementById('approvals').scrollIntoView()")
+    screenshot("phone-approval")
+    assert_fits(driver)
+    panel.find_element(By.CSS_SELECTOR, "textarea.comment").send_keys(
+        "Mallory is not on the list")
+    panel.find_element(By.CSS_SELECTOR, "button.reject").click()
+    outcome = panel.find_element(By.CSS_SELECTOR, ".outcome")
+    wait_for(driver, lambda _: "Rejected by anonymous" in outcome.text,
+             "the recorded rejection in the panel")
+    wait_status(driver, "completed", "the run to complete after the rejection")
+    rejected = "not run: rejected by anonymous (Mallory is not on the list)"
+    wait_for(driver, lambda d: rejected in text_of(d, "#answer"), "the rejection in the answer")
+    assert '"balance": 1000' in text_of(driver, "#answer")
+    again = inspector.api("POST", f"/runs/{run_id}/approvals/0000-tool-000",
+                          json={"decision": "approve"})
+    assert again.status_code == 409, again.text
+
+
+def live_snapshots(driver: Any) -> list[dict[str, str]]:
+    """What ``#live-text`` showed at each change since :func:`record_live_text`."""
+    seen: list[dict[str, str]] = driver.execute_script("return window.liveSeen || []")
+    return seen
+
+
+def record_live_text(driver: Any) -> None:
+    """Keep every state of ``#live-text`` (its attempt and text) in ``window.liveSeen``."""
+    wait_for(driver, lambda d: d.find_elements(By.ID, "live-text"), "#live-text")
+    driver.execute_script("""
+        const box = document.getElementById('live-text');
+        window.liveSeen = [];
+        new MutationObserver(() => window.liveSeen.push(
+            {attempt: box.dataset.attempt, text: box.textContent}))
+          .observe(box, {childList: true, characterData: true, subtree: true});""")
+
+
+@pytest.fixture
+def slow_stream(inspector: Inspector) -> Iterator[None]:
+    """The fake model streams 6 characters every 250 ms; back to its defaults afterwards."""
+    admin = f"{inspector.stack.fake_gemini}/_admin"
+    before = httpx.get(f"{admin}/stream", timeout=5).json()
+    httpx.post(f"{admin}/stream", json={"delay": 0.25, "chunk_chars": 6},
+               timeout=5).raise_for_status()
+    try:
+        yield
+    finally:
+        httpx.post(f"{admin}/stream", json=before, timeout=5).raise_for_status()
+        httpx.post(f"{admin}/reset", timeout=5).raise_for_status()
+
+
+def test_live_text_shows_before_the_step_commits_and_gives_way_to_the_transcript(
+    driver: Any, inspector: Inspector, screenshot: Screenshot, slow_stream: None
+) -> None:
+    run_id = inspector.start_run("tell me about the harbour", "narrator")
+    open_run(driver, inspector, run_id)
+    record_live_text(driver)
+    assert driver.find_element(By.ID, "live-text").get_attribute("aria-live") == "polite"
+    wait_for(driver, lambda d: text_of(d, "#live-text"), "live text")
+    shown = text_of(driver, "#live-text")
+    step = inspector_step(inspector, run_id, "0000-model")
+    assert step["status"] == "running", step  # shown before the step committed
+    assert STORY.startswith(shown) and len(shown) < len(STORY), shown
+    assert STORY not in text_of(driver, "#transcript")
+    screenshot("live-text")
+
+    wait_status(driver, "completed", "the run to complete")
+    wait_for(driver, lambda d: STORY in text_of(d, "#transcript"), "the committed turn")
+    wait_for(driver, lambda d: not text_of(d, "#live-text"), "the live text to be cleared")
+    texts = [s["text"] for s in live_snapshots(driver) if s["text"]]
+    assert len(texts) >= 2, texts  # it grew while the model wrote
+    assert all(STORY.startswith(t) for t in texts), texts
+
+
+def test_live_text_of_a_retried_attempt_replaces_the_first_attempts(
+    driver: Any, inspector: Inspector, slow_stream: None
+) -> None:
+    """The model's stream breaks after 8 chunks: the step streams again under attempt 2, whose
+    text replaces attempt 1's instead of following it."""
+    inspector.stack.schedule_model_faults("midstream:8")
+    run_id = inspector.start_run("tell me about the harbour at night", "narrator")
+    open_run(driver, inspector, run_id)
+    record_live_text(driver)
+    wait_status(driver, "completed", "the retried run to complete")
+    wait_for(driver, lambda d: not text_of(d, "#live-text"), "the live text to be cleared")
+    assert inspector_step(inspector, run_id, "0000-model")["attempts"] == 2
+    seen = [(s["attempt"], s["text"]) for s in live_snapshots(driver) if s["text"]]
+    attempts = [attempt for attempt, _ in seen]
+    assert "1" in attempts and "2" in attempts and attempts == sorted(attempts), seen
+    # Attempt 2 started over: appended to attempt 1's, its text would not be the story's start.
+    assert all(STORY.startswith(text) for _, text in seen), seen
+    assert seen[-1][0] == "2", seen
+    assert STORY in text_of(driver, "#transcript")

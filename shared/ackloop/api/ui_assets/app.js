@@ -1,6 +1,7 @@
 // The run inspector: three views over the HTTP API, chosen by the URL's hash.
 //   #/               the caller's runs, filterable, refreshed every few seconds
-//   #/runs/<run_id>  one run: status, answer, cost, timeline of its steps, transcript
+//   #/runs/<run_id>  one run: status, the calls waiting for a decision, the text being
+//                    written, answer, cost, timeline of its steps, transcript
 //   #/dead-letters   dead letters (with redrive) and poison, for operators
 // Everything is read with fetch so the bearer token (kept in sessionStorage) goes with it;
 // data is put in the page as text, never as HTML.
@@ -170,6 +171,11 @@ function runView(runId) {
     error: h("p", { id: "run-error", class: "error", hidden: true }),
     cancel: h("button", { id: "cancel", type: "button", disabled: true }, "Cancel run"),
     facts: h("dl", { class: "facts" }),
+    approvals: h("section", { id: "approvals", "aria-labelledby": "approvals-title",
+      hidden: true }, h("h2", { id: "approvals-title" }, "Waiting for your decision")),
+    liveLabel: h("p", { id: "live-label", class: "hint", hidden: true }),
+    liveText: h("div", { id: "live-text", "aria-live": "polite",
+      "aria-labelledby": "live-label" }),
     answer: h("div", { id: "answer" }),
     cost: h("div", { id: "cost" }),
     timeline: h("div", { id: "timeline", role: "list", "aria-label": "Steps on a time axis" }),
@@ -184,15 +190,19 @@ function runView(runId) {
   section.append(
     h("h1", { id: "run-title" }, "Run ", h("code", {}, runId)),
     h("div", { class: "run-head" }, parts.status, parts.cancel), parts.error, parts.facts,
-    h("h2", {}, "Answer"), parts.answer,
+    parts.approvals,
+    h("h2", {}, "Answer"), parts.liveLabel, parts.liveText, parts.answer,
     h("h2", {}, "Cost"), parts.cost,
     h("h2", {}, "Timeline"), parts.timeline,
     h("h2", {}, "Transcript"), parts.transcript,
     parts.trace);
 
+  const live = liveText(parts.liveLabel, parts.liveText);
+
   async function refresh() {
     const run = await api(`/runs/${encodeURIComponent(runId)}`, { signal: controller.signal });
     renderRun(run, parts);
+    renderApprovals(runId, run, parts.approvals, () => attempt(refresh));
     const key = `${run.status}:${run.steps.filter((s) => s.status === "completed").length}`;
     if (key !== transcriptKey) {
       transcriptKey = key;
@@ -200,6 +210,8 @@ function runView(runId) {
         { signal: controller.signal });
       renderTranscript(transcript, run, parts.transcript);
     }
+    // Only now, with the committed turn in the transcript, does its live text go.
+    live.committed(run);
     if (TERMINAL.has(run.status) && !traceShown) {
       traceShown = true;
       await showTrace(runId, parts.trace, controller.signal);
@@ -216,13 +228,148 @@ function runView(runId) {
     if (stopped || (run && TERMINAL.has(run.status))) return;
     if (run && !following) {
       following = true;
-      // A step or the end changes the run; a delta (text being written) does not.
-      follow(runId, controller.signal, (event) => event.type !== "delta" && attempt(refresh));
+      // A step, a wait or the end changes the run; a delta (text being written) does not.
+      follow(runId, controller.signal, (event) => (event.type === "delta" ? live.add(event)
+        : attempt(refresh)));
     }
     timer = setTimeout(loop, RUN_REFRESH_MS);
   }
   loop();
   return () => { stopped = true; clearTimeout(timer); controller.abort(); };
+}
+
+// The text of the model step being written, from the stream's delta events: per step, only
+// its highest attempt (a retried or taken-over step streams again from seq 0 under a new one,
+// and a superseded attempt's late deltas are dropped); cleared once the step has committed.
+function liveText(label, box) {
+  let step = "";
+  let attemptNo = 0;
+  let next = 0;
+  let text = "";
+  const committed = new Set();
+  const show = () => {
+    box.textContent = text;
+    box.dataset.step = step;
+    box.dataset.attempt = String(attemptNo);
+    label.hidden = !text;
+    label.textContent = text ? `Being written (step ${step}, attempt ${attemptNo}):` : "";
+  };
+  return {
+    add(delta) {
+      if (committed.has(delta.step) || delta.step < step) return;
+      if (delta.step > step || delta.attempt > attemptNo) {
+        [step, attemptNo, next, text] = [delta.step, delta.attempt, 0, ""];
+      } else if (delta.attempt < attemptNo) {
+        return;
+      }
+      if (delta.seq === 0 && next > 0) [next, text] = [0, ""];  // a resumed stream: again
+      if (delta.seq !== next) return;
+      next += 1;
+      text += delta.text;
+      show();
+    },
+    committed(run) {
+      for (const s of run.steps) if (s.status === "completed") committed.add(s.key);
+      if (step && (committed.has(step) || TERMINAL.has(run.status))) {
+        [attemptNo, next, text] = [0, 0, ""];
+        show();
+      }
+    },
+  };
+}
+
+// One panel per tool call that waits for an approval: its arguments (editable: approving
+// with edited ones), a comment, approve and reject. A panel stays while its call waits, and
+// after this page decided it, with the outcome; a call decided elsewhere loses its panel.
+function renderApprovals(runId, run, box, onDecided) {
+  const waiting = (run.waiting || []).filter((w) => w.waiting_for === "approval");
+  const open = new Set(waiting.map((w) => w.step));
+  for (const panel of box.querySelectorAll("div.approval")) {
+    if (!open.has(panel.dataset.step) && !panel.dataset.decided) panel.remove();
+  }
+  const shown = new Set([...box.querySelectorAll("div.approval")].map((p) => p.dataset.step));
+  for (const call of waiting) {
+    if (!shown.has(call.step)) box.append(approvalPanel(runId, call, onDecided));
+  }
+  box.hidden = !box.querySelector("div.approval");
+  box.querySelector("h2").textContent = box.querySelector("div.approval:not([data-decided])")
+    ? "Waiting for your decision" : "Decided";
+}
+
+// JSON with sorted keys: edited arguments count as edited only when they differ.
+function canonical(value) {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  if (value && typeof value === "object") {
+    return `{${Object.keys(value).sort().map((k) => `${JSON.stringify(k)}:${
+      canonical(value[k])}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+function approvalPanel(runId, call, onDecided) {
+  const id = `approval-${call.step}`;
+  const args = h("textarea", { class: "args", id: `${id}-args`, rows: 4, spellcheck: "false",
+    autocomplete: "off" });
+  args.value = JSON.stringify(call.args, null, 2);
+  const comment = h("textarea", { class: "comment", id: `${id}-comment`, rows: 2,
+    maxlength: 2000 });
+  const approve = h("button", { type: "button", class: "approve" }, "Approve");
+  const reject = h("button", { type: "button", class: "reject" }, "Reject");
+  const outcome = h("p", { class: "outcome", role: "status" });
+  const panel = h("div", { class: "approval", role: "group", "aria-labelledby": `${id}-title`,
+    dataset: { step: call.step } },
+  h("h3", { id: `${id}-title` }, "Approve ", h("code", {}, call.tool), "?"),
+  h("p", { class: "hint" }, `Step ${call.step}, waiting since ${when(call.since)}. `,
+    `Undecided by ${when(call.deadline)}, it is rejected.`),
+  h("label", { for: args.id }, "Arguments (JSON: approve with your edits)"), args,
+  h("label", { for: comment.id }, "Comment (the model reads it with a rejection)"), comment,
+  h("div", { class: "decide" }, approve, reject), outcome);
+  const tell = (message, failed) => {
+    outcome.textContent = message;
+    outcome.classList.toggle("error", failed);
+  };
+  const decide = async (decision) => {
+    const body = { decision };
+    if (decision === "approve") {
+      let edited;
+      try {
+        edited = JSON.parse(args.value);
+      } catch (error) {
+        tell(`The arguments are not valid JSON: ${error.message}`, true);
+        args.focus();
+        return;
+      }
+      if (!edited || typeof edited !== "object" || Array.isArray(edited)) {
+        tell("The arguments must be a JSON object, like {\"name\": \"value\"}.", true);
+        args.focus();
+        return;
+      }
+      if (canonical(edited) !== canonical(call.args)) body.args = edited;
+    }
+    if (comment.value.trim()) body.comment = comment.value.trim();
+    approve.disabled = reject.disabled = true;
+    tell(decision === "approve" ? "Approving…" : "Rejecting…", false);
+    try {
+      const result = await api(`/runs/${encodeURIComponent(runId)}/approvals/${
+        encodeURIComponent(call.step)}`, { method: "POST", body: JSON.stringify(body),
+        headers: { "Content-Type": "application/json" } });
+      panel.dataset.decided = result.decision;
+      args.readOnly = comment.readOnly = true;
+      tell(`${result.decision === "approve" ? "Approved" : "Rejected"} by ${result.by}${
+        result.args ? " with edited arguments" : ""}${
+        result.recorded ? "" : " (recorded before)"}: the run goes on.`, false);
+      onDecided();
+    } catch (error) {
+      // 409: decided otherwise (or no longer waiting): the panel stays, saying so; else the
+      // person may fix what the API named and try again.
+      if (error.status === 409) panel.dataset.decided = "conflict";
+      else approve.disabled = reject.disabled = false;
+      tell(error.message, true);
+    }
+  };
+  approve.addEventListener("click", () => decide("approve"));
+  reject.addEventListener("click", () => decide("reject"));
+  return panel;
 }
 
 // The run's event stream (ndjson, read with fetch so the token is sent): calls onEvent for each.
@@ -255,7 +402,8 @@ function renderRun(run, parts) {
   const stop = run.budget_stop ? `stopped by ${run.budget_stop}` : run.stop_reason;
   parts.status.replaceChildren(statusBadge(run.status), " ",
     stop && stop !== run.status ? `${run.status} · ${stop}` : run.status,
-    run.cancel_requested && !TERMINAL.has(run.status) ? " · cancel requested" : "");
+    run.cancel_requested && !TERMINAL.has(run.status) ? " · cancel requested" : "",
+    run.waiting?.length && !TERMINAL.has(run.status) ? " · waiting for a decision" : "");
   parts.error.hidden = !run.error;
   parts.error.textContent = run.error ? `Failed: ${run.error}` : "";
   parts.cancel.disabled = TERMINAL.has(run.status) || run.cancel_requested;
