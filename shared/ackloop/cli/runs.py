@@ -22,6 +22,7 @@ from ackloop.cli import table
 from ackloop.cli.errors import CliError
 from ackloop.cli.follow import (
     Followed,
+    LiveText,
     answer_text,
     cost_line,
     follow,
@@ -156,23 +157,27 @@ def follow_run(
                                  "(the API's event stream)."),
     directory: Path = DIRECTORY,
 ) -> None:
-    """Print each step as it completes until the run ends. Exit code 0 only if it answered."""
+    """Print each step as it completes until the run ends, and the text of the model's answer
+    as it is written (not in --json). Exit code 0 only if it answered."""
     from ackloop.api.models import FinishedEvent, StepEvent, StepView
 
     target = connect(directory)
+    live = LiveText(lambda text: typer.echo(text, nl=False))
 
     def on_step(step: StepRecord) -> None:
         if as_json:
             event = StepEvent(cursor=step.key, run_id=run_id, step=StepView.of(step))
             typer.echo(event.model_dump_json())
         else:
-            typer.echo(step_line(step))
+            live.line(step_line(step))
 
     async def watch() -> Followed:
         await _existing(target, run_id)
-        return await follow(target.store(), run_id, timeout=timeout, on_step=on_step)
+        return await follow(target.store(), run_id, timeout=timeout, on_step=on_step,
+                            on_delta=None if as_json else live.delta)
 
     followed = asyncio.run(watch())
+    live.end_line()
     run = followed.run
     if as_json:
         if run is not None and run.status.terminal:
@@ -342,10 +347,13 @@ def send_event(
         _emit({"run_id": run_id, "event": name, "recorded": delivered.recorded,
                "resumed": delivered.resumed, **delivered.event.model_dump(mode="json")})
         return
-    done = (f"resumed {', '.join(delivered.resumed)}" if delivered.resumed
-            else "kept until a call waits for it")
-    typer.echo(f"run {run_id} received event {name!r}; {done}" if delivered.recorded else
-               f"run {run_id} had already received this event {name!r}; {done}")
+    resumed = ", ".join(delivered.resumed)
+    if delivered.recorded:
+        done = f"resumed {resumed}" if resumed else "kept until a call waits for it"
+        typer.echo(f"run {run_id} received event {name!r}; {done}")
+    else:
+        done = f"re-sent {resumed}" if resumed else "nothing changed"
+        typer.echo(f"run {run_id} had already received this event {name!r}; {done}")
 
 
 def _local_user() -> str:
