@@ -106,6 +106,7 @@ async def test_deltas_arrive_before_the_step_completes_and_add_up_to_its_text(
 async def test_a_step_retried_after_some_chunks_streams_again_under_attempt_2(
     client: httpx.AsyncClient, streaming_stack: RunningStack,
 ) -> None:
+    """The call fails after 5 chunks: the same request takes attempt 2 and calls again."""
     streaming_stack.schedule_model_faults("midstream:5")
     run_id = (await client.post("/runs", json={"text": QUESTION + " at dusk"})).json()["run_id"]
     seen = await _follow(client, run_id)
@@ -126,6 +127,9 @@ async def test_a_step_retried_after_some_chunks_streams_again_under_attempt_2(
     step = run["steps"][0]
     assert step["attempts"] == 2 and second == step["result"]["text"] == run["answer"]
     assert run["status"] == "completed"
+    # In the request that streamed attempt 1, not after a redelivery.
+    assert step["result"]["model_retries"] == 1
+    assert step["last_error"].startswith("retried in the request: ModelRetryableError")
     # The record is one turn: the user's question and one model answer.
     assert [c["role"] for c in transcript] == ["user", "model"]
     assert "".join(p.get("text", "") for p in transcript[1]["parts"]) == second

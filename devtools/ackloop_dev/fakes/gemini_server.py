@@ -260,7 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.kind == "midstream" and not streamed:
             self._json(503, error_body(503, "injected fault 503"))
             return
-        if fault is not None:
+        if fault is not None and fault.kind == "delay":  # midstream's value is a chunk count
             self.fake.wait(fault.value or 0.0)
         try:
             turn = self.fake.policy(request_from_rest(model, body))

@@ -45,8 +45,7 @@ class DecisionBody(BaseModel):
 class DecisionView(BaseModel):
     run_id: str
     step: str
-    decision: Literal["approve", "reject", "received"] = Field(
-        description="The decision recorded on the step.")
+    decision: Literal["approve", "reject"]
     args: dict[str, Any] | None
     comment: str | None
     by: str = Field(description="Who decided: the caller, or 'deadline'.")
@@ -81,7 +80,7 @@ async def decide(request: Request, run_id: RunId, step: StepKeyParam, body: Deci
     decision = StepDecision(decision=body.decision, args=body.args, comment=body.comment,
                             by=caller, at=deps.clock.now())
     try:
-        recorded, decided = await approval.decide(deps, run_id, step, decision, "approval")
+        recorded, decided = await approval.decide(deps, run_id, step, decision)
     except DecisionRefused as exc:
         raise ApiError(exc.status, exc.reason, str(exc)) from exc
     final = recorded.decision or decision

@@ -167,7 +167,9 @@ class Heartbeat:
     """Renews ``ref.claim`` every third of the lease until stopped.
 
     Stopping waits for an in-flight renewal instead of cancelling it, so the version used by the
-    commit is the one the database really holds.
+    commit is the one the database really holds. A write of the claim made while it beats
+    (:meth:`next_attempt`) takes turns with the renewals: both are fenced on the claim's
+    version, so two at once would fence each other out.
     """
 
     def __init__(self, store: AgentStore, clock: Clock, ref: ClaimRef, lease_seconds: float):
@@ -177,6 +179,7 @@ class Heartbeat:
         self._clock = clock
         self._lease = lease_seconds
         self._stop = asyncio.Event()
+        self._writing = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
     async def _beat(self) -> None:
@@ -186,9 +189,10 @@ class Heartbeat:
             if self._stop.is_set():
                 return
             try:
-                self.ref.claim = await self._store.renew_lease(
-                    self.ref.claim, now=self._clock.now(), lease_seconds=self._lease
-                )
+                async with self._writing:
+                    self.ref.claim = await self._store.renew_lease(
+                        self.ref.claim, now=self._clock.now(), lease_seconds=self._lease
+                    )
             except LeaseLost:
                 self.lost = True
                 claim = self.ref.claim
@@ -211,6 +215,21 @@ class Heartbeat:
         if self.lost:
             raise LeaseLost(f"step {claim.key} of {claim.run_id} lost its lease")
         return claim
+
+    async def next_attempt(self, error: str) -> Claim:
+        """Start the step's next attempt in this delivery (:meth:`AgentStore.next_attempt`).
+        Raises :class:`LeaseLost` if another holder took the step, and then beats no more."""
+        async with self._writing:
+            self.check()
+            try:
+                self.ref.claim = await self._store.next_attempt(
+                    self.ref.claim, now=self._clock.now(), lease_seconds=self._lease,
+                    error=error)
+            except LeaseLost:
+                self.lost = True
+                self._stop.set()
+                raise
+        return self.ref.claim
 
 
 @contextlib.asynccontextmanager

@@ -47,6 +47,7 @@ from ackloop.records import (
 )
 from ackloop.store import Claim, Transcript
 from ackloop.telemetry import tracing
+from ackloop.telemetry.context import update_log_context
 from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -231,9 +232,12 @@ async def _call_model(
 ) -> tuple[ModelTurn, float, list[str]]:
     """Call the model with the lease kept alive, waiting out retryable errors in the request
     while the wait is short (``retry_wait_seconds``) and the call still fits before the
-    request's deadline; a longer wait releases the step to Pub/Sub's redelivery. So does a
-    streamed call that fails after some of its text was shown: the step's next attempt streams
-    again under its own attempt number, which tells clients to drop this one's text.
+    request's deadline; a longer wait releases the step to Pub/Sub's redelivery.
+
+    A streamed call that fails after some of its text was shown is retried the same way, but
+    under the step's next attempt, taken in the store first (:meth:`Heartbeat.next_attempt`):
+    the new number tells clients to drop the failed call's text, and it counts toward
+    ``max_step_attempts`` (the last attempt is left to the redelivery, which fails the run).
 
     Returns the turn, the seconds spent, and the retryable errors waited out."""
     started = time.monotonic()
@@ -253,12 +257,18 @@ async def _call_model(
                 wait = exc.retry_after if exc.retry_after is not None else backoff
                 room = scope.deadline - deps.clock.now() - deps.settings.model_timeout_seconds
                 shown = deltas is not None and deltas.shown
-                if wait > min(deps.settings.retry_wait_seconds, room) or beat.lost or shown:
+                last = ref.claim.step.attempts >= deps.settings.max_step_attempts
+                if (wait > min(deps.settings.retry_wait_seconds, room) or beat.lost
+                        or (shown and last)):
                     raise
+                retried.append(f"{type(exc).__name__}: {exc}")
+                if shown:
+                    await beat.next_attempt(retried[-1])
+                    update_log_context(attempt=ref.claim.step.attempts)
                 log.info("model call for %s: %s; trying again in %.1f s", ref.claim.key, exc,
                          wait)
-                retried.append(f"{type(exc).__name__}: {exc}")
-                tracing.event("model retry", error=retried[-1][:500], wait_seconds=wait)
+                tracing.event("model retry", error=retried[-1][:500], wait_seconds=wait,
+                              attempt=ref.claim.step.attempts)
                 await deps.clock.sleep(wait)
                 backoff = min(backoff * 2, 8.0)
     beat.check()
