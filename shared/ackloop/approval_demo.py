@@ -1,9 +1,11 @@
-"""``approval-demo``: an agent whose payments wait for a person, to try approvals at once.
+"""``approval-demo``: an agent whose payments wait for a person, to try waits at once.
 
-Its one side-effecting tool, ``send_payment``, needs approval; ``account_balance`` does not.
+Its one side-effecting tool, ``send_payment``, needs approval; ``account_balance`` does not;
+``await_receipt`` waits for the named event ``receipt:<who>`` (``ackloop runs send-event``).
 Offline its model is a script: it asks to pay what the question says ("pay 40 to Ada"; 25 to
-Ada otherwise), and also for the balance when the question mentions it (two parallel calls,
-one waiting, one running), then reports what came back: the payment, or why it was not made.
+Ada otherwise), and also for the balance when the question mentions it (parallel calls, one
+waiting, one running) and for the payee's receipt when it mentions one, then reports what came
+back: the payment, or why it was not made, and the receipt.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ackloop.agents import Agent
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.transcript import read_exchange
 from ackloop.model.turns import calls_turn, text_turn
+from ackloop.tools.base import ToolContext
 from ackloop.tools.definition import tool
 
 NAME = "approval-demo"
@@ -35,6 +38,16 @@ def send_payment(to: str, amount: int) -> dict[str, Any]:
     return {"paid": to, "amount": amount, "status": "sent"}
 
 
+@tool(waits_for=lambda args: f"receipt:{args['to']}")
+def await_receipt(to: str, context: ToolContext) -> dict[str, Any]:
+    """Wait until the payee confirms they received the payment (the event ``receipt:<to>``).
+
+    Args:
+        to: Who was paid.
+    """
+    return {"receipt_from": to, **(context.event or {})}
+
+
 @tool
 def account_balance() -> dict[str, int]:
     """The account's balance, in whole euros."""
@@ -51,6 +64,8 @@ def demo_script(request: ModelRequest) -> ModelTurn:
         calls: list[tuple[str, dict[str, Any]]] = [("send_payment", args)]
         if "balance" in exchange.question.lower():
             calls.append(("account_balance", {}))
+        if "receipt" in exchange.question.lower():
+            calls.append(("await_receipt", {"to": args["to"]}))
         return calls_turn(calls, request=request)
     report = "; ".join(f"{r.name}: {json.dumps(r.response, sort_keys=True)}"
                        for r in exchange.results)
@@ -58,4 +73,5 @@ def demo_script(request: ModelRequest) -> ModelTurn:
 
 
 def approval_demo_agent() -> Agent:
-    return Agent(NAME, INSTRUCTIONS, [send_payment, account_balance], script=demo_script)
+    return Agent(NAME, INSTRUCTIONS, [send_payment, account_balance, await_receipt],
+                 script=demo_script)

@@ -77,6 +77,18 @@ class RunLimits(Record):
     approval_timeout_seconds: float | None = None
 
 
+class ReceivedEvent(Record):
+    """A named event delivered to a run: what it carried, who sent it and when."""
+
+    payload: JsonDict = Field(default_factory=dict)
+    by: str
+    """The caller who sent it, or ``pubsub`` for one published to the queries topic."""
+    at: float
+    id: str | None = None
+    """The sender's id for it: the same event sent again is recognised by it (and its
+    payload), a different one under the same name is refused."""
+
+
 class RunRecord(Record):
     run_id: str
     request_id: str
@@ -111,6 +123,10 @@ class RunRecord(Record):
     """Time the run spent waiting for people, which its ``max_seconds`` does not count."""
     wait_ended_at: float = 0.0
     """When the last decision was recorded (overlapping waits are counted once)."""
+    received: dict[str, ReceivedEvent] = Field(default_factory=dict)
+    """The named events delivered to the run (``POST /runs/{id}/events/{name}`` or the queries
+    topic), by name: each name once per run. A call that waits for one finds it here when it
+    arrived first (:mod:`ackloop.engine.approval`)."""
     trace_id: str | None = None
     """The run's trace (32 lowercase hex): the caller's when the query carried a trace context,
     else derived from the run id (:mod:`ackloop.telemetry.tracing`)."""
@@ -140,8 +156,9 @@ class StepStatus(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
     WAITING = "waiting"
-    """A tool step waiting for a person's decision: no lease, nothing runs or is redelivered
-    until the decision re-sends its message (or the sweeper does, at the deadline)."""
+    """A tool step waiting for a person's decision or a named event: no lease, nothing runs or
+    is redelivered until the decision (or the event) re-sends its message, or the sweeper does
+    at the deadline."""
 
 
 Topic = Literal["model_steps", "tool_steps", "answers"]
@@ -164,9 +181,12 @@ class Outgoing(Record):
 
 
 class Waiting(Record):
-    """What a waiting step waits for: an approval of its call, before its deadline."""
+    """What a waiting step waits for, before its deadline: an approval of its call, or the
+    named event ``event``."""
 
-    kind: Literal["approval"] = "approval"
+    kind: Literal["approval", "event"] = "approval"
+    event: str | None = None
+    """The awaited event's name (``kind == "event"``)."""
     tool: str
     args: JsonDict = Field(default_factory=dict)
     since: float
@@ -175,14 +195,19 @@ class Waiting(Record):
 
 
 class StepDecision(Record):
-    """A person's decision on a waiting step, recorded once: the first one wins."""
+    """What ended a step's wait, recorded once: the first one wins. A person approves or
+    rejects an approval; an event's arrival is ``received``; the deadline or a cancel rejects
+    either kind."""
 
-    decision: Literal["approve", "reject"]
+    decision: Literal["approve", "reject", "received"]
     args: JsonDict | None = None
     """Edited arguments the tool runs with instead of the model's (approve only)."""
+    payload: JsonDict | None = None
+    """The awaited event's payload (``received`` only), which the tool reads."""
     comment: str | None = None
     by: str
-    """The caller who decided, or ``deadline`` when the sweeper decided at the deadline."""
+    """The caller who decided (or sent the event), ``deadline`` when the sweeper decided at
+    the deadline, ``cancel`` when the run's cancel did."""
     at: float
 
 

@@ -46,6 +46,7 @@ from ackloop.keys import StepKey, message_doc_id
 from ackloop.records import (
     ConversationRecord,
     Outgoing,
+    ReceivedEvent,
     RunRecord,
     RunStatus,
     StepDecision,
@@ -172,7 +173,12 @@ class DecisionRefused(Exception):
 
 
 def _same_decision(a: StepDecision, b: StepDecision) -> bool:
-    return (a.decision, a.args, a.comment) == (b.decision, b.args, b.comment)
+    return (a.decision, a.args, a.comment, a.payload) == (b.decision, b.args, b.comment,
+                                                          b.payload)
+
+
+MAX_RECEIVED_EVENTS = 64
+"""Distinct event names a run may receive: they live on the run document (1 MiB at most)."""
 
 
 @dataclass(frozen=True)
@@ -628,14 +634,16 @@ class AgentStore:
         except (PreconditionFailed, AlreadyExists) as exc:
             await self._raise_conflict(claim, exc)
 
-    async def decide_step(self, run_id: str, key: str, decision: StepDecision
+    async def decide_step(self, run_id: str, key: str, decision: StepDecision,
+                          kind: Literal["approval", "event"] | None = None
                           ) -> tuple[StepRecord, bool]:
-        """Record ``decision`` on a waiting step, with the run's clock (its ``progress_at``
-        and the time it waited), in one transaction. Returns the step and whether this call
-        decided it; the same decision again returns the recorded one.
+        """Record ``decision`` on a waiting step (one waiting for ``kind``, when given), with
+        the run's clock (its ``progress_at`` and the time it waited), in one transaction.
+        Returns the step and whether this call decided it; the same decision again returns
+        the recorded one.
 
-        Raises :class:`DecisionRefused` for a step that is missing, not waiting, or decided
-        otherwise."""
+        Raises :class:`DecisionRefused` for a step that is missing, not waiting (for
+        ``kind``), or decided otherwise."""
 
         async def body(txn: Transaction) -> tuple[StepRecord, bool]:
             run_snap = await txn.get(self.run_path(run_id))
@@ -653,6 +661,10 @@ class AgentStore:
             if step.status is not StepStatus.WAITING or step.waiting is None:
                 raise DecisionRefused(409, "not_waiting",
                                       f"step {key} is {step.status}: it waits for no decision")
+            if kind is not None and step.waiting.kind != kind:
+                what = (f"the event {step.waiting.event!r} (POST /runs/{run_id}/events/"
+                        f"{step.waiting.event})" if step.waiting.event else "an approval")
+                raise DecisionRefused(409, "not_waiting", f"step {key} waits for {what}")
             if run.status.terminal:
                 raise DecisionRefused(409, "run_ended", f"run {run_id} is {run.status}")
             txn.write(Write("update", snap.path, {"decision": decision.to_doc()}))
@@ -661,6 +673,42 @@ class AgentStore:
                 "progress_at": decision.at, "wait_ended_at": decision.at,
                 "waited_seconds": run.waited_seconds + max(0.0, waited)}))
             return step.model_copy(update={"decision": decision}), True
+
+        return await self.db.transact(body)
+
+    async def receive_event(self, run_id: str, name: str, event: ReceivedEvent
+                            ) -> tuple[ReceivedEvent, bool]:
+        """Keep ``event`` on the run under ``name``, in one transaction that rewrites the run
+        document (which makes a concurrent waiting commit fail and read it again: see
+        :func:`ackloop.engine.approval.wait_for_decision`). Returns the event kept and whether
+        this call kept it; the same event again (same payload and id) returns the kept one.
+
+        Raises :class:`DecisionRefused` for a missing or ended run, a name already received
+        with another payload or id, or a run that has received too many names."""
+
+        async def body(txn: Transaction) -> tuple[ReceivedEvent, bool]:
+            snap = await txn.get(self.run_path(run_id))
+            if snap is None:
+                raise DecisionRefused(404, "not_found", f"run {run_id} not found")
+            run = RunRecord.model_validate(snap.data)
+            kept = run.received.get(name)
+            if kept is not None:
+                if (kept.payload, kept.id) == (event.payload, event.id):
+                    return kept, False
+                raise DecisionRefused(409, "already_received", (
+                    f"run {run_id} already received an event {name!r} (from {kept.by}) with "
+                    "another payload or id: each name is received once per run"))
+            if run.status.terminal:
+                raise DecisionRefused(409, "run_ended", f"run {run_id} is {run.status}")
+            if len(run.received) >= MAX_RECEIVED_EVENTS:
+                raise DecisionRefused(409, "too_many_events", (
+                    f"run {run_id} has received {len(run.received)} events, the most a run "
+                    "keeps"))
+            received = {k: v.to_doc() for k, v in run.received.items()} | {
+                name: event.to_doc()}
+            txn.write(Write("update", snap.path, {"received": received,
+                                                  "progress_at": event.at}))
+            return event, True
 
         return await self.db.transact(body)
 

@@ -13,7 +13,9 @@ A run whose steps wait for a person is not stalled: a waiting step's commit move
 ``progress_at`` to its deadline, so the sweeper first sees it then, and rejects what is still
 undecided ("no decision before the deadline"). It also re-sends a decided step that still waits
 (its re-send after the decision was lost) once the run is ``sweep_stale_seconds`` idle past the
-decision, and otherwise moves ``progress_at`` to the earliest deadline again.
+decision, and otherwise moves ``progress_at`` to the earliest deadline again. A step waiting
+for a named event the run has received (its delivery stopped before deciding it: the event
+moved ``progress_at``) is decided and re-sent (:func:`ackloop.engine.events.decide_arrived`).
 
 It runs from ``ackloop runs sweep``, from ``POST /sweep`` on the API (Cloud Scheduler calls it;
 see ``infra/scheduler.tf``), and from the local stack.
@@ -25,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from ackloop.engine import approval
+from ackloop.engine import approval, events
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import after_tools, end_run_now, first_step, run_end
 from ackloop.engine.ledger import scheduled_model_message
@@ -73,6 +75,8 @@ async def sweep(deps: Deps, *, stale_after: float | None = None, limit: int = 20
 async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
     steps = await deps.store.list_steps(run.run_id)
     now = deps.clock.now()
+    if (arrived := await events.decide_arrived(deps, run, steps)):
+        return Swept(run.run_id, "resumed", f"its awaited event had arrived: {', '.join(arrived)}")
     if (timed_out := await _decide_overdue(deps, run, steps, now)):
         return Swept(run.run_id, "resumed", f"no decision before the deadline: {timed_out}")
     busy = [s.key for s in steps if s.lease_expires_at > now or s.not_before > now

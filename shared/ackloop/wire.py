@@ -140,6 +140,39 @@ class QueryMessage(WireModel):
         return storable_text(value)
 
 
+MAX_EVENT_PAYLOAD_BYTES = 16 * 1024
+"""An event's payload as compact JSON: it is kept on the run document and read by the tool."""
+
+
+def check_event_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` when it fits an event (:data:`MAX_EVENT_PAYLOAD_BYTES`), else ValueError."""
+    size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_EVENT_PAYLOAD_BYTES:
+        raise ValueError(f"the payload is {size} bytes as JSON; an event carries at most "
+                         f"{MAX_EVENT_PAYLOAD_BYTES}")
+    return payload
+
+
+class EventMessage(WireModel):
+    """A named event for a run, published to the queries topic; told from a
+    :class:`QueryMessage` by ``type``. The calls of the run waiting for ``name`` resume with
+    ``payload`` (:mod:`ackloop.engine.events`); each name is received once per run."""
+
+    v: Literal[1] = 1
+    type: Literal["event"]
+    run_id: Identifier
+    name: Identifier
+    payload: dict[str, Any] = Field(default_factory=dict)
+    id: Identifier | None = None
+    """The sender's id for the event: sending it again with the same id and payload is
+    recognised as a repeat; without one, the payload alone is compared."""
+
+    @field_validator("payload")
+    @classmethod
+    def _fits(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_event_payload(value)
+
+
 class FunctionCall(WireModel):
     """One function call the model asked for, as Gemini returned it."""
 
@@ -176,9 +209,9 @@ StepMessage = ModelStepMessage | ToolStepMessage
 
 
 class WaitingNotice(WireModel):
-    """A run waits for a person, published to the answers topic beside the run ends (at least
-    once: dedupe on ``run_id`` and ``step``). Tell it from an :class:`AnswerMessage` by
-    ``event``, which an answer does not have."""
+    """A run waits for a person or a named event, published to the answers topic beside the
+    run ends (at least once: dedupe on ``run_id`` and ``step``). Tell it from an
+    :class:`AnswerMessage` by ``event``, which an answer does not have."""
 
     v: Literal[1] = 1
     event: Literal["waiting"] = "waiting"
@@ -186,11 +219,14 @@ class WaitingNotice(WireModel):
     request_id: Identifier
     conversation_id: Identifier
     step: str
-    waiting_for: Literal["approval"] = "approval"
+    waiting_for: Literal["approval", "event"] = "approval"
+    """A person's decision (``POST /runs/{id}/approvals/{step}``) or a named event."""
+    event_name: str | None = None
+    """The awaited event (``waiting_for == "event"``): ``POST /runs/{id}/events/{name}``."""
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
     deadline: float
-    """Unix time after which no decision means a rejection."""
+    """Unix time after which no decision (or no event) means a rejection."""
 
 
 class AnswerMessage(WireModel):

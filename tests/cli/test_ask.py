@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import httpx
 import pytest
 
 from ackloop.keys import run_id_for_request
@@ -29,7 +30,8 @@ def test_an_answer_names_the_model_that_gave_it(cli: Cli, cli_stack: RunningStac
     run_id = run_id_for_request("cli-weather-1")
     # The run's line is whole at 40 columns: it can be pasted into `ackloop runs show`.
     assert err[0] == f"run {run_id} (request cli-weather-1)"
-    assert [line.split()[1] for line in err[1:-2]] == [
+    # Step lines (the answer's text may stream between them: see the test below).
+    assert [line.split()[1] for line in err[1:-2] if line.startswith("  ✓ ")] == [
         "0000-model", "0000-tool-000", "0001-model", "0001-tool-000", "0002-model",
         "0002-tool-000", "0003-model"]
     assert err[-1].startswith(f"run {run_id} completed (4 model call(s), 3 tool call(s), ")
@@ -88,3 +90,22 @@ def test_budgets_over_the_ceiling_are_reported_at_once(cli: Cli, cli_stack: Runn
     result = json.loads(ran.stdout)
     assert (result["status"], result["reason"]) == ("rejected", "over_ceiling")
     assert "max_steps 500 is above this deployment's ceiling" in result["error"]
+
+
+def test_the_answer_streams_on_stderr_before_its_step_completes(
+    cli: Cli, cli_stack: RunningStack
+) -> None:
+    """The fake model streams 6 characters every 150 ms: ask prints the text as it comes, on
+    stderr, then the step line; stdout holds the answer alone."""
+    admin = f"{cli_stack.fake_gemini}/_admin/stream"
+    before = httpx.get(admin, timeout=5).json()
+    httpx.post(admin, json={"delay": 0.15, "chunk_chars": 6}, timeout=5).raise_for_status()
+    try:
+        code, out, err = _ask(cli, cli_stack, "write me something about the quiet harbour")
+    finally:
+        httpx.post(admin, json=before, timeout=5).raise_for_status()
+    assert code == 0, err
+    answer = out.rstrip("\n")
+    step = next(i for i, line in enumerate(err) if line.startswith("  ✓ 0000-model"))
+    assert "\n".join(err[1:step]) == answer.rstrip("\n"), err
+    assert len(answer) > 20 and "answers" in err[step]

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from typing import IO
 
 import pytest
 from google.cloud import pubsub_v1
 
 from ackloop.cost import Cost
+from ackloop.deltas import DeltaRecord, delta_id, deltas_collection
 from ackloop.docdb.base import Write
 from ackloop.records import (
     RunLimits,
@@ -284,3 +287,92 @@ def test_cancel_and_sweep_need_no_agent_catalog_and_log_no_start_up(
     swept = cli("runs", "sweep", "--directory", d)
     assert swept.returncode == 0, swept.stderr
     assert swept.stderr == ""
+
+
+def _deltas(stack: FakeStack, run_id: str, *pieces: tuple[str, int, int, str]) -> None:
+    """Write deltas (step, attempt, seq, text) as a streaming model step does."""
+    store = stack.store()
+    asyncio.run(store.db.commit([
+        Write("set", f"{deltas_collection(store, run_id)}/{delta_id(step, attempt, seq)}",
+              DeltaRecord(step=step, attempt=attempt, seq=seq, text=text).model_dump())
+        for step, attempt, seq, text in pieces]))
+
+
+class Reader:
+    """What a process has written to a pipe so far, read by a thread as it comes."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.text = ""
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        while char := stream.read(1):
+            self.text += char
+
+    def wait_for(self, expected: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while expected not in self.text:
+            assert time.monotonic() < deadline, f"no {expected!r} in {self.text!r}"
+            time.sleep(0.05)
+
+    def close(self) -> str:
+        self._thread.join(timeout=10)
+        return self.text
+
+
+def test_follow_prints_the_text_being_written_and_a_retry_from_the_start(
+    cli: Cli, fake_stack: FakeStack
+) -> None:
+    """The text of the step in flight is printed as its deltas are written, before the step
+    commits; attempt 2 starts over after a marker, a late delta of attempt 1 is not printed, and
+    the text of a step that completed before following began is not printed either."""
+    run = _run("run-stream", created=time.time(), status=RunStatus.RUNNING)
+    _seed(fake_stack, [run], {"run-stream": [_model_step(0), _tool_step(0),
+                                             _model_step(1, completed=False)]})
+    _deltas(fake_stack, "run-stream", ("0000-model", 1, 0, "Let me look that up."),
+            ("0001-model", 1, 0, "The harbour "))
+    follower = cli.popen("runs", "follow", "run-stream", "--timeout", "60",
+                         "--directory", str(fake_stack.directory))
+    assert follower.stdout is not None
+    out = Reader(follower.stdout)
+    try:
+        out.wait_for("The harbour ")
+        _deltas(fake_stack, "run-stream", ("0001-model", 1, 1, "was quiet"))
+        out.wait_for("The harbour was quiet")
+        _deltas(fake_stack, "run-stream", ("0001-model", 2, 0, "The harbour was calm"))
+        out.wait_for("was calm")
+        _deltas(fake_stack, "run-stream", ("0001-model", 1, 2, " and still"),
+                ("0001-model", 2, 1, " at dusk."))
+        store = fake_stack.store()
+        asyncio.run(store.db.commit([
+            Write("set", store.step_path("run-stream", "0001-model"),
+                  _model_step(1, text="The harbour was calm at dusk.").to_doc()),
+            Write("update", store.run_path("run-stream"), {
+                "status": "completed", "stop_reason": "answered",
+                "answer": "The harbour was calm at dusk.", "finished_at": time.time()}),
+        ]))
+        assert follower.wait(timeout=60) == 0
+    finally:
+        follower.kill()
+    lines = out.close().splitlines()
+    assert lines[0].split()[:2] == ["✓", "0000-model"]
+    assert lines[1].split()[:2] == ["✓", "0000-tool-000"]
+    assert lines[2:5] == ["The harbour was quiet",
+                          "[retrying 0001-model: attempt 2, from the start]",
+                          "The harbour was calm at dusk."]
+    assert lines[5].split()[:3] == ["✓", "0001-model", "model"]
+    assert lines[6].startswith("run run-stream completed (")
+    assert lines[7:] == ["The harbour was calm at dusk."]
+
+
+def test_follow_in_json_prints_no_text(cli: Cli, fake_stack: FakeStack) -> None:
+    run = _run("run-json-stream", created=time.time(), status=RunStatus.COMPLETED,
+               stop=StopReason.ANSWERED, answer="Sunny.", finished_at=time.time())
+    _seed(fake_stack, [run], {"run-json-stream": [_model_step(0, text="Sunny.")]})
+    _deltas(fake_stack, "run-json-stream", ("0000-model", 1, 0, "Sunny."))
+    followed = cli("runs", "follow", "run-json-stream", "--json",
+                   "--directory", str(fake_stack.directory))
+    assert followed.returncode == 0, followed.stderr
+    assert [json.loads(line)["type"] for line in followed.stdout.splitlines()] == [
+        "step", "finished"]

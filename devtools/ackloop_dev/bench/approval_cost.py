@@ -36,7 +36,8 @@ from typing import Any
 import httpx
 from google.cloud import firestore
 
-from ackloop.cost import PRICES, PriceTable
+from ackloop.cost import PRICES, Cost, PriceTable
+from ackloop.engine.spend import rolled_up
 from ackloop.records import RunRecord, StepRecord
 from ackloop_dev.bench.approval_agents import AGENT
 from ackloop_dev.bench.wire_meter import WireCounts, WireMeter, start_meter
@@ -70,6 +71,9 @@ class RunCost:
     """Documents the run leaves (its run, steps, conversation, transcript): each one is a TTL
     delete at the end of its retention."""
     stop_reason: str | None
+    ledger: Cost
+    """What the run's own cost ledger recorded (its ingest and steps, :mod:`ackloop.engine.spend`):
+    each delivery's reads and writes up to its commit, nothing of the API's decision."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,10 @@ class ApprovalCost:
     """One ``POST /sweep`` once no run is running."""
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every figure, as JSON values."""
+        figures: dict[str, Any] = json.loads(json.dumps(
+            asdict(self), default=lambda cost: cost.model_dump(mode="json")))
+        return figures
 
 
 def usd(counts: WireCounts, requests: int, prices: PriceTable = PRICES) -> float:
@@ -247,11 +254,18 @@ def _run_without(session: _Session) -> RunCost:
     calls = session.clear_of_sweeps()
     before = session.settled()
     run_id = session.start_run(WITHOUT)
-    run, _ = session.until(run_id, "end", _ended)
+    session.until(run_id, "end", _ended)
     counts = session.settled().minus(before)
     session.no_sweep_since(calls, "the run without approval")
-    return RunCost(run_id, counts, 1, session.probe.documents(run),
-                   run.stop_reason.value if run.stop_reason else None)
+    return _run_cost(session, run_id, counts, 1)
+
+
+def _run_cost(session: _Session, run_id: str, counts: WireCounts, api_calls: int) -> RunCost:
+    run = session.probe.run(run_id)
+    assert run is not None
+    return RunCost(run_id, counts, api_calls, session.probe.documents(run),
+                   run.stop_reason.value if run.stop_reason else None,
+                   rolled_up(run, session.probe.steps(run_id)))
 
 
 def measure(directory: Path, *, pubsub_host: str, firestore_host: str, wait_seconds: float,
@@ -320,11 +334,10 @@ def _measure(session: _Session, wait_seconds: float) -> ApprovalCost:
     before = session.settled()
     session.http.post(f"/runs/{run_id}/approvals/{step}",
                       json={"decision": "approve"}).raise_for_status()
-    run, _ = session.until(run_id, "end", _ended)
+    session.until(run_id, "end", _ended)
     second = session.settled().minus(before)
     session.no_sweep_since(calls, "the run with approval, after its decision")
-    with_approval = RunCost(run_id, first.plus(second), 2, session.probe.documents(run),
-                            run.stop_reason.value if run.stop_reason else None)
+    with_approval = _run_cost(session, run_id, first.plus(second), 2)
 
     log("one sweeper pass with no run running")
     sweep_idle = session.sweep_once()
@@ -346,6 +359,8 @@ _ROWS: list[tuple[str, Callable[[RunCost], float]]] = [
     ("Pub/Sub billed bytes", lambda r: r.counts.published_bytes + r.counts.delivered_bytes),
     ("Cloud Run requests (pushes + API calls)", requests_of),
     ("documents left (TTL deletes later)", lambda r: r.documents),
+    ("run's cost ledger: Firestore reads", lambda r: r.ledger.firestore_reads),
+    ("run's cost ledger: Firestore writes", lambda r: r.ledger.firestore_writes),
 ]
 
 

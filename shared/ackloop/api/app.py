@@ -16,7 +16,16 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import Depends, FastAPI, Request
 
-from ackloop.api import agent_runtime, approvals, errors, inspector, runs, trace, ui
+from ackloop.api import (
+    agent_runtime,
+    approvals,
+    errors,
+    inspector,
+    run_events,
+    runs,
+    trace,
+    ui,
+)
 from ackloop.api.auth import ApiAuth
 from ackloop.api.events import StreamSlots
 from ackloop.api.limits import BodyLimit, ReadDeadline
@@ -31,7 +40,8 @@ DESCRIPTION = """Durable AI agents on Pub/Sub and Firestore.
 Start a run with `POST /runs`, follow it with `GET /runs/{run_id}/events` (ndjson or
 Server-Sent Events, resumable), read it with `GET /runs/{run_id}`, stop it with
 `POST /runs/{run_id}/cancel`, decide a tool call that waits for a person with
-`POST /runs/{run_id}/approvals/{step}`. `POST /api/reasoning_engine` and
+`POST /runs/{run_id}/approvals/{step}`, send a run the event one of its calls waits for with
+`POST /runs/{run_id}/events/{name}`. `POST /api/reasoning_engine` and
 `POST /api/stream_reasoning_engine` implement the Vertex AI Agent Engine container contract.
 Every error answers `{"error": message, "code": code}`, with `fields` for invalid input."""
 
@@ -65,6 +75,7 @@ def create_app(
     app.add_middleware(TraceHeaders)
     app.include_router(runs.router, dependencies=guarded)
     app.include_router(approvals.router, dependencies=guarded)
+    app.include_router(run_events.router, dependencies=guarded)
     app.include_router(trace.router, dependencies=guarded)
     app.include_router(agent_runtime.router, dependencies=guarded)
     app.include_router(inspector.router, dependencies=guarded)

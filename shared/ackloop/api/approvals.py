@@ -45,7 +45,8 @@ class DecisionBody(BaseModel):
 class DecisionView(BaseModel):
     run_id: str
     step: str
-    decision: Literal["approve", "reject"]
+    decision: Literal["approve", "reject", "received"] = Field(
+        description="The decision recorded on the step.")
     args: dict[str, Any] | None
     comment: str | None
     by: str = Field(description="Who decided: the caller, or 'deadline'.")
@@ -80,7 +81,7 @@ async def decide(request: Request, run_id: RunId, step: StepKeyParam, body: Deci
     decision = StepDecision(decision=body.decision, args=body.args, comment=body.comment,
                             by=caller, at=deps.clock.now())
     try:
-        recorded, decided = await approval.decide(deps, run_id, step, decision)
+        recorded, decided = await approval.decide(deps, run_id, step, decision, "approval")
     except DecisionRefused as exc:
         raise ApiError(exc.status, exc.reason, str(exc)) from exc
     final = recorded.decision or decision

@@ -140,10 +140,12 @@ class RunSummary(BaseModel):
 
 
 class WaitingView(BaseModel):
-    """A tool call waiting for a person's decision (``POST /runs/{id}/approvals/{step}``)."""
+    """A tool call waiting for a person's decision (``POST /runs/{id}/approvals/{step}``) or
+    for a named event (``POST /runs/{id}/events/{name}``)."""
 
     step: str
-    waiting_for: Literal["approval"]
+    waiting_for: Literal["approval", "event"]
+    event_name: str | None = Field(default=None, description="The awaited event's name.")
     tool: str
     args: dict[str, Any]
     since: float
@@ -154,8 +156,8 @@ class WaitingView(BaseModel):
         w = step.waiting
         if w is None or step.status is not StepStatus.WAITING or step.decision is not None:
             return None
-        return cls(step=step.key, waiting_for=w.kind, tool=w.tool, args=w.args, since=w.since,
-                   deadline=w.deadline)
+        return cls(step=step.key, waiting_for=w.kind, event_name=w.event, tool=w.tool,
+                   args=w.args, since=w.since, deadline=w.deadline)
 
 
 class RunView(RunSummary):
@@ -164,7 +166,7 @@ class RunView(RunSummary):
     model: str
     steps: list[StepView]
     waiting: list[WaitingView] = Field(
-        default_factory=list, description="Tool calls waiting for a decision.")
+        default_factory=list, description="Tool calls waiting for a decision or an event.")
 
     @classmethod
     def of_run(cls, run: RunRecord, steps: list[StepRecord]) -> RunView:

@@ -1,9 +1,11 @@
 """``ackloop ask``: publish a question, follow the run live, print the answer.
 
 The answer goes to stdout, everything else to stderr, one line each and never wrapped: the run
-id can be pasted into ``ackloop runs show``. The exit code is 0 only when the run answered. A
-run that waits for a person's approval is reported with the commands that decide it, and ask
-exits 2 at once: the run holds no process while it waits (``ackloop runs follow`` goes on).
+id can be pasted into ``ackloop runs show``. The text of the answer being written shows on
+stderr as the model streams it (a retried attempt's again from the start, after a
+``[retrying …]`` line). The exit code is 0 only when the run answered. A run that waits for a
+person's approval is reported with the commands that decide it, and ask exits 2 at once: the
+run holds no process while it waits (``ackloop runs follow`` goes on).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pydantic import ValidationError
 from ackloop.cli.errors import CliError
 from ackloop.cli.follow import (
     Followed,
+    LiveText,
     answer_text,
     cost_line,
     follow,
@@ -91,11 +94,16 @@ async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool)
     finally:
         publisher.close()
     run_id = run_id_for_request(query.request_id)
-    if not quiet:
-        note(f"run {run_id} (request {query.request_id})")
-    return await follow(target.store(), run_id, timeout=timeout, message_id=message_id,
-                        until_waiting=True, on_step=(lambda step: None) if quiet else
-                        (lambda step: note(step_line(step))))
+    if quiet:
+        return await follow(target.store(), run_id, timeout=timeout, message_id=message_id,
+                            until_waiting=True)
+    note(f"run {run_id} (request {query.request_id})")
+    live = LiveText(lambda text: typer.echo(text, nl=False, err=True))
+    followed = await follow(target.store(), run_id, timeout=timeout, message_id=message_id,
+                            until_waiting=True, on_step=lambda step: live.line(step_line(step)),
+                            on_delta=live.delta)
+    live.end_line()
+    return followed
 
 
 def _json(followed: Followed, query: QueryMessage, timeout: float) -> dict[str, Any]:

@@ -5,6 +5,12 @@ its steps, every :data:`POLL_SECONDS`), so it works against the emulators and a 
 alike, with no API in between. A query that never became a run (an unknown agent, budgets over
 the deployment's ceilings) is rejected at once into ``poison`` under its message id, which the
 follower reads too: the rejection is reported within a poll, not after the timeout.
+
+Given ``on_delta``, each poll also reads the run's deltas (:mod:`ackloop.deltas`) past the last
+one read, as the API's event stream does: the text of the model step being written, printed as
+it arrives by :class:`LiveText`. The steps are read before the deltas, so a step seen completed
+has all its deltas in that read: the rest of a step whose text was being shown comes before its
+step line, and a step that had completed before any of its text was read shows none.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ackloop.cost import Cost
+from ackloop.deltas import DeltaRecord, after_step, next_id, read_deltas
 from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus
 from ackloop.wire import Usage
@@ -79,26 +87,77 @@ class Followed:
         return self.run.cost if self.run.status.terminal else rolled_up(self.run, self.steps)
 
 
+class LiveText:
+    """Prints the text of the model step being written, delta by delta, between the lines of
+    the follower: per step only its highest attempt (a step retried or taken over streams again
+    from the start under a new one: ``[retrying …]``, then its text), and every line printed
+    through :meth:`line` starts on a line of its own."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self._write = write
+        self._shown: tuple[str, int] | None = None  # (step, attempt) of the text printed last
+        self._mid_line = False
+
+    def delta(self, delta: DeltaRecord) -> None:
+        at = (delta.step, delta.attempt)
+        if self._shown is not None and at < self._shown:
+            return  # a superseded attempt's, or an earlier step's
+        if self._shown is not None and at != self._shown:
+            self.end_line()
+            if delta.step == self._shown[0]:
+                self._write(f"[retrying {delta.step}: attempt {delta.attempt}, from the "
+                            "start]\n")
+        self._shown = at
+        if delta.text:
+            self._write(delta.text)
+            self._mid_line = not delta.text.endswith("\n")
+
+    def end_line(self) -> None:
+        """End the text's last line, if it is unfinished."""
+        if self._mid_line:
+            self._write("\n")
+            self._mid_line = False
+
+    def line(self, text: str) -> None:
+        self.end_line()
+        self._write(text + "\n")
+
+
 async def follow(
     store: AgentStore, run_id: str, *, timeout: float | None,
     on_step: Callable[[StepRecord], None] = lambda step: None,
+    on_delta: Callable[[DeltaRecord], None] | None = None,
     message_id: str | None = None,
     until_waiting: bool = False,
 ) -> Followed:
     """Poll until the run ends (or ``timeout`` seconds pass, None: no limit), calling
-    ``on_step`` once for each completed step, in key order. ``message_id``: the query's
-    Pub/Sub message, whose rejection ends the wait while no run exists. ``until_waiting``:
-    return as soon as a tool call waits for a decision, which no poll would change."""
+    ``on_step`` once for each completed step, in key order, and ``on_delta`` (when given) for
+    each delta of a step being written, before that step's ``on_step``. ``message_id``: the
+    query's Pub/Sub message, whose rejection ends the wait while no run exists.
+    ``until_waiting``: return as soon as a tool call waits for a decision, which no poll would
+    change."""
     seen: set[str] = set()
+    deltas_from = "0"  # the next delta id to read
+    live: str | None = None  # the step whose text is being shown
+    give = on_delta or (lambda delta: None)
     started = time.monotonic()
     followed = Followed(run_id)
     while True:
         run, steps = await asyncio.gather(store.get_run(run_id), store.list_steps(run_id))
         followed.run, followed.steps = run, steps
-        for step in steps:
+        shown: deque[DeltaRecord] = deque()
+        if on_delta is not None and run is not None:
+            deltas_from, live, found = await _read_deltas(store, run_id, steps, deltas_from,
+                                                          live)
+            shown.extend(found)
+        for step in steps:  # in key order, each after the text of the steps up to it
             if step.status is StepStatus.COMPLETED and step.key not in seen:
+                while shown and shown[0].step <= step.key:
+                    give(shown.popleft())
                 seen.add(step.key)
                 on_step(step)
+        while shown:
+            give(shown.popleft())
         if run is None and message_id is not None:
             followed.rejection = await store.get_poison(message_id)
         followed.elapsed = time.monotonic() - started
@@ -106,6 +165,24 @@ async def follow(
                 timeout is not None and followed.elapsed >= timeout):
             return followed
         await asyncio.sleep(POLL_SECONDS)
+
+
+async def _read_deltas(store: AgentStore, run_id: str, steps: list[StepRecord],
+                       deltas_from: str, live: str | None
+                       ) -> tuple[str, str | None, list[DeltaRecord]]:
+    """Where to read next, the step whose text is shown, and the deltas past ``deltas_from``
+    to show: all but those of a step that had completed before any of its text was shown."""
+    done = {s.key for s in steps if s.status is StepStatus.COMPLETED}
+    models_done = [s.key for s in steps if s.kind == "model" and s.key in done]
+    if models_done and models_done[-1] != live:  # model steps are sequential: skip the past
+        deltas_from = max(deltas_from, after_step(models_done[-1]))
+    found = []
+    for delta_id, delta in await read_deltas(store, run_id, deltas_from, None):
+        deltas_from = next_id(delta_id)
+        if delta.step not in done or delta.step == live:
+            live = delta.step
+            found.append(delta)
+    return deltas_from, live, found
 
 
 def describe_step(step: StepRecord) -> str:
@@ -143,7 +220,7 @@ def budget_limit(run: RunRecord) -> str:
 
 
 def waiting_lines(followed: Followed) -> list[str]:
-    """What a run waits for, and the commands that decide it."""
+    """What a run waits for, and the commands that decide it (or send its event)."""
     lines = []
     for step in followed.waiting:
         if step.waiting is None:
@@ -151,6 +228,12 @@ def waiting_lines(followed: Followed) -> list[str]:
         args = json.dumps(step.waiting.args, ensure_ascii=False, sort_keys=True)
         deadline = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(step.waiting.deadline))
         rid = followed.run_id
+        if step.waiting.event is not None:
+            lines += [f"run {rid} waits for the event {step.waiting.event!r} in "
+                      f"{step.waiting.tool}({args}) at step {step.key}, until {deadline}",
+                      f"  send: ackloop runs send-event {rid} {step.waiting.event} "
+                      "[--payload JSON]"]
+            continue
         lines += [f"run {rid} waits for approval of {step.waiting.tool}({args}) at step "
                   f"{step.key}, until {deadline}",
                   f"  approve: ackloop runs approve {rid} {step.key} [--args JSON] "

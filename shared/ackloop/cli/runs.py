@@ -1,5 +1,5 @@
-"""``ackloop runs``: list, show, follow, cancel, approve, reject; dead letters, redrive,
-stalled runs.
+"""``ackloop runs``: list, show, follow, cancel, approve, reject, send-event; dead letters,
+redrive, stalled runs.
 
 Every command talks to the local stack in ``--directory`` (its ``state.json``) or, without one,
 to the deployment the environment names (``ACKLOOP_*``, the emulator variables, or Google
@@ -22,6 +22,7 @@ from ackloop.cli import table
 from ackloop.cli.errors import CliError
 from ackloop.cli.follow import (
     Followed,
+    LiveText,
     answer_text,
     cost_line,
     follow,
@@ -38,8 +39,8 @@ if TYPE_CHECKING:
     from ackloop.redrive import Redriven
 
 app = typer.Typer(no_args_is_help=True,
-                  help="Runs: list, show, follow, cancel, approve, reject, trace; dead letters, "
-                  "redrive, sweep.")
+                  help="Runs: list, show, follow, cancel, approve, reject, send-event, trace; "
+                  "dead letters, redrive, sweep.")
 app.command("trace")(trace_command)
 
 JSON_OPTION: bool = typer.Option(False, "--json", help="Print JSON instead of text.")
@@ -156,23 +157,27 @@ def follow_run(
                                  "(the API's event stream)."),
     directory: Path = DIRECTORY,
 ) -> None:
-    """Print each step as it completes until the run ends. Exit code 0 only if it answered."""
+    """Print each step as it completes until the run ends, and the text of the model's answer
+    as it is written (not in --json). Exit code 0 only if it answered."""
     from ackloop.api.models import FinishedEvent, StepEvent, StepView
 
     target = connect(directory)
+    live = LiveText(lambda text: typer.echo(text, nl=False))
 
     def on_step(step: StepRecord) -> None:
         if as_json:
             event = StepEvent(cursor=step.key, run_id=run_id, step=StepView.of(step))
             typer.echo(event.model_dump_json())
         else:
-            typer.echo(step_line(step))
+            live.line(step_line(step))
 
     async def watch() -> Followed:
         await _existing(target, run_id)
-        return await follow(target.store(), run_id, timeout=timeout, on_step=on_step)
+        return await follow(target.store(), run_id, timeout=timeout, on_step=on_step,
+                            on_delta=None if as_json else live.delta)
 
     followed = asyncio.run(watch())
+    live.end_line()
     run = followed.run
     if as_json:
         if run is not None and run.status.terminal:
@@ -233,15 +238,18 @@ def approve(
     directory: Path = DIRECTORY,
 ) -> None:
     """Approve a tool call that waits for a decision: the run resumes and the tool runs."""
-    edited = None
-    if args is not None:
-        try:
-            edited = json.loads(args)
-        except json.JSONDecodeError as exc:
-            raise CliError(f"--args is not JSON: {exc}") from exc
-        if not isinstance(edited, dict):
-            raise CliError('--args must be a JSON object, such as {"amount": 30}')
+    edited = _json_object("--args", args, '{"amount": 30}') if args is not None else None
     _decide(directory, run_id, step, "approve", edited, comment, as_json)
+
+
+def _json_object(option: str, text: str, example: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{option} is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise CliError(f"{option} must be a JSON object, such as {example}")
+    return value
 
 
 @app.command("reject")
@@ -260,9 +268,6 @@ def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["a
             args: dict[str, Any] | None, comment: str | None, as_json: bool) -> None:
     """Record the decision as the API does (first wins) and resume the step. The decider is
     the local user at this host."""
-    import getpass
-    import socket
-
     from ackloop.engine import approval
     from ackloop.records import StepDecision
     from ackloop.store import DecisionRefused
@@ -271,17 +276,17 @@ def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["a
 
     async def record() -> tuple[str, StepRecord, bool]:
         _, steps = await _existing(target, run_id)
-        waiting = [s.key for s in steps if s.status is StepStatus.WAITING and s.decision is None]
+        waiting = [s.key for s in steps if s.status is StepStatus.WAITING and s.decision is None
+                   and s.waiting is not None and s.waiting.kind == "approval"]
         key = step or (waiting[0] if len(waiting) == 1 else None)
         if key is None:
             raise CliError(f"run {run_id} has {len(waiting)} waiting steps"
                            + (f" ({', '.join(waiting)}): name one" if waiting else ""))
         deps = await _deps(target)
-        made = StepDecision(decision=decision, args=args, comment=comment,
-                            by=f"{getpass.getuser()}@{socket.gethostname()}",
+        made = StepDecision(decision=decision, args=args, comment=comment, by=_local_user(),
                             at=deps.clock.now())
         try:
-            recorded, decided = await approval.decide(deps, run_id, key, made)
+            recorded, decided = await approval.decide(deps, run_id, key, made, "approval")
         except DecisionRefused as exc:
             raise CliError(str(exc)) from exc
         return key, recorded, decided
@@ -296,6 +301,67 @@ def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["a
     typer.echo(f"run {run_id} step {key} {verb}; the run resumes" if decided else
                f"run {run_id} step {key} was already {verb} by "
                f"{final.by if final else '?'}; nothing changed")
+
+
+@app.command("send-event")
+def send_event(
+    run_id: str = typer.Argument(..., metavar="RUN", help="The run's id."),
+    name: str = typer.Argument(..., metavar="NAME", help="The event's name."),
+    payload: str = typer.Option("{}", "--payload", help="What the event carries (a JSON "
+                                "object); the waiting tool reads it."),
+    event_id: str | None = typer.Option(None, "--id", help="Your id for the event: sending it "
+                                        "again with the same id and payload is a repeat."),
+    as_json: bool = JSON_OPTION,
+    directory: Path = DIRECTORY,
+) -> None:
+    """Send a named event to a run: the calls waiting for it resume with its payload (one that
+    arrives first is kept until a call waits for it)."""
+    from pydantic import ValidationError
+
+    from ackloop.engine import events
+    from ackloop.records import ReceivedEvent
+    from ackloop.store import DecisionRefused
+    from ackloop.wire import EventMessage
+
+    body = _json_object("--payload", payload, '{"paid": true}')
+    try:
+        message = EventMessage(type="event", run_id=run_id, name=name, payload=body,
+                               id=event_id)
+    except ValidationError as exc:
+        raise CliError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                 for e in exc.errors())) from exc
+    target = connect(directory)
+
+    async def deliver() -> events.Delivered:
+        await _existing(target, run_id)
+        deps = await _deps(target)
+        event = ReceivedEvent(payload=message.payload, by=_local_user(), at=deps.clock.now(),
+                              id=message.id)
+        try:
+            return await events.deliver(deps, run_id, name, event)
+        except DecisionRefused as exc:
+            raise CliError(str(exc)) from exc
+
+    delivered = asyncio.run(deliver())
+    if as_json:
+        _emit({"run_id": run_id, "event": name, "recorded": delivered.recorded,
+               "resumed": delivered.resumed, **delivered.event.model_dump(mode="json")})
+        return
+    resumed = ", ".join(delivered.resumed)
+    if delivered.recorded:
+        done = f"resumed {resumed}" if resumed else "kept until a call waits for it"
+        typer.echo(f"run {run_id} received event {name!r}; {done}")
+    else:
+        done = f"re-sent {resumed}" if resumed else "nothing changed"
+        typer.echo(f"run {run_id} had already received this event {name!r}; {done}")
+
+
+def _local_user() -> str:
+    """Who decides or sends from the CLI: the local user at this host."""
+    import getpass
+    import socket
+
+    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 async def _deps(target: Target) -> Deps:

@@ -1,9 +1,12 @@
-"""Calls that wait for a person: the waiting commit, the decision, and carrying it out.
+"""Calls that wait, for a person or for a named event: the waiting commit, the decision,
+and carrying it out.
 
-A tool step whose call needs approval (``Tool.requires_approval``) and has no decision yet
-records itself as ``waiting`` (what it waits for, its deadline), gives its lease back and is
-acknowledged: while it waits no process runs, no lease is renewed and nothing is redelivered.
-The same commit moves the run's ``progress_at`` (the sweeper's clock) to the deadline.
+A tool step whose call needs approval (``Tool.requires_approval``) or waits for an event
+(``Tool.waits_for``) and has no decision yet records itself as ``waiting`` (what it waits for,
+its deadline), gives its lease back and is acknowledged: while it waits no process runs, no
+lease is renewed and nothing is redelivered. The same commit moves the run's ``progress_at``
+(the sweeper's clock) to the deadline. An event's arrival is a decision like a person's
+(``received``, with its payload: :mod:`ackloop.engine.events`); what follows is the same.
 
 A decision is recorded on the step in one transaction (:meth:`AgentStore.decide_step`: the
 first one wins), then the step's message, the model step's committed outbox entry for it, is
@@ -17,13 +20,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
+from typing import Literal
 
 from ackloop.docdb.base import Snapshot
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import send
 from ackloop.errors import StaleRead
 from ackloop.keys import StepKey
-from ackloop.records import Outgoing, RunRecord, StepDecision, StepRecord, StepStatus, Waiting
+from ackloop.records import (
+    Outgoing,
+    ReceivedEvent,
+    RunRecord,
+    StepDecision,
+    StepRecord,
+    StepStatus,
+    Waiting,
+)
 from ackloop.store import Claim, DecisionRefused
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import Tool
@@ -56,28 +69,54 @@ def sweep_at(deps: Deps, deadline: float, now: float) -> float:
     return max(now, deadline - deps.settings.sweep_stale_seconds)
 
 
-def approval_timeout(deps: Deps, run: RunRecord, tool: Tool) -> float:
+@dataclass(frozen=True)
+class Wait:
+    """What a call waits for before it runs: a person's decision, or the event ``event``."""
+
+    tool: Tool
+    kind: Literal["approval", "event"]
+    event: str | None = None
+
+
+def wait_timeout(deps: Deps, run: RunRecord, wait: Wait) -> float:
     """The wait's length: the shorter of the tool's and the run's, else the deployment's."""
-    given = [t for t in (tool.approval_timeout_seconds, run.limits.approval_timeout_seconds)
-             if t is not None]
+    own = (wait.tool.approval_timeout_seconds if wait.kind == "approval"
+           else wait.tool.event_timeout_seconds)
+    given = [t for t in (own, run.limits.approval_timeout_seconds) if t is not None]
     return min(given) if given else deps.settings.approval_timeout_seconds
 
 
-def needs_decision(toolbox: object, call: FunctionCall) -> Tool | None:
-    """The tool, when this call of it waits for a decision."""
+def wait_of(toolbox: object, call: FunctionCall) -> Wait | None:
+    """What this call waits for before it runs, if anything.
+
+    Raises :class:`ValueError` when the tool's function naming its event fails: the call
+    then fails for the model rather than wait for an event nobody can name."""
     tool = find_tool(toolbox, call.name)
-    return tool if tool is not None and tool.needs_approval(call.args) else None
+    if tool is None:
+        return None
+    if tool.needs_approval(call.args):
+        return Wait(tool, "approval")
+    event = tool.awaited_event(call.args)
+    return Wait(tool, "event", event) if event is not None else None
 
 
-async def wait_for_decision(deps: Deps, claim: Claim, run_snapshot: Snapshot, tool: Tool,
-                            call: FunctionCall) -> None:
-    """Record the step as waiting and announce it. A commit refused because the run changed
-    (another call of the turn started waiting) is tried again on the run as it is now."""
-    run = RunRecord.model_validate(run_snapshot.data)
+async def wait_for_decision(deps: Deps, claim: Claim, run_snapshot: Snapshot, wait: Wait,
+                            call: FunctionCall) -> ReceivedEvent | None:
+    """Record the step as waiting and announce it; or, when the awaited event has already
+    arrived, return it (the call runs at once).
+
+    The waiting commit is conditional on the run document as read, which an event's arrival
+    rewrites (:meth:`AgentStore.receive_event`): an event that arrives between this read and
+    the commit makes the commit fail, and the run read again has the event. A commit refused
+    because the run changed for another reason (another call of the turn started waiting) is
+    tried again on the run as it is now."""
     now = deps.clock.now()
-    waiting = Waiting(tool=tool.name, args=call.args, since=now,
-                      deadline=now + approval_timeout(deps, run, tool))
     for _ in range(WAIT_COMMIT_ATTEMPTS):
+        run = RunRecord.model_validate(run_snapshot.data)
+        if wait.event is not None and (arrived := run.received.get(wait.event)) is not None:
+            return arrived
+        waiting = Waiting(kind=wait.kind, event=wait.event, tool=wait.tool.name,
+                          args=call.args, since=now, deadline=now + wait_timeout(deps, run, wait))
         try:
             await deps.store.wait_step(claim, waiting, run_snapshot,
                                        sweep_at(deps, waiting.deadline, now))
@@ -85,20 +124,23 @@ async def wait_for_decision(deps: Deps, claim: Claim, run_snapshot: Snapshot, to
         except StaleRead:
             fresh = await deps.store.get_run_snapshot(claim.run_id)
             if fresh is None:
-                return
+                return None
             run_snapshot = fresh
     else:
         raise StaleRead(f"step {claim.key} of {claim.run_id}: the run kept changing")
-    log.info("run %s step %s waits for approval of %s until %.0f", claim.run_id, claim.key,
-             tool.name, waiting.deadline)
+    log.info("run %s step %s waits for %s of %s until %.0f", claim.run_id, claim.key,
+             f"event {wait.event!r}" if wait.event else "approval", wait.tool.name,
+             waiting.deadline)
     await announce(deps, RunRecord.model_validate(run_snapshot.data), claim.key, waiting)
+    return None
 
 
 async def announce(deps: Deps, run: RunRecord, step_key: str, waiting: Waiting) -> None:
     """Publish the wait on the answers topic (again on every delivery that finds it)."""
     notice = WaitingNotice(run_id=run.run_id, request_id=run.request_id,
                            conversation_id=run.conversation_id, step=step_key,
-                           tool=waiting.tool, args=waiting.args, deadline=waiting.deadline)
+                           waiting_for=waiting.kind, event_name=waiting.event, tool=waiting.tool,
+                           args=waiting.args, deadline=waiting.deadline)
     await send(deps, run.run_id, [Outgoing(topic="answers", data=notice.model_dump(mode="json"))])
 
 
@@ -124,9 +166,11 @@ async def reject_on_cancel(deps: Deps, run_id: str) -> None:
                     at=deps.clock.now()))
 
 
-def rejection(decision: StepDecision) -> ToolOutcome:
+def rejection(decision: StepDecision, waiting: Waiting | None = None) -> ToolOutcome:
     """What the model reads of a rejected call."""
-    if decision.by == DEADLINE:
+    if decision.by == DEADLINE and waiting is not None and waiting.event is not None:
+        text = f"not run: no {waiting.event!r} event before the deadline"
+    elif decision.by == DEADLINE:
         text = "not run: no decision before the deadline"
     else:
         text = f"not run: rejected by {decision.by}"
@@ -135,13 +179,14 @@ def rejection(decision: StepDecision) -> ToolOutcome:
     return ToolOutcome(response={"error": text}, is_error=True)
 
 
-async def decide(deps: Deps, run_id: str, key: str, decision: StepDecision
-                 ) -> tuple[StepRecord, bool]:
-    """Record ``decision`` (:meth:`AgentStore.decide_step`) and re-send the step's message.
+async def decide(deps: Deps, run_id: str, key: str, decision: StepDecision,
+                 kind: Literal["approval", "event"] | None = None) -> tuple[StepRecord, bool]:
+    """Record ``decision`` (:meth:`AgentStore.decide_step`; only on a wait of ``kind`` when
+    given) and re-send the step's message.
 
     The message sent is the model step's committed outbox entry for the step; a duplicate of
     an already recorded decision sends it again too (the claim absorbs it)."""
-    step, decided = await deps.store.decide_step(run_id, key, decision)
+    step, decided = await deps.store.decide_step(run_id, key, decision, kind)
     await resume(deps, run_id, step)
     return step, decided
 

@@ -8,6 +8,7 @@ and bounded by the step's attempt count and the subscription's dead-letter polic
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from ackloop.engine import events
 from ackloop.engine.dead_letter import handle_dead_letter
 from ackloop.engine.deps import Deps
 from ackloop.engine.finish import end_run_now, run_end
@@ -32,10 +34,11 @@ from ackloop.errors import (
 )
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.push import Delivery
-from ackloop.records import StopReason
+from ackloop.records import ReceivedEvent, StopReason
+from ackloop.store import DecisionRefused
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import log_context, update_log_context
-from ackloop.wire import ModelStepMessage, QueryMessage, ToolStepMessage, Usage
+from ackloop.wire import EventMessage, ModelStepMessage, QueryMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +73,27 @@ class Outcome:
 
 
 def decode(kind: Kind, data: bytes) -> BaseModel:
+    model = EventMessage if kind == "query" and _is_event(data) else _MODELS[kind]
     try:
-        return _MODELS[kind].model_validate_json(data)
+        return model.model_validate_json(data)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'message'}: {e['msg']}"
             for e in exc.errors()[:5]
         )
-        raise PoisonMessage(f"not a valid {kind} message: {problems}") from exc
+        what = "event" if model is EventMessage else kind
+        raise PoisonMessage(f"not a valid {what} message: {problems}") from exc
+
+
+def _is_event(data: bytes) -> bool:
+    """Whether a queries-topic message is an event (``"type": "event"``) rather than a query."""
+    if b'"type"' not in data:
+        return False
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("type") == "event"
 
 
 async def dispatch(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
@@ -100,6 +116,8 @@ def _run_of(kind: Kind, delivery: Delivery) -> str | None:
         return run_id
     if kind == "query":
         try:
+            if _is_event(delivery.data):
+                return EventMessage.model_validate_json(delivery.data).run_id
             return run_id_for_request(QueryMessage.model_validate_json(delivery.data).request_id)
         except ValidationError:
             return None
@@ -132,6 +150,8 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
         if isinstance(message, QueryMessage):
             run, created = await start_run(deps, message)
             return Outcome(200, {"run_id": run.run_id, "created": created})
+        if isinstance(message, EventMessage):
+            return Outcome(200, await _deliver_event(deps, message))
         served = RequestScope.starting(deps, delivery.message_id)
         if isinstance(message, ModelStepMessage):
             await handle_model_step(deps, message, served)
@@ -155,6 +175,20 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
     except Exception:
         log.exception("%s message %s failed unexpectedly", kind, delivery.message_id)
         return Outcome(500, {"error": "internal error; the message will be redelivered"})
+
+
+async def _deliver_event(deps: Deps, message: EventMessage) -> dict[str, Any]:
+    """An event from the queries topic: kept and its waiting steps resumed; a refusal (no such
+    run, an ended one, another event of the name) is permanent, so acknowledged and recorded."""
+    update_log_context(run_id=message.run_id)
+    event = ReceivedEvent(payload=message.payload, by=events.PUBSUB, at=deps.clock.now(),
+                          id=message.id)
+    try:
+        delivered = await events.deliver(deps, message.run_id, message.name, event)
+    except DecisionRefused as exc:
+        raise PermanentError(str(exc), reason=exc.reason) from exc
+    return {"run_id": message.run_id, "event": message.name, "recorded": delivered.recorded,
+            "resumed": delivered.resumed}
 
 
 def _retry(kind: Kind, delivery: Delivery, exc: RetryableError) -> Outcome:

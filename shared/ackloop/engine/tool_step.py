@@ -85,7 +85,8 @@ async def _run_claimed(
     deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_snapshot: Snapshot
 ) -> tuple[ToolOutcome | None, float | None]:
     """Run the call, or say why not. ``(None, None)``: the run has ended, or the call now
-    waits for a decision (recorded by :mod:`ackloop.engine.approval`): record nothing more."""
+    waits for a decision or an event (recorded by :mod:`ackloop.engine.approval`): record
+    nothing more."""
     claim = ref.claim
     run = RunRecord.model_validate(run_snapshot.data)
     if run.status is not RunStatus.RUNNING:
@@ -111,11 +112,19 @@ async def _run_claimed(
     decision = claim.step.decision
     call = message.call
     if decision is None:
-        if (needing := approval.needs_decision(agent.tools, call)) is not None:
-            await approval.wait_for_decision(deps, claim, run_snapshot, needing, call)
-            return None, None
+        try:
+            wait = approval.wait_of(agent.tools, call)
+        except ValueError as exc:
+            return _error(f"not run: {exc}"), None
+        if wait is not None:
+            arrived = await approval.wait_for_decision(deps, claim, run_snapshot, wait, call)
+            if arrived is None:
+                return None, None
+            context = context.model_copy(update={"event": arrived.payload})
     elif decision.decision == "reject":
-        return approval.rejection(decision), None
+        return approval.rejection(decision, claim.step.waiting), None
+    elif decision.decision == "received":
+        context = context.model_copy(update={"event": decision.payload or {}})
     else:
         call = approval.decided_call(call, decision)
     if claim.state == "taken_over" and not _retry_safe(agent.tools, message.call.name):

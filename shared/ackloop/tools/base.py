@@ -25,6 +25,8 @@ class ToolContext(BaseModel):
     idempotency_key: str
     attempt: int = 1
     timeout_seconds: float = 30.0
+    event: JsonDict | None = None
+    """The payload of the event the call waited for (a tool with ``waits_for``), else None."""
 
 
 class ToolOutcome(BaseModel):

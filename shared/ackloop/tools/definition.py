@@ -27,15 +27,20 @@ from ackloop.tools.base import JsonDict, ToolContext
 from ackloop.tools.docstrings import read_docstring
 from ackloop.tools.parameters import read_parameters
 from ackloop.tools.schema import parameters_schema
+from ackloop.wire import is_identifier
 
 Handler = Callable[..., Any]
 """An async function, or a sync one (run in a worker thread)."""
 AsyncHandler = Callable[..., Awaitable[Any]]
 ApprovalPolicy = Callable[[dict[str, Any]], bool]
 """Whether a call needs a person's approval, from its arguments as the model sent them."""
+EventName = Callable[[dict[str, Any]], str]
+"""The name of the event a call waits for, from its arguments as the model sent them."""
 BoundCall = Callable[[BaseModel, ToolContext], Awaitable[Any]]
 
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024
+EVENT_NAME_HINT = ("an event's name has 1 to 128 characters, letters, digits and '_.:@-', "
+                   "and starts with a letter or digit")
 # Gemini function names: a letter or underscore first, then letters, digits, _ . : -
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
 
@@ -67,6 +72,14 @@ class Tool:
     approval_timeout_seconds: float | None = None
     """How long a call waits for a decision before it is rejected; None: the run's option,
     else the deployment's ``approval_timeout_seconds``."""
+    waits_for: str | EventName | None = None
+    """An event's name, or a function of the call's arguments naming it: such a call waits
+    until the run receives that event (``POST /runs/{id}/events/{name}``, or the queries
+    topic), then runs with its payload in ``context.event``. Each name is received once per
+    run, so a tool that waits per item names the event from its arguments."""
+    event_timeout_seconds: float | None = None
+    """How long a call waits for its event before it fails for the model ("no event before
+    the deadline"); None: the run's ``approval_timeout_seconds``, else the deployment's."""
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -82,6 +95,13 @@ class Tool:
             raise ValueError("max_output_bytes must be at least 256")
         if self.approval_timeout_seconds is not None and self.approval_timeout_seconds <= 0:
             raise ValueError("approval_timeout_seconds must be positive")
+        if self.event_timeout_seconds is not None and self.event_timeout_seconds <= 0:
+            raise ValueError("event_timeout_seconds must be positive")
+        if self.waits_for is not None and self.requires_approval is not False:
+            raise ValueError(f"tool {self.name!r} waits for an event and an approval: choose "
+                             "one (an approval is the wait for a person's decision)")
+        if isinstance(self.waits_for, str) and not is_identifier(self.waits_for):
+            raise ValueError(f"event name {self.waits_for!r}: {EVENT_NAME_HINT}")
 
     def needs_approval(self, args: dict[str, Any]) -> bool:
         """Whether a call with ``args`` waits for a decision. A policy that raises is taken
@@ -92,6 +112,24 @@ class Tool:
             except Exception:
                 return True
         return self.requires_approval
+
+    def awaited_event(self, args: dict[str, Any]) -> str | None:
+        """The name of the event a call with ``args`` waits for, or None.
+
+        Raises :class:`ValueError` when the naming function fails or names no valid event:
+        the call then fails for the model instead of waiting for an event nobody can send."""
+        if self.waits_for is None:
+            return None
+        if isinstance(self.waits_for, str):
+            return self.waits_for
+        try:
+            name = self.waits_for(args)
+        except Exception as exc:
+            raise ValueError(f"could not name the event this call waits for: {exc}") from exc
+        if not isinstance(name, str) or not is_identifier(name):
+            raise ValueError(f"the event this call waits for is named {name!r}: "
+                             f"{EVENT_NAME_HINT}")
+        return name
 
     def declaration(self) -> JsonDict:
         """The Gemini ``FunctionDeclaration`` dict: name, description and flat parameters."""
@@ -116,6 +154,8 @@ def tool(
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     requires_approval: bool | ApprovalPolicy = False,
     approval_timeout_seconds: float | None = None,
+    waits_for: str | EventName | None = None,
+    event_timeout_seconds: float | None = None,
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -128,6 +168,8 @@ def tool(
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     requires_approval: bool | ApprovalPolicy = False,
     approval_timeout_seconds: float | None = None,
+    waits_for: str | EventName | None = None,
+    event_timeout_seconds: float | None = None,
 ) -> Tool | Callable[[Handler], Tool]:
     """Make a tool of a function, async or sync; use bare (``@tool``) or called (``@tool("name")``).
 
@@ -139,7 +181,9 @@ def tool(
     to the first section, and each plain parameter's description to its entry in the ``Args:``
     section (or ``:param name:``), unless ``Annotated[T, "text"]`` or ``Field`` gives one.
     ``requires_approval`` (True, or a function of the call's arguments) makes a call wait for
-    a person's decision, at most ``approval_timeout_seconds``.
+    a person's decision, at most ``approval_timeout_seconds``; ``waits_for`` (an event's name,
+    or a function of the call's arguments) makes it wait for that event, at most
+    ``event_timeout_seconds``, and run with its payload in ``context.event``.
     """
 
     def build(fn: Handler) -> Tool:
@@ -161,6 +205,8 @@ def tool(
             max_output_bytes=max_output_bytes,
             requires_approval=requires_approval,
             approval_timeout_seconds=approval_timeout_seconds,
+            waits_for=waits_for,
+            event_timeout_seconds=event_timeout_seconds,
         )
 
     if callable(name):
@@ -179,6 +225,8 @@ def typed_tool(
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     requires_approval: bool | ApprovalPolicy = False,
     approval_timeout_seconds: float | None = None,
+    waits_for: str | EventName | None = None,
+    event_timeout_seconds: float | None = None,
 ) -> Tool:
     """Make a tool of any callable (a bound method, say), async or sync, with an explicit
     arguments model.
@@ -208,6 +256,8 @@ def typed_tool(
         max_output_bytes=max_output_bytes,
         requires_approval=requires_approval,
         approval_timeout_seconds=approval_timeout_seconds,
+        waits_for=waits_for,
+        event_timeout_seconds=event_timeout_seconds,
     )
 
 
@@ -223,6 +273,8 @@ def text_tool(
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     requires_approval: bool | ApprovalPolicy = False,
     approval_timeout_seconds: float | None = None,
+    waits_for: str | EventName | None = None,
+    event_timeout_seconds: float | None = None,
 ) -> Tool:
     """Make a tool whose only argument is one string, passed to ``handler(text[, context])``
     (async or sync)."""
@@ -247,6 +299,8 @@ def text_tool(
         max_output_bytes=max_output_bytes,
         requires_approval=requires_approval,
         approval_timeout_seconds=approval_timeout_seconds,
+        waits_for=waits_for,
+        event_timeout_seconds=event_timeout_seconds,
     )
 
 

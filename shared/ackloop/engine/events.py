@@ -1,0 +1,92 @@
+"""Named events delivered to a run: ``POST /runs/{id}/events/{name}`` or the queries topic.
+
+An event is kept on the run first (:meth:`AgentStore.receive_event`, one transaction: the
+first event of a name wins, the same one again is recognised), then every step waiting for
+it is decided ``received`` with its payload and its message re-sent, exactly as a person's
+approval resumes a step (:mod:`ackloop.engine.approval`). Either half may be lost to a crash:
+
+- an event kept before any call waits for it is found by the call, which runs at once (the
+  waiting commit is conditional on the run document the event rewrote, so the two cannot
+  pass each other);
+- an event kept whose waiting steps were not decided yet moved the run's ``progress_at``: the
+  sweeper finds the run idle and decides them (:func:`decide_arrived`);
+- a decided step whose message was lost is re-sent by the sweeper, as for an approval.
+
+Delivering the same event again repeats the second half, so a client or a Pub/Sub redelivery
+that is unsure whether it got through simply sends it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from ackloop.engine import approval
+from ackloop.engine.deps import Deps
+from ackloop.records import ReceivedEvent, RunRecord, StepDecision, StepRecord, StepStatus
+from ackloop.store import DecisionRefused
+from ackloop.telemetry import tracing
+
+log = logging.getLogger(__name__)
+
+PUBSUB = "pubsub"
+"""Who sent an event published to the queries topic (its publishers are trusted by IAM)."""
+
+
+@dataclass(frozen=True)
+class Delivered:
+    event: ReceivedEvent
+    """The event the run keeps under the name (the earlier one, for a repeat)."""
+    recorded: bool
+    """False when the run had received this very event already."""
+    resumed: list[str]
+    """The keys of the steps the event resumed (or re-sent, for a repeat)."""
+
+
+async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent) -> Delivered:
+    """Keep the event on the run, then resume the steps waiting for it.
+
+    Raises :class:`DecisionRefused` (404 missing run; 409 ended run, another event of the
+    name, or too many names)."""
+    kept, recorded = await deps.store.receive_event(run_id, name, event)
+    log.info("run %s %s event %r from %s", run_id, "received" if recorded else
+             "received again", name, kept.by)
+    run = await deps.store.get_run(run_id)
+    with tracing.run_context(run_id, run.trace_id if run is not None else None):
+        resumed = await resume_waiting(deps, run_id, name, kept,
+                                       await deps.store.list_steps(run_id))
+    return Delivered(kept, recorded, resumed)
+
+
+async def resume_waiting(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
+                         steps: list[StepRecord]) -> list[str]:
+    """Decide the steps waiting for ``name`` as received (a step decided already keeps its
+    decision) and re-send their messages; their keys."""
+    resumed = []
+    for step in steps:
+        waiting = step.waiting
+        if (step.status is not StepStatus.WAITING or waiting is None
+                or waiting.kind != "event" or waiting.event != name):
+            continue
+        if step.decision is None:
+            decision = StepDecision(decision="received", payload=event.payload, by=event.by,
+                                    at=deps.clock.now())
+            with contextlib.suppress(DecisionRefused):  # decided meanwhile: that one stands
+                step, _ = await deps.store.decide_step(run_id, step.key, decision, "event")
+        await approval.resume(deps, run_id, step)
+        resumed.append(step.key)
+    return resumed
+
+
+async def decide_arrived(deps: Deps, run: RunRecord, steps: list[StepRecord]) -> list[str]:
+    """For the sweeper: the undecided steps waiting for an event the run has received (the
+    delivery that kept it stopped before deciding them), decided and re-sent; their keys."""
+    names = {s.waiting.event for s in steps
+             if s.status is StepStatus.WAITING and s.decision is None and s.waiting is not None
+             and s.waiting.event is not None and s.waiting.event in run.received}
+    resumed: list[str] = []
+    for name in sorted(names):
+        resumed += await resume_waiting(deps, run.run_id, name, run.received[name],
+                                        [s for s in steps if s.decision is None])
+    return resumed
