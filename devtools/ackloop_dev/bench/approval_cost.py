@@ -52,7 +52,7 @@ WITHOUT = "pay 50 to Ada"
 WITH = "pay 500 to Ada"
 _SETTLED_S = 2.0
 """Counts unchanged this long: the stack is done with what the run asked of it."""
-_CLEAR_OF_SWEEP_S = 20.0
+_CLEAR_OF_SWEEP_S = 30.0
 """A measured phase starts only this far from the next scheduled sweep."""
 
 
