@@ -291,6 +291,8 @@ def test_a_waiting_payment_is_approved_from_the_page_with_edited_args(
         labels = driver.find_elements(
             By.CSS_SELECTOR, f'label[for="approval-0000-tool-000-{field}"]')
         assert labels and labels[0].text, field
+    driver.execute_script("document.getElementById('approvals').scrollIntoView()")
+    screenshot("approval-waiting")
 
     def send(new_args: str) -> None:
         """Retype the arguments, then Tab to the comment, Tab to approve, Enter."""
@@ -306,11 +308,13 @@ def test_a_waiting_payment_is_approved_from_the_page_with_edited_args(
              "the API's 422 in the panel")
     assert "error" in (outcome.get_attribute("class") or "")
     assert inspector_step(bearer_inspector, run_id, "0000-tool-000")["status"] == "waiting"
+    driver.execute_script("document.getElementById('approvals').scrollIntoView()")
     screenshot("approval-invalid-args")
 
     send('{"to": "Ada", "amount": 30}')
     wait_for(driver, lambda _: "Approved by bearer with edited arguments" in outcome.text,
              "the recorded approval in the panel")
+    driver.execute_script("document.getElementById('approvals').scrollIntoView()")
     screenshot("approval-approved")
     wait_status(driver, "completed", "the approved run to complete")
     wait_for(driver, lambda d: '"amount": 30' in text_of(d, "#answer"),
