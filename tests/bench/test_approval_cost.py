@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 from tests.support.emulators import EmulatorSession
 
-from ackloop_dev.bench.approval_cost import ApprovalCost, measure, render, requests_of, usd
+from ackloop_dev.bench.approval_cost import (
+    ApprovalCost,
+    RunCost,
+    measure,
+    render,
+    requests_of,
+    usd,
+)
+from ackloop_dev.bench.wire_meter import WireCounts
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 
@@ -42,6 +50,24 @@ def test_the_approval_adds_operations(result: ApprovalCost) -> None:
     assert a.published_by_topic.keys() == b.published_by_topic.keys()
     assert a.firestore_deletes == b.firestore_deletes == 0
     assert usd(a, requests_of(result.with_approval)) > usd(b, requests_of(result.without))
+
+
+def test_the_apis_decision_is_counted_with_the_functions(result: ApprovalCost) -> None:
+    """Every process has its own proxy: the decision's transaction is the API's, the waiting
+    and the resumed delivery are the tool step's."""
+    api = result.with_approval.by_process["api"].minus(result.without.by_process["api"])
+    assert api.transactions > 0 and api.firestore_reads > 0 and api.firestore_writes > 0
+    tool = result.with_approval.by_process["tool_step"].minus(
+        result.without.by_process["tool_step"])
+    assert tool.firestore_writes > 0
+    assert result.with_approval.counts.billed() == total_of(result.with_approval).billed()
+
+
+def total_of(run: RunCost) -> WireCounts:
+    total = WireCounts()
+    for counts in run.by_process.values():
+        total = total.plus(counts)
+    return total
 
 
 def test_the_wait_itself_costs_nothing_between_sweeps(result: ApprovalCost) -> None:

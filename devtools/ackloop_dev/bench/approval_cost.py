@@ -8,7 +8,8 @@ deployed), on the scripted model: "pay 50 to Ada" runs its payment at once, "pay
 waits for a decision, which is made through the real route ``POST /runs/{id}/approvals/{step}``.
 Every process reaches the emulators through a counting proxy (:mod:`ackloop_dev.bench.wire_meter`),
 so the figures are what Firestore and Pub/Sub would bill for each run, whoever asked: the
-functions, the API's decision, the sweeper. The script watches the runs by reading Firestore
+functions, the API's decision, the sweeper. Each service has proxies of its own, so the counts
+are also told apart by process. The script watches the runs by reading Firestore
 directly, around the proxy, so its own polling is not counted.
 
 Also measured: the waiting itself (``--wait`` seconds of a waiting run, the sweeper at its
@@ -43,7 +44,13 @@ from ackloop_dev.bench.approval_agents import AGENT
 from ackloop_dev.bench.wire_meter import WireCounts, WireMeter, start_meter
 from ackloop_dev.devstack import emulators
 from ackloop_dev.devstack.processes import ManagedProcess, wait_all
-from ackloop_dev.devstack.stack import SCHEDULER, LocalStack, StackOptions, isolated_env
+from ackloop_dev.devstack.stack import (
+    SCHEDULER,
+    SERVICES,
+    LocalStack,
+    StackOptions,
+    isolated_env,
+)
 
 PROJECT = "ackloop-approval-cost"
 SHIPPED_SWEEP_EVERY_S = 60.0
@@ -66,6 +73,8 @@ class RunCost:
 
     run_id: str
     counts: WireCounts
+    by_process: dict[str, WireCounts]
+    """The same counts, by the process that asked (the push delivery's pulls are its own)."""
     api_calls: int
     documents: int
     """Documents the run leaves (its run, steps, conversation, transcript): each one is a TTL
@@ -96,6 +105,27 @@ class ApprovalCost:
         figures: dict[str, Any] = json.loads(json.dumps(
             asdict(self), default=lambda cost: cost.model_dump(mode="json")))
         return figures
+
+
+Reading = dict[str, WireCounts]
+"""Counts by process."""
+SETUP = "push delivery, setup"
+"""The proxies every process not given its own uses: the push delivery and the topology."""
+
+
+def _minus(a: Reading, b: Reading) -> Reading:
+    return {name: a[name].minus(b[name]) for name in a}
+
+
+def _plus(a: Reading, b: Reading) -> Reading:
+    return {name: a[name].plus(b[name]) for name in a}
+
+
+def _total(reading: Reading) -> WireCounts:
+    total = WireCounts()
+    for counts in reading.values():
+        total = total.plus(counts)
+    return total
 
 
 def usd(counts: WireCounts, requests: int, prices: PriceTable = PRICES) -> float:
@@ -158,7 +188,8 @@ class _Probe:
 class _Session:
     """The stack, the proxies and the probe of one measurement."""
 
-    def __init__(self, stack: LocalStack, meters: tuple[WireMeter, WireMeter], probe: _Probe,
+    def __init__(self, stack: LocalStack, meters: dict[str, tuple[WireMeter, WireMeter]],
+                 probe: _Probe,
                  sweep_every_s: float, log: Callable[[str], object]) -> None:
         self.stack = stack
         self.meters = meters
@@ -170,9 +201,9 @@ class _Session:
         self.api = f"http://127.0.0.1:{stack.state.ports['api']}"
         self.http = httpx.Client(base_url=self.api, timeout=30.0)
 
-    def counts(self) -> WireCounts:
-        pubsub, fs = self.meters
-        return fs.counts().plus(pubsub.counts())
+    def reading(self) -> Reading:
+        return {name: pubsub.counts().plus(fs.counts())
+                for name, (pubsub, fs) in self.meters.items()}
 
     def sweeps(self) -> dict[str, Any]:
         assert self.stack.state is not None
@@ -195,14 +226,14 @@ class _Session:
             stats = self.sweeps()
         return int(stats["calls"])
 
-    def settled(self, timeout: float = 60.0) -> WireCounts:
+    def settled(self, timeout: float = 60.0) -> Reading:
         """The counts once nothing billable has happened for a while."""
         deadline = time.monotonic() + timeout
-        before = self.counts()
+        before = self.reading()
         while time.monotonic() < deadline:
             time.sleep(_SETTLED_S)
-            now = self.counts()
-            if now.billed() == before.billed():
+            now = self.reading()
+            if _total(now).billed() == _total(before).billed():
                 return now
             before = now
         raise MeasurementError(f"the stack did not settle in {timeout:g} s")
@@ -239,7 +270,7 @@ class _Session:
         self.http.post("/sweep").raise_for_status()
         after = self.settled()
         self.no_sweep_since(calls, "a sweeper pass")
-        return after.minus(before)
+        return _total(_minus(after, before))
 
 
 def _ended(run: RunRecord, steps: list[StepRecord]) -> bool:
@@ -255,15 +286,15 @@ def _run_without(session: _Session) -> RunCost:
     before = session.settled()
     run_id = session.start_run(WITHOUT)
     session.until(run_id, "end", _ended)
-    counts = session.settled().minus(before)
+    counts = _minus(session.settled(), before)
     session.no_sweep_since(calls, "the run without approval")
     return _run_cost(session, run_id, counts, 1)
 
 
-def _run_cost(session: _Session, run_id: str, counts: WireCounts, api_calls: int) -> RunCost:
+def _run_cost(session: _Session, run_id: str, counts: Reading, api_calls: int) -> RunCost:
     run = session.probe.run(run_id)
     assert run is not None
-    return RunCost(run_id, counts, api_calls, session.probe.documents(run),
+    return RunCost(run_id, _total(counts), counts, api_calls, session.probe.documents(run),
                    run.stop_reason.value if run.stop_reason else None,
                    rolled_up(run, session.probe.steps(run_id)))
 
@@ -273,15 +304,20 @@ def measure(directory: Path, *, pubsub_host: str, firestore_host: str, wait_seco
             log: Callable[[str], object] = lambda _: None) -> ApprovalCost:
     """Start a stack on the emulators at ``pubsub_host`` / ``firestore_host`` behind counting
     proxies, run both runs, the wait and the sweeper passes, and stop everything it started."""
-    meters = (start_meter(pubsub_host), start_meter(firestore_host))
+    meters = {name: (start_meter(pubsub_host), start_meter(firestore_host))
+              for name in (SETUP, *SERVICES)}
+    setup_pubsub, setup_firestore = meters[SETUP]
     tag = f"a{uuid.uuid4().hex[:8]}"
     env = {**isolated_env(tag, PROJECT), "ACKLOOP_MODEL_PROVIDER": "scripted",
            "ACKLOOP_LOG_LEVEL": "WARNING"}
     stack = LocalStack(StackOptions(
-        directory=directory, project_id=PROJECT, pubsub_port=meters[0].port,
-        firestore_port=meters[1].port, start_emulators=False, base_port=0, sandbox_apis=False,
+        directory=directory, project_id=PROJECT, pubsub_port=setup_pubsub.port,
+        firestore_port=setup_firestore.port, start_emulators=False, base_port=0, sandbox_apis=False,
         fake_gemini=False, extra_env=env, sweep_every_s=sweep_every_s,
         agents="ackloop_dev.bench.approval_agents:agents",
+        service_env={name: {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{pubsub.port}",
+                            "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{fs.port}"}
+                     for name, (pubsub, fs) in meters.items() if name != SETUP},
     ))
     try:
         probe = _Probe(firestore_host, env["ACKLOOP_COLLECTION_PREFIX"])
@@ -298,8 +334,9 @@ def measure(directory: Path, *, pubsub_host: str, firestore_host: str, wait_seco
             session.http.close()
     finally:
         stack.down()
-        for meter in meters:
-            meter.stop()
+        for pair in meters.values():
+            for meter in pair:
+                meter.stop()
 
 
 def _measure(session: _Session, wait_seconds: float) -> ApprovalCost:
@@ -316,16 +353,16 @@ def _measure(session: _Session, wait_seconds: float) -> ApprovalCost:
     _, steps = session.until(run_id, "wait", _waits)
     waiting = session.settled()
     session.no_sweep_since(calls, "the run with approval, up to its wait")
-    first = waiting.minus(before)
+    first = _minus(waiting, before)
 
     log("one sweeper pass while the run waits (POST /sweep)")
     sweep_waiting = session.sweep_once()
 
     log(f"waiting {wait_seconds:g} s, the sweeper every {session.sweep_every_s:g} s")
     calls = int(session.sweeps()["calls"])
-    before = session.counts()
+    before = session.reading()
     time.sleep(wait_seconds)
-    wait = session.settled().minus(before)
+    wait = _total(_minus(session.settled(), before))
     sweeps = int(session.sweeps()["calls"]) - calls
 
     log("approving through POST /runs/{id}/approvals/{step}")
@@ -335,9 +372,9 @@ def _measure(session: _Session, wait_seconds: float) -> ApprovalCost:
     session.http.post(f"/runs/{run_id}/approvals/{step}",
                       json={"decision": "approve"}).raise_for_status()
     session.until(run_id, "end", _ended)
-    second = session.settled().minus(before)
+    second = _minus(session.settled(), before)
     session.no_sweep_since(calls, "the run with approval, after its decision")
-    with_approval = _run_cost(session, run_id, first.plus(second), 2)
+    with_approval = _run_cost(session, run_id, _plus(first, second), 2)
 
     log("one sweeper pass with no run running")
     sweep_idle = session.sweep_once()
@@ -375,6 +412,12 @@ def render(result: ApprovalCost, prices: PriceTable = PRICES) -> str:
                  f"{cost_b:>12.8f}{cost_a - cost_b:>12.8f}")
     lines.append("(Firestore reads, writes, deletes; Pub/Sub bytes; Cloud Run requests. Request "
                  "CPU time and the later TTL deletes are not in the dollars.)")
+    lines += ["", "difference by process (reads, writes, transactions, publishes):"]
+    for name, counts in a.by_process.items():
+        d = counts.minus(b.by_process[name])
+        if any((d.firestore_reads, d.firestore_writes, d.transactions, d.published)):
+            lines.append(f"  {name:<22}{d.firestore_reads:>+5d}{d.firestore_writes:>+5d}"
+                         f"{d.transactions:>+5d}{d.published:>+5d}")
     w, s, idle = result.wait, result.sweep_waiting, result.sweep_idle
     lines += [
         "",
