@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from google.api_core import exceptions as gexc
 from google.cloud import firestore, pubsub_v1  # type: ignore[attr-defined]
 from tests.support.emulators import EmulatorSession
 
@@ -55,6 +56,8 @@ def test_firestore_reads_writes_deletes_and_transactions(meters: tuple[WireMeter
             transaction.update(client.document(f"{col}/a"), {"x": 3})
 
         await bump(client.transaction())
+        with pytest.raises(gexc.Conflict):  # already there: the commit is refused
+            await client.document(f"{col}/a").create({"x": 4})
 
     asyncio.run(work())
     counts = meter.counts()
@@ -62,6 +65,7 @@ def test_firestore_reads_writes_deletes_and_transactions(meters: tuple[WireMeter
         2, 1, 2, 1)
     assert counts.firestore_reads == 6
     assert (counts.firestore_writes, counts.firestore_deletes, counts.transactions) == (3, 1, 1)
+    assert counts.refused_commits == 1  # and none of its writes counted
 
 
 def test_pubsub_publishes_and_pulled_deliveries(meters: tuple[WireMeter, WireMeter]) -> None:
