@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from ackloop.localstack import DEFAULT_DIRECTORY
-from ackloop_dev.devstack import emulators
+from ackloop_dev.devstack import emulators, ports
 from ackloop_dev.devstack.processes import StartupFailed
 from ackloop_dev.devstack.stack import LocalStack, StackOptions, status, stop_recorded
 
@@ -47,6 +47,11 @@ def up(
     agents: str = typer.Option(
         None, envvar="ACKLOOP_AGENTS", help="The agent catalog, 'package.module:attribute' "
         "(default: $ACKLOOP_AGENTS, else the installed entry points, else the built-in agents)."),
+    reuse_emulators: bool = typer.Option(
+        False, "--reuse-emulators", help="Use the emulators that PUBSUB_EMULATOR_HOST and "
+        "FIRESTORE_EMULATOR_HOST name (say, started with --emulators-only in another "
+        "directory) instead of starting two: `dev down` then stops every ackloop process and "
+        "leaves the emulators and their data, as Google's services keep theirs."),
 ) -> None:
     """Start the emulators, topics, subscriptions and every function; wait until healthy.
 
@@ -58,8 +63,16 @@ def up(
         typer.secho(f"a stack is already running from {directory.resolve()}; "
                     "`ackloop dev down` first", fg="yellow", err=True)
         raise typer.Exit(1)
+    if reuse_emulators:
+        if emulators_only:
+            typer.secho("--reuse-emulators starts no emulator: drop --emulators-only",
+                        fg="red", err=True)
+            raise typer.Exit(2)
+        pubsub_port = _emulator_port("PUBSUB_EMULATOR_HOST")
+        firestore_port = _emulator_port("FIRESTORE_EMULATOR_HOST")
     options = StackOptions(
         directory=directory, sandbox_apis=not real_apis and not emulators_only,
+        start_emulators=not reuse_emulators,
         fake_gemini=fake_gemini and not emulators_only, base_port=base_port,
         pubsub_port=pubsub_port, firestore_port=firestore_port,
         services=() if emulators_only else StackOptions.services,
@@ -86,6 +99,23 @@ def up(
         typer.secho(f"emulators up. state: {directory / 'state.json'}", fg="green")
     typer.echo(f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.pubsub_port} "
                f"FIRESTORE_EMULATOR_HOST=127.0.0.1:{state.firestore_port}")
+
+
+def _emulator_port(variable: str) -> int:
+    """The port of the emulator ``variable`` names on this host, or exit saying what to set."""
+    import os
+
+    host, _, port = os.environ.get(variable, "").rpartition(":")
+    if host not in ("127.0.0.1", "localhost") or not port.isdigit():
+        typer.secho(f"--reuse-emulators: set {variable} to 127.0.0.1:PORT of a running "
+                    "emulator (`ackloop dev up --emulators-only` prints the line)", fg="red",
+                    err=True)
+        raise typer.Exit(2)
+    if not ports.in_use(int(port)):
+        typer.secho(f"--reuse-emulators: nothing listens on {host}:{port} ({variable})",
+                    fg="red", err=True)
+        raise typer.Exit(2)
+    return int(port)
 
 
 @app.command()
