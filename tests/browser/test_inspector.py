@@ -52,8 +52,12 @@ def run_state(driver: Any) -> dict[str, Any] | None:
 
 
 def text_of(driver: Any, selector: str) -> str:
-    found = driver.find_elements(By.CSS_SELECTOR, selector)
-    return str(found[0].text) if found else ""
+    """The text of the first element ``selector`` finds, read in one go in the page (a view
+    re-renders as it refreshes: an element found first and read after may be gone)."""
+    text: str = driver.execute_script(
+        "const found = document.querySelector(arguments[0]);"
+        "return found ? found.innerText.trim() : ''", selector)
+    return text
 
 
 def retype(field: Any, value: str) -> None:
@@ -434,3 +438,30 @@ def test_live_text_of_a_retried_attempt_replaces_the_first_attempts(
     assert all(STORY.startswith(text) for _, text in seen), seen
     assert seen[-1][0] == "2", seen
     assert STORY in text_of(driver, "#transcript")
+
+
+def test_a_call_decided_elsewhere_first_answers_409_in_the_panel(
+    driver: Any, inspector: Inspector
+) -> None:
+    """The call is approved through the API while the page still shows it waiting (its reads
+    of the run fail until then): the page's rejection is refused, and the panel says why."""
+    run_id = inspector.start_run("pay 7 to Grace", "approval-demo")
+    open_run(driver, inspector, run_id)
+    panel = approval_panel(driver, "0000-tool-000")
+    driver.execute_script("""
+        const [real, run] = [window.fetch, `/runs/${arguments[0]}`];
+        window.realFetch = real;
+        window.fetch = (url, options) => (String(url) === run
+          ? Promise.reject(new TypeError("held back by the test")) : real(url, options));""",
+                          run_id)
+    decided = inspector.api("POST", f"/runs/{run_id}/approvals/0000-tool-000",
+                            json={"decision": "approve"})
+    assert decided.status_code == 200, decided.text
+    panel.find_element(By.CSS_SELECTOR, "button.reject").click()
+    outcome = panel.find_element(By.CSS_SELECTOR, ".outcome")
+    wait_for(driver, lambda _: "already decided: approve by anonymous" in outcome.text,
+             "the API's 409 in the panel")
+    assert not panel.find_element(By.CSS_SELECTOR, "button.reject").is_enabled()
+    driver.execute_script("window.fetch = window.realFetch")
+    wait_status(driver, "completed", "the run, approved elsewhere, to complete")
+    assert "already decided" in outcome.text  # the panel stays, saying why

@@ -364,7 +364,7 @@ function approvalPanel(runId, call, onDecided) {
       // person may fix what the API named and try again.
       if (error.status === 409) panel.dataset.decided = "conflict";
       else approve.disabled = reject.disabled = false;
-      tell(error.message, true);
+      tell(error.status ? error.message : `Could not reach the API: ${error.message}`, true);
     }
   };
   approve.addEventListener("click", () => decide("approve"));
