@@ -2,10 +2,11 @@
 
 Its one side-effecting tool, ``send_payment``, needs approval; ``account_balance`` does not;
 ``await_receipt`` waits for the named event ``receipt:<who>`` (``ackloop runs send-event``).
-Offline its model is a script: it asks to pay what the question says ("pay 40 to Ada"; 25 to
-Ada otherwise), and also for the balance when the question mentions it (parallel calls, one
-waiting, one running) and for the payee's receipt when it mentions one, then reports what came
-back: the payment, or why it was not made, and the receipt.
+Offline its model is a script: it asks to pay what the question says ("pay 40 to Ada"; each
+payment its own parallel call, "pay 40 to Ada and pay 30 to Bo"; 25 to Ada otherwise), for the
+balance when the question mentions it (a call that runs beside the waiting ones) and for the
+first payee's receipt when it mentions one, then reports what came back: each payment, or why
+it was not made, and the receipt.
 """
 
 from __future__ import annotations
@@ -55,17 +56,17 @@ def account_balance() -> dict[str, int]:
 
 
 def demo_script(request: ModelRequest) -> ModelTurn:
-    """The offline model: ask for the payment (and the balance), then report the results."""
+    """The offline model: ask for the payments (and the balance, the receipt), then report the
+    results."""
     exchange = read_exchange(request.contents)
     if not exchange.results:
-        found = _PAY.search(exchange.question)
-        args = {"to": found.group(2), "amount": int(found.group(1))} if found else {
-            "to": "Ada", "amount": 25}
-        calls: list[tuple[str, dict[str, Any]]] = [("send_payment", args)]
+        payments = [{"to": m.group(2), "amount": int(m.group(1))}
+                    for m in _PAY.finditer(exchange.question)] or [{"to": "Ada", "amount": 25}]
+        calls: list[tuple[str, dict[str, Any]]] = [("send_payment", p) for p in payments]
         if "balance" in exchange.question.lower():
             calls.append(("account_balance", {}))
         if "receipt" in exchange.question.lower():
-            calls.append(("await_receipt", {"to": args["to"]}))
+            calls.append(("await_receipt", {"to": payments[0]["to"]}))
         return calls_turn(calls, request=request)
     report = "; ".join(f"{r.name}: {json.dumps(r.response, sort_keys=True)}"
                        for r in exchange.results)
