@@ -465,3 +465,27 @@ def test_a_call_decided_elsewhere_first_answers_409_in_the_panel(
     driver.execute_script("window.fetch = window.realFetch")
     wait_status(driver, "completed", "the run, approved elsewhere, to complete")
     assert "already decided" in outcome.text  # the panel stays, saying why
+
+
+def test_a_wait_for_an_event_is_named_and_gets_no_decision_panel(
+    driver: Any, inspector: Inspector
+) -> None:
+    """A payment that waits for approval beside a receipt that waits for an event: the status
+    names both, only the approval has a panel; approved there and the event sent, the run
+    completes."""
+    run_id = inspector.start_run("pay 5 to Ada and wait for the receipt", "approval-demo")
+    open_run(driver, inspector, run_id)
+    wait_for(driver, lambda d: "waiting for a decision, event receipt:Ada" in text_of(
+        d, "#run-status"), "both waits in the status")
+    panel = approval_panel(driver, "0000-tool-000")
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#approvals div.approval")) == 1
+    panel.find_element(By.CSS_SELECTOR, "button.approve").click()
+    wait_for(driver, lambda _: "Approved by anonymous" in text_of(driver, "#approvals .outcome"),
+             "the approval recorded")
+    wait_for(driver, lambda d: text_of(d, "#run-status").endswith("waiting for event receipt:Ada"),
+             "the status: the event alone")
+    sent = inspector.api("POST", f"/runs/{run_id}/events/receipt:Ada",
+                         json={"payload": {"note": "got it"}})
+    assert sent.status_code < 300, sent.text
+    wait_status(driver, "completed", "the run to complete once the event came")
+    assert "got it" in text_of(driver, "#answer")

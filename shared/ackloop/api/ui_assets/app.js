@@ -403,7 +403,7 @@ function renderRun(run, parts) {
   parts.status.replaceChildren(statusBadge(run.status), " ",
     stop && stop !== run.status ? `${run.status} · ${stop}` : run.status,
     run.cancel_requested && !TERMINAL.has(run.status) ? " · cancel requested" : "",
-    run.waiting?.length && !TERMINAL.has(run.status) ? " · waiting for a decision" : "");
+    waitingFor(run));
   parts.error.hidden = !run.error;
   parts.error.textContent = run.error ? `Failed: ${run.error}` : "";
   parts.cancel.disabled = TERMINAL.has(run.status) || run.cancel_requested;
@@ -422,6 +422,15 @@ function renderRun(run, parts) {
     : TERMINAL.has(run.status) ? "No answer." : "Not answered yet.");
   renderCost(run, parts.cost);
   renderTimeline(run, parts.timeline);
+}
+
+// What a live run waits for: a person's decision (a panel each), named events (no panel: they
+// come through the API, the CLI or Pub/Sub).
+function waitingFor(run) {
+  if (TERMINAL.has(run.status) || !run.waiting?.length) return "";
+  const what = new Set(run.waiting.map((w) => (w.waiting_for === "approval" ? "a decision"
+    : `event ${w.event_name}`)));
+  return ` · waiting for ${[...what].join(", ")}`;
 }
 
 function renderCost(run, box) {
