@@ -237,6 +237,9 @@ class StepRecord(Record):
     """What the delivery that completed the step spent (see :mod:`ackloop.engine.spend`)."""
     waiting: Waiting | None = None
     """Set when the step waited for a decision (kept once it has completed)."""
+    wait_cost: Cost | None = None
+    """What the delivery that recorded the wait spent: the step's ``cost`` adds it when the
+    step completes, so the run's cost counts that delivery too."""
     decision: StepDecision | None = None
 
 

@@ -614,7 +614,7 @@ class AgentStore:
         return Claim(run_id, resumed, new_version, "new")
 
     async def wait_step(self, claim: Claim, waiting: Waiting, run: Snapshot,
-                        sweep_at: float) -> None:
+                        sweep_at: float, cost: Cost | None = None) -> None:
         """Record the step as waiting (lease given back) in one batch with the run's
         ``progress_at`` moved to ``sweep_at`` (when the sweeper should find the run idle: at
         the deadline) unless another call of the turn set an earlier one: the sweeper then
@@ -626,7 +626,9 @@ class AgentStore:
             sweep_at = min(sweep_at, record.progress_at or sweep_at)
         step_write = Write("update", self.step_path(claim.run_id, claim.key), {
             "status": StepStatus.WAITING.value, "waiting": waiting.to_doc(),
-            "lease_expires_at": 0.0} | self._live_expiry(waiting.deadline),
+            "lease_expires_at": 0.0,
+            "wait_cost": cost.model_dump(mode="json") if cost is not None else None,
+            } | self._live_expiry(waiting.deadline),
             if_version=claim.version)
         run_write = Write("update", run.path, {"progress_at": sweep_at}, if_version=run.version)
         try:

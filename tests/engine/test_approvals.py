@@ -241,3 +241,27 @@ async def test_cancelling_a_waiting_run_ends_it_without_running_the_call() -> No
     assert run is not None and run.status is RunStatus.CANCELLED and sent == []
     (step,) = await tool_result(loop, run_id)
     assert step.decision is not None and step.decision.by == approval.CANCEL
+
+
+async def test_the_delivery_that_recorded_the_wait_is_in_the_steps_cost() -> None:
+    loop, run_id = await transfer_run("cost-wait", [])
+    (waiting,) = await tool_result(loop, run_id)
+    assert waiting is not None and waiting.wait_cost is not None
+    # Its claim, its waiting commit (the step and the run) and the notice it published.
+    assert waiting.wait_cost.firestore_writes == 3 and waiting.wait_cost.pubsub_bytes >= 2000
+    await approval.decide(loop.deps, run_id, waiting.key, StepDecision(
+        decision="approve", by="alice", at=loop.deps.clock.now()))
+    await loop.run_until_idle()
+    (done,) = await tool_result(loop, run_id)
+    plain_loop, plain_run = await transfer_run("cost-plain", [], amount=5)
+    (plain,) = await tool_result(plain_loop, plain_run)
+    assert done is not None and done.cost is not None and plain is not None
+    assert plain.cost is not None
+    # Two deliveries paid for the approved call, the waiting one and the resuming one.
+    assert (done.cost.requests, plain.cost.requests) == (2, 1)
+    assert done.cost.firestore_writes >= plain.cost.firestore_writes + 3
+    assert done.cost.pubsub_bytes >= plain.cost.pubsub_bytes + waiting.wait_cost.pubsub_bytes
+    run, other = await loop.deps.store.get_run(run_id), await plain_loop.deps.store.get_run(
+        plain_run)
+    assert run is not None and other is not None and run.cost and other.cost
+    assert run.cost.usd > other.cost.usd

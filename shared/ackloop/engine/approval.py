@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ackloop.docdb.base import Snapshot
+from ackloop.engine import spend
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import send
 from ackloop.errors import StaleRead
@@ -117,9 +118,11 @@ async def wait_for_decision(deps: Deps, claim: Claim, run_snapshot: Snapshot, wa
             return arrived
         waiting = Waiting(kind=wait.kind, event=wait.event, tool=wait.tool.name,
                           args=call.args, since=now, deadline=now + wait_timeout(deps, run, wait))
+        notice = _notice(run, claim.key, waiting)
+        cost = spend.spent(deps, model=None, usage=None, commit_writes=2, outbox=[notice])
         try:
             await deps.store.wait_step(claim, waiting, run_snapshot,
-                                       sweep_at(deps, waiting.deadline, now))
+                                       sweep_at(deps, waiting.deadline, now), cost)
             break
         except StaleRead:
             fresh = await deps.store.get_run_snapshot(claim.run_id)
@@ -131,17 +134,21 @@ async def wait_for_decision(deps: Deps, claim: Claim, run_snapshot: Snapshot, wa
     log.info("run %s step %s waits for %s of %s until %.0f", claim.run_id, claim.key,
              f"event {wait.event!r}" if wait.event else "approval", wait.tool.name,
              waiting.deadline)
-    await announce(deps, RunRecord.model_validate(run_snapshot.data), claim.key, waiting)
+    await send(deps, claim.run_id, [notice])
     return None
 
 
 async def announce(deps: Deps, run: RunRecord, step_key: str, waiting: Waiting) -> None:
     """Publish the wait on the answers topic (again on every delivery that finds it)."""
+    await send(deps, run.run_id, [_notice(run, step_key, waiting)])
+
+
+def _notice(run: RunRecord, step_key: str, waiting: Waiting) -> Outgoing:
     notice = WaitingNotice(run_id=run.run_id, request_id=run.request_id,
                            conversation_id=run.conversation_id, step=step_key,
                            waiting_for=waiting.kind, event_name=waiting.event, tool=waiting.tool,
                            args=waiting.args, deadline=waiting.deadline)
-    await send(deps, run.run_id, [Outgoing(topic="answers", data=notice.model_dump(mode="json"))])
+    return Outgoing(topic="answers", data=notice.model_dump(mode="json"))
 
 
 def decided_call(call: FunctionCall, decision: StepDecision) -> FunctionCall:

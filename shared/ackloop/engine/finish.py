@@ -151,6 +151,8 @@ async def commit(
         cost = spent(deps, model=run.model if kind == "model" else None,
                      usage=decision.step_usage, commit_writes=1 + len(writes) + run_writes,
                      outbox=outbox)
+        if claim.step.wait_cost is not None:  # the delivery that recorded its wait
+            cost = cost.plus(claim.step.wait_cost)
         # The run's cost so far gains this step's and the previous turn's tool steps' (a
         # model step's commit writes the run anyway; a tool step's does not).
         total = Cost.total([run.cost, *(s.cost for s in rolls_up if s.kind == "tool"), cost])
