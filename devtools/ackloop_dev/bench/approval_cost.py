@@ -436,7 +436,7 @@ def render(result: ApprovalCost, prices: PriceTable = PRICES) -> str:
 
 
 @contextlib.contextmanager
-def _emulator_hosts(directory: Path, log: Callable[[str], object]) -> Iterator[tuple[str, str]]:
+def emulator_hosts(directory: Path, log: Callable[[str], object]) -> Iterator[tuple[str, str]]:
     """The emulators the environment names, else two started here (and stopped after)."""
     pubsub, fs = os.environ.get("PUBSUB_EMULATOR_HOST"), os.environ.get("FIRESTORE_EMULATOR_HOST")
     if pubsub and fs:
@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> None:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    with _emulator_hosts(directory, log) as (pubsub, fs):
+    with emulator_hosts(directory, log) as (pubsub, fs):
         result = measure(directory, pubsub_host=pubsub, firestore_host=fs,
                          wait_seconds=args.wait, log=log)
     print(render(result))
