@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ackloop.cost import Cost
 from ackloop.deltas import DeltaRecord, after_step, next_id, read_deltas
 from ackloop.engine.spend import rolled_up, steps_usage
+from ackloop.keys import StepKey
 from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus
 from ackloop.wire import Usage
 
@@ -52,6 +53,20 @@ class Followed:
         if self.run is None or self.run.status.terminal:
             return []
         return [s for s in self.steps if s.status is StepStatus.WAITING and s.decision is None]
+
+    @property
+    def settled(self) -> bool:
+        """Some call waits, and every other call of its turn has started and waits or is done:
+        what the run waits for cannot change until someone acts (or a deadline passes)."""
+        waiting = self.waiting
+        if not waiting:
+            return False
+        turn = max(s.turn for s in waiting)
+        by_key = {s.key: s for s in self.steps}
+        model = by_key.get(str(StepKey.model(turn)))
+        calls = [o.target_step for o in model.outbox if o.topic == "tool_steps"] if model else []
+        return all(key in by_key and by_key[key].status is not StepStatus.RUNNING
+                   for key in calls)
 
     @property
     def ended(self) -> bool:
@@ -134,8 +149,8 @@ async def follow(
     ``on_step`` once for each completed step, in key order, and ``on_delta`` (when given) for
     each delta of a step being written, before that step's ``on_step``. ``message_id``: the
     query's Pub/Sub message, whose rejection ends the wait while no run exists.
-    ``until_waiting``: return as soon as a tool call waits for a decision, which no poll would
-    change."""
+    ``until_waiting``: return once the run waits and nothing else of the waiting turn is left
+    to run (:attr:`Followed.settled`), which no poll would change."""
     seen: set[str] = set()
     deltas_from = "0"  # the next delta id to read
     live: str | None = None  # the step whose text is being shown
@@ -161,7 +176,7 @@ async def follow(
         if run is None and message_id is not None:
             followed.rejection = await store.get_poison(message_id)
         followed.elapsed = time.monotonic() - started
-        if followed.ended or (until_waiting and followed.waiting) or (
+        if followed.ended or (until_waiting and followed.settled) or (
                 timeout is not None and followed.elapsed >= timeout):
             return followed
         await asyncio.sleep(POLL_SECONDS)
