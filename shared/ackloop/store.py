@@ -679,16 +679,17 @@ class AgentStore:
         return await self.db.transact(body)
 
     async def receive_event(self, run_id: str, name: str, event: ReceivedEvent
-                            ) -> tuple[ReceivedEvent, bool]:
+                            ) -> tuple[ReceivedEvent, bool, RunRecord]:
         """Keep ``event`` on the run under ``name``, in one transaction that rewrites the run
         document (which makes a concurrent waiting commit fail and read it again: see
-        :func:`ackloop.engine.approval.wait_for_decision`). Returns the event kept and whether
-        this call kept it; the same event again (same payload and id) returns the kept one.
+        :func:`ackloop.engine.approval.wait_for_decision`). Returns the event kept, whether
+        this call kept it (the same event again, same payload and id, returns the kept one),
+        and the run as the transaction read it.
 
         Raises :class:`DecisionRefused` for a missing or ended run, a name already received
         with another payload or id, or a run that has received too many names."""
 
-        async def body(txn: Transaction) -> tuple[ReceivedEvent, bool]:
+        async def body(txn: Transaction) -> tuple[ReceivedEvent, bool, RunRecord]:
             snap = await txn.get(self.run_path(run_id))
             if snap is None:
                 raise DecisionRefused(404, "not_found", f"run {run_id} not found")
@@ -696,7 +697,7 @@ class AgentStore:
             kept = run.received.get(name)
             if kept is not None:
                 if (kept.payload, kept.id) == (event.payload, event.id):
-                    return kept, False
+                    return kept, False, run
                 raise DecisionRefused(409, "already_received", (
                     f"run {run_id} already received an event {name!r} (from {kept.by}) with "
                     "another payload or id: each name is received once per run"))
@@ -710,7 +711,7 @@ class AgentStore:
                 name: event.to_doc()}
             txn.write(Write("update", snap.path, {"received": received,
                                                   "progress_at": event.at}))
-            return event, True
+            return event, True, run
 
         return await self.db.transact(body)
 

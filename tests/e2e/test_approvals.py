@@ -53,8 +53,7 @@ async def test_a_run_waits_with_every_process_stopped_and_resumes_when_approved(
            "[--comment TEXT]" in lines
 
     # Every ackloop process stops: nothing holds the run while it waits.
-    for name in (*SERVICES, PUSH_DELIVERY):
-        stack.stack.processes[name].stop()
+    stack.stop_every_process()
     assert all(stack.stack.processes[n].process.poll() is not None  # type: ignore[union-attr]
                for n in (*SERVICES, PUSH_DELIVERY))
     (step,) = await stack.store().get_steps(run_id, [PAYMENT])
@@ -65,9 +64,7 @@ async def test_a_run_waits_with_every_process_stopped_and_resumes_when_approved(
     assert approved.returncode == 0, approved.stderr
     assert approved.stdout.strip() == f"run {run_id} step {PAYMENT} approved; the run resumes"
 
-    for name in SERVICES:
-        await asyncio.to_thread(stack.stack.restart_service, name)
-    await asyncio.to_thread(lambda: stack.stack.start_push_delivery().wait_ready(60.0))
+    await asyncio.to_thread(stack.restart_every_process)
     run, steps = await stack.wait_run(run_id, timeout=90)
     assert run.status is RunStatus.COMPLETED, run.error
     assert '"amount": 30' in (run.answer or "") and '"status": "sent"' in (run.answer or "")

@@ -13,7 +13,6 @@ import pytest
 from ackloop.keys import run_id_for_request
 from ackloop.records import RunStatus, StepStatus
 from ackloop.wire import EventMessage
-from ackloop_dev.devstack.stack import PUSH_DELIVERY, SERVICES
 from tests.cli.conftest import Cli
 from tests.support.stack import RunningStack
 
@@ -40,8 +39,7 @@ async def test_a_run_waits_for_its_event_with_every_process_stopped(
                for line in lines), lines
     assert f"  send: ackloop runs send-event {run_id} receipt:Ada [--payload JSON]" in lines
 
-    for name in (*SERVICES, PUSH_DELIVERY):
-        stack.stack.processes[name].stop()
+    stack.stop_every_process()
     steps = {s.key: s for s in await stack.store().list_steps(run_id)}
     assert steps[RECEIPT].status is StepStatus.WAITING and steps[RECEIPT].lease_expires_at == 0
 
@@ -53,9 +51,7 @@ async def test_a_run_waits_for_its_event_with_every_process_stopped(
     approved = await asyncio.to_thread(cli, "runs", "approve", run_id, "--directory", directory)
     assert approved.returncode == 0, approved.stderr  # the only approval among the waits
 
-    for name in SERVICES:
-        await asyncio.to_thread(stack.stack.restart_service, name)
-    await asyncio.to_thread(lambda: stack.stack.start_push_delivery().wait_ready(60.0))
+    await asyncio.to_thread(stack.restart_every_process)
     run, steps_after = await stack.wait_run(run_id, timeout=90)
     assert run.status is RunStatus.COMPLETED, run.error
     assert '"note": "got it"' in (run.answer or "") and '"status": "sent"' in (run.answer or "")

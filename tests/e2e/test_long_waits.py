@@ -17,7 +17,6 @@ import pytest
 from ackloop.docdb.base import Write
 from ackloop.records import RunStatus, StepStatus
 from ackloop.store import AgentStore
-from ackloop_dev.devstack.stack import PUSH_DELIVERY, SERVICES
 from tests.cli.conftest import Cli
 from tests.support.stack import RunningStack
 
@@ -68,13 +67,10 @@ async def test_runs_left_waiting_for_days_with_no_process(fresh_stack, tmp_path:
     await _waiting(store, parallel, [ADA, BO])
     await _waiting(store, forgotten, [ADA])
 
-    for name in (*SERVICES, PUSH_DELIVERY):
-        stack.stack.processes[name].stop()
+    stack.stop_every_process()
     await _days_pass(store, parallel, 3)  # within the 7-day default deadline
     await _days_pass(store, forgotten, 8)  # past it
-    for name in SERVICES:
-        await asyncio.to_thread(stack.stack.restart_service, name)
-    await asyncio.to_thread(lambda: stack.stack.start_push_delivery().wait_ready(60.0))
+    await asyncio.to_thread(stack.restart_every_process)
 
     async with httpx.AsyncClient(base_url=stack.state.api_url, timeout=30) as api:
         swept = {s["run_id"]: s for s in (await api.post("/sweep")).json()["swept"]}

@@ -27,7 +27,13 @@ from ackloop.records import RunRecord, StepRecord
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
 from ackloop.wire import QueryMessage
-from ackloop_dev.devstack.stack import LocalStack, StackOptions, isolated_env
+from ackloop_dev.devstack.stack import (
+    PUSH_DELIVERY,
+    SERVICES,
+    LocalStack,
+    StackOptions,
+    isolated_env,
+)
 from ackloop_dev.devstack.topology import PushMode
 from tests.support.emulators import EmulatorSession
 
@@ -49,6 +55,18 @@ class RunningStack:
     def store(self) -> AgentStore:
         return AgentStore(FirestoreDocumentDB.connect(self.settings.project_id),
                           self.settings.collection_prefix)
+
+    def stop_every_process(self) -> None:
+        """Stop every ackloop process of the stack (the functions, the API, the push delivery),
+        leaving the emulators and their data: what a deployment is when nothing runs."""
+        for name in (*SERVICES, PUSH_DELIVERY):
+            self.stack.processes[name].stop()
+
+    def restart_every_process(self) -> None:
+        """Start again what :meth:`stop_every_process` stopped; ready once each answers."""
+        for name in SERVICES:
+            self.stack.restart_service(name)
+        self.stack.start_push_delivery().wait_ready(60.0)
 
     def publish(self, topic: str, data: bytes, **attributes: str) -> str:
         client = pubsub_v1.PublisherClient()

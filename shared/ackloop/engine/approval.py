@@ -75,8 +75,12 @@ class Wait:
     """What a call waits for before it runs: a person's decision, or the event ``event``."""
 
     tool: Tool
-    kind: Literal["approval", "event"]
     event: str | None = None
+    """The awaited event's name; None: the call waits for a person's decision."""
+
+    @property
+    def kind(self) -> Literal["approval", "event"]:
+        return "approval" if self.event is None else "event"
 
 
 def wait_timeout(deps: Deps, run: RunRecord, wait: Wait) -> float:
@@ -96,9 +100,9 @@ def wait_of(toolbox: object, call: FunctionCall) -> Wait | None:
     if tool is None:
         return None
     if tool.needs_approval(call.args):
-        return Wait(tool, "approval")
+        return Wait(tool)
     event = tool.awaited_event(call.args)
-    return Wait(tool, "event", event) if event is not None else None
+    return Wait(tool, event) if event is not None else None
 
 
 async def wait_for_decision(deps: Deps, claim: Claim, run_snapshot: Snapshot, wait: Wait,

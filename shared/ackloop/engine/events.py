@@ -49,11 +49,10 @@ async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent) -> D
 
     Raises :class:`DecisionRefused` (404 missing run; 409 ended run, another event of the
     name, or too many names)."""
-    kept, recorded = await deps.store.receive_event(run_id, name, event)
+    kept, recorded, run = await deps.store.receive_event(run_id, name, event)
     log.info("run %s %s event %r from %s", run_id, "received" if recorded else
              "received again", name, kept.by)
-    run = await deps.store.get_run(run_id)
-    with tracing.run_context(run_id, run.trace_id if run is not None else None):
+    with tracing.run_context(run_id, run.trace_id):
         resumed = await resume_waiting(deps, run_id, name, kept,
                                        await deps.store.list_steps(run_id))
     return Delivered(kept, recorded, resumed)
