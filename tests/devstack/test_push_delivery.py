@@ -7,9 +7,11 @@ seconds chosen here.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import itertools
 import time
+from typing import Any
 
 import pytest
 from google.cloud import pubsub_v1
@@ -205,3 +207,54 @@ def test_a_subscription_recreated_by_someone_else_is_released(start_twin) -> Non
             subscriber.close()
         assert [m.message.message_id for m in taken.received_messages] == [second]
         assert endpoint.of(second) == []
+
+
+def _pull_within(subscription: str, seconds: float) -> dict[str, float]:
+    """Pull the subscription as another deliverer would: message id -> seconds until seen."""
+    subscriber = pubsub_v1.SubscriberClient()
+    seen: dict[str, float] = {}
+    began = time.monotonic()
+    try:
+        while time.monotonic() - began < seconds:
+            response = subscriber.pull(subscription=subscription, max_messages=10, timeout=2)
+            for received in response.received_messages:
+                seen.setdefault(received.message.message_id, time.monotonic() - began)
+    finally:
+        subscriber.close()
+    return seen
+
+
+def test_a_stopped_push_delivery_leaves_no_waiting_pull_behind(start_twin) -> None:
+    """Stopping the push delivery (every ackloop process stopped, local stack) must not delay a
+    message published afterwards. The emulator hands a new message to a waiting pull even when
+    the process that opened it is gone, and then hides it for the ack deadline (60 s here):
+    production push has no pull to leave behind."""
+    with Endpoint(lambda *_: Answer(204)).running() as endpoint:
+        twin: Twin = start_twin(endpoint.url, time_scale=1.0, ack_deadline_s=60)
+        first = twin.publish(b"while running")
+        endpoint.wait_for(lambda: len(endpoint.of(first)) == 1, 10, "delivered while running")
+        time.sleep(0.5)  # every waiting pull is open again
+        twin.process.stop()
+        after = twin.publish(b"after the stop")
+        seen = _pull_within(twin.subscription, 8.0)
+    assert after in seen, f"published after the stop, not pullable within 8 s: {seen}"
+    assert first not in seen, "the delivered message was not acknowledged before the stop"
+
+
+def test_a_stopped_push_delivery_hands_back_what_it_held(start_twin) -> None:
+    """A message being pushed and one waiting out its backoff are handed back at a stop, so
+    the next deliverer has them at once, not after their lease (60 s) runs out."""
+    def script(_: int, envelope: dict[str, Any]) -> Answer:
+        data = base64.b64decode(envelope["message"]["data"])
+        return Answer(204, delay_s=30.0) if data == b"slow" else Answer(503)
+
+    with Endpoint(script).running() as endpoint:
+        twin: Twin = start_twin(endpoint.url, time_scale=1.0, ack_deadline_s=60)
+        slow = twin.publish(b"slow")
+        failing = twin.publish(b"failing")
+        endpoint.wait_for(lambda: endpoint.of(slow) and endpoint.of(failing), 10,
+                          "both pushed once")
+        twin.process.stop()
+        seen = _pull_within(twin.subscription, 8.0)
+    assert slow in seen and failing in seen, f"not handed back within 8 s: {seen}"
+    assert len(endpoint.of(failing)) == 1, "the backoff (10 s) was not waited before the stop"

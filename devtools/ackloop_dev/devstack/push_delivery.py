@@ -29,6 +29,13 @@ stops pushing it) and then checks it every second: a subscription that is recrea
 push endpoint by someone else is released (its held messages are handed back), so another
 deliverer can take over without duplicates from this one.
 
+On SIGTERM or SIGINT it stops pulling, lets its waiting pulls come back (at most
+:data:`~ackloop_dev.devstack.push_route.PULL_TIMEOUT_S`), sends the acknowledgements it owes and
+hands every other held message back, so a stack stopped and started again delays no message, as
+production push (which has no process to stop) delays none. Only a killed push delivery leaves
+messages hidden on the emulator: the ones it held until their lease runs out, and new ones
+handed to its abandoned pulls until their ack deadline runs out.
+
 ``python -m ackloop_dev.devstack.push_delivery --project P --route SUBSCRIPTION=URL [...]
 [--time-scale F] [--stats-port N]`` (or ``--config FILE``, a JSON object with the same keys:
 ``project``, ``routes`` as ``{subscription: url}``, ``time_scale``, ``stats_port``).
@@ -40,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -99,7 +105,7 @@ class PushDelivery:
         if not host:
             raise RuntimeError("PUBSUB_EMULATOR_HOST is not set: the push delivery needs the "
                                "Pub/Sub emulator")
-        channel = grpc.aio.insecure_channel(host)
+        self._channel = channel = grpc.aio.insecure_channel(host)
         self.subscriber = SubscriberAsyncClient(
             transport=SubscriberGrpcAsyncIOTransport(channel=channel))
         self.publisher = PublisherAsyncClient(
@@ -185,21 +191,24 @@ class PushDelivery:
 
         return await asyncio.start_server(handle, "127.0.0.1", self.config.stats_port)
 
-    async def run(self) -> None:
-        """Take over, then deliver until cancelled; on the way out hand held messages back."""
+    async def run(self, stop: asyncio.Event) -> None:
+        """Take over, then deliver until ``stop`` is set; on the way out hand every held
+        message back and leave no pull waiting, so a stop delays no message."""
         await self.take_over()
         server = await self.serve_stats()
         port = server.sockets[0].getsockname()[1]
         print(f"push delivery: stats at http://127.0.0.1:{port}/_stats", flush=True)
+        for route in self.routes.values():
+            route.start()
+        watch = asyncio.get_running_loop().create_task(self.watch_ownership())
         try:
-            await asyncio.gather(self.watch_ownership(),
-                                 *(route.run() for route in self.routes.values()))
+            await stop.wait()
         finally:
             server.close()
-            for route in self.routes.values():
-                with contextlib.suppress(Exception):
-                    await route.release()
-                await route.cancel_pushes()
+            watch.cancel()
+            await asyncio.gather(*(route.shutdown() for route in self.routes.values()),
+                                 return_exceptions=True)
+            await self._channel.close()
 
 
 def parse_args(argv: Sequence[str] | None) -> DeliveryConfig:
@@ -232,13 +241,11 @@ def parse_args(argv: Sequence[str] | None) -> DeliveryConfig:
 
 async def _main(config: DeliveryConfig) -> None:
     delivery = PushDelivery(config, load_policy())
-    task = asyncio.current_task()
-    assert task is not None
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await delivery.run()
+        loop.add_signal_handler(signum, stop.set)
+    await delivery.run(stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,6 +35,12 @@ PULLERS = 8
 """Waiting pulls per subscription, started at staggered times: the emulator answers a waiting
 pull only when it polls (every 50 ms), so more of them shorten the wait for a new message."""
 EMULATOR_POLL_S = 0.05
+PULL_TIMEOUT_S = 3.0
+"""Deadline of each waiting pull (the emulator answers an empty one about a second before it).
+Short on purpose: the emulator ignores a pull's cancellation and keeps handing new messages to
+it until its deadline, where they stay hidden for the subscription's ack deadline. At a stop,
+:meth:`RouteDelivery.shutdown` therefore lets every pull come back by itself, which takes at
+most this long."""
 MAX_MESSAGES_PER_PULL = 100
 LEASE_S = 60
 """Ack deadline the held messages are kept at in the emulator (not scaled: it is no production
@@ -107,15 +113,19 @@ class RouteDelivery:
         self._pushes: set[asyncio.Task[None]] = set()
         self._pushing: set[str] = set()
         """Ack ids of the messages being pushed right now."""
+        self._pullers: list[asyncio.Task[None]] = []
+        self._workers: list[asyncio.Task[None]] = []
         self._loop = asyncio.get_running_loop()
 
     # -- running ----------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Pull, push, acknowledge and lease until cancelled."""
-        jobs = [self._pull_forever(i * EMULATOR_POLL_S / PULLERS) for i in range(PULLERS)]
-        jobs += [self._dispatch_forever(), self._ack_forever(), self._lease_forever()]
-        await asyncio.gather(*jobs)
+    def start(self) -> None:
+        """Pull, push, acknowledge and lease until :meth:`shutdown`."""
+        create = self._loop.create_task
+        self._pullers = [create(self._pull_forever(i * EMULATOR_POLL_S / PULLERS))
+                         for i in range(PULLERS)]
+        self._workers = [create(self._dispatch_forever()), create(self._ack_forever()),
+                         create(self._lease_forever())]
 
     async def release(self) -> None:
         """Stop delivering: give back (nack) every held message that is not being pushed, so
@@ -160,7 +170,7 @@ class RouteDelivery:
             try:
                 response = await self._subscriber.pull(
                     subscription=self.subscription.path,
-                    max_messages=min(MAX_MESSAGES_PER_PULL, room), timeout=30.0,
+                    max_messages=min(MAX_MESSAGES_PER_PULL, room), timeout=PULL_TIMEOUT_S,
                 )
             except Exception as exc:  # a failed pull is retried, as Pub/Sub would
                 log.warning("pull %s failed: %s", self.subscription.name, exc)
@@ -202,11 +212,32 @@ class RouteDelivery:
         self._pushes.add(task)
         task.add_done_callback(self._pushes.discard)
 
-    async def cancel_pushes(self) -> None:
-        """Abandon the pushes under way (at shutdown); their messages' leases run out."""
-        for task in list(self._pushes):
+    async def shutdown(self) -> None:
+        """Stop delivering and leave the emulator as if this process had never held anything.
+
+        The acknowledgements still batched are sent; the pushes under way are abandoned and
+        their messages handed back (nacked) with every other held one, so the next deliverer
+        gets them at once instead of after a lease runs out. No pull is left waiting on the
+        emulator (see :data:`PULL_TIMEOUT_S`)."""
+        self.owned = False
+        self._room.set()
+        if self._pullers:  # each ends when its pull comes back, handing back what it got
+            await asyncio.wait(self._pullers, timeout=PULL_TIMEOUT_S + 2.0)
+        for task in [*self._pullers, *self._workers, *self._pushes]:
             task.cancel()
-        await asyncio.gather(*self._pushes, return_exceptions=True)
+        await asyncio.gather(*self._pullers, *self._workers, *self._pushes,
+                             return_exceptions=True)
+        if self._acks:
+            with contextlib.suppress(gexc.GoogleAPICallError):
+                await self._subscriber.acknowledge(
+                    subscription=self.subscription.path, ack_ids=self._acks)
+            self._acks = []
+        for held in self._held.values():
+            if held.timer is not None:
+                held.timer.cancel()
+        handed_back, self._held = list(self._held), {}
+        self._ready.clear()
+        await self._modify_deadline(handed_back, 0)
 
     async def _push(self, held: Held, started_round: int) -> None:
         try:
