@@ -17,12 +17,13 @@ from ackloop.model.us_states import find_state_code
 from ackloop.records import StepRecord, StepStatus
 from ackloop.settings import Settings
 from ackloop.store import Transcript
-from ackloop_dev.chaos.checks import check_conversation, normalize_answer, segments
+from ackloop_dev.chaos.checks import Verdict, check_conversation, normalize_answer, segments
 from ackloop_dev.chaos.config import scaled_spec
-from ackloop_dev.chaos.evidence import model_evidence
+from ackloop_dev.chaos.evidence import ModelEvidence, model_evidence
 from ackloop_dev.chaos.kills import interrupted, kill_plan, owner_pid
 from ackloop_dev.chaos.model_server import describe
 from ackloop_dev.chaos.proxy import DuplicatingFront
+from ackloop_dev.chaos.runner import _outcome
 from ackloop_dev.chaos.scenarios import StormResult
 from ackloop_dev.chaos.timing import Timing, min_factor
 from ackloop_dev.chaos.workload import TEMPLATES, question, reference_of
@@ -195,3 +196,28 @@ def test_storm_runs_ended_by_their_budget_are_not_failures_of_the_retry_bound() 
     assert (result.failed, result.ended_by_budget, result.ok) == (0, 3, True)
     result.failed_reasons["step_attempts_exhausted"] = 1
     assert (result.failed, result.ok) == (1, False)
+
+
+def test_a_budget_end_is_unexplained_unless_a_kill_a_retry_or_a_fault_slowed_the_run() -> None:
+    def ended(ref: str, **fields: object) -> Verdict:
+        verdict = Verdict(f"run-{ref}", ref, "t", "completed", stop_reason="max_seconds")
+        for name, value in fields.items():
+            setattr(verdict, name, value)
+        return verdict
+
+    answered = Verdict("run-a", "a", "t", "completed", stop_reason="answered")
+    idle = ended("b")  # stopped by its budget with nothing to slow it: a wait nobody timed
+    killed = ended("c", in_flight_at_kill=1)
+    retried = ended("d", retried_steps=2)
+    faulted = ended("e")
+    malformed = Verdict("run-f", "f", "t", "failed", reason="model_malformed_response")
+    outlasted = Verdict("run-g", "g", "t", "failed", reason="retries_outlasted_budget")
+    model = ModelEvidence(faults_by_ref={"e": Counter({"429": 3}), "f": Counter(malformed=1),
+                                         "g": Counter({"500": 4})})
+    everyone = [answered, idle, killed, retried, faulted, malformed, outlasted]
+    out = _outcome(everyone, {v.run_id for v in everyone}, set(), model)
+
+    assert out["ended_by_budget"] == 5
+    assert out["ended_by_budget_slowed"] == 4
+    assert out["failed_by_injected_model_fault"] == 1
+    assert out["ended_by_crash_or_duplicate"] == 1  # idle

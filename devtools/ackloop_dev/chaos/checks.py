@@ -120,6 +120,10 @@ class Verdict:
     missing_executions: int = 0
     problems: list[str] = field(default_factory=list)
     finished_at: float | None = None
+    retried_steps: int = 0
+    """Steps claimed more than once (a kill, a timeout, a retried error)."""
+    timeline: str | None = None
+    """Where a run that ended without its answer spent its time (see :func:`timeline`)."""
 
 
 def _alternates(found: tuple[str, ...]) -> int:
@@ -159,7 +163,26 @@ def judge(
             verdict.problems.append("failed without a recorded reason")
     _check_history(verdict, run, steps, transcript, references, template)
     _check_executions(verdict, run, steps, model, tools, killed)
+    verdict.retried_steps = sum(1 for s in steps if s.attempts > 1)
+    if run.status.terminal and run.stop_reason is not StopReason.ANSWERED:
+        verdict.timeline = timeline(run, steps, model.faults_by_ref.get(ref, Counter()), killed)
     return verdict
+
+
+def timeline(run: RunRecord, steps: list[StepRecord], faults: Counter[str],
+             killed: set[str]) -> str:
+    """One line on where a run's time went, seconds from its start: each step's creation,
+    last claim and end, its attempts, and the faults injected into the run."""
+    began = run.started_at or run.created_at
+
+    def at(t: float | None) -> str:
+        return "-" if not t else f"{t - began:.1f}"
+
+    parts = [f"{s.key} {s.kind}:{s.name} x{s.attempts} {at(s.created_at)}/{at(s.started_at)}/"
+             f"{at(s.completed_at)}{' killed' if s.key in killed else ''}" for s in steps]
+    return (f"ended {at(run.finished_at)} s ({run.stop_reason.value if run.stop_reason else '-'}"
+            f"{', ' + run.error[:80] if run.error else ''}); faults {dict(faults) or '-'}; steps "
+            "created/claimed/done: " + ("; ".join(parts) or "none"))
 
 
 def _check_history(verdict: Verdict, run: RunRecord, steps: list[StepRecord],

@@ -65,6 +65,8 @@ def format_report(f: dict[str, Any]) -> str:
         _row("completed without an answer (stop reason)", _kv(out["completed_without_answer"]),
              2),
         _row("failed with reason", f"{out['failed']} ({_kv(out['failed_reasons'])})", 2),
+        _row("stopped by their (scaled) time budget / slowed by a kill, retry or fault",
+             f"{out.get('ended_by_budget', 0)} / {out.get('ended_by_budget_slowed', 0)}", 2),
         _row("ended by a crash or a duplicate", out["ended_by_crash_or_duplicate"], 2),
         _row("stuck (not finished in the bounded wait)", out["stuck"], 2),
         _row("lost (no run, or no answer message)", out["lost"], 2),
@@ -120,6 +122,10 @@ def format_report(f: dict[str, Any]) -> str:
     lines.append("Targets")
     lines += [_row(x["name"], f"{'MET' if x['met'] else 'NOT MET'}  ({x['detail']})", 2)
               for x in f["targets"]]
+    if f.get("timelines"):
+        lines.append("Fault-phase runs ended without an answer, not by an injected malformed "
+                     "answer (first 20)")
+        lines += [f"  {t}" for t in f["timelines"]]
     if f["problems"]:
         lines.append("Problems (first 30)")
         lines += [f"  {p}" for p in f["problems"]]

@@ -39,7 +39,7 @@ from ackloop_dev.chaos.evidence import (
 )
 from ackloop_dev.chaos.phases import FaultPhase, calibrate, fault_phase
 from ackloop_dev.chaos.poison import poison_outcome
-from ackloop_dev.chaos.scenarios import followup_scenario, storm_phase
+from ackloop_dev.chaos.scenarios import BUDGET_ENDS, followup_scenario, storm_phase
 from ackloop_dev.chaos.stackup import ChaosStack, start_chaos_stack
 from ackloop_dev.chaos.targets import evaluate_targets
 from ackloop_dev.chaos.temporal import temporal_worker_kill
@@ -240,9 +240,17 @@ def _outcome(verdicts: list[Verdict], answered: set[str], stuck: set[str],
     terminal = [v for v in verdicts if v.status in ("completed", "failed", "cancelled")]
     explained = [v for v in terminal if v.status == "failed" and v.reason in INJECTED_PERMANENT
                  and model.faults_by_ref.get(v.ref, Counter())[INJECTED_PERMANENT[v.reason]]]
+    # A run stopped by its time budget: at a small time factor the machine's own time (process
+    # restarts, emulator latency, the unscaled in-request backoff) counts against a scaled
+    # budget, so a run slowed by a kill, a retried step or an injected fault may run out of it.
+    # Reported apart, with where its time went; one with none of these causes is unexplained.
+    budget_ends = [v for v in terminal if v.stop_reason == "max_seconds"
+                   or (v.status == "failed" and v.reason in BUDGET_ENDS)]
+    slowed = [v for v in budget_ends if v.in_flight_at_kill or v.retried_steps
+              or sum(model.faults_by_ref.get(v.ref, Counter()).values())]
     # Every other run that ended without its answer: under the fault phase's transient faults
     # nothing else explains it but the kills and the duplicates.
-    unexplained = [v for v in terminal if v not in explained
+    unexplained = [v for v in terminal if v not in explained and v not in slowed
                    and not (v.status == "completed" and v.stop_reason == "answered")]
     return {
         "completed": statuses["completed"],
@@ -253,6 +261,8 @@ def _outcome(verdicts: list[Verdict], answered: set[str], stuck: set[str],
                                                  if v.status == "completed"
                                                  and v.stop_reason != "answered")),
         "failed_by_injected_model_fault": len(explained),
+        "ended_by_budget": len(budget_ends),
+        "ended_by_budget_slowed": len(slowed),
         "ended_by_crash_or_duplicate": len(unexplained),
         "stuck": sum(1 for v in verdicts if v.run_id in stuck
                      or v.status in ("running", "queued")),
@@ -352,6 +362,8 @@ def _figures(config: ChaosConfig, phase: FaultPhase, found: dict[str, Any],
         "storm": storm,
         "dead_letter": dead_letter,
         "sweeper": found["sweeper"],
+        "timelines": [f"{v.ref} {v.run_id}: {v.timeline}" for v in verdicts if v.timeline
+                      and not (v.status == "failed" and v.reason in INJECTED_PERMANENT)][:20],
         "problems": ([f"{v.ref} {v.run_id}: {p}" for v in everyone for p in v.problems]
                      + [f"conversation {c.conversation_id}: {p}" for c in conversations
                         for p in [*c.overwritten, *c.order_problems]])[:30],

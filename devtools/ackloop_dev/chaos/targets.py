@@ -25,7 +25,9 @@ def evaluate_targets(f: dict[str, Any], *, quick: bool) -> list[dict[str, Any]]:
                 f"{every['stuck']} of {every['runs']}"),
         _target("runs ended by a crash or a duplicate = 0", out["ended_by_crash_or_duplicate"] == 0,
                 f"{out['ended_by_crash_or_duplicate']} (failed by an injected malformed model "
-                f"answer, expected: {out['failed_by_injected_model_fault']})"),
+                f"answer, expected: {out['failed_by_injected_model_fault']}; stopped by their "
+                f"time budget after a kill, a retry or a fault: "
+                f"{out.get('ended_by_budget_slowed', 0)})"),
         _target("transcript overwrites = 0", every["transcript_overwrites"] == 0
                 and every["conversation_order_problems"] == 0,
                 f"{every['transcript_overwrites']} overwritten turns, "
