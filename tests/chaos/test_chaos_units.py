@@ -206,11 +206,12 @@ def test_a_budget_end_is_unexplained_unless_a_kill_a_retry_or_a_fault_slowed_the
         return verdict
 
     answered = Verdict("run-a", "a", "t", "completed", stop_reason="answered")
-    idle = ended("b")  # stopped by its budget with nothing to slow it: a wait nobody timed
+    idle = ended("b", timeline="ended 50.1 s")  # nothing slowed it: a wait nobody timed
     killed = ended("c", in_flight_at_kill=1)
     retried = ended("d", retried_steps=2)
     faulted = ended("e")
-    malformed = Verdict("run-f", "f", "t", "failed", reason="model_malformed_response")
+    malformed = Verdict("run-f", "f", "t", "failed", reason="model_malformed_response",
+                        timeline="ended 3.0 s")
     outlasted = Verdict("run-g", "g", "t", "failed", reason="retries_outlasted_budget")
     model = ModelEvidence(faults_by_ref={"e": Counter({"429": 3}), "f": Counter(malformed=1),
                                          "g": Counter({"500": 4})})
@@ -221,3 +222,4 @@ def test_a_budget_end_is_unexplained_unless_a_kill_a_retry_or_a_fault_slowed_the
     assert out["ended_by_budget_slowed"] == 4
     assert out["failed_by_injected_model_fault"] == 1
     assert out["ended_by_crash_or_duplicate"] == 1  # idle
+    assert out["timelines"] == ["b run-b: ended 50.1 s"]  # the injected failure needs none

@@ -122,10 +122,10 @@ def format_report(f: dict[str, Any]) -> str:
     lines.append("Targets")
     lines += [_row(x["name"], f"{'MET' if x['met'] else 'NOT MET'}  ({x['detail']})", 2)
               for x in f["targets"]]
-    if f.get("timelines"):
+    if out.get("timelines"):
         lines.append("Fault-phase runs ended without an answer, not by an injected malformed "
                      "answer (first 20)")
-        lines += [f"  {t}" for t in f["timelines"]]
+        lines += [f"  {t}" for t in out["timelines"]]
     if f["problems"]:
         lines.append("Problems (first 30)")
         lines += [f"  {p}" for p in f["problems"]]

@@ -264,6 +264,8 @@ def _outcome(verdicts: list[Verdict], answered: set[str], stuck: set[str],
         "ended_by_budget": len(budget_ends),
         "ended_by_budget_slowed": len(slowed),
         "ended_by_crash_or_duplicate": len(unexplained),
+        "timelines": [f"{v.ref} {v.run_id}: {v.timeline}" for v in terminal
+                      if v.timeline and v not in explained][:20],
         "stuck": sum(1 for v in verdicts if v.run_id in stuck
                      or v.status in ("running", "queued")),
         "lost": sum(1 for v in verdicts if v.status == "lost")
@@ -362,8 +364,6 @@ def _figures(config: ChaosConfig, phase: FaultPhase, found: dict[str, Any],
         "storm": storm,
         "dead_letter": dead_letter,
         "sweeper": found["sweeper"],
-        "timelines": [f"{v.ref} {v.run_id}: {v.timeline}" for v in verdicts if v.timeline
-                      and not (v.status == "failed" and v.reason in INJECTED_PERMANENT)][:20],
         "problems": ([f"{v.ref} {v.run_id}: {p}" for v in everyone for p in v.problems]
                      + [f"conversation {c.conversation_id}: {p}" for c in conversations
                         for p in [*c.overwritten, *c.order_problems]])[:30],

@@ -206,7 +206,7 @@ class PushDelivery:
         finally:
             server.close()
             watch.cancel()
-            await asyncio.gather(*(route.shutdown() for route in self.routes.values()),
+            await asyncio.gather(watch, *(route.shutdown() for route in self.routes.values()),
                                  return_exceptions=True)
             await self._channel.close()
 

@@ -131,13 +131,16 @@ class RouteDelivery:
         """Stop delivering: give back (nack) every held message that is not being pushed, so
         another deliverer gets it at once. Pushes under way finish on their own."""
         self.owned = False
-        waiting = [h for h in self._held.values() if h.ack_id not in self._pushing]
-        for held in waiting:
-            if held.timer is not None:
-                held.timer.cancel()
-            self._held.pop(held.ack_id, None)
+        await self._hand_back([h for h in self._held.values() if h.ack_id not in self._pushing])
+
+    async def _hand_back(self, held: list[Held]) -> None:
+        """Nack ``held`` so the emulator delivers them again at once, and forget them."""
+        for one in held:
+            if one.timer is not None:
+                one.timer.cancel()
+            self._held.pop(one.ack_id, None)
         self._ready.clear()
-        await self._modify_deadline([h.ack_id for h in waiting], 0)
+        await self._modify_deadline([h.ack_id for h in held], 0)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters and flow-control state, JSON-able."""
@@ -227,17 +230,8 @@ class RouteDelivery:
             task.cancel()
         await asyncio.gather(*self._pullers, *self._workers, *self._pushes,
                              return_exceptions=True)
-        if self._acks:
-            with contextlib.suppress(gexc.GoogleAPICallError):
-                await self._subscriber.acknowledge(
-                    subscription=self.subscription.path, ack_ids=self._acks)
-            self._acks = []
-        for held in self._held.values():
-            if held.timer is not None:
-                held.timer.cancel()
-        handed_back, self._held = list(self._held), {}
-        self._ready.clear()
-        await self._modify_deadline(handed_back, 0)
+        await self._send_acks()
+        await self._hand_back(list(self._held.values()))
 
     async def _push(self, held: Held, started_round: int) -> None:
         try:
@@ -322,13 +316,16 @@ class RouteDelivery:
         while True:
             await self._ack_wake.wait()
             self._ack_wake.clear()
-            while self._acks:
-                batch, self._acks = self._acks[:ACK_BATCH], self._acks[ACK_BATCH:]
-                try:
-                    await self._subscriber.acknowledge(
-                        subscription=self.subscription.path, ack_ids=batch)
-                except Exception as exc:  # unacked messages come back: duplicates, not loss
-                    log.warning("ack on %s failed: %s", self.subscription.name, exc)
+            await self._send_acks()
+
+    async def _send_acks(self) -> None:
+        while self._acks:
+            batch, self._acks = self._acks[:ACK_BATCH], self._acks[ACK_BATCH:]
+            try:
+                await self._subscriber.acknowledge(
+                    subscription=self.subscription.path, ack_ids=batch)
+            except Exception as exc:  # unacked messages come back: duplicates, not loss
+                log.warning("ack on %s failed: %s", self.subscription.name, exc)
 
     async def _lease_forever(self) -> None:
         """Keep every held message leased, so the emulator does not redeliver it by itself."""
