@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
+from ackloop.jsondict import JsonDict
 from ackloop.wire import FunctionCall
-
-JsonDict = dict[str, Any]
 
 NOT_EXECUTED = {"error": "not executed: the run that asked for this call ended before it ran"}
 

@@ -21,9 +21,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ackloop.cost import Cost
+from ackloop.jsondict import JsonDict
 from ackloop.wire import Usage
-
-JsonDict = dict[str, Any]
 
 ANONYMOUS = "anonymous"
 """The caller of a query published to the topic, or of the HTTP API when it checks no one."""

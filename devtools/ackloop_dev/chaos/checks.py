@@ -19,14 +19,12 @@ import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
+from ackloop.jsondict import JsonDict
 from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus, StopReason
 from ackloop.store import Transcript
 from ackloop_dev.chaos.evidence import ModelEvidence
 from ackloop_dev.chaos.workload import question_text, reference_of
-
-JsonDict = dict[str, Any]
 
 _WHEN = re.compile(r"[A-Z][a-z]{2} \d{1,2} at \d{1,2}:\d{2}[AP]M")
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from ackloop.errors import PermanentError, RetryableError
+from ackloop.jsondict import JsonDict
 
 T = TypeVar("T")
 Version = Any
-JsonDict = dict[str, Any]
 
 
 class AlreadyExists(Exception):

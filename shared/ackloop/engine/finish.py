@@ -32,6 +32,7 @@ from ackloop.engine.lease import ClaimRef
 from ackloop.engine.outbox import send, stamped
 from ackloop.engine.spend import rolled_up, spent, steps_usage
 from ackloop.errors import PermanentError, StaleRead
+from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StopReason
 from ackloop.store import RunEnd, Transcript
@@ -40,7 +41,6 @@ from ackloop.wire import AnswerMessage, ModelStepMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
-JsonDict = dict[str, Any]
 COMMIT_ATTEMPTS = 4
 
 STOP_STATUS = {

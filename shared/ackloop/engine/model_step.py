@@ -35,6 +35,7 @@ from ackloop.engine.lease import (
 from ackloop.engine.ledger import scheduled_model_step
 from ackloop.engine.structured import OutputContract, contract_for, judge
 from ackloop.errors import ModelRetryableError, PermanentError, RetryableError
+from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey, turn_range
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn, StreamingModelClient
 from ackloop.records import (
@@ -52,7 +53,6 @@ from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
-JsonDict = dict[str, Any]
 
 
 _RUN_BUDGETS = frozenset({StopReason.MAX_STEPS, StopReason.MAX_SECONDS, StopReason.MAX_TOKENS})

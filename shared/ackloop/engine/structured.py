@@ -19,13 +19,13 @@ import jsonschema
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ackloop import conversation, patterns
+from ackloop.jsondict import JsonDict
 from ackloop.model.base import ModelTurn
 from ackloop.wire import FunctionCall
 
 FINAL_ANSWER_TOOL = "final_answer"
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
-JsonDict = dict[str, Any]
 
 
 class InvalidOutput(ValueError):

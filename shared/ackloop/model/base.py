@@ -8,13 +8,12 @@ a model's raw parts (thought signatures included) go back to it unchanged on the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ackloop.jsondict import JsonDict
 from ackloop.wire import FunctionCall, Usage
-
-JsonDict = dict[str, Any]
 
 
 class ModelRequest(BaseModel):

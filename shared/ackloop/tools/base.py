@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from ackloop.jsondict import JsonDict
 from ackloop.wire import FunctionCall
-
-JsonDict = dict[str, Any]
 
 
 class ToolContext(BaseModel):

@@ -9,11 +9,9 @@ still reads it) and drops the rest.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel
 
-JsonDict = dict[str, Any]
+from ackloop.jsondict import JsonDict
 
 # Keys copied unchanged when present (google-genai ``Schema`` fields, in their JSON spelling).
 _KEPT = (
