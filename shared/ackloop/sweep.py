@@ -29,10 +29,11 @@ from typing import Literal
 
 from ackloop.engine import approval, events
 from ackloop.engine.deps import Deps
-from ackloop.engine.finish import after_tools, end_run_now, first_step, run_end
+from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ledger import scheduled_model_message
 from ackloop.engine.outbox import send
 from ackloop.keys import StepKey
+from ackloop.outgoing import after_tools, first_step
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StepStatus, StopReason
 from ackloop.store import DecisionRefused
 from ackloop.telemetry import tracing

@@ -23,9 +23,10 @@ from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.engine.deps import Deps
 from ackloop.inprocess import InProcessLoop
+from ackloop.jsondict import JsonDict
 from ackloop.keys import run_id_for_request
 from ackloop.model.agent_scripts import CatalogScript
-from ackloop.model.base import JsonDict, ModelClient
+from ackloop.model.base import ModelClient
 from ackloop.model.final_answer_script import with_final_answer
 from ackloop.model.scripted import Script, ScriptedModel
 from ackloop.records import RunRecord, StepRecord

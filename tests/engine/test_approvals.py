@@ -231,7 +231,7 @@ def test_every_way_to_make_a_tool_takes_an_approval_policy() -> None:
 
 
 async def test_cancelling_a_waiting_run_ends_it_without_running_the_call() -> None:
-    from ackloop.engine.finish import cancel_run
+    from ackloop.engine.ending import cancel_run
 
     sent: list[dict[str, Any]] = []
     loop, run_id = await transfer_run("cancel", sent)

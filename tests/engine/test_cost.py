@@ -201,7 +201,7 @@ async def test_run_finished_is_logged_once_even_when_the_last_step_is_redelivere
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     loop = loop_on(MemoryDocumentDB(), tool_then_answer())
-    caplog.set_level(logging.INFO, logger="ackloop.engine.finish")
+    caplog.set_level(logging.INFO, logger="ackloop.engine.ending")
     await loop.submit(QueryMessage(request_id="once", text="go"))
     await loop.run_until_idle(duplicate_every=True)  # every message delivered twice
     last: Published = loop.log[-1].message

@@ -221,7 +221,7 @@ async def foreign_entry_before_turn_1(loop: InProcessLoop, request_id: str
     run = await run_of(loop, run_id)
     transcript = await store.load_transcript(run.conversation_id)
     interloper = {"role": "user", "parts": [{"text": "not from this run"}]}
-    await store.db.commit(store.append_writes(transcript, [interloper], FOREIGN_TAIL))
+    await store.db.commit(store._append_writes(transcript, [interloper], FOREIGN_TAIL))
     return run_id, next_model
 
 

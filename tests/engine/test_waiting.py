@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ackloop.bus.memory import Published
-from ackloop.engine.finish import cancel_run
+from ackloop.engine.ending import cancel_run
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn

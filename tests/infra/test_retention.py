@@ -23,7 +23,7 @@ async def _write_every_kind(store: AgentStore) -> None:
                     limits=RunLimits(max_steps=1, max_seconds=1, max_tool_calls=1))
     await store.create_run(run)
     await store.claim_step("r", StepKey.model(0), "model", owner="o", now=1.0, lease_seconds=1)
-    await store.db.commit(store.append_writes(await store.load_transcript("c"), [{"a": 1}],
+    await store.db.commit(store._append_writes(await store.load_transcript("c"), [{"a": 1}],
                                               "r/0", now=1.0))
     await store.record_poison("p", {"received_at": 1.0})
     await store.record_dead_letter("d", {"data": "", "received_at": 1.0})

@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import json
 
-from ackloop.model.base import JsonDict, ModelRequest, ModelTurn
+from ackloop.jsondict import JsonDict
+from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from ackloop.errors import ModelPermanentError, ModelRetryableError
-from ackloop.model.base import JsonDict, ModelRequest, ModelTurn, StreamingModelClient
+from ackloop.jsondict import JsonDict
+from ackloop.model.base import ModelRequest, ModelTurn, StreamingModelClient
 from ackloop.model.gemini import GeminiModel
 from ackloop.wire import Usage
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from ackloop.errors import ModelPermanentError
-from ackloop.model.base import JsonDict, ModelRequest
+from ackloop.jsondict import JsonDict
+from ackloop.model.base import ModelRequest
 from ackloop.model.scripted import ScriptedModel, reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.wire import FunctionCall

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from ackloop.errors import ModelPermanentError
-from ackloop.model.base import JsonDict, ModelRequest
+from ackloop.jsondict import JsonDict
+from ackloop.model.base import ModelRequest
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.seed_agent import haiku_for, shape_args

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from ackloop.docdb.base import PreconditionFailed
+from ackloop.docdb.base import AlreadyExists
 from ackloop.errors import IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
 from ackloop.keys import StepKey
 from ackloop.records import RunLimits, RunRecord, RunStatus
-from ackloop.store import CHUNK_BYTES, AgentStore
+from ackloop.store import AgentStore
+from tests.support.commits import complete
 
 KEY = StepKey.model(0)
 
@@ -34,10 +35,10 @@ async def test_expired_lease_is_taken_over_and_the_old_holder_is_fenced(store: A
     new = await store.claim_step("r", KEY, "model", owner="b", now=111, lease_seconds=10)
     assert new.state == "taken_over" and new.step.fence == 2 and new.step.attempts == 2
     with pytest.raises(LeaseLost):
-        await store.complete_step(old, now=112, result={"by": "a"}, outbox=[])
+        await complete(store, old, now=112, result={"by": "a"})
     with pytest.raises(LeaseLost):
         await store.renew_lease(old, now=112, lease_seconds=10)
-    await store.complete_step(new, now=113, result={"by": "b"}, outbox=[])
+    await complete(store, new, now=113, result={"by": "b"})
     done = await store.claim_step("r", KEY, "model", owner="c", now=114, lease_seconds=10)
     assert done.state == "completed" and done.step.result == {"by": "b"}
 
@@ -49,7 +50,7 @@ async def test_heartbeat_keeps_the_lease_and_the_commit_uses_the_new_version(
     renewed = await store.renew_lease(claim, now=108, lease_seconds=10)
     with pytest.raises(StepBusy):
         await store.claim_step("r", KEY, "model", owner="b", now=115, lease_seconds=10)
-    await store.complete_step(renewed, now=116, result={}, outbox=[])
+    await complete(store, renewed, now=116, result={})
 
 
 async def test_a_different_step_at_the_same_key_is_a_conflict(store: AgentStore) -> None:
@@ -91,26 +92,30 @@ async def test_create_run_is_idempotent_and_queues_behind_the_active_run(
 
 async def test_a_stale_transcript_append_cannot_overwrite_a_newer_one(store: AgentStore) -> None:
     """A writer that read the transcript before another appended is refused (H3)."""
-    await store.db.commit(store.append_writes(await store.load_transcript("c"), [{"a": 1}], "r/0"))
+    await store.db.commit(store._append_writes(await store.load_transcript("c"), [{"a": 1}], "r/0"))
     stale = await store.load_transcript("c")
-    await store.db.commit(store.append_writes(stale, [{"b": 2}], "r2/0"))
-    with pytest.raises(PreconditionFailed):
-        await store.db.commit(store.append_writes(stale, [{"c": 3}], "r/1"))
+    await store.db.commit(store._append_writes(stale, [{"b": 2}], "r2/0"))
+    with pytest.raises(AlreadyExists):
+        await store.db.commit(store._append_writes(stale, [{"c": 3}], "r/1"))
     assert (await store.load_transcript("c")).contents == [{"a": 1}, {"b": 2}]
 
 
-async def test_transcript_appends_roll_over_to_new_chunks(store: AgentStore) -> None:
-    big = {"role": "user", "parts": [{"text": "x" * (CHUNK_BYTES // 3)}]}
-    tail = None
-    for i in range(5):
+async def test_an_append_writes_only_its_own_turn(store: AgentStore) -> None:
+    """Append-only: each turn is a new chunk, and what an append writes does not grow with
+    the conversation."""
+    turn = {"role": "user", "parts": [{"text": "x" * 2000}]}
+    written = []
+    for i in range(6):
         transcript = await store.load_transcript("conv")
-        assert transcript.tail == tail
-        await store.db.commit(store.append_writes(transcript, [big], f"run/{i:04d}-model"))
-        tail = f"run/{i:04d}-model"
+        assert transcript.tail == (f"run/{i - 1:04d}-model" if i else None)
+        writes = store._append_writes(transcript, [turn], f"run/{i:04d}-model")
+        written.append(sum(len(str(w.data)) for w in writes))
+        assert [w.op for w in writes] == ["create"]
+        await store.db.commit(writes)
     transcript = await store.load_transcript("conv")
-    assert len(transcript.contents) == 5 and len(transcript.chunks) >= 2
-    assert all(c.size <= CHUNK_BYTES for c in transcript.chunks)
-    assert transcript.tail == "run/0004-model"
+    assert len(transcript.contents) == 6 and len(transcript.chunks) == 6
+    assert max(written) - min(written) < 20  # only the chunk's index and tail differ
+    assert transcript.tail == "run/0005-model"
 
 
 async def test_dead_letters_are_listed_past_any_page(store: AgentStore) -> None:

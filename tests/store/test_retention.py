@@ -19,9 +19,10 @@ from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.settings import Settings
-from ackloop.store import CHUNK_BYTES, DAY_SECONDS, AgentStore, Retention, RunEnd
+from ackloop.store import DAY_SECONDS, AgentStore, Retention, RunEnd
 from ackloop.wire import QueryMessage, Usage
 from tests.engine.fakes import CountingToolbox, make_loop
+from tests.support.commits import complete
 
 DAYS = 30
 CEILING = 3600.0
@@ -81,7 +82,7 @@ async def test_a_run_expires_retention_after_its_end_and_its_steps_outlive_that(
                                   lease_seconds=10)
     assert taken.state == "taken_over"
     assert await expiry(kept, kept.step_path("r", step.key)) == pytest.approx(live(T0 + 30))
-    await kept.complete_step(taken, now=T0 + 40, result={}, outbox=[])
+    await complete(kept, taken, now=T0 + 40, result={})
 
     end_at = T0 + CEILING  # as late as the deployment lets a run live
     assert await kept.end_run_now("r", ended(), end_at) is not None
@@ -118,32 +119,32 @@ async def test_transcript_chunks_expire_with_their_conversation_not_while_it_is_
     kept: AgentStore,
 ) -> None:
     chunk0, chunk1 = kept.chunk_path("c", 0), kept.chunk_path("c", 1)
-    await kept.db.commit(kept.append_writes(await kept.load_transcript("c"), [{"a": 1}], "r/0",
+    await kept.db.commit(kept._append_writes(await kept.load_transcript("c"), [{"a": 1}], "r/0",
                                             now=T0))
     assert await expiry(kept, chunk0) == pytest.approx(live(T0))
-    # A chunk that fills up: the next append starts chunk 1; chunk 0, written less than a day
-    # ago, is not written again.
-    big = {"text": "x" * CHUNK_BYTES}
-    writes = kept.append_writes(await kept.load_transcript("c"), [big], "r/1", now=T0 + 60)
+    # The next append creates chunk 1; chunk 0, written less than a day ago, is not written
+    # again.
+    writes = kept._append_writes(await kept.load_transcript("c"), [{"x": 1}], "r/1",
+                                 now=T0 + 60)
     assert [w.path for w in writes] == [chunk1]
     await kept.db.commit(writes)
     assert await expiry(kept, chunk0) == pytest.approx(live(T0))
     assert await expiry(kept, chunk1) == pytest.approx(live(T0 + 60))
-    # Used again 20 days later (a new run of the conversation): the chunk it writes (a new
-    # one, chunk 1 being full) and every older chunk move to the new horizon, in one commit.
+    # Used again 20 days later (a new run of the conversation): the chunk it writes and every
+    # older chunk move to the new horizon, in one commit.
     used = T0 + 20 * DAY_SECONDS
     transcript = await kept.load_transcript("c")
-    await kept.db.commit(kept.append_writes(transcript, [{"b": 2}], "r2/0", now=used))
+    await kept.db.commit(kept._append_writes(transcript, [{"b": 2}], "r2/0", now=used))
     for index in (0, 1, 2):
         assert await expiry(kept, kept.chunk_path("c", index)) == pytest.approx(live(used))
     loaded = await kept.load_transcript("c")
     assert [c.index for c in loaded.chunks] == [0, 1, 2] and loaded.contents[-1] == {"b": 2}
-    # And an append to a chunk that is not full rewrites it with the new horizon as well.
+    # Two days later again: the new chunk and every older one move to the new horizon.
     again = used + 2 * DAY_SECONDS
-    await kept.db.commit(kept.append_writes(loaded, [{"c": 3}], "r3/0", now=again))
-    for index in (0, 1, 2):
+    await kept.db.commit(kept._append_writes(loaded, [{"c": 3}], "r3/0", now=again))
+    for index in (0, 1, 2, 3):
         assert await expiry(kept, kept.chunk_path("c", index)) == pytest.approx(live(again))
-    assert len((await kept.load_transcript("c")).chunks) == 3
+    assert len((await kept.load_transcript("c")).chunks) == 4
 
 
 async def test_a_conversation_record_outlives_its_transcript(kept: AgentStore) -> None:
@@ -151,7 +152,7 @@ async def test_a_conversation_record_outlives_its_transcript(kept: AgentStore) -
     without its owner's record (TTL deletes within about a day, in no given order)."""
     run, _ = await kept.create_run(run_record("r", "c", at=T0))
     transcript = await kept.load_transcript("c")
-    await kept.db.commit(kept.append_writes(transcript, [{"a": 1}], "r/0", now=T0 + 100))
+    await kept.db.commit(kept._append_writes(transcript, [{"a": 1}], "r/0", now=T0 + 100))
     await kept.end_run_now("r", ended(), T0 + 120)
     conv_expires = await expiry(kept, kept.conversation_path(run.conversation_id))
     chunk_expires = await expiry(kept, kept.chunk_path("c", 0))
@@ -189,8 +190,8 @@ async def test_without_retention_nothing_expires(store: AgentStore, prefix: str)
     await store.create_run(run_record("r", at=T0))
     claim = await store.claim_step("r", StepKey.model(0), "model", owner="a", now=T0,
                                    lease_seconds=10)
-    await store.complete_step(claim, now=T0 + 1, result={}, outbox=[])
-    await store.db.commit(store.append_writes(await store.load_transcript("r"), [{"a": 1}],
+    await complete(store, claim, now=T0 + 1, result={})
+    await store.db.commit(store._append_writes(await store.load_transcript("r"), [{"a": 1}],
                                               "r/0", now=T0))
     await store.end_run_now("r", ended(), T0 + 2)
     await store.record_poison("m", {"received_at": T0})

@@ -10,12 +10,13 @@ import asyncio
 
 import pytest
 
-from ackloop.docdb.base import DocumentDB, PreconditionFailed
-from ackloop.errors import StepBusy
+from ackloop.docdb.base import DocumentDB
+from ackloop.errors import StaleRead, StepBusy
 from ackloop.keys import StepKey
-from ackloop.records import RunLimits, RunRecord, RunStatus, StopReason
-from ackloop.store import AgentStore, Claim, RunEnd
+from ackloop.records import RunLimits, RunRecord, RunStatus, StepStatus, StopReason
+from ackloop.store import AgentStore, Basis, Claim, Decision, RunEnd
 from ackloop.wire import Usage
+from tests.support.commits import complete, free
 from tests.support.rendezvous import RendezvousDB
 
 KEY = StepKey.tool(0, 0)
@@ -68,7 +69,7 @@ async def test_a_claim_that_read_before_the_holder_renewed_does_not_take_the_ste
 
     with pytest.raises(StepBusy):
         await claimer
-    await store.complete_step(renewed, now=112, result={"by": "a"}, outbox=[])
+    await complete(store, renewed, now=112, result={"by": "a"})
     (stored,) = await store.get_steps("r", [str(KEY)])
     assert stored is not None and stored.owner == "a" and stored.fence == 1
     assert stored.result == {"by": "a"}
@@ -89,16 +90,19 @@ async def test_a_run_end_written_from_a_stale_read_of_the_run_commits_nothing(
     meanwhile (a dead letter) is not overwritten by a late answer."""
     store = AgentStore(db, prefix)
     await store.create_run(run_record())
-    read = await store.get_run_snapshot("run-1")
+    read = await store.read_run("run-1")
     assert read is not None
+    claim = await store.claim_step("run-1", StepKey.model(0), "model", owner="a", now=101,
+                                   lease_seconds=LEASE)
     assert await store.fail_run("run-1", "dead_lettered: gave up", now=105)
 
-    conversation = await store.get_conversation_snapshot("run-1")  # as it is now
     end = RunEnd(RunStatus.COMPLETED, StopReason.ANSWERED, Usage(model_calls=1),
                  answer="too late")
-    ending = store.end_run_writes(read, conversation, end, now=106)
-    with pytest.raises(PreconditionFailed):
-        await store.db.commit(ending.writes)
+    with pytest.raises(StaleRead):
+        await store.commit_step(claim, Basis(read), Decision(result={}, end=end), now=106,
+                                price=free)
+    (step,) = await store.get_steps("run-1", [claim.key])
+    assert step is not None and step.status is StepStatus.RUNNING
     run = await store.get_run("run-1")
     assert run is not None and run.status is RunStatus.FAILED
     assert run.error == "dead_lettered: gave up" and run.answer is None

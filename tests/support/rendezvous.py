@@ -12,7 +12,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from ackloop.docdb.base import DocumentDB, JsonDict, Snapshot, Transaction, Version, Write
+from ackloop.docdb.base import DocumentDB, Snapshot, Transaction, Version, Write
+from ackloop.jsondict import JsonDict
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ from google.cloud import pubsub_v1
 
 from ackloop.bus.pubsub import PubSubPublisher
 from ackloop.engine import outbox
-from ackloop.engine.finish import first_step
+from ackloop.outgoing import first_step
 from ackloop.records import Outgoing
 from ackloop.settings import Settings
 from ackloop.telemetry import tracing

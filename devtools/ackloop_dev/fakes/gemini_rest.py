@@ -11,7 +11,8 @@ from typing import Any
 
 from google.genai import types
 
-from ackloop.model.base import JsonDict, ModelRequest, ModelTurn
+from ackloop.jsondict import JsonDict
+from ackloop.model.base import ModelRequest, ModelTurn
 
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",

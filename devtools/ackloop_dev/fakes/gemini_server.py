@@ -38,7 +38,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from ackloop.errors import ModelPermanentError, ModelRetryableError
-from ackloop.model.base import JsonDict
+from ackloop.jsondict import JsonDict
 from ackloop.model.scripted import Script, ScriptedModel, reference_workload_script
 from ackloop_dev.fakes.gemini_faults import Fault, FaultPlan, parse_fault_spec
 from ackloop_dev.fakes.gemini_rest import (

@@ -45,7 +45,7 @@ from ackloop.api.runs import (
 )
 from ackloop.cost import Cost
 from ackloop.engine.deps import Deps
-from ackloop.engine.finish import cancel_run
+from ackloop.engine.ending import cancel_run
 from ackloop.wire import Usage
 
 ApiMode = Literal["", "async", "stream", "async_stream"]

@@ -34,7 +34,7 @@ from ackloop.api.models import (
     SweepReport,
     SweptRun,
 )
-from ackloop.engine import finish
+from ackloop.engine import ending
 from ackloop.engine.deps import Deps
 from ackloop.engine.ingest import start_run
 from ackloop.errors import IdempotencyMismatch, PermanentError
@@ -226,7 +226,7 @@ async def cancel_run(request: Request, run_id: RunId) -> JSONResponse:
     calls not started yet are not made). Idempotent; 200 when the run had already finished."""
     deps = await deps_of(request)
     await existing_run(deps, run_id, caller_of(request))
-    run = await finish.cancel_run(deps, run_id)
+    run = await ending.cancel_run(deps, run_id)
     if run is None:
         raise ApiError(404, "not_found", f"no run {run_id}")
     body = CancelAccepted(run_id=run_id, status=run.status.value,

@@ -198,7 +198,7 @@ def cancel(
 ) -> None:
     """Ask a run to stop, as the API's cancel does: a queued run ends at once, a running one at
     its next step boundary. A run that has already ended is left as it is."""
-    from ackloop.engine.finish import cancel_run
+    from ackloop.engine.ending import cancel_run
 
     target = connect(directory)
 

@@ -15,7 +15,8 @@ from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from ackloop.docdb.base import DocumentDB, JsonDict, Snapshot, Transaction, Version, Write
+from ackloop.docdb.base import DocumentDB, Snapshot, Transaction, Version, Write
+from ackloop.jsondict import JsonDict
 
 T = TypeVar("T")
 

@@ -19,13 +19,13 @@ from google.cloud.firestore_v1.field_path import FieldPath
 from ackloop.docdb.base import (
     AlreadyExists,
     InvalidWrite,
-    JsonDict,
     PreconditionFailed,
     Snapshot,
     StorageUnavailable,
     Version,
     Write,
 )
+from ackloop.jsondict import JsonDict
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])

@@ -14,12 +14,12 @@ from ackloop.docdb.base import (
     MAX_WRITES_PER_COMMIT,
     AlreadyExists,
     InvalidWrite,
-    JsonDict,
     PreconditionFailed,
     Snapshot,
     Version,
     Write,
 )
+from ackloop.jsondict import JsonDict
 
 T = TypeVar("T")
 

@@ -23,7 +23,6 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from ackloop.docdb.base import Snapshot
 from ackloop.engine import spend
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import send
@@ -38,7 +37,7 @@ from ackloop.records import (
     StepStatus,
     Waiting,
 )
-from ackloop.store import Claim, DecisionRefused
+from ackloop.store import Claim, DecisionRefused, RunRead
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import Tool
 from ackloop.wire import FunctionCall, WaitingNotice
@@ -105,7 +104,7 @@ def wait_of(toolbox: object, call: FunctionCall) -> Wait | None:
     return Wait(tool, event) if event is not None else None
 
 
-async def wait_for_decision(deps: Deps, claim: Claim, run_snapshot: Snapshot, wait: Wait,
+async def wait_for_decision(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
                             call: FunctionCall) -> ReceivedEvent | None:
     """Record the step as waiting and announce it; or, when the awaited event has already
     arrived, return it (the call runs at once).
@@ -117,7 +116,7 @@ async def wait_for_decision(deps: Deps, claim: Claim, run_snapshot: Snapshot, wa
     tried again on the run as it is now."""
     now = deps.clock.now()
     for _ in range(WAIT_COMMIT_ATTEMPTS):
-        run = RunRecord.model_validate(run_snapshot.data)
+        run = read.record
         if wait.event is not None and (arrived := run.received.get(wait.event)) is not None:
             return arrived
         waiting = Waiting(kind=wait.kind, event=wait.event, tool=wait.tool.name,
@@ -125,14 +124,14 @@ async def wait_for_decision(deps: Deps, claim: Claim, run_snapshot: Snapshot, wa
         notice = _notice(run, claim.key, waiting)
         cost = spend.spent(deps, model=None, usage=None, commit_writes=2, outbox=[notice])
         try:
-            await deps.store.wait_step(claim, waiting, run_snapshot,
+            await deps.store.wait_step(claim, waiting, read,
                                        sweep_at(deps, waiting.deadline, now), cost)
             break
         except StaleRead:
-            fresh = await deps.store.get_run_snapshot(claim.run_id)
+            fresh = await deps.store.read_run(claim.run_id)
             if fresh is None:
                 return None
-            run_snapshot = fresh
+            read = fresh
     else:
         raise StaleRead(f"step {claim.key} of {claim.run_id}: the run kept changing")
     log.info("run %s step %s waits for %s of %s until %.0f", claim.run_id, claim.key,

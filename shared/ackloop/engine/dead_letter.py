@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from ackloop.engine.deps import Deps
-from ackloop.engine.finish import end_run_now, publish_end, run_end
+from ackloop.engine.ending import end_run_now, publish_end, run_end
 from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled_model_step
 from ackloop.keys import StepKey, run_id_for_request, turn_range
 from ackloop.push import Delivery
@@ -77,7 +77,7 @@ async def _scheduled(deps: Deps, message: StepMessage) -> str | None:
             committed_tool_message(model_step, message)
             return None
         if message.turn == 0:
-            exists = await deps.store.get_run_snapshot(message.run_id) is not None
+            exists = await deps.store.read_run(message.run_id) is not None
             return None if exists else f"run {message.run_id} does not exist"
         turn = message.turn - 1
         previous = await deps.store.steps_in_range(message.run_id, *turn_range(turn))

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from ackloop.engine import events
 from ackloop.engine.dead_letter import handle_dead_letter
 from ackloop.engine.deps import Deps
-from ackloop.engine.finish import end_run_now, run_end
+from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ingest import start_run
 from ackloop.engine.lease import RequestScope
 from ackloop.engine.model_step import handle_model_step

@@ -7,11 +7,11 @@ import logging
 
 from ackloop.cost import Cost
 from ackloop.engine.deps import Deps
-from ackloop.engine.finish import first_step
 from ackloop.engine.outbox import resend, send
 from ackloop.engine.spend import metered, spent
 from ackloop.errors import PermanentError
 from ackloop.keys import run_id_for_request
+from ackloop.outgoing import first_step
 from ackloop.records import ANONYMOUS, RunLimits, RunRecord, RunStatus
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import update_log_context

@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from ackloop.clock import Clock
-from ackloop.docdb.base import Snapshot
 from ackloop.engine.deps import Deps
 from ackloop.errors import (
     LeaseLost,
@@ -34,7 +33,7 @@ from ackloop.errors import (
 )
 from ackloop.keys import StepKey
 from ackloop.records import RunRecord, RunStatus, StepRecord
-from ackloop.store import AgentStore, Claim
+from ackloop.store import AgentStore, Claim, RunRead
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import update_log_context
 from ackloop.tools.base import Toolbox, prepare_toolbox
@@ -108,9 +107,9 @@ async def claim_waiting(
 
 
 async def claim_in_run(
-    deps: Deps, run_id: str, run_snapshot: Snapshot | None, key: StepKey, name: str, *,
+    deps: Deps, run_id: str, read: RunRead | None, key: StepKey, name: str, *,
     message_id: str, wait_until: float,
-) -> tuple[Snapshot, Claim] | None:
+) -> tuple[RunRead, Claim] | None:
     """Claim a step of a run read just before (and found to have scheduled the step).
 
     Nothing is written for a run that does not exist (:class:`UnknownRun`) or that is not
@@ -119,32 +118,32 @@ async def claim_in_run(
     to wait reads the run again afterwards; if that read fails, the claim is given back so the
     redelivery need not wait out the lease.
     """
-    if run_snapshot is None:
+    if read is None:
         raise UnknownRun(run_id)
-    status = RunRecord.model_validate(run_snapshot.data).status
+    status = read.record.status
     if status is not RunStatus.RUNNING:
         done = await deps.store.completed_step(run_id, key)
         if done is None:
             log.info("run %s is %s: step %s is not claimed", run_id, status, key)
             return None
         tracing.claimed(done.key, done.step.attempts, done.state, 0.0)
-        return run_snapshot, done
+        return read, done
     try:
         claim = await deps.store.claim_step(
             run_id, key, name, owner=deps.owner, now=deps.clock.now(),
             lease_seconds=deps.settings.lease_seconds, message_id=message_id)
         tracing.claimed(claim.key, claim.step.attempts, claim.state, 0.0)
-        _observe(run_snapshot, claim)
-        return run_snapshot, claim
+        _observe(read.record, claim)
+        return read, claim
     except StepBusy:
         waited_from = deps.clock.now()
         claim = await claim_waiting(deps, run_id, key, name, message_id=message_id,
                                     wait_until=wait_until)
         tracing.claimed(claim.key, claim.step.attempts, claim.state,
                         deps.clock.now() - waited_from)
-        _observe(run_snapshot, claim)
+        _observe(read.record, claim)
     try:
-        fresh = await deps.store.get_run_snapshot(run_id)
+        fresh = await deps.store.read_run(run_id)
     except Exception as exc:
         if claim.state != "completed":
             await deps.store.release_step(claim, error=f"run not read: {exc}")
@@ -154,11 +153,11 @@ async def claim_in_run(
     return fresh, claim
 
 
-def _observe(run_snapshot: Snapshot, claim: Claim) -> None:
+def _observe(run: RunRecord, claim: Claim) -> None:
     """Label the delivery's log lines with the claim's attempt and the run's agent and
     conversation, and count the claims beyond a step's first and the takeovers."""
-    update_log_context(attempt=claim.step.attempts, agent=run_snapshot.data.get("agent"),
-                       conversation_id=run_snapshot.data.get("conversation_id"))
+    update_log_context(attempt=claim.step.attempts, agent=run.agent,
+                       conversation_id=run.conversation_id)
     if claim.state in ("new", "taken_over"):
         metrics.step_claimed(claim.step.kind, claim.step.attempts, claim.state == "taken_over")
 

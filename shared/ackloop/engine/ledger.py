@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ackloop.engine.finish import after_tools, first_step
 from ackloop.errors import PermanentError
 from ackloop.keys import StepKey
+from ackloop.outgoing import after_tools, first_step
 from ackloop.records import Outgoing, StepRecord, StepStatus
 from ackloop.wire import ModelStepMessage, ToolStepMessage
 

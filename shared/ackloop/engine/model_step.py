@@ -6,7 +6,7 @@
    on turn 0, else the previous turn's tool results, in call order).
 4. Call the model with the lease kept alive, and decide (:func:`decide`, a pure function):
    one tool step per call, or the run's end.
-5. Commit the decision (:func:`ackloop.engine.finish.commit`), then publish.
+5. Commit the decision (:func:`ackloop.engine.commit.commit`), then publish.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from typing import Any
 from ackloop import conversation
 from ackloop.agents import Agent
 from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
-from ackloop.docdb.base import Snapshot
 from ackloop.engine import outbox
+from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
-from ackloop.engine.finish import Decision, Reads, commit, run_end
 from ackloop.engine.lease import (
     ClaimRef,
     RequestScope,
@@ -46,7 +45,7 @@ from ackloop.records import (
     StepStatus,
     StopReason,
 )
-from ackloop.store import Claim, Transcript
+from ackloop.store import Claim, RunRead, Transcript
 from ackloop.telemetry import tracing
 from ackloop.telemetry.context import update_log_context
 from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
@@ -100,24 +99,24 @@ async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: Reques
     read = await _claim_and_read(deps, message, key, scope)
     if read is None:
         return  # the run has ended: nothing to run
-    message, run_snapshot, claim, inputs = read
+    message, run_read, claim, inputs = read
     if claim.state == "completed":
         await outbox.resend(deps, message.run_id, claim.step.outbox)
         return
     ref = ClaimRef(claim)
     try:
         async with released_on_failure(deps.store, deps.clock, ref):
-            await _run_claimed(deps, message, ref, run_snapshot, inputs, scope)
+            await _run_claimed(deps, message, ref, run_read, inputs, scope)
     except PermanentError as exc:
         # Before the transcript could be read (or it is inconsistent): end the run as it is.
         log.warning("run %s failed at %s: %s", message.run_id, key, exc)
-        await commit(deps, ref, _failure(exc, message.usage, []), Reads(run_snapshot),
+        await commit(deps, ref, _failure(exc, message.usage, []), Basis(run_read),
                      kind="model", rolls_up=inputs.previous)
 
 
 async def _claim_and_read(
     deps: Deps, message: ModelStepMessage, key: StepKey, scope: RequestScope
-) -> tuple[ModelStepMessage, Snapshot, Claim, Inputs] | None:
+) -> tuple[ModelStepMessage, RunRead, Claim, Inputs] | None:
     """Read the step's inputs, check that the ledger scheduled it, then claim it, in as few
     round trips as possible. Returns the message as the ledger scheduled it (its usage is the
     ledger's), or None when the run is not running (nothing is claimed).
@@ -133,7 +132,7 @@ async def _claim_and_read(
     if message.turn == 0:
         message = scheduled_model_step(message, {})
         claimed = await claim_in_run(
-            deps, run_id, await deps.store.get_run_snapshot(run_id), key, "model",
+            deps, run_id, await deps.store.read_run(run_id), key, "model",
             message_id=scope.message_id, wait_until=wait_until,
         )
         return None if claimed is None else (message, *claimed, Inputs(None, []))
@@ -143,27 +142,27 @@ async def _claim_and_read(
     model_step = next((s for s in previous if s.kind == "model"), None)
     pointer = (model_step.result or {}).get("transcript") if model_step else None
     transcript: Transcript | None = None
-    found: Snapshot | None
+    found: RunRead | None
     if isinstance(pointer, dict):
         found, transcript = await deps.store.run_and_transcript(run_id, pointer)
     else:
-        found = await deps.store.get_run_snapshot(run_id)
+        found = await deps.store.read_run(run_id)
     claimed = await claim_in_run(deps, run_id, found, key, "model",
                                  message_id=scope.message_id, wait_until=wait_until)
     if claimed is None:
         return None
-    run_snapshot, claim = claimed
-    if run_snapshot is not found:
+    run_read, claim = claimed
+    if run_read is not found:
         transcript = None  # the claim waited: read the transcript again
-    return message, run_snapshot, claim, Inputs(transcript, previous)
+    return message, run_read, claim, Inputs(transcript, previous)
 
 
 async def _run_claimed(
-    deps: Deps, message: ModelStepMessage, ref: ClaimRef, run_snapshot: Snapshot,
+    deps: Deps, message: ModelStepMessage, ref: ClaimRef, run_read: RunRead,
     inputs: Inputs, scope: RequestScope,
 ) -> None:
     claim = ref.claim
-    run = RunRecord.model_validate(run_snapshot.data)
+    run = run_read.record
     if run.status is not RunStatus.RUNNING:
         # Ended (or not started): this step does not apply, so it is not recorded either.
         await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
@@ -174,7 +173,7 @@ async def _run_claimed(
     new_contents, final_output = _turn_input(run, message, inputs.previous)
     if message.turn == 0:
         new_contents = [*await _answers_left_by_the_previous_run(deps, transcript), *new_contents]
-    reads = Reads(run_snapshot, transcript)
+    basis = Basis(run_read, transcript)
     turn_ctx = TurnContext(run, message, agent, new_contents)
     try:
         if claim.step.attempts > deps.settings.max_step_attempts:
@@ -223,7 +222,7 @@ async def _run_claimed(
     except PermanentError as exc:
         log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
         decision = _failure(exc, message.usage, new_contents)
-    await commit(deps, ref, decision, reads, kind="model", rolls_up=inputs.previous,
+    await commit(deps, ref, decision, basis, kind="model", rolls_up=inputs.previous,
                  redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
 
 

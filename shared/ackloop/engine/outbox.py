@@ -27,14 +27,6 @@ def encode(data: object) -> bytes:
     return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
 
-def stamped(outbox: Sequence[Outgoing]) -> list[Outgoing]:
-    """The entries, each with the trace context it will be sent with (the current span's):
-    committed with them, it stays the parent of a re-send."""
-    traceparent = tracing.current_carrier().get("traceparent")
-    return [o if o.traceparent or not traceparent
-            else o.model_copy(update={"traceparent": traceparent}) for o in outbox]
-
-
 async def send(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> None:
     """Publish the entries, each with its trace context (the one it was committed with, else
     the current span's) among its attributes, under a span of its own."""

@@ -16,10 +16,9 @@ from __future__ import annotations
 import logging
 import time
 
-from ackloop.docdb.base import Snapshot
 from ackloop.engine import approval, outbox
+from ackloop.engine.commit import Basis, Decision, commit
 from ackloop.engine.deps import Deps
-from ackloop.engine.finish import Decision, Reads, after_tools, commit
 from ackloop.engine.lease import (
     ClaimRef,
     RequestScope,
@@ -31,7 +30,9 @@ from ackloop.engine.lease import (
 from ackloop.engine.ledger import committed_tool_message
 from ackloop.errors import PermanentError, UnknownRun
 from ackloop.keys import StepKey, tool_turn_range
-from ackloop.records import Outgoing, RunRecord, RunStatus, StepStatus
+from ackloop.outgoing import after_tools
+from ackloop.records import Outgoing, RunStatus, StepStatus
+from ackloop.store import RunRead
 from ackloop.telemetry import tracing
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.wire import ToolStepMessage, Usage
@@ -43,30 +44,30 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
     key = StepKey.tool(message.turn, message.index)
     # The run and the model step that asked for this call, before anything is written: only
     # the call that model step committed runs, never the message's own.
-    run_snapshot, (model_step,) = await deps.store.run_and_steps(
+    run_read, (model_step,) = await deps.store.run_and_steps(
         message.run_id, [str(StepKey.model(message.turn))])
-    if run_snapshot is None:
+    if run_read is None:
         raise UnknownRun(message.run_id)
     message = committed_tool_message(model_step, message)
     claimed = await claim_in_run(
-        deps, message.run_id, run_snapshot, key, message.call.name,
+        deps, message.run_id, run_read, key, message.call.name,
         message_id=scope.message_id,
         wait_until=scope.wait_until(deps, deps.settings.tool_timeout_seconds),
     )
     if claimed is None:
         return  # the run has ended: nothing to run
-    run_snapshot, claim = claimed
+    run_read, claim = claimed
     if claim.state == "waiting":
         # A re-send of a step that waits for a decision: nothing runs; say it waits again.
         if claim.step.waiting is not None:
-            await approval.announce(deps, RunRecord.model_validate(run_snapshot.data),
+            await approval.announce(deps, run_read.record,
                                     claim.key, claim.step.waiting)
         return
     if claim.state != "completed":
         ref = ClaimRef(claim)
         try:
             async with released_on_failure(deps.store, deps.clock, ref):
-                outcome, seconds = await _run_claimed(deps, message, ref, run_snapshot)
+                outcome, seconds = await _run_claimed(deps, message, ref, run_read)
         except PermanentError as exc:
             # The run must not stall: the failure becomes this call's result for the model.
             log.warning("run %s tool step %s failed: %s", message.run_id, key, exc)
@@ -74,7 +75,7 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
             seconds = None
         if outcome is None:
             return  # the run has ended, or the call waits: nothing more is recorded
-        await commit(deps, ref, _decision(message, outcome, seconds), Reads(run_snapshot),
+        await commit(deps, ref, _decision(message, outcome, seconds), Basis(run_read),
                      kind="tool")
         if message.call_count == 1:
             return  # the follow-up went out with the commit
@@ -82,13 +83,13 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
 
 
 async def _run_claimed(
-    deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_snapshot: Snapshot
+    deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_read: RunRead
 ) -> tuple[ToolOutcome | None, float | None]:
     """Run the call, or say why not. ``(None, None)``: the run has ended, or the call now
     waits for a decision or an event (recorded by :mod:`ackloop.engine.approval`): record
     nothing more."""
     claim = ref.claim
-    run = RunRecord.model_validate(run_snapshot.data)
+    run = run_read.record
     if run.status is not RunStatus.RUNNING:
         await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
         return None, None
@@ -117,7 +118,7 @@ async def _run_claimed(
         except ValueError as exc:
             return _error(f"not run: {exc}"), None
         if wait is not None:
-            arrived = await approval.wait_for_decision(deps, claim, run_snapshot, wait, call)
+            arrived = await approval.wait_for_decision(deps, claim, run_read, wait, call)
             if arrived is None:
                 return None, None
             context = context.model_copy(update={"event": arrived.payload})

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ackloop.errors import ModelPermanentError
-from ackloop.model.base import JsonDict, ModelRequest, ModelTurn
+from ackloop.jsondict import JsonDict
+from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.final_answer_script import FINAL_ANSWER
 from ackloop.model.transcript import ToolResult, read_exchange
 from ackloop.model.turns import calls_turn, text_turn

@@ -20,7 +20,8 @@ import zlib
 from typing import Any
 
 from ackloop.errors import ModelPermanentError
-from ackloop.model.base import JsonDict, ModelRequest, ModelTurn
+from ackloop.jsondict import JsonDict
+from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.transcript import Exchange, ToolResult, read_exchange
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.model.us_states import find_state_code, state_code_for_region

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ackloop.model.base import JsonDict, ModelRequest, ModelTurn
+from ackloop.jsondict import JsonDict
+from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.function_model import Conversation, Reply
 
 _MAX_DEPTH = 8

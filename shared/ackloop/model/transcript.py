@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ackloop.model.base import JsonDict
+from ackloop.jsondict import JsonDict
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from typing import Any
 
 from google.genai import types
 
-from ackloop.model.base import JsonDict, ModelRequest, ModelTurn
+from ackloop.jsondict import JsonDict
+from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.wire import FunctionCall, Usage
 
 CallSpec = FunctionCall | tuple[str, Mapping[str, Any]]

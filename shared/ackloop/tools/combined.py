@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ackloop.errors import PermanentError
-from ackloop.tools.base import JsonDict, Toolbox, ToolContext, ToolOutcome, prepare_toolbox
+from ackloop.jsondict import JsonDict
+from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome, prepare_toolbox
 from ackloop.tools.outcome import error_outcome
 from ackloop.wire import FunctionCall
 

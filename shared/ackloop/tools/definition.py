@@ -23,7 +23,8 @@ from typing import Any, overload
 
 from pydantic import BaseModel, Field, create_model
 
-from ackloop.tools.base import JsonDict, ToolContext
+from ackloop.jsondict import JsonDict
+from ackloop.tools.base import ToolContext
 from ackloop.tools.docstrings import read_docstring
 from ackloop.tools.parameters import read_parameters
 from ackloop.tools.schema import parameters_schema

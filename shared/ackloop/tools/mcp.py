@@ -34,7 +34,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict
 
 from ackloop.errors import PermanentError, RetryableError
-from ackloop.tools.base import JsonDict, ToolContext, ToolOutcome
+from ackloop.jsondict import JsonDict
+from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.tools.definition import DEFAULT_MAX_OUTPUT_BYTES, Tool
 from ackloop.tools.errors import ToolError
 from ackloop.tools.masking import is_secret_name

@@ -9,8 +9,9 @@ import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ackloop.jsondict import JsonDict
 from ackloop.tools.arguments import InvalidArguments, parse_arguments
-from ackloop.tools.base import JsonDict, ToolContext, ToolOutcome
+from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.tools.definition import Tool
 from ackloop.tools.errors import FinalResult, ToolError
 from ackloop.tools.masking import mask_json, mask_secrets

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from ackloop import outgoing
 from ackloop.cost import Cost
 from ackloop.docdb.base import (
     AlreadyExists,
     DocumentDB,
-    JsonDict,
     PreconditionFailed,
     Snapshot,
     StorageUnavailable,
@@ -42,10 +42,10 @@ from ackloop.errors import (
     StepBusy,
     StepConflict,
 )
+from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey, message_doc_id
 from ackloop.records import (
     ConversationRecord,
-    Outgoing,
     ReceivedEvent,
     RunRecord,
     RunStatus,
@@ -56,14 +56,16 @@ from ackloop.records import (
     TranscriptChunk,
     Waiting,
 )
+from ackloop.store.commit import Basis, Committed, Decision, Pricer, RunRead
+
+__all__ = ["AgentStore", "Basis", "Claim", "Committed", "Decision", "DecisionRefused",
+           "Pricer", "Retention", "RunEnd", "RunRead", "Transcript"]
 from ackloop.tools.masking import mask_secrets
 from ackloop.wire import Usage
 
 if TYPE_CHECKING:
     from ackloop.settings import Settings
 
-# A chunk is rewritten on every append, so keep it well below Firestore's 1 MiB document cap.
-CHUNK_BYTES = 256 * 1024
 # Optimistic retries of :meth:`AgentStore.create_run` when its documents change meanwhile.
 CREATE_RUN_ATTEMPTS = 5
 # Runs that may wait behind a conversation's active run (the queue lives on one document).
@@ -185,8 +187,6 @@ MAX_RECEIVED_EVENTS = 64
 class Transcript:
     conversation_id: str
     chunks: list[TranscriptChunk]
-    last_version: Version | None = None
-    """Version of the last chunk as read: an append rewrites it only if it is unchanged."""
     expires: tuple[Any, ...] = field(default=())
     """Each chunk's ``expire_at`` as read (None where it had none)."""
 
@@ -197,6 +197,16 @@ class Transcript:
     @property
     def tail(self) -> str | None:
         return self.chunks[-1].tail if self.chunks else None
+
+
+def _pointer(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
+    """Where ``transcript`` stands once ``writes`` (its append) commit: the next step reads
+    exactly these chunks, with the run, in one round trip (:meth:`AgentStore.run_and_transcript`)
+    instead of querying the collection."""
+    indexes = [int(w.path.rsplit("/", 1)[1]) for w in writes]
+    indexes += [c.index for c in transcript.chunks]
+    return {"conversation_id": transcript.conversation_id,
+            "chunks": max(indexes, default=-1) + 1}
 
 
 def _size(value: Any) -> int:
@@ -368,9 +378,10 @@ class AgentStore:
         (snap,) = await self.db.get_all([self.run_path(run_id)])
         return RunRecord.model_validate(snap.data) if snap else None
 
-    async def get_run_snapshot(self, run_id: str) -> Snapshot | None:
+    async def read_run(self, run_id: str) -> RunRead | None:
+        """The run with the version a commit fenced on this read is made against."""
         (snap,) = await self.db.get_all([self.run_path(run_id)])
-        return snap
+        return RunRead.of(snap)
 
     async def runs_in_status(
         self, status: RunStatus, order_by: str, limit: int = 200
@@ -404,7 +415,18 @@ class AgentStore:
         (snap,) = await self.db.get_all([self.conversation_path(conversation_id)])
         return snap
 
-    def end_run_writes(
+    @staticmethod
+    def _end_plan(run: RunRecord, conv_snapshot: Snapshot | None) -> tuple[str | None, int]:
+        """The queued run a run's end starts, and how many documents the end writes."""
+        if conv_snapshot is None:
+            return None, 1
+        conv = ConversationRecord.model_validate(conv_snapshot.data)
+        if conv.active_run_id == run.run_id:
+            next_run_id = conv.queue[0] if conv.queue else None
+            return next_run_id, 2 if next_run_id is None else 3
+        return None, 2 if run.run_id in conv.queue else 1
+
+    def _end_writes(
         self, run_snapshot: Snapshot, conv_snapshot: Snapshot | None, end: RunEnd, now: float
     ) -> EndWrites:
         """Writes that end a run, each fenced on the version its caller read.
@@ -465,7 +487,7 @@ class AgentStore:
             if run.status.terminal or (only_active and run.status is RunStatus.QUEUED):
                 return None
             conv = await txn.get(self.conversation_path(run.conversation_id))
-            ending = self.end_run_writes(snap, conv, end, now)
+            ending = self._end_writes(snap, conv, end, now)
             for write in ending.writes:
                 txn.write(replace(write, if_version=None))  # the transaction guards them
             ended = run.model_copy(update={"status": end.status, "stop_reason": end.stop_reason,
@@ -508,12 +530,13 @@ class AgentStore:
         return await self.db.transact(body)
 
     async def request_cancel(self, run_id: str) -> RunRecord | None:
-        snap = await self.get_run_snapshot(run_id)
-        if snap is None:
+        read = await self.read_run(run_id)
+        if read is None:
             return None
-        run = RunRecord.model_validate(snap.data)
+        run = read.record
         if not run.status.terminal and not run.cancel_requested:
-            await self.db.commit([Write("update", snap.path, {"cancel_requested": True})])
+            await self.db.commit([Write("update", read.snapshot.path,
+                                        {"cancel_requested": True})])
             run = run.model_copy(update={"cancel_requested": True})
         return run
 
@@ -613,7 +636,7 @@ class AgentStore:
                            holder=step) from exc
         return Claim(run_id, resumed, new_version, "new")
 
-    async def wait_step(self, claim: Claim, waiting: Waiting, run: Snapshot,
+    async def wait_step(self, claim: Claim, waiting: Waiting, read: RunRead,
                         sweep_at: float, cost: Cost | None = None) -> None:
         """Record the step as waiting (lease given back) in one batch with the run's
         ``progress_at`` moved to ``sweep_at`` (when the sweeper should find the run idle: at
@@ -621,7 +644,7 @@ class AgentStore:
         leaves the run alone until a decision or the deadline.
 
         Raises :class:`LeaseLost` or :class:`StaleRead` (nothing written)."""
-        record = RunRecord.model_validate(run.data)
+        record, run = read.record, read.snapshot
         if (record.progress_at or 0.0) > waiting.since:  # another call of the turn waits
             sweep_at = min(sweep_at, record.progress_at or sweep_at)
         step_write = Write("update", self.step_path(claim.run_id, claim.key), {
@@ -721,11 +744,11 @@ class AgentStore:
 
     async def run_and_steps(
         self, run_id: str, keys: Sequence[str]
-    ) -> tuple[Snapshot | None, list[StepRecord | None]]:
+    ) -> tuple[RunRead | None, list[StepRecord | None]]:
         """The run and some of its steps, in one read."""
         run, *steps = await self.db.get_all(
             [self.run_path(run_id), *(self.step_path(run_id, k) for k in keys)])
-        return run, [StepRecord.model_validate(s.data) if s else None for s in steps]
+        return RunRead.of(run), [StepRecord.model_validate(s.data) if s else None for s in steps]
 
     async def completed_step(self, run_id: str, key: StepKey) -> Claim | None:
         """The step at ``key`` if it has completed (to send its outbox again), without claiming
@@ -793,47 +816,82 @@ class AgentStore:
                 ]
             )
 
-    async def complete_step(
-        self,
-        claim: Claim,
-        *,
-        now: float,
-        result: JsonDict | None,
-        outbox: Sequence[Outgoing],
-        usage: Usage | None = None,
-        call_seconds: float | None = None,
-        error: str | None = None,
-        cost: Cost | None = None,
-        extra_writes: Sequence[Write] = (),
-    ) -> StepRecord:
-        """Commit the step and everything that must land with it, atomically.
+    async def commit_step(
+        self, claim: Claim, basis: Basis, decision: Decision, *, now: float, price: Pricer,
+        rolls_up: Sequence[Cost | None] = (),
+    ) -> Committed:
+        """Record ``decision`` of the step ``claim`` holds, made from ``basis``, in one atomic
+        commit with every precondition (:mod:`ackloop.store.commit`); returns what to send.
+
+        ``price`` prices the delivery once, knowing how many documents the commit writes; the
+        run's cost so far gains it and ``rolls_up`` (the previous turn's tool steps' costs, which
+        no commit has added to the run yet). A run's end reads its conversation first.
 
         Raises :class:`LeaseLost` (nothing written) if the lease was taken over, and
-        :class:`StaleRead` (nothing written) if the step is still ours but another document of
-        the batch changed since it was read.
+        :class:`StaleRead` (nothing written) if the step is still ours but another document the
+        commit is fenced on changed since it was read.
         """
+        run = basis.run.record
+        outbox = list(decision.outbox)
+        result = decision.result
+        writes: list[Write] = []
+        if basis.transcript is not None and decision.contents:
+            writes = self._append_writes(basis.transcript, decision.contents,
+                                         f"{run.run_id}/{claim.key}", now)
+            if decision.end is None and result is not None:
+                result = result | {"transcript": _pointer(basis.transcript, writes)}
+        end = decision.end
+        conv: Snapshot | None = None
+        run_writes = 1 if basis.transcript is not None else 0
+        if end is not None:
+            conv = await self.get_conversation_snapshot(run.conversation_id)
+            next_run_id, run_writes = self._end_plan(run, conv)
+            outbox.append(outgoing.answer(run, end))
+            if next_run_id is not None:
+                outbox.append(outgoing.first_step(next_run_id, other_run=True))
+        cost = price(1 + len(writes) + run_writes, outbox)
+        if claim.step.wait_cost is not None:  # the delivery that recorded its wait
+            cost = cost.plus(claim.step.wait_cost)
+        total = Cost.total([run.cost, *rolls_up, cost])
+        if end is not None:
+            end = replace(end, cost=total)
+            writes += self._end_writes(basis.run.snapshot, conv, end, now).writes
+        elif basis.transcript is not None:
+            # A model step moves the run: fenced, so it cannot commit into a run that ended.
+            writes.append(Write("update", basis.run.snapshot.path,
+                                {"progress_at": now, "cost": total.model_dump(mode="json")},
+                                if_version=basis.run.snapshot.version))
+        outbox = outgoing.stamped(outbox)
         update: JsonDict = {
             "status": StepStatus.COMPLETED.value,
             "completed_at": now,
             "result": result,
             "outbox": [o.to_doc() for o in outbox],
             "lease_expires_at": 0.0,
-            "last_error": None if error is None else mask_secrets(error),
+            "last_error": None if decision.error is None else mask_secrets(decision.error),
+            "cost": cost.model_dump(mode="json"),
         }
-        if usage is not None:
-            update["usage"] = usage.model_dump(mode="json")
-        if call_seconds is not None:
-            update["call_seconds"] = call_seconds
-        if cost is not None:
-            update["cost"] = cost.model_dump(mode="json")
-        step_write = Write(
-            "update", self.step_path(claim.run_id, claim.key), update, if_version=claim.version
-        )
+        if decision.step_usage is not None:
+            update["usage"] = decision.step_usage.model_dump(mode="json")
+        if decision.call_seconds is not None:
+            update["call_seconds"] = decision.call_seconds
+        step_write = Write("update", self.step_path(claim.run_id, claim.key), update,
+                           if_version=claim.version)
         try:
-            await self.db.commit([step_write, *extra_writes])
+            await self.db.commit([step_write, *writes])
         except (PreconditionFailed, AlreadyExists) as exc:
             await self._raise_conflict(claim, exc)
-        return claim.step.model_copy(update=update | {"outbox": list(outbox)})
+        return Committed(outbox, end, cost)
+
+    async def read_basis_again(self, basis: Basis) -> Basis | None:
+        """The run (and the transcript, if ``basis`` has one) read again after a commit found
+        them changed; None if the run is gone."""
+        run = await self.read_run(basis.run.run_id)
+        if run is None:
+            return None
+        if basis.transcript is None:
+            return Basis(run)
+        return Basis(run, await self.load_transcript(basis.transcript.conversation_id))
 
     async def _raise_conflict(self, claim: Claim, exc: Exception) -> None:
         """Tell a lost lease from a stale read after a commit was refused."""
@@ -871,72 +929,52 @@ class AgentStore:
     async def load_transcript(self, conversation_id: str) -> Transcript:
         snaps = await self.db.list_all(self.transcript_collection(conversation_id))
         chunks = [TranscriptChunk.model_validate(s.data) for s in snaps]
-        return Transcript(conversation_id, chunks, snaps[-1].version if snaps else None,
-                          tuple(s.data.get(EXPIRE_AT) for s in snaps))
-
-    @staticmethod
-    def transcript_pointer(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
-        """Where ``transcript`` stands once ``writes`` (from :meth:`append_writes`) commit.
-
-        A step records it so that the next step reads exactly these chunks, together with the
-        run, in one round trip (:meth:`run_and_transcript`) instead of querying the collection.
-        """
-        indexes = [int(w.path.rsplit("/", 1)[1]) for w in writes]
-        indexes += [c.index for c in transcript.chunks]
-        return {"conversation_id": transcript.conversation_id,
-                "chunks": max(indexes, default=-1) + 1}
+        return Transcript(conversation_id, chunks, tuple(s.data.get(EXPIRE_AT) for s in snaps))
 
     async def run_and_transcript(
         self, run_id: str, pointer: JsonDict
-    ) -> tuple[Snapshot | None, Transcript | None]:
-        """The run and the transcript chunks a :meth:`transcript_pointer` names, in one read.
+    ) -> tuple[RunRead | None, Transcript | None]:
+        """The run and the transcript chunks a step's pointer names, in one read.
 
-        The transcript is None when a chunk is missing (the caller then lists them).
+        The transcript is None when a chunk is missing, or when the chunk after the last one
+        named exists (something appended since the pointer was recorded): the caller then lists
+        them, and finds who appended before it calls the model.
         """
         conversation_id = str(pointer["conversation_id"])
-        paths = [self.chunk_path(conversation_id, i) for i in range(int(pointer["chunks"]))]
+        count = int(pointer["chunks"])
+        paths = [self.chunk_path(conversation_id, i) for i in range(count + 1)]
         run, *chunks = await self.db.get_all([self.run_path(run_id), *paths])
-        if any(c is None for c in chunks):
-            return run, None
+        beyond = chunks.pop()
+        if beyond is not None or any(c is None for c in chunks):
+            return RunRead.of(run), None
         present = [c for c in chunks if c is not None]
         loaded = [TranscriptChunk.model_validate(c.data) for c in present]
-        return run, Transcript(conversation_id, loaded, present[-1].version if present else None,
-                               tuple(c.data.get(EXPIRE_AT) for c in present))
+        return RunRead.of(run), Transcript(conversation_id, loaded,
+                                           tuple(c.data.get(EXPIRE_AT) for c in present))
 
-    def append_writes(
+    def _append_writes(
         self, transcript: Transcript, contents: Sequence[JsonDict], tail: str,
         now: float | None = None,
     ) -> list[Write]:
         """Writes that append ``contents`` to ``transcript`` (as loaded) and move its tail.
 
-        Appends go to the last chunk while it stays under :data:`CHUNK_BYTES`, else to a new
-        one. The rewrite of the last chunk is fenced on the version read and a new chunk is a
-        ``create``: a writer that read an older transcript (a step of a run that has ended
-        meanwhile) cannot erase what another run appended.
+        Append-only: every append creates the next chunk, holding only ``contents``, so what a
+        step writes does not grow with the conversation. A ``create`` fences it: a writer that
+        read an older transcript (a step of a run that has ended meanwhile) finds the chunk
+        taken and writes nothing, and cannot erase what another run appended.
 
         With a retention, the chunk written expires :meth:`Retention.live` from ``now`` (the
-        wall clock if not given), and the chunks it does not rewrite are moved to the same
-        horizon when theirs is a day or more behind: a conversation in use loses no history.
+        wall clock if not given), and the older chunks are moved to the same horizon when
+        theirs is a day or more behind: a conversation in use loses no history.
         """
-        added = _size(list(contents))
-        conversation_id = transcript.conversation_id
         last = transcript.chunks[-1] if transcript.chunks else None
         expiry = self._live_expiry(time.time() if now is None else now)
-        if last is not None and last.size + added <= CHUNK_BYTES:
-            chunk = last.model_copy(
-                update={
-                    "contents": [*last.contents, *contents],
-                    "tail": tail,
-                    "size": last.size + added,
-                }
-            )
-            return [*self._refresh_writes(transcript, expiry, below=last.index),
-                    Write("update", self.chunk_path(conversation_id, chunk.index),
-                          chunk.to_doc() | expiry, if_version=transcript.last_version)]
         index = last.index + 1 if last is not None else 0
-        chunk = TranscriptChunk(index=index, contents=list(contents), tail=tail, size=added)
+        chunk = TranscriptChunk(index=index, contents=list(contents), tail=tail,
+                                size=_size(list(contents)))
         return [*self._refresh_writes(transcript, expiry, below=index),
-                Write("create", self.chunk_path(conversation_id, index), chunk.to_doc() | expiry)]
+                Write("create", self.chunk_path(transcript.conversation_id, index),
+                      chunk.to_doc() | expiry)]
 
     def _refresh_writes(self, transcript: Transcript, expiry: JsonDict, below: int) -> list[Write]:
         """Move the ``expire_at`` of the chunks before ``below`` to ``expiry`` where it is a day

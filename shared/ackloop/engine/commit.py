@@ -1,0 +1,105 @@
+"""Committing what a step decided.
+
+A handler reads (claim, run, transcript), calls (the model or the tool), then *decides*: a
+:class:`~ackloop.store.commit.Decision` says what the step produced, what the transcript gains,
+which messages follow and whether the run ends. The store turns it into one atomic commit
+fenced on what was read (:meth:`ackloop.store.AgentStore.commit_step`); this module runs the
+loop around it.
+
+When a document other than the step changed, the documents are read again and the handler's
+``redecide`` is asked again; a run that has ended meanwhile is left as it is and the step is
+released unrecorded (it did not apply). Only then are the messages sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ackloop.cost import Cost
+from ackloop.engine.deps import Deps
+from ackloop.engine.ending import log_finished, run_end
+from ackloop.engine.lease import ClaimRef
+from ackloop.engine.outbox import send
+from ackloop.engine.spend import spent
+from ackloop.errors import PermanentError, RetryableError, StaleRead
+from ackloop.records import Outgoing, RunRecord, StepRecord
+from ackloop.store import Basis, Decision
+from ackloop.telemetry import metrics, tracing
+from ackloop.wire import Usage
+
+__all__ = ["COMMIT_ATTEMPTS", "Basis", "Decision", "Redecide", "commit", "run_end"]
+
+COMMIT_ATTEMPTS = 4
+
+Redecide = Callable[[RunRecord], Decision]
+
+
+async def commit(
+    deps: Deps, ref: ClaimRef, decision: Decision, basis: Basis, *, kind: str,
+    redecide: Redecide | None = None, rolls_up: Sequence[StepRecord] = (),
+) -> None:
+    """Commit ``decision`` (see the module docstring), then send its messages.
+
+    The step records what its delivery spent (:mod:`ackloop.engine.spend`); a model step also
+    adds it to the run's cost, with the costs of the tool steps among ``rolls_up`` (the
+    previous turn's steps, which no commit has added yet)."""
+    claim = ref.claim
+    tool_costs = [s.cost for s in rolls_up if s.kind == "tool"]
+    for _ in range(COMMIT_ATTEMPTS):
+        run = basis.run.record
+        model = run.model if kind == "model" else None
+
+        def price(writes: int, outbox: Sequence[Outgoing], model: str | None = model,
+                  usage: Usage | None = decision.step_usage) -> Cost:
+            return spent(deps, model=model, usage=usage, commit_writes=writes, outbox=outbox)
+
+        now = deps.clock.now()
+        try:
+            with tracing.span("firestore.commit", {"ackloop.step": claim.key}):
+                committed = await deps.store.commit_step(
+                    claim, basis, decision, now=now, price=price,
+                    rolls_up=tool_costs)
+        except StaleRead:
+            basis = await _read_again(deps, basis)
+            fresh = basis.run.record
+            if fresh.status.terminal:
+                await deps.store.release_step(
+                    claim, error=f"not recorded: the run became {fresh.status} meanwhile")
+                return
+            if redecide is not None and decision.end is None:
+                decision = redecide(fresh)
+            continue
+        _count(run, decision)
+        metrics.step_cost(kind, committed.cost.usd)
+        if committed.end is not None:
+            log_finished(run, committed.end, now)
+        deps.faults.hit(f"{kind}:after_commit")
+        await send(deps, run.run_id, committed.outbox)
+        return
+    raise RetryableError(f"step {claim.key} of {claim.run_id}: documents kept changing",
+                             retry_after=1.0)
+
+
+def _count(run: RunRecord, decision: Decision) -> None:
+    """Count what a step's commit recorded: the model's tokens and the run's end (the commit is
+    fenced, so each is counted once whatever the deliveries); its cost is counted beside it."""
+    if decision.step_usage is not None:
+        metrics.model_tokens(run.model, decision.step_usage.prompt_tokens,
+                             decision.step_usage.output_tokens)
+    if decision.end is not None:
+        metrics.run_finished(run.agent, decision.end.status.value,
+                             decision.end.stop_reason.value)
+
+
+async def _read_again(deps: Deps, basis: Basis) -> Basis:
+    fresh = await deps.store.read_basis_again(basis)
+    if fresh is None:
+        raise PermanentError(f"run {basis.run.run_id} vanished", reason="unknown_run")
+    if (basis.transcript is not None and fresh.transcript is not None
+            and fresh.transcript.tail != basis.transcript.tail
+            and not fresh.run.record.status.terminal):
+        raise PermanentError(
+            f"transcript of {fresh.transcript.conversation_id} was extended by "
+            f"{fresh.transcript.tail!r} while this step ran", reason="transcript_inconsistent")
+    return fresh
+

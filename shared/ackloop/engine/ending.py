@@ -1,0 +1,97 @@
+"""Ending runs outside a step's commit, and what every end says: its status, its log line,
+its answer on the answers topic."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from ackloop import outgoing
+from ackloop.cost import Cost
+from ackloop.engine import approval
+from ackloop.engine.deps import Deps
+from ackloop.engine.outbox import send
+from ackloop.engine.spend import rolled_up, steps_usage
+from ackloop.records import RunRecord, RunStatus, StopReason
+from ackloop.store import RunEnd
+from ackloop.telemetry import metrics
+from ackloop.wire import Usage
+
+log = logging.getLogger(__name__)
+
+STOP_STATUS = {
+    StopReason.ANSWERED: RunStatus.COMPLETED,
+    StopReason.FINAL_TOOL: RunStatus.COMPLETED,
+    StopReason.MAX_STEPS: RunStatus.COMPLETED,
+    StopReason.MAX_SECONDS: RunStatus.COMPLETED,
+    StopReason.MAX_TOOL_CALLS: RunStatus.COMPLETED,
+    StopReason.MAX_TOKENS: RunStatus.COMPLETED,
+    StopReason.CANCELLED: RunStatus.CANCELLED,
+    StopReason.FAILED: RunStatus.FAILED,
+}
+
+
+def run_end(stop_reason: StopReason, usage: Usage, **fields: Any) -> RunEnd:
+    return RunEnd(STOP_STATUS[stop_reason], stop_reason, usage, **fields)
+
+
+async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
+                      only_active: bool = False) -> RunRecord | None:
+    """End a run outside any step (dead letter, conflict, sweeper, cancel of a queued run),
+    then publish its end and start the conversation's next queued run. None: nothing ended.
+
+    The run's usage and cost are rolled up from its steps as recorded (no step message carries
+    them here): a run whose model step completed before a dead letter ended it says so."""
+    found = await deps.store.get_run(run_id)
+    if found is None or found.status.terminal:
+        return None
+    steps = await deps.store.list_steps(run_id)
+    end = replace(end, usage=steps_usage(steps), cost=rolled_up(found, steps))
+    now = deps.clock.now()
+    ended = await deps.store.end_run_now(run_id, end, now, only_active=only_active)
+    if ended is None:
+        return None
+    run, next_run_id = ended
+    metrics.run_finished(run.agent, end.status.value, end.stop_reason.value)
+    log_finished(run, end, now)
+    outbox = [outgoing.answer(run, end)]
+    if next_run_id is not None:
+        outbox.append(outgoing.first_step(next_run_id, other_run=True))
+    await send(deps, run_id, outbox)
+    return run
+
+
+def log_finished(run: RunRecord, end: RunEnd, now: float) -> None:
+    """The one line a run's end logs, after the commit that ended it (a redelivery finds the
+    run ended and commits nothing, so it logs nothing)."""
+    log.info("run finished", extra={"fields": {
+        "run_id": run.run_id, "agent": run.agent, "conversation_id": run.conversation_id,
+        "status": end.status.value, "stop_reason": end.stop_reason.value,
+        "elapsed_seconds": round(now - (run.started_at or run.created_at), 3),
+        "steps": end.usage.model_calls + end.usage.tool_calls,
+        "usage": end.usage.model_dump(mode="json"),
+        "cost": (end.cost or Cost()).model_dump(mode="json"),
+    }})
+
+
+async def publish_end(deps: Deps, run: RunRecord) -> None:
+    """Publish an ended run's end again (the answers topic is at least once)."""
+    if run.status.terminal and run.stop_reason is not None:
+        end = RunEnd(run.status, run.stop_reason, run.usage, answer=run.answer,
+                     output=run.output, error=run.error)
+        await send(deps, run.run_id, [outgoing.answer(run, end)])
+
+
+async def cancel_run(deps: Deps, run_id: str) -> RunRecord | None:
+    """Cancel a run: a queued one ends at once; a running one stops at its next step."""
+    run = await deps.store.get_run(run_id)
+    if run is not None and run.status is RunStatus.QUEUED:
+        ended = await end_run_now(deps, run_id, run_end(StopReason.CANCELLED, run.usage,
+                                                        error="cancelled before it started"))
+        if ended is not None:
+            return ended
+    requested = await deps.store.request_cancel(run_id)
+    if requested is not None and requested.status is RunStatus.RUNNING:
+        await approval.reject_on_cancel(deps, run_id)
+    return requested

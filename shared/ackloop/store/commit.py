@@ -1,0 +1,89 @@
+"""What a step's commit is made of: the decision it records and the reads it is fenced on.
+
+The engine decides; the store writes. A handler reads the run (:class:`RunRead`) and, for a
+model step, the transcript, then decides (:class:`Decision`). :meth:`AgentStore.commit_step`
+turns that decision into every write with its precondition, in one atomic commit:
+
+- the step, on the holder's version (a holder whose lease was taken over writes nothing);
+- a new transcript chunk holding only this turn, created (a writer that read an older
+  transcript finds the chunk taken and writes nothing), so bytes written do not grow with the
+  conversation;
+- the run, on its version: a model step records its progress and the run's cost so far there,
+  and a run's end is written there, so a run that ended meanwhile refuses the commit;
+- the conversation, on its version, when the run ends: the same commit starts its next queued
+  run.
+
+No type of the document layer leaves the store: a :class:`RunRead` carries the version it was
+read at for the store's own use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ackloop.cost import Cost
+from ackloop.docdb.base import Snapshot
+from ackloop.jsondict import JsonDict
+from ackloop.records import Outgoing, RunRecord
+from ackloop.wire import Usage
+
+if TYPE_CHECKING:
+    from ackloop.store import RunEnd, Transcript
+
+
+@dataclass(frozen=True)
+class RunRead:
+    """A run as one read found it: its record, validated once, and (for the store) the version
+    a commit fenced on this read is made against."""
+
+    record: RunRecord
+    snapshot: Snapshot = field(repr=False)
+
+    @classmethod
+    def of(cls, snapshot: Snapshot | None) -> RunRead | None:
+        return None if snapshot is None else cls(RunRecord.model_validate(snapshot.data), snapshot)
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What a decision was made from: the run and, for a model step, the transcript."""
+
+    run: RunRead
+    transcript: Transcript | None = None
+    """Model steps: the transcript as read (None: the step writes no transcript, nor the
+    run's progress)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one step produced, decided from what it read."""
+
+    result: JsonDict | None
+    outbox: list[Outgoing] = field(default_factory=list)
+    contents: list[JsonDict] = field(default_factory=list)
+    """Appended to the conversation's transcript (model steps only)."""
+    end: RunEnd | None = None
+    step_usage: Usage | None = None
+    call_seconds: float | None = None
+    error: str | None = None
+
+
+Pricer = Callable[[int, Sequence[Outgoing]], Cost]
+"""What the delivery spent, priced as its commit of that many documents is made and before
+that outbox is published (:func:`ackloop.engine.spend.spent`)."""
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a commit recorded: the messages to send now, the run's end (with its total cost)
+    and what the step's delivery spent."""
+
+    outbox: list[Outgoing]
+    end: RunEnd | None
+    cost: Cost
