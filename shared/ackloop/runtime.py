@@ -19,7 +19,7 @@ from ackloop.bus.pubsub import PubSubPublisher
 from ackloop.clock import SystemClock
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.firestore import FirestoreDocumentDB
-from ackloop.engine.deps import Deps, FaultPoints
+from ackloop.engine.deps import Deps
 from ackloop.model.base import ModelClient
 from ackloop.settings import Settings
 from ackloop.store import AgentStore, Retention
@@ -90,7 +90,6 @@ async def build_deps(settings: Settings) -> Deps:
         agents=agents,
         clock=SystemClock(),
         owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
-        faults=FaultPoints.from_environment(),
     )
     log.info(
         "ackloop process ready: model provider %s (%s), agents %s",

@@ -10,13 +10,14 @@ from ackloop.bus.memory import MemoryPublisher
 from ackloop.clock import Clock, ManualClock
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.engine.deps import Deps, FaultPoints
+from ackloop.engine.deps import Deps
 from ackloop.inprocess import InProcessLoop
 from ackloop.model.base import ModelClient
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.wire import FunctionCall
+from ackloop_dev.faults import FaultPoints, with_faults
 
 
 class SimulatedCrash(BaseException):
@@ -24,6 +25,9 @@ class SimulatedCrash(BaseException):
 
 
 class CrashingFaults(FaultPoints):
+    """The crash points of ackloop_dev.faults, raising :class:`SimulatedCrash` in place of a
+    SIGKILL, ``times`` times each."""
+
     def __init__(self, points: set[str], times: int = 1) -> None:
         super().__init__(frozenset(points))
         self.remaining = Counter({p: times for p in points})
@@ -80,6 +84,5 @@ def make_loop(
         agents=AgentRegistry([Agent("default", instructions, toolbox)]),
         clock=clock or ManualClock(),
         owner="test-owner",
-        faults=faults or FaultPoints(),
     )
-    return InProcessLoop(deps, publisher)
+    return InProcessLoop(with_faults(deps, faults) if faults else deps, publisher)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ackloop.engine.deps import FAULT_POINTS
 from ackloop_dev.chaos.timing import DEFAULT_FACTOR, Timing
+from ackloop_dev.faults import FAULT_POINTS
 
 MODEL_BURSTS = ("429:1*3", "500*3", "delay:hang*2", "429:1*3", "500*3", "malformed")
 """Model-server fault bursts, served in this rotation (fake Gemini fault spec syntax, seconds at

@@ -30,7 +30,6 @@ import httpx
 from google.cloud import pubsub_v1  # type: ignore[attr-defined,unused-ignore]
 
 from ackloop.docdb.firestore import FirestoreDocumentDB
-from ackloop.engine.deps import FAULT_POINTS
 from ackloop.localstack import StackState
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
@@ -46,6 +45,7 @@ from ackloop_dev.devstack.stack import (
     StackOptions,
     isolated_env,
 )
+from ackloop_dev.faults import FAULT_POINTS
 
 NOT_DUPLICATED = ("dead_letter",)
 """Functions the duplicating front never sends a second copy to."""
@@ -58,7 +58,7 @@ def canary_key() -> str:
 
 
 def marker_name(point: str) -> str:
-    """The marker file :class:`~ackloop.engine.deps.FaultPoints` uses for ``point``."""
+    """The marker file :class:`~ackloop_dev.faults.FaultPoints` uses for ``point``."""
     return point.replace(":", "_")
 
 

@@ -344,9 +344,13 @@ class LocalStack:
         timeout = {"ACKLOOP_REQUEST_TIMEOUT_SECONDS": f"{load_policy().request_timeout_s[name]:g}"}
         env = {**os.environ, **timeout, **state.env, **own, **(extra_env or {}),
                "FUNCTION_TARGET": name, "PORT": str(state.ports[name]), "ACKLOOP_HOST": "127.0.0.1"}
+        # A process asked to crash at a named point runs with the crash points installed
+        # around its dependencies (ackloop_dev.faults); the runtime itself has none.
+        command = ([sys.executable, "-m", "ackloop_dev.faults", "run"]
+                   if env.get("ACKLOOP_FAULT_CRASH_AT") else [*ackloop_command(), "run"])
         proc = ManagedProcess(
             name,
-            [*ackloop_command(), "run"],
+            command,
             self.directory / "logs" / f"{name}.log",
             f"http://127.0.0.1:{state.ports[name]}/" + ("healthz" if name == "api" else ""),
             env=env,

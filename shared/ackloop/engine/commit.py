@@ -73,7 +73,6 @@ async def commit(
         metrics.step_cost(kind, committed.cost.usd)
         if committed.end is not None:
             log_finished(run, committed.end, now)
-        deps.faults.hit(f"{kind}:after_commit")
         await send(deps, run.run_id, committed.outbox)
         return
     raise RetryableError(f"step {claim.key} of {claim.run_id}: documents kept changing",

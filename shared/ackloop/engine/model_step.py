@@ -213,7 +213,6 @@ async def _run_claimed(
                 timeout_seconds=deps.settings.model_timeout_seconds,
             )
             model_turn, call_seconds, retried = await _call_model(deps, ref, request, scope)
-            deps.faults.hit("model:after_call")
             decision = decide(turn_ctx, model_turn, contract, call_seconds)
             if retried:  # the step record shows what was waited out inside this request
                 decision = replace(

@@ -137,7 +137,6 @@ async def _run_claimed(
         with tracing.span(f"tool {message.call.name}", {"ackloop.tool": message.call.name}):
             outcome = await agent.tools.execute(call, context)
     beat.check()
-    deps.faults.hit("tool:after_call")
     return outcome, time.monotonic() - started
 
 
