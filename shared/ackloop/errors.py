@@ -76,6 +76,15 @@ class LeaseLost(RetryableError):
     """Our lease was taken over (it expired); our result must not be committed."""
 
 
+class StepTaken(AckloopError):
+    """An unclaimed step's commit found the step recorded by another delivery (``step``, as
+    read): this delivery's result is not recorded; the other's stands."""
+
+    def __init__(self, step: object) -> None:
+        super().__init__(f"step {getattr(step, 'key', '?')} was recorded by another delivery")
+        self.step = step
+
+
 class StaleRead(AckloopError):
     """A commit's precondition failed on a document other than the step (the run, the
     conversation or a transcript chunk changed since it was read): read again and decide again."""

@@ -37,6 +37,8 @@ class InProcessLoop:
     log: list[DeliveryLog] = field(default_factory=list)
     _queue: deque[tuple[Kind, Published]] = field(default_factory=deque)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _attempts: dict[int, int] = field(default_factory=dict)
+    """Deliveries so far of each message (by identity), as Pub/Sub counts them."""
 
     def _kinds(self) -> dict[str, Kind]:
         s = self.deps.settings
@@ -60,10 +62,13 @@ class InProcessLoop:
                 self._queue.append((kinds[message.topic], message))
 
     async def deliver(self, kind: Kind, message: Published) -> Outcome:
+        # Pub/Sub counts the deliveries of a message (a dead-letter policy is always set).
+        self._attempts[id(message)] = attempt = self._attempts.get(id(message), 0) + 1
         delivery = Delivery(
             message_id=message.message_id or str(next(self._ids)),
             data=message.data,
             attributes=message.attributes,
+            delivery_attempt=attempt,
         )
         outcome = await dispatch(self.deps, kind, delivery)
         self.log.append(DeliveryLog(kind, message, outcome))

@@ -100,6 +100,12 @@ class Settings(BaseSettings):
         description="This service's request timeout (for a push service also the subscription's "
         "ack deadline): every wait inside a request ends in time to answer before it.",
     )
+    step_claims: Literal["auto", "always"] = Field(
+        default="auto",
+        description="auto: a step claims its document before its call only where a duplicate "
+        "call would cost more than the claim's write (a long prompt, a tool that is not "
+        "retry-safe, a call that waits); always: every step claims (ackloop.engine.claims).",
+    )
     claim_wait_seconds: float = Field(
         default=25.0,
         ge=0,

@@ -70,9 +70,9 @@ async def test_every_message_delivered_twice_executes_and_records_each_step_once
 
 
 async def test_concurrent_duplicate_deliveries_run_the_model_once():
-    """A duplicate that arrives while the step is held waits inside its request (on the real
-    clock, while the holder's heartbeat keeps the lease), then finds the step completed and is
-    acknowledged: the model runs once and neither delivery is nacked."""
+    """Claimed steps: a duplicate that arrives while the step is held waits inside its request
+    (on the real clock, while the holder's heartbeat keeps the lease), then finds the step
+    completed and is acknowledged: the model runs once and neither delivery is nacked."""
     release = asyncio.Event()
     calls = 0
 
@@ -84,7 +84,8 @@ async def test_concurrent_duplicate_deliveries_run_the_model_once():
 
     model = ScriptedModel()
     model.generate = slow_generate  # type: ignore[method-assign]
-    loop = make_loop(model, CountingToolbox(), clock=SystemClock())
+    loop = make_loop(model, CountingToolbox(), clock=SystemClock(),
+                     settings=Settings(lease_seconds=10.0, step_claims="always"))
     await loop.submit(QueryMessage(request_id="conc", text="hi"))
     loop._collect()
     (kind, query), = list(loop._queue)

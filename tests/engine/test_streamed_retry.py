@@ -155,7 +155,7 @@ async def test_a_step_taken_over_meanwhile_is_not_retried_nor_recorded_twice() -
     write of attempt 3 is refused: that delivery gives up (503) and calls the model no more.
     The step commits once, the duplicate's turn."""
     with _server("midstream:6") as server:
-        loop = _loop(server)
+        loop = _loop(server, step_claims="always")
         clock = loop.deps.clock
         assert isinstance(clock, ManualClock)
         deliver = loop.deliver

@@ -13,19 +13,22 @@ released unrecorded (it did not apply). Only then are the messages sent.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from ackloop.cost import Cost
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import log_finished, run_end
 from ackloop.engine.lease import ClaimRef
-from ackloop.engine.outbox import send
+from ackloop.engine.outbox import resend, send
 from ackloop.engine.spend import spent
-from ackloop.errors import PermanentError, RetryableError, StaleRead
-from ackloop.records import Outgoing, RunRecord, StepRecord
-from ackloop.store import Basis, Decision
+from ackloop.errors import LeaseLost, PermanentError, RetryableError, StaleRead, StepTaken
+from ackloop.records import Outgoing, RunRecord, StepRecord, StepStatus
+from ackloop.store import Basis, Claim, Decision
 from ackloop.telemetry import metrics, tracing
 from ackloop.wire import Usage
+
+log = logging.getLogger(__name__)
 
 __all__ = ["COMMIT_ATTEMPTS", "Basis", "Decision", "Redecide", "commit", "run_end"]
 
@@ -59,6 +62,9 @@ async def commit(
                 committed = await deps.store.commit_step(
                     claim, basis, decision, now=now, price=price,
                     rolls_up=tool_costs)
+        except StepTaken as taken:
+            await _taken(deps, claim, taken)
+            return
         except StaleRead:
             basis = await _read_again(deps, basis)
             fresh = basis.run.record
@@ -77,6 +83,19 @@ async def commit(
         return
     raise RetryableError(f"step {claim.key} of {claim.run_id}: documents kept changing",
                              retry_after=1.0)
+
+
+async def _taken(deps: Deps, claim: Claim, taken: StepTaken) -> None:
+    """An unclaimed step found recorded by another delivery: that one stands. Its outbox is
+    re-sent where still needed; a step another delivery is still running is left to it (its
+    message is redelivered if it dies), and this one is redelivered too, in case it was ours."""
+    step = taken.step
+    if isinstance(step, StepRecord) and step.status is StepStatus.COMPLETED:
+        log.info("step %s of %s was recorded by another delivery; this result is dropped",
+                 claim.key, claim.run_id)
+        await resend(deps, claim.run_id, step.outbox)
+        return
+    raise LeaseLost(f"step {claim.key} of {claim.run_id} was claimed by another delivery")
 
 
 def _count(run: RunRecord, decision: Decision) -> None:

@@ -152,7 +152,7 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
             return Outcome(200, {"run_id": run.run_id, "created": created})
         if isinstance(message, EventMessage):
             return Outcome(200, await _deliver_event(deps, message))
-        served = RequestScope.starting(deps, delivery.message_id)
+        served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1)
         if isinstance(message, ModelStepMessage):
             await handle_model_step(deps, message, served)
         elif isinstance(message, ToolStepMessage):

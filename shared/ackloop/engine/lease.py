@@ -53,11 +53,14 @@ class RequestScope:
     message_id: str
     deadline: float
     """Clock time by which the request must have answered (its timeout, less a margin)."""
+    delivery_attempt: int = 1
+    """Pub/Sub's count of this message's deliveries (1 when it does not say): the attempt
+    number of a step run unclaimed, whose failed attempts left no document to count them."""
 
     @classmethod
-    def starting(cls, deps: Deps, message_id: str) -> RequestScope:
+    def starting(cls, deps: Deps, message_id: str, delivery_attempt: int = 1) -> RequestScope:
         return cls(message_id, deps.clock.now() + deps.settings.request_timeout_seconds
-                   - COMMIT_MARGIN_S)
+                   - COMMIT_MARGIN_S, max(1, delivery_attempt))
 
     def wait_until(self, deps: Deps, call_seconds: float) -> float:
         """Until when a claim may wait: the configured bound, and room left for the call."""
@@ -108,9 +111,13 @@ async def claim_waiting(
 
 async def claim_in_run(
     deps: Deps, run_id: str, read: RunRead | None, key: StepKey, name: str, *,
-    message_id: str, wait_until: float,
+    message_id: str, wait_until: float, unclaimed: bool = False, attempt: int = 1,
 ) -> tuple[RunRead, Claim] | None:
     """Claim a step of a run read just before (and found to have scheduled the step).
+
+    ``unclaimed``: the read found no document at ``key`` and the call may run without a claim
+    (:mod:`ackloop.engine.claims`): nothing is written, and the commit creates the step, as
+    attempt ``attempt`` (the delivery's).
 
     Nothing is written for a run that does not exist (:class:`UnknownRun`) or that is not
     running (None: the message is acknowledged as having nothing left to do), except that a
@@ -128,6 +135,12 @@ async def claim_in_run(
             return None
         tracing.claimed(done.key, done.step.attempts, done.state, 0.0)
         return read, done
+    if unclaimed:
+        claim = deps.store.unclaimed(run_id, key, name, owner=deps.owner, now=deps.clock.now(),
+                                     message_id=message_id, attempt=attempt)
+        tracing.claimed(claim.key, attempt, claim.state, 0.0)
+        _observe(read.record, claim)
+        return read, claim
     try:
         claim = await deps.store.claim_step(
             run_id, key, name, owner=deps.owner, now=deps.clock.now(),
@@ -158,7 +171,7 @@ def _observe(run: RunRecord, claim: Claim) -> None:
     conversation, and count the claims beyond a step's first and the takeovers."""
     update_log_context(attempt=claim.step.attempts, agent=run.agent,
                        conversation_id=run.conversation_id)
-    if claim.state in ("new", "taken_over"):
+    if claim.state in ("new", "taken_over", "unclaimed"):
         metrics.step_claimed(claim.step.kind, claim.step.attempts, claim.state == "taken_over")
 
 

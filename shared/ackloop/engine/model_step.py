@@ -20,7 +20,7 @@ from typing import Any
 from ackloop import conversation
 from ackloop.agents import Agent
 from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
-from ackloop.engine import outbox
+from ackloop.engine import claims, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import (
@@ -35,7 +35,7 @@ from ackloop.engine.ledger import scheduled_model_step
 from ackloop.engine.structured import OutputContract, contract_for, judge
 from ackloop.errors import ModelRetryableError, PermanentError, RetryableError
 from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey, turn_range
+from ackloop.keys import StepKey
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn, StreamingModelClient
 from ackloop.records import (
     Outgoing,
@@ -117,38 +117,48 @@ async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: Reques
 async def _claim_and_read(
     deps: Deps, message: ModelStepMessage, key: StepKey, scope: RequestScope
 ) -> tuple[ModelStepMessage, RunRead, Claim, Inputs] | None:
-    """Read the step's inputs, check that the ledger scheduled it, then claim it, in as few
-    round trips as possible. Returns the message as the ledger scheduled it (its usage is the
-    ledger's), or None when the run is not running (nothing is claimed).
+    """Read the step's inputs, check that the ledger scheduled it, then claim it or run it
+    unclaimed (:mod:`ackloop.engine.claims`), in as few round trips as possible. Returns the
+    message as the ledger scheduled it (its usage is the ledger's), or None when the run is not
+    running (nothing is claimed).
 
-    Turn 0 reads the run. Later turns read the previous turn's steps (which must have scheduled
-    this one: :class:`~ackloop.engine.ledger.Unscheduled` otherwise); the previous model step
-    recorded where the transcript stands, so the run and the transcript chunks then come in
-    one read (the chunks are listed only for a step recorded without it). Nothing is written
-    before these checks pass.
+    Turn 0 reads the run and the step's own document. Later turns read the previous turn's
+    steps and this step's document in one range (the previous turn must have scheduled this
+    step: :class:`~ackloop.engine.ledger.Unscheduled` otherwise); the previous model step
+    recorded where the transcript stands, so the run and the transcript chunks then come in one
+    read (the chunks are listed only for a step recorded without it). Nothing is written before
+    these checks pass.
     """
     wait_until = scope.wait_until(deps, deps.settings.model_timeout_seconds)
     run_id = message.run_id
-    if message.turn == 0:
-        message = scheduled_model_step(message, {})
-        claimed = await claim_in_run(
-            deps, run_id, await deps.store.read_run(run_id), key, "model",
-            message_id=scope.message_id, wait_until=wait_until,
-        )
-        return None if claimed is None else (message, *claimed, Inputs(None, []))
-    turn = message.turn - 1
-    previous = await deps.store.steps_in_range(run_id, *turn_range(turn))
-    message = scheduled_model_step(message, {s.key: s for s in previous})
-    model_step = next((s for s in previous if s.kind == "model"), None)
-    pointer = (model_step.result or {}).get("transcript") if model_step else None
     transcript: Transcript | None = None
     found: RunRead | None
-    if isinstance(pointer, dict):
-        found, transcript = await deps.store.run_and_transcript(run_id, pointer)
+    previous: list[StepRecord] = []
+    if message.turn == 0:
+        message = scheduled_model_step(message, {})
+        found, (own,) = await deps.store.run_and_steps(run_id, [str(key)])
     else:
-        found = await deps.store.read_run(run_id)
-    claimed = await claim_in_run(deps, run_id, found, key, "model",
-                                 message_id=scope.message_id, wait_until=wait_until)
+        turn = message.turn - 1
+        in_range = await deps.store.steps_in_range(run_id, str(StepKey.model(turn)), str(key))
+        own = next((s for s in in_range if s.key == str(key)), None)
+        previous = [s for s in in_range if s.key != str(key)]
+        message = scheduled_model_step(message, {s.key: s for s in previous})
+        model_step = next((s for s in previous if s.kind == "model"), None)
+        pointer = (model_step.result or {}).get("transcript") if model_step else None
+        if isinstance(pointer, dict):
+            found, transcript = await deps.store.run_and_transcript(run_id, pointer)
+        else:
+            found = await deps.store.read_run(run_id)
+    unclaimed = False
+    if own is None and found is not None and found.record.status is RunStatus.RUNNING:
+        if transcript is None or transcript.conversation_id != found.record.conversation_id:
+            transcript = await deps.store.load_transcript(found.record.conversation_id)
+        prompt_bytes = sum(c.size for c in transcript.chunks) + len(found.record.text)
+        unclaimed = not claims.model_call_claims(deps.settings, found.record.model, prompt_bytes,
+                                                 streamed=_streams(deps))
+    claimed = await claim_in_run(deps, run_id, found, key, "model", message_id=scope.message_id,
+                                 wait_until=wait_until, unclaimed=unclaimed,
+                                 attempt=scope.delivery_attempt)
     if claimed is None:
         return None
     run_read, claim = claimed
@@ -165,7 +175,8 @@ async def _run_claimed(
     run = run_read.record
     if run.status is not RunStatus.RUNNING:
         # Ended (or not started): this step does not apply, so it is not recorded either.
-        await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
+        if claim.state != "unclaimed":
+            await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
         return
     agent = deps.agents.get(run.agent)
     tracing.note(agent=agent.name)
@@ -273,10 +284,15 @@ async def _call_model(
     return turn, time.monotonic() - started, retried
 
 
+def _streams(deps: Deps) -> bool:
+    """Whether model calls stream: the deployment asks for it and the model can."""
+    return deps.settings.model_stream and isinstance(deps.model, StreamingModelClient)
+
+
 def _delta_writer(deps: Deps, ref: ClaimRef) -> DeltaWriter | None:
     """Where a model call's text goes while it runs, when the deployment streams and the model
     can; None for a unary call."""
-    if not (deps.settings.model_stream and isinstance(deps.model, StreamingModelClient)):
+    if not _streams(deps):
         return None
     claim = ref.claim
     return DeltaWriter(deps.store.db, deltas_collection(deps.store, claim.run_id), claim.key,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ackloop.engine import approval, outbox
+from ackloop.engine import approval, claims, outbox
 from ackloop.engine.commit import Basis, Decision, commit
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import (
@@ -34,7 +34,7 @@ from ackloop.outgoing import after_tools
 from ackloop.records import Outgoing, RunStatus, StepStatus
 from ackloop.store import RunRead
 from ackloop.telemetry import tracing
-from ackloop.tools.base import ToolContext, ToolOutcome
+from ackloop.tools.base import ToolContext, ToolOutcome, prepare_toolbox
 from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,9 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
     key = StepKey.tool(message.turn, message.index)
     # The run and the model step that asked for this call, before anything is written: only
     # the call that model step committed runs, never the message's own.
-    run_read, (model_step,) = await deps.store.run_and_steps(
-        message.run_id, [str(StepKey.model(message.turn))])
+    # Its own document too: a step that does not exist yet may run unclaimed.
+    run_read, (model_step, own) = await deps.store.run_and_steps(
+        message.run_id, [str(StepKey.model(message.turn)), str(key)])
     if run_read is None:
         raise UnknownRun(message.run_id)
     message = committed_tool_message(model_step, message)
@@ -53,6 +54,8 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
         deps, message.run_id, run_read, key, message.call.name,
         message_id=scope.message_id,
         wait_until=scope.wait_until(deps, deps.settings.tool_timeout_seconds),
+        unclaimed=own is None and await _runs_unclaimed(deps, run_read, message),
+        attempt=scope.delivery_attempt,
     )
     if claimed is None:
         return  # the run has ended: nothing to run
@@ -91,7 +94,8 @@ async def _run_claimed(
     claim = ref.claim
     run = run_read.record
     if run.status is not RunStatus.RUNNING:
-        await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
+        if claim.state != "unclaimed":
+            await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
         return None, None
     if run.cancel_requested:
         # Cancelled after the fan-out: the call is not made; the join still completes the
@@ -138,6 +142,22 @@ async def _run_claimed(
             outcome = await agent.tools.execute(call, context)
     beat.check()
     return outcome, time.monotonic() - started
+
+
+async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessage) -> bool:
+    """Whether this call may run without a claim (:func:`claims.tool_call_claims`): its tool is
+    retry-safe and the call waits for nothing. Anything uncertain claims."""
+    run = run_read.record
+    if run.status is not RunStatus.RUNNING or run.cancel_requested:
+        return False
+    try:
+        tools = deps.agents.get(run.agent).tools
+        await prepare_toolbox(tools)  # what is_retry_safe reads, for MCP tools; kept once done
+        waits = approval.wait_of(tools, message.call) is not None
+    except Exception:  # the claimed path reports it as it always did
+        return False
+    return not claims.tool_call_claims(deps.settings, waits=waits,
+                                       retry_safe=_retry_safe(tools, message.call.name))
 
 
 def _error(text: str) -> ToolOutcome:

@@ -41,6 +41,7 @@ from ackloop.errors import (
     StaleRead,
     StepBusy,
     StepConflict,
+    StepTaken,
 )
 from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey, message_doc_id
@@ -74,8 +75,10 @@ MAX_QUEUED_RUNS = 100
 DEAD_LETTER_PAGE = 500
 LAST_DOCUMENT_ID = "\U0010ffff"
 
-ClaimState = Literal["new", "taken_over", "completed", "waiting"]
-"""``waiting``: the step waits for a decision; nothing is claimed and nothing runs."""
+ClaimState = Literal["new", "taken_over", "completed", "waiting", "unclaimed"]
+"""``waiting``: the step waits for a decision; nothing is claimed and nothing runs.
+``unclaimed``: run without a claim; its document is created by the commit that records it
+(:meth:`AgentStore.unclaimed`)."""
 
 DAY_SECONDS = 86_400.0
 EXPIRE_AT = "expire_at"
@@ -157,7 +160,8 @@ class Claim:
 
     run_id: str
     step: StepRecord
-    version: Version
+    version: Version | None
+    """None while ``unclaimed``: no document exists yet."""
     state: ClaimState
 
     @property
@@ -197,6 +201,13 @@ class Transcript:
     @property
     def tail(self) -> str | None:
         return self.chunks[-1].tail if self.chunks else None
+
+
+def _fresh_step(key: StepKey, name: str, *, owner: str, now: float, message_id: str,
+                lease_expires_at: float) -> StepRecord:
+    return StepRecord(key=str(key), kind=key.kind, name=name, turn=key.turn, index=key.index,
+                      owner=owner, lease_expires_at=lease_expires_at, message_id=message_id,
+                      created_at=now, started_at=now)
 
 
 def _pointer(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
@@ -559,18 +570,8 @@ class AgentStore:
         :class:`StepBusy` while another holder's lease is live.
         """
         path = self.step_path(run_id, str(key))
-        fresh = StepRecord(
-            key=str(key),
-            kind=key.kind,
-            name=name,
-            turn=key.turn,
-            index=key.index,
-            owner=owner,
-            lease_expires_at=now + lease_seconds,
-            message_id=message_id,
-            created_at=now,
-            started_at=now,
-        )
+        fresh = _fresh_step(key, name, owner=owner, now=now, message_id=message_id,
+                            lease_expires_at=now + lease_seconds)
         try:
             version = await self.db.create(path, fresh.to_doc() | self._live_expiry(now))
             return Claim(run_id, fresh, version, "new")
@@ -616,6 +617,18 @@ class AgentStore:
             raise StepBusy(f"step {key} was claimed concurrently", retry_after=0.0,
                            holder=step) from exc
         return Claim(run_id, taken, version, "taken_over")
+
+    @staticmethod
+    def unclaimed(run_id: str, key: StepKey, name: str, *, owner: str, now: float,
+                  message_id: str = "", attempt: int = 1) -> Claim:
+        """Run the step at ``key`` without claiming it: nothing is written before its result.
+        Its commit then creates the step document, so of two deliveries that ran it at once
+        one records it (the other finds it taken: :class:`StepTaken`). For a step whose
+        document the caller's read found absent, and whose call is cheap and safe to repeat
+        (see :mod:`ackloop.engine.claims`)."""
+        step = _fresh_step(key, name, owner=owner, now=now, message_id=message_id,
+                           lease_expires_at=0.0).model_copy(update={"attempts": attempt})
+        return Claim(run_id, step, None, "unclaimed")
 
     async def _resume(self, run_id: str, step: StepRecord, version: Version, *, owner: str,
                       now: float, lease_seconds: float, message_id: str) -> Claim:
@@ -762,7 +775,10 @@ class AgentStore:
         return Claim(run_id, step, snap.version, "completed")
 
     async def renew_lease(self, claim: Claim, *, now: float, lease_seconds: float) -> Claim:
-        """Extend the lease (the heartbeat). Raises :class:`LeaseLost` if it was taken over."""
+        """Extend the lease (the heartbeat). Raises :class:`LeaseLost` if it was taken over.
+        An unclaimed step has no lease: nothing is written."""
+        if claim.version is None:
+            return claim
         until = now + lease_seconds
         try:
             (version,) = await self.db.commit(
@@ -790,6 +806,8 @@ class AgentStore:
         fields: JsonDict = {"attempts": claim.step.attempts + 1, "started_at": now,
                             "lease_expires_at": now + lease_seconds,
                             "last_error": mask_secrets(error)}
+        if claim.version is None:  # only a streamed call retries in its request: it claims
+            raise ValueError(f"step {claim.key} is unclaimed: it has no attempt to move on")
         try:
             (version,) = await self.db.commit([Write(
                 "update", self.step_path(claim.run_id, claim.key), fields,
@@ -801,7 +819,17 @@ class AgentStore:
     async def release_step(
         self, claim: Claim, *, error: str, not_before: float = 0.0
     ) -> None:
-        """Give the lease back after a retryable failure so the redelivery need not wait."""
+        """Give the lease back after a retryable failure so the redelivery need not wait.
+
+        An unclaimed step's failure creates its document, released (attempt 1, the error):
+        the redelivery then claims it as its next attempt, so attempts are counted."""
+        if claim.version is None:
+            released = claim.step.model_copy(update={
+                "last_error": mask_secrets(error), "not_before": not_before})
+            with contextlib.suppress(AlreadyExists):  # another delivery has it: that one's
+                await self.db.create(self.step_path(claim.run_id, claim.key),
+                                     released.to_doc() | self._live_expiry(claim.step.started_at))
+            return
         # Already taken over (PreconditionFailed): the new holder owns the step now.
         with contextlib.suppress(PreconditionFailed):
             await self.db.commit(
@@ -875,8 +903,10 @@ class AgentStore:
             update["usage"] = decision.step_usage.model_dump(mode="json")
         if decision.call_seconds is not None:
             update["call_seconds"] = decision.call_seconds
-        step_write = Write("update", self.step_path(claim.run_id, claim.key), update,
-                           if_version=claim.version)
+        path = self.step_path(claim.run_id, claim.key)
+        step_write = (Write("update", path, update, if_version=claim.version)
+                      if claim.version is not None else
+                      Write("create", path, claim.step.to_doc() | update | self._live_expiry(now)))
         try:
             await self.db.commit([step_write, *writes])
         except (PreconditionFailed, AlreadyExists) as exc:
@@ -896,7 +926,9 @@ class AgentStore:
     async def _raise_conflict(self, claim: Claim, exc: Exception) -> None:
         """Tell a lost lease from a stale read after a commit was refused."""
         (snap,) = await self.db.get_all([self.step_path(claim.run_id, claim.key)])
-        if snap is None or snap.version != claim.version:
+        if claim.version is None and snap is not None:
+            raise StepTaken(StepRecord.model_validate(snap.data)) from exc
+        if claim.version is not None and (snap is None or snap.version != claim.version):
             raise LeaseLost(f"step {claim.key} of {claim.run_id} lost its lease") from exc
         raise StaleRead(f"step {claim.key} of {claim.run_id}: {exc}") from exc
 

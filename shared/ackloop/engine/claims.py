@@ -1,0 +1,62 @@
+"""When a step claims its document before its call, and when it runs unclaimed.
+
+A claim is a write (a round trip, $0.09 per 100,000 at list prices) made on every step so that
+a second delivery of the same step *while the first runs* waits instead of calling again. A
+step run unclaimed reads, calls, and creates its document with its result and its outbox in
+one commit whose precondition is that the document does not exist yet: of two deliveries that
+ran it at once, one records it and the other re-sends the winner's outbox. What it saves is
+one write and one round trip on every step; what it risks is a second call when a duplicate
+delivery overlaps the first, which costs that call once more.
+
+Pub/Sub push redelivers a message while its first delivery runs only as a rare duplicate: the
+ack deadline of ackloop's push subscriptions is the service's request timeout (infra), so a
+delivery still running is never redelivered for being slow, and a crashed one is redelivered
+after it died (its call is made again with or without a claim). :data:`DUPLICATE_RATE` is the
+share of deliveries assumed to overlap a duplicate. So a claim pays when
+
+    DUPLICATE_RATE * (what the call costs) > the price of one document write.
+
+- A streamed model call claims: its text is written to the run while it runs (a write every
+  ``stream_flush_seconds``), clients follow it live under its step's attempt, and the claim
+  is what shows that step running.
+- A unary model call costs at least its prompt: (prompt tokens) * (the model's input price). At
+  1 in 1,000 and $0.09 per 100,000 writes, a claim pays above $0.0009 of prompt: about 1,800
+  tokens of Gemini 3 Flash ($0.50 / 1M), 9,000 of Gemini 2.5 Flash-Lite, 450 of Gemini 3 Pro.
+  A short conversation runs unclaimed; a long one, where a duplicate would cost a paid call,
+  claims. A model the price table does not list (the scripted offline model) costs nothing.
+- A tool call's price is not known, but its safety is: a tool that is not retry-safe always
+  claims (its lease is what keeps it from running twice after a crash), and so does a call
+  that waits for an approval or an event (its wait is recorded on the claimed step). A
+  retry-safe tool runs unclaimed: run twice, it does no harm by its own declaration.
+
+A step that fails unclaimed records its failure by creating its document, released
+(:meth:`ackloop.store.AgentStore.release_step`): the redelivery then claims it, so attempts
+are counted as before. ``ACKLOOP_STEP_CLAIMS=always`` claims every step.
+"""
+
+from __future__ import annotations
+
+from ackloop.cost import PRICES
+from ackloop.settings import Settings
+
+DUPLICATE_RATE = 1e-3
+"""Share of step deliveries assumed to overlap a duplicate delivery of the same step."""
+BYTES_PER_TOKEN = 4.0
+"""A prompt's size in tokens, estimated from its JSON bytes."""
+
+
+def model_call_claims(settings: Settings, model: str, prompt_bytes: int, *,
+                      streamed: bool = False) -> bool:
+    """Whether a model step claims before its call (see the module docstring)."""
+    if settings.step_claims == "always" or streamed:
+        return True
+    price = PRICES.gemini_price(model)
+    if price is None:
+        return False
+    prompt_usd = prompt_bytes / BYTES_PER_TOKEN * price.input_per_million / 1e6
+    return DUPLICATE_RATE * prompt_usd > PRICES.firestore_write
+
+
+def tool_call_claims(settings: Settings, *, retry_safe: bool, waits: bool) -> bool:
+    """Whether a tool step claims before its call (see the module docstring)."""
+    return settings.step_claims == "always" or not retry_safe or waits

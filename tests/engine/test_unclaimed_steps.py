@@ -1,0 +1,101 @@
+"""Steps run without a claim (ackloop.engine.claims): one read and one commit, and a concurrent
+duplicate that loses the commit records nothing and re-sends the winner's outbox."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ackloop.clock import SystemClock
+from ackloop.engine.claims import model_call_claims, tool_call_claims
+from ackloop.keys import run_id_for_request
+from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.scripted import ScriptedModel
+from ackloop.model.turns import text_turn
+from ackloop.records import RunStatus, StepStatus
+from ackloop.settings import Settings
+from ackloop.wire import QueryMessage
+from tests.engine.fakes import CountingToolbox, make_loop
+from tests.engine.test_loop import reference
+
+AUTO = Settings(lease_seconds=10.0)
+ALWAYS = Settings(lease_seconds=10.0, step_claims="always")
+
+
+async def _counted_run(settings: Settings) -> tuple[int, int, int]:
+    """The reference workload (3 model steps, 2 tool steps): round trips and documents
+    written by the whole run, and its steps' highest attempt."""
+    model, tools = reference()
+    loop = make_loop(model, tools, settings=settings)
+    counters = loop.deps.store.db.counters  # type: ignore[attr-defined]
+    await loop.submit(QueryMessage(request_id="count", text="go"))
+    await loop.run_until_idle()
+    run = await loop.deps.store.get_run(run_id_for_request("count"))
+    assert run is not None and run.status is RunStatus.COMPLETED
+    steps = await loop.deps.store.list_steps(run.run_id)
+    assert len(steps) == 5 and {s.status for s in steps} == {StepStatus.COMPLETED}
+    return counters.round_trips, counters.docs_written, max(s.attempts for s in steps)
+
+
+async def test_an_unclaimed_step_saves_its_claim_write_and_round_trip() -> None:
+    claimed = await _counted_run(ALWAYS)
+    unclaimed = await _counted_run(AUTO)
+    # Five steps: five claims fewer, each one write and one round trip.
+    assert claimed[0] - unclaimed[0] == 5
+    assert claimed[1] - unclaimed[1] == 5
+    assert claimed[2] == unclaimed[2] == 1
+
+
+async def test_a_concurrent_duplicate_of_an_unclaimed_step_is_recorded_once() -> None:
+    """Both deliveries call the model (the cost the claim would have saved); one commit creates
+    the step, the other finds it taken, drops its result and is acknowledged."""
+    release, both_called = asyncio.Event(), asyncio.Event()
+    calls = 0
+
+    async def slow_generate(request: ModelRequest) -> ModelTurn:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            both_called.set()
+        await release.wait()
+        return text_turn(f"answer {calls}", request=request)
+
+    model = ScriptedModel()
+    model.generate = slow_generate  # type: ignore[method-assign]
+    loop = make_loop(model, CountingToolbox(), clock=SystemClock(), settings=AUTO)
+    await loop.submit(QueryMessage(request_id="dup", text="hi"))
+    loop._collect()
+    (kind, query), = list(loop._queue)
+    loop._queue.clear()
+    await loop.deliver(kind, query)
+    loop._collect()
+    (kind, step), = list(loop._queue)
+    loop._queue.clear()
+
+    first = asyncio.create_task(loop.deliver(kind, step))
+    second = asyncio.create_task(loop.deliver(kind, step))
+    await asyncio.wait_for(both_called.wait(), timeout=10)
+    release.set()
+    outcomes = [await first, await second]
+
+    assert all(o.acknowledged for o in outcomes), outcomes
+    run = await loop.deps.store.get_run(run_id_for_request("dup"))
+    assert run is not None and run.status is RunStatus.COMPLETED
+    (recorded,) = await loop.deps.store.list_steps(run.run_id)
+    assert recorded.status is StepStatus.COMPLETED and recorded.attempts == 1
+    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    assert [c["role"] for c in transcript.contents] == ["user", "model"]
+    assert transcript.contents[-1]["parts"][0]["text"] == run.answer
+
+
+def test_the_claim_rule_claims_where_a_duplicate_costs_more_than_a_write() -> None:
+    # 1 in 1,000 duplicates, $0.09 per 100,000 writes: a claim pays above $0.0009 of prompt.
+    flash = "gemini-3-flash-preview"  # $0.50 per 1M input tokens: about 1,800 tokens
+    assert not model_call_claims(AUTO, flash, prompt_bytes=4 * 1_700)
+    assert model_call_claims(AUTO, flash, prompt_bytes=4 * 1_900)
+    assert not model_call_claims(AUTO, "scripted-seed-1", prompt_bytes=10**9)  # unpriced
+    assert model_call_claims(ALWAYS, "scripted-seed-1", prompt_bytes=0)
+    assert model_call_claims(AUTO, flash, prompt_bytes=10, streamed=True)  # watched live
+    assert tool_call_claims(AUTO, retry_safe=False, waits=False)
+    assert tool_call_claims(AUTO, retry_safe=True, waits=True)
+    assert not tool_call_claims(AUTO, retry_safe=True, waits=False)
+    assert tool_call_claims(ALWAYS, retry_safe=True, waits=False)
