@@ -91,6 +91,8 @@ class ProfileConfig:
     model_seconds: float = 0.0
     tool_seconds: float = 0.0
     cold_starts: int = 1
+    warmup_steps: int = 5
+    """A run of this many steps first, not counted (0: none)."""
     run_timeout_s: float = 600.0
 
 
@@ -483,8 +485,9 @@ def measure(directory: Path, config: ProfileConfig, *, pubsub_host: str, firesto
 def _measure(session: _Session) -> dict[str, Any]:
     config, log = session.config, session.log
     began = time.monotonic()
-    log("warm-up run of 5 steps (not counted)")
-    _one_run(session, 5)
+    if config.warmup_steps:
+        log(f"warm-up run of {config.warmup_steps} steps (not counted)")
+        _one_run(session, config.warmup_steps)
     lengths = []
     for steps in config.steps:
         log(f"{config.runs} run(s) of {steps} steps")
