@@ -98,7 +98,8 @@ def test_a_turn_gets_the_counts_until_the_next_model_step_and_its_window_cpu() -
 
 
 def test_render_shows_each_length_and_turn() -> None:
-    per = {"function_cpu_ms": 11.3, "firestore_round_trips": 3.73, "transactions": 0.0,
+    per = {"function_cpu_ms": 11.3, "function_cpu_ms_net_of_idle": 9.0,
+           "firestore_round_trips": 3.73, "transactions": 0.0,
            "docs_read": 3.0, "docs_written": 3.36, "bytes_written": 3300.0, "published": 1.09,
            "function_spans": 4.27, "spans": 4.27}
     result = {
@@ -112,7 +113,7 @@ def test_render_shows_each_length_and_turn() -> None:
         "cold_start": {"model_step": {"seconds": 3.8, "cpu_s": 1.35}},
     }
     table = render(result)
-    assert "        11            11.3            3.73" in table
+    assert "        11            11.3               9            3.73" in table
     assert "3223" in table and "turns 0-1" in table
     assert "model_step 3.8 s, 1.35 s CPU" in table
 

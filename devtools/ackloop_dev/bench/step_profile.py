@@ -11,7 +11,9 @@ Each function process reaches the emulators through counting proxies of its own
 
 * function CPU: user + system CPU of the three step function process trees (ingest, model step,
   tool step), from the run's query to the stack being idle again; the emulators, the push
-  delivery and this process are not in it;
+  delivery and this process are not in it. Idle, these processes still spend CPU (their
+  clients' background threads): *net of idle* takes off their rate in the idle second before
+  the run, over the run's measured time;
 * Firestore round trips and transactions, documents read and written, bytes written (the encoded
   writes of each commit), Pub/Sub publishes, counted on the wire; and the round trips as the
   functions count them themselves (``GET /`` of each, :mod:`ackloop_dev.bench.ackloop_counts`);
@@ -74,6 +76,8 @@ MODEL_SPAN = "ackloop.model_step"
 _SETTLED_S = 1.0
 """Wire counts unchanged this long: the stack is done with the run."""
 _SAMPLE_EVERY_S = 0.003
+_IDLE_S = 1.0
+"""Before each run, the function processes' idle CPU is measured over this long."""
 
 
 class MeasurementError(RuntimeError):
@@ -340,17 +344,27 @@ class _OneRun:
     cpu_s: dict[str, float]
     spans: dict[str, int]
     settled_at: float
+    idle_cpu_s: float
+    """What the function processes would have used idle over the run's measured time (their
+    rate in the idle second before it)."""
 
 
 def _one_run(session: _Session, steps: int) -> _OneRun:
     session.settled()
+    pids = {name: session.pid(name) for name in STEP_FUNCTIONS}
+    idle = CpuMeter(pids)
+    idle.start()
+    time.sleep(_IDLE_S)
+    idle_cpu = sum(idle.stop()[f] for f in STEP_FUNCTIONS)
     wire_before, counters_before = session.total(), session.counters()
-    meter = CpuMeter({name: session.pid(name) for name in STEP_FUNCTIONS})
+    meter = CpuMeter(pids)
     meter.start()
+    began = time.monotonic()
     run_id = session.start_run(steps)
     run = session.until_ended(run_id)
     settled_at = session.settled()
     cpu = meter.stop()
+    wall = time.monotonic() - began
     if run.status.value != "completed":
         raise MeasurementError(f"run {run_id} ended {run.status.value}: {run.error}")
     made = len(session.steps(run_id))
@@ -362,7 +376,7 @@ def _one_run(session: _Session, steps: int) -> _OneRun:
         service = str(span.get("service"))
         spans[service] = spans.get(service, 0) + 1
     return _OneRun(run_id, made, session.total().minus(wire_before), counted, cpu, spans,
-                   settled_at)
+                   settled_at, idle_cpu / _IDLE_S * wall)
 
 
 def _length(session: _Session, steps: int) -> dict[str, Any]:
@@ -373,6 +387,7 @@ def _length(session: _Session, steps: int) -> dict[str, Any]:
     for r in runs:
         wire = wire.plus(r.wire)
     cpu = sum(r.cpu_s[f] for r in runs for f in STEP_FUNCTIONS)
+    idle = sum(r.idle_cpu_s for r in runs)
     spans: dict[str, int] = {}
     for r in runs:
         for service, n in r.spans.items():
@@ -386,6 +401,7 @@ def _length(session: _Session, steps: int) -> dict[str, Any]:
         "steps": made,
         "per_step": {
             "function_cpu_ms": round(cpu * 1000 / made, 2),
+            "function_cpu_ms_net_of_idle": round(max(0.0, cpu - idle) * 1000 / made, 2),
             **per_step(wire_totals(wire), made),
             "function_spans": round(function_spans / made, 2),
             "spans": round(sum(spans.values()) / made, 2),
@@ -506,6 +522,7 @@ def _measure(session: _Session) -> dict[str, Any]:
 # -- the report -------------------------------------------------------------------------------
 
 _COLUMNS = (("function CPU ms", "function_cpu_ms"),
+            ("  net of idle", "function_cpu_ms_net_of_idle"),
             ("FS round trips", "firestore_round_trips"),
             ("transactions", "transactions"),
             ("docs read", "docs_read"),
@@ -531,7 +548,7 @@ def render(result: Mapping[str, Any]) -> str:
                      f"{row['steps_per_run']} steps "
                      f"{row['counted_by_functions_per_step']['requests']:g}"
                      for row in result["lengths"]))
-    lines.append("function CPU ms per step by function: " + "; ".join(
+    lines.append("function CPU ms per step of the run, by function: " + "; ".join(
         f"{row['steps_per_run']} steps " + ", ".join(
             f"{f} {v:g}" for f, v in row["function_cpu_ms_by_function"].items())
         for row in result["lengths"]))
