@@ -88,6 +88,8 @@ def _columns(result: Figures) -> dict[str, Figures]:
         columns[f"Temporal ({storage})"] = figures
     if dbos := result.get("dbos"):
         columns[f"DBOS (PostgreSQL {dbos.get('postgres', '')})".replace(" )", ")")] = dbos
+    if restate := result.get("restate"):
+        columns["Restate (single node)"] = restate
     return columns
 
 
