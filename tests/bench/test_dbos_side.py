@@ -3,6 +3,7 @@ skipped where it cannot run."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,3 +51,18 @@ def test_unavailable_names_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(dbos_side, "pg_bin", lambda: None)
     reason = dbos_side.unavailable()
     assert reason is not None and ("PostgreSQL" in reason or "dbos" in reason)
+
+
+@pytest.mark.skipif(dbos_side.unavailable() is not None,
+                    reason=str(dbos_side.unavailable()))
+def test_a_tiny_dbos_run_end_to_end(tmp_path: Path) -> None:
+    config = dbos_side.DbosBenchConfig(warmup_runs=1, sequential_runs=3,
+                                       concurrency=((2, 4),), timeout_s=120.0)
+    side = dbos_side.measure_dbos_sync(config, tmp_path)
+    seq = side["sequential"]
+    assert (seq["completed"], seq["failed"]) == (3, 0)
+    assert seq["step_overhead_ms"]["n"] == 3 * 4  # five steps, four gaps a run
+    assert seq["cpu_s"]["postgres"] > 0  # the checkpoints were written by the server
+    assert side["concurrent"][0]["completed"] == 4
+    assert side["cold_start_s"] > 0
+    assert "database system is shut down" in (tmp_path / "postgres.log").read_text()

@@ -3,6 +3,9 @@ says why it is skipped where it cannot run."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 from ackloop_dev.bench import restate_side
@@ -33,3 +36,17 @@ def test_unavailable_without_a_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(restate_side, "server_binary", lambda: None)
     reason = restate_side.unavailable()
     assert reason is not None and ("restate-server" in reason or "not installed" in reason)
+
+
+@pytest.mark.skipif(restate_side.unavailable() is not None,
+                    reason=str(restate_side.unavailable()))
+def test_a_tiny_restate_run_end_to_end(tmp_path: Path) -> None:
+    config = restate_side.RestateBenchConfig(warmup_runs=1, sequential_runs=3,
+                                             concurrency=((2, 4),), run_timeout_s=60.0)
+    side = asyncio.run(restate_side.measure_restate(config, tmp_path))
+    seq = side["sequential"]
+    assert (seq["completed"], seq["failed"]) == (3, 0)
+    assert seq["step_overhead_ms"]["n"] == 3 * 4
+    assert seq["cpu_s"]["server"] > 0
+    assert side["concurrent"][0]["completed"] == 4
+    assert side["peak_rss_mb"]["server"] > side["peak_rss_mb"]["service"] > 0
