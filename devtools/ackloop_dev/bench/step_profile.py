@@ -489,8 +489,12 @@ def measure(directory: Path, config: ProfileConfig, *, pubsub_host: str, firesto
             os.environ.clear()
             os.environ.update(saved)
         session = _Session(stack, meters, firestore_host, pubsub_host, env, config, log)
-        _configure_model(session)
-        return _measure(session)
+        try:
+            _configure_model(session)
+            return _measure(session)
+        finally:
+            session.publisher.stop()
+            session.db.close()
     finally:
         stack.down()
         for pair in meters.values():
