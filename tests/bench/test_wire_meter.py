@@ -4,6 +4,7 @@ with the real client libraries against the emulators."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -66,6 +67,35 @@ def test_firestore_reads_writes_deletes_and_transactions(meters: tuple[WireMeter
     assert counts.firestore_reads == 6
     assert (counts.firestore_writes, counts.firestore_deletes, counts.transactions) == (3, 1, 1)
     assert counts.refused_commits == 1  # and none of its writes counted
+    # Round trips: 2 commits, a batch get, 2 queries, the transaction's begin, get and commit,
+    # and the refused commit.
+    assert counts.firestore_calls == 9
+    assert counts.firestore_write_bytes > 0
+    assert meter.timeline() == []  # not kept unless asked for
+
+
+def test_a_timeline_keeps_each_count_with_its_time(emulator_session: EmulatorSession,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    meter = start_meter(f"127.0.0.1:{emulator_session.firestore_port}", timeline=True)
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{meter.port}")
+    col = f"meter-{uuid.uuid4().hex[:8]}"
+    try:
+        client = firestore.Client(project=PROJECT)
+        began = time.time()
+        client.document(f"{col}/small").set({"x": 1})
+        between = time.time()
+        client.document(f"{col}/large").set({"x": "y" * 5000})
+        ended = time.time()
+    finally:
+        meter.stop()
+    events = meter.timeline()
+    first = {name: by for at, name, by in events if began <= at < between}
+    second = {name: by for at, name, by in events if between <= at <= ended}
+    assert first["firestore_calls"] == second["firestore_calls"] == 1
+    assert first["firestore_writes"] == second["firestore_writes"] == 1
+    assert second["firestore_write_bytes"] - first["firestore_write_bytes"] >= 5000
+    assert meter.counts().firestore_write_bytes == (first["firestore_write_bytes"]
+                                                    + second["firestore_write_bytes"])
 
 
 def test_pubsub_publishes_and_pulled_deliveries(meters: tuple[WireMeter, WireMeter]) -> None:

@@ -1,7 +1,8 @@
 """``ackloop bench``: both engines, one after the other, in one invocation; one result dict.
 
 The ackloop side runs first (emulators + functions), then the Temporal side (dev server with
-SQLite, and in-memory unless ``--quick``), each alone on the machine. Both sides' process CPU is
+SQLite, and in-memory unless ``--quick``), then DBOS Transact on PostgreSQL and Restate when
+they are installed, each alone on the machine. Both sides' process CPU is
 recorded next to wall time, and each section records how busy the whole machine was, so a run
 disturbed by other load shows it.
 """
@@ -33,6 +34,11 @@ class BenchOptions:
     temporal: bool = True
     kill: bool = False
     """Also run the Temporal worker-kill recovery tests (about a minute more)."""
+    dbos: bool = True
+    """Also run DBOS Transact on PostgreSQL, when it is installed (skipped, saying why, when
+    it is not)."""
+    restate: bool = True
+    """Also run Restate (a local single-node server), when it is installed (likewise)."""
     workdir: Path | None = None
     command: str = "ackloop bench"
 
@@ -96,11 +102,41 @@ async def run_bench(options: BenchOptions, log: Any = print) -> dict[str, Any]:
         coro = measure_temporal(_temporal_config(options), where)
         result["temporal"], load = await _section("temporal", coro, log)
         result["meta"]["sections"]["temporal"] = load
+    if options.dbos:
+        await _dbos(options, result, log)
+    if options.restate:
+        await _restate(options, result, log)
     if "ackloop" in result:
         result["targets"] = check_targets(result["ackloop"], result.get("temporal"))
     result["meta"]["total_wall_s"] = round(
         (dt.datetime.now(dt.UTC) - started).total_seconds(), 1)
     return result
+
+
+async def _dbos(options: BenchOptions, result: dict[str, Any], log: Any) -> None:
+    from ackloop_dev.bench.dbos_side import DbosBenchConfig, measure_dbos, unavailable
+
+    if reason := unavailable():
+        log(f"[dbos] skipped: {reason}")
+        result["meta"].setdefault("skipped", {})["dbos"] = reason
+        return
+    config = DbosBenchConfig.quick() if options.quick else DbosBenchConfig()
+    coro = measure_dbos(config, options.workdir / "dbos" if options.workdir else None)
+    result["dbos"], load = await _section("dbos", coro, log)
+    result["meta"]["sections"]["dbos"] = load
+
+
+async def _restate(options: BenchOptions, result: dict[str, Any], log: Any) -> None:
+    from ackloop_dev.bench.restate_side import RestateBenchConfig, measure_restate, unavailable
+
+    if reason := unavailable():
+        log(f"[restate] skipped: {reason}")
+        result["meta"].setdefault("skipped", {})["restate"] = reason
+        return
+    config = RestateBenchConfig.quick() if options.quick else RestateBenchConfig()
+    coro = measure_restate(config, options.workdir / "restate" if options.workdir else None)
+    result["restate"], load = await _section("restate", coro, log)
+    result["meta"]["sections"]["restate"] = load
 
 
 def run_bench_sync(options: BenchOptions, log: Any = print) -> dict[str, Any]:

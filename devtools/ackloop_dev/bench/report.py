@@ -86,6 +86,10 @@ def _columns(result: Figures) -> dict[str, Figures]:
     temporal = result.get("temporal") or {}
     for storage, figures in (temporal.get("storages") or {}).items():
         columns[f"Temporal ({storage})"] = figures
+    if dbos := result.get("dbos"):
+        columns[f"DBOS (PostgreSQL {dbos.get('postgres', '')})".replace(" )", ")")] = dbos
+    if restate := result.get("restate"):
+        columns["Restate (single node)"] = restate
     return columns
 
 
@@ -212,6 +216,8 @@ def render(result: Figures) -> str:
         f"command: `{meta.get('command', '?')}`",
         headline(result),
         main_table(result),
+        "\n".join(f"{peer}: not measured ({reason})"
+                  for peer, reason in (meta.get("skipped") or {}).items()),
     ]
     ack = result.get("ackloop")
     if ack:

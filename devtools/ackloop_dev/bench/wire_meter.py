@@ -10,7 +10,9 @@ from the requests and answers themselves:
   lookup is billed whether or not the document exists); every document a query returns, and
   one read for a query that returns none (Firestore's minimum).
 * Firestore writes and deletes: the writes of every commit that succeeded (a delete is a write
-  whose operation is ``delete``); a refused commit (a failed precondition) writes nothing.
+  whose operation is ``delete``); a refused commit (a failed precondition) writes nothing. The
+  bytes those writes took on the wire (their encoded size) are counted too.
+* Firestore round trips: every call to the Firestore service that is not administrative.
 * Firestore transactions: ``BeginTransaction`` calls (a contended transaction that is retried
   begins again, and its reads are billed again); rollbacks.
 * Pub/Sub: each published message and its billed bytes (at least 1,000); each message handed
@@ -19,12 +21,15 @@ from the requests and answers themselves:
 
 Administrative calls (creating topics, reading a subscription) are forwarded and not counted:
 they are not billed per call. Run it with :func:`start_meter`; it serves on a thread pool until
-:meth:`WireMeter.stop`.
+:meth:`WireMeter.stop`. ``start_meter(..., timeline=True)`` also keeps every count with the time
+it was made (:meth:`WireMeter.timeline`), so a window of time (one step of a run) can be told
+apart afterwards.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -41,6 +46,7 @@ _OPTIONS = [("grpc.max_receive_message_length", _MESSAGE_LIMIT),
             ("grpc.max_send_message_length", _MESSAGE_LIMIT)]
 _STREAMED_ANSWERS = {"BatchGetDocuments", "RunQuery", "RunAggregationQuery"}
 _STREAMED_BOTH = {"Listen", "Write", "StreamingPull"}
+_FIRESTORE = "/google.firestore.v1.Firestore/"
 _NOT_FORWARDED = {"user-agent", "content-type", "te", "grpc-timeout", "grpc-encoding",
                   "grpc-accept-encoding"}
 
@@ -57,6 +63,11 @@ class WireCounts:
     empty_queries: int = 0
     firestore_writes: int = 0
     firestore_deletes: int = 0
+    firestore_write_bytes: int = 0
+    """Encoded size of the writes of the commits that succeeded."""
+    firestore_calls: int = 0
+    """Round trips to Firestore: every call of its service (gets, queries, commits,
+    transactions' begins and rollbacks)."""
     transactions: int = 0
     rollbacks: int = 0
     refused_commits: int = 0
@@ -104,12 +115,17 @@ def _plus(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
     return {k: a.get(k, 0) + b.get(k, 0) for k in {*a, *b}}
 
 
-class _Tally:
-    """The counts, updated from the proxy's threads."""
+Event = tuple[float, str, int]
+"""One count as it was made: Unix time, the count's name, by how much."""
 
-    def __init__(self) -> None:
+
+class _Tally:
+    """The counts, updated from the proxy's threads (and, kept, each count with its time)."""
+
+    def __init__(self, timeline: bool = False) -> None:
         self._lock = threading.Lock()
         self._counts = WireCounts()
+        self._events: list[Event] | None = [] if timeline else None
 
     def add(self, name: str, by: int = 1, *, per: tuple[str, str] | None = None) -> None:
         """Add ``by`` to the count ``name`` (and, with ``per=(mapping, key)``, to that key of
@@ -117,6 +133,8 @@ class _Tally:
         with self._lock:
             counts = self._counts
             setattr(counts, name, getattr(counts, name) + by)
+            if self._events is not None:
+                self._events.append((time.time(), name, by))
             if name in _READS:
                 counts.firestore_reads += by
             if per is not None:
@@ -126,6 +144,10 @@ class _Tally:
     def copy(self) -> WireCounts:
         with self._lock:
             return WireCounts().plus(self._counts)
+
+    def events(self) -> list[Event]:
+        with self._lock:
+            return list(self._events or ())
 
 
 _READS = ("docs_found", "docs_missing", "query_docs", "empty_queries")
@@ -157,6 +179,7 @@ def _count_unary(tally: _Tally, method: str, request: bytes, answer: bytes) -> N
         deletes = sum(1 for w in commit.writes if w.WhichOneof("operation") == "delete")
         tally.add("firestore_deletes", deletes)
         tally.add("firestore_writes", len(commit.writes) - deletes)
+        tally.add("firestore_write_bytes", sum(w.ByteSize() for w in commit.writes))
     elif method == "BeginTransaction":
         tally.add("transactions")
     elif method == "Rollback":
@@ -195,10 +218,15 @@ class _Forwarder(grpc.GenericRpcHandler):  # type: ignore[misc]
             return grpc.unary_stream_rpc_method_handler(self._answers_streamed(path, method))
         return grpc.unary_unary_rpc_method_handler(self._unary(path, method))
 
+    def _round_trip(self, path: str) -> None:
+        if path.startswith(_FIRESTORE):
+            self._tally.add("firestore_calls")
+
     def _unary(self, path: str, method: str) -> Callable[[bytes, grpc.ServicerContext], bytes]:
         call = self._upstream.unary_unary(path)
 
         def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+            self._round_trip(path)
             try:
                 answer: bytes = call(request, metadata=_metadata(context),
                                      timeout=context.time_remaining())
@@ -216,6 +244,7 @@ class _Forwarder(grpc.GenericRpcHandler):  # type: ignore[misc]
         call = self._upstream.unary_stream(path)
 
         def handle(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+            self._round_trip(path)
             answers = call(request, metadata=_metadata(context), timeout=context.time_remaining())
             context.add_callback(answers.cancel)
             documents = 0
@@ -271,15 +300,20 @@ class WireMeter:
         """Everything counted so far (a copy)."""
         return self._tally.copy()
 
+    def timeline(self) -> list[Event]:
+        """Every count with its time, oldest first (empty unless started with ``timeline``)."""
+        return self._tally.events()
+
     def stop(self) -> None:
         self._server.stop(grace=1.0).wait()
         self._channel.close()
 
 
-def start_meter(upstream: str, workers: int = 64) -> WireMeter:
-    """Serve a counting proxy to ``upstream`` (``host:port`` of an emulator) on a free port."""
+def start_meter(upstream: str, workers: int = 64, *, timeline: bool = False) -> WireMeter:
+    """Serve a counting proxy to ``upstream`` (``host:port`` of an emulator) on a free port;
+    with ``timeline``, keep every count with its time too."""
     channel = grpc.insecure_channel(upstream, options=_OPTIONS)
-    tally = _Tally()
+    tally = _Tally(timeline)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers,
                                                     thread_name_prefix="wire-meter"),
                          handlers=[_Forwarder(channel, tally)], options=_OPTIONS)

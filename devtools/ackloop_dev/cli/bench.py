@@ -23,6 +23,13 @@ def bench(
     temporal_side: bool = typer.Option(True, "--temporal/--no-temporal",
                                        help="Measure Temporal (dev server; extra 'bench')."),
     kill: bool = typer.Option(False, "--kill", help="Also time Temporal worker-kill recovery."),
+    dbos_side: bool = typer.Option(True, "--dbos/--no-dbos",
+                                   help="Measure DBOS Transact on a local PostgreSQL (extra "
+                                   "'bench'; skipped, saying so, when not installed)."),
+    restate_side: bool = typer.Option(True, "--restate/--no-restate",
+                                      help="Measure Restate on a local server (restate-server, "
+                                      "restate-sdk, hypercorn; skipped, saying so, when not "
+                                      "installed)."),
     workdir: Path = typer.Option(None, help="Keep logs and databases here."),
 ) -> None:
     """Run the reference workload (model -> tool -> model -> tool -> model, instant model and
@@ -34,7 +41,7 @@ def bench(
     signal.signal(signal.SIGTERM, _exit_cleanly)
     command = "ackloop " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     options = BenchOptions(quick=quick, ackloop=ackloop_side, temporal=temporal_side, kill=kill,
-                           workdir=workdir, command=command)
+                           dbos=dbos_side, restate=restate_side, workdir=workdir, command=command)
     result = run_bench_sync(options, log=lambda m: typer.echo(m, err=True))
     text = report.render(result)
     typer.echo(text)
