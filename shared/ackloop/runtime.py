@@ -101,6 +101,10 @@ def build_model(settings: Settings, agents: AgentRegistry) -> ModelClient:
         from ackloop.model.gemini import build_gemini_model
 
         return build_gemini_model(settings)
+    # The scripted model checks requests and builds turns with google-genai's types: loaded
+    # now, as the Gemini client loads them, not by the first model step served.
+    import google.genai.types  # noqa: F401
+
     from ackloop.model.agent_scripts import CatalogScript
     from ackloop.model.scripted import ScriptedModel
 

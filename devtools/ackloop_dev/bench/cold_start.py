@@ -11,6 +11,9 @@
 * ``serve``: ``ackloop run`` (the container's entrypoint) from spawn until its port answered
   its first request, and the CPU the process used by then.
 
+The scripted model is configured unless ``--gemini`` configures Gemini (never called), as
+deployed.
+
 Then, on a stack of its own (``ackloop_dev.bench.ackloop_stack``, the scripted instant model,
 the push delivery), the same reference run end to end (ingest -> model -> tool -> model ... ->
 answer) on warm processes, and on step functions just restarted and ready (the first request
@@ -53,12 +56,17 @@ if target == "api":
     from ackloop.api.app import create_app
     create_app()
 else:
-    from ackloop.function_app import function_app, load_function
-    function_app(load_function(target, Path("functions", target, "main.py")))
+    try:
+        from ackloop.function_app import function_app, load_function
+    except ImportError:  # a version served by functions-framework (for a before/after)
+        from functions_framework.aio import create_asgi_app
+        create_asgi_app(target, str(Path("functions", target, "main.py")))
+    else:
+        function_app(load_function(target, Path("functions", target, "main.py")))
 figures = {"import_cpu_s": cpu(), "import_wall_s": time.perf_counter() - began,
            "import_modules": len(sys.modules)}
 from ackloop import runtime
-runtime.serve_target(target)
+getattr(runtime, "serve_target", lambda target: None)(target)
 asyncio.run(runtime.process_deps())
 figures |= {"deps_cpu_s": cpu(), "deps_wall_s": time.perf_counter() - began,
             "deps_modules": len(sys.modules)}
@@ -164,17 +172,22 @@ async def cold_vs_warm(pubsub: int, firestore: int, repeats: int) -> dict[str, A
             await driver.run_sequence(2)  # warm-up: every process has served a run
             warm, cold = [], []
             restarts: dict[str, list[float]] = {f: [] for f in STEP_FUNCTIONS}
+            cpu: dict[str, list[float]] = {f: [] for f in STEP_FUNCTIONS}
             for _ in range(repeats):
                 warm.append((await driver.run_once()).seconds)
                 for function in STEP_FUNCTIONS:
-                    took, _cpu = await asyncio.to_thread(stack.restart, function)
+                    took, used = await asyncio.to_thread(stack.restart, function)
                     restarts[function].append(took)
+                    cpu[function].append(used)
                 result = await driver.run_once()
                 if not result.ok:
                     raise RuntimeError(f"the run on fresh processes failed: {result.error}")
                 cold.append(result.seconds)
+            # The stack's processes export spans and metrics to files (the SDK is loaded), as
+            # deployed processes export them to Google Cloud.
             return {**run_figures(warm, cold, restarts),
-                    "restart_s": {f: round(statistics.median(s), 3) for f, s in restarts.items()}}
+                    "restart_s": {f: round(statistics.median(s), 3) for f, s in restarts.items()},
+                    "restart_cpu_s": {f: round(statistics.median(s), 3) for f, s in cpu.items()}}
         finally:
             driver.close()
             watcher.stop()
@@ -196,6 +209,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="samples per figure (median)")
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--no-run", action="store_true", help="skip the cold vs warm run")
+    parser.add_argument("--gemini", action="store_true",
+                        help="configure Gemini (a placeholder key, never called) for the "
+                             "per-target figures, as deployed: the model step builds its client")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     from ackloop_dev.devstack.stack import project_root
@@ -207,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     root = project_root()
     env = {**os.environ, "ACKLOOP_MODEL_PROVIDER": "scripted",
            "ACKLOOP_PROJECT_ID": os.environ.get("ACKLOOP_PROJECT_ID", "ackloop-cold")}
+    if args.gemini:
+        env |= {"ACKLOOP_MODEL_PROVIDER": "gemini", "ACKLOOP_GEMINI_API_KEY": "placeholder"}
     rows = {t: per_target(t, env, root, args.repeats) for t in args.targets.split(",")}
     print(table(rows))
     result: dict[str, Any] = {"targets": rows}
