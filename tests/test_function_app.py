@@ -4,6 +4,7 @@ the function lets out; a module without the function is refused before anything 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import httpx
@@ -49,9 +50,13 @@ async def test_an_exception_the_function_lets_out_is_a_500(
     assert "the function failed" in caplog.text  # the traceback is logged
 
 
-def test_a_module_is_loaded_and_its_target_returned(tmp_path: Path) -> None:
+def test_a_module_is_loaded_with_its_neighbours_and_its_target_returned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.path", list(sys.path))
+    (tmp_path / "helper_next_to_main.py").write_text("ANSWER = 'served'\n")
     source = tmp_path / "main.py"
-    source.write_text("async def tool_step(request):\n    return 'served'\n")
+    source.write_text("from helper_next_to_main import ANSWER\n\n"
+                      "async def tool_step(request):\n    return ANSWER\n")
     assert load_function("tool_step", source).__name__ == "tool_step"
     with pytest.raises(FunctionNotFound, match="'model_step'"):
         load_function("model_step", source)

@@ -34,14 +34,16 @@ class FunctionNotFound(Exception):
 
 
 def load_function(target: str, source: Path) -> Function:
-    """Import ``source`` (as the module ``main``, like functions-framework) and return its
-    async function named ``target``. Raises :class:`FunctionNotFound`, or whatever importing the
-    module raises."""
-    spec = importlib.util.spec_from_file_location("main", source)
+    """Import ``source`` as functions-framework does (named after its file, its directory on
+    ``sys.path`` so that it can import modules next to it) and return its async function named
+    ``target``. Raises :class:`FunctionNotFound`, or whatever importing the module raises."""
+    path = source.resolve()
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     if spec is None or spec.loader is None:
         raise FunctionNotFound(f"{source} is not a Python module")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["main"] = module
+    sys.path.append(str(path.parent))
+    sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     function = getattr(module, target, None)
     if function is None or not callable(function):
