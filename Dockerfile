@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # One image for every ackloop process. FUNCTION_TARGET picks what `ackloop run` serves:
-# ingest | model_step | tool_step | dead_letter (functions-framework, ASGI) or api (FastAPI).
+# ingest | model_step | tool_step | dead_letter (push endpoints, ASGI) or api (FastAPI).
 # Cloud Run and Vertex AI Agent Engine both route HTTP to 0.0.0.0:$PORT (8080 unless set).
 #
 # Reproducible: third-party packages come only from requirements.lock (hashes required); the

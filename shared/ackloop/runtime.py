@@ -1,7 +1,12 @@
-"""Building a process's dependencies once, on its first request, from the settings.
+"""Building a process's dependencies once, before it serves, from the settings.
 
-Nothing here runs at import time: functions-framework imports the function module before the
-event loop exists, and clients bound to a loop must be created inside it.
+Nothing here runs at import time: the function module is imported before the event loop exists,
+and clients bound to a loop must be created inside it.
+
+A process told which service it is (:func:`serve_target`, by ``ackloop run``) builds only what
+that service uses: every service but the model step gets a model client that is checked now and
+built on its first call (:class:`DeferredModel`), so google-genai (0.3 s of CPU to import) is not
+part of their cold start.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 
 import httpx
 
@@ -20,7 +26,7 @@ from ackloop.clock import SystemClock
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.engine.deps import Deps
-from ackloop.model.base import ModelClient
+from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
 from ackloop.settings import Settings
 from ackloop.store import AgentStore, Retention
 
@@ -28,6 +34,65 @@ log = logging.getLogger(__name__)
 
 _deps: Deps | None = None
 _lock = asyncio.Lock()
+_target: str | None = None
+
+MODEL_CALLERS = frozenset({"model_step"})
+"""The services that call the model; any other builds its client on first use only."""
+
+
+def serve_target(target: str | None) -> None:
+    """Name the ``FUNCTION_TARGET`` this process serves (None: unknown, build everything)."""
+    global _target
+    _target = target
+
+
+class DeferredModel:
+    """A model client built on its first call, for a service that does not call the model.
+
+    Its configuration is checked when it is made (:func:`check_model`), so a misconfigured model
+    still stops every process at start-up; ``provider`` is known without building it.
+    """
+
+    def __init__(self, provider: str, build: Callable[[], ModelClient]) -> None:
+        self.provider = provider
+        self._build = build
+        self._client: ModelClient | None = None
+
+    @property
+    def built(self) -> bool:
+        """Whether the real client exists (it is built on the first :meth:`generate`)."""
+        return self._client is not None
+
+    async def generate(self, request: ModelRequest) -> ModelTurn:
+        if self._client is None:
+            self._client = self._build()
+        return await self._client.generate(request)
+
+
+def check_model(settings: Settings) -> None:
+    """What building the model would refuse, found without building it (nor importing its SDK).
+
+    Raises the same :class:`ValueError` as :class:`~ackloop.model.gemini.GeminiModel`, and
+    registers the API key as a secret as building it does.
+    """
+    if settings.resolved_model_provider() != "gemini":
+        return
+    from ackloop.tools.masking import register_secret
+
+    api_key = settings.gemini_api_key.get_secret_value() if settings.gemini_api_key else None
+    register_secret(api_key)
+    if not settings.use_vertexai and not api_key:
+        raise ValueError("the Gemini Developer API needs an api_key (or use vertexai=True)")
+
+
+def model_for(settings: Settings, agents: AgentRegistry, target: str | None) -> ModelClient:
+    """The model client of a process serving ``target``: built now where the model is called
+    (or the target is unknown), else checked now and built on first use."""
+    if target is None or target in MODEL_CALLERS:
+        return build_model(settings, agents)
+    check_model(settings)
+    return DeferredModel(settings.resolved_model_provider(),
+                         lambda: build_model(settings, agents))
 
 
 def build_model(settings: Settings, agents: AgentRegistry) -> ModelClient:
@@ -36,6 +101,10 @@ def build_model(settings: Settings, agents: AgentRegistry) -> ModelClient:
         from ackloop.model.gemini import build_gemini_model
 
         return build_gemini_model(settings)
+    # The scripted model checks requests and builds turns with google-genai's types: loaded
+    # now, as the Gemini client loads them, not by the first model step served.
+    import google.genai.types  # noqa: F401
+
     from ackloop.model.agent_scripts import CatalogScript
     from ackloop.model.scripted import ScriptedModel
 
@@ -81,7 +150,7 @@ async def build_deps(settings: Settings) -> Deps:
         headers={"User-Agent": "ackloop/0.1 (+https://github.com/ackloop/ackloop)"},
     )
     agents = build_agents(settings, http)
-    model = build_model(settings, agents)
+    model = model_for(settings, agents, _target)
     deps = Deps(
         settings=settings,
         store=AgentStore(db, settings.collection_prefix, Retention.from_settings(settings)),

@@ -10,7 +10,6 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from ackloop import patterns
@@ -30,6 +29,8 @@ MAX_CALLS_PER_TURN = MAX_INDEX + 1
 
 def check_schema(schema: dict[str, Any]) -> None:
     """Raise ``ValueError`` unless ``schema`` is a JSON Schema (draft 2020-12) of an object."""
+    import jsonschema  # here: only a query asking for structured output has a schema to check
+
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:

@@ -64,8 +64,11 @@ def test_an_incomplete_api_configuration_stops_the_api() -> None:
     _one_failure_line(done, "ACKLOOP_API_ID_TOKEN_AUDIENCE", "ValueError")
 
 
-def test_a_gemini_provider_without_credentials_stops_the_process() -> None:
-    env = {"FUNCTION_TARGET": "model_step", "ACKLOOP_MODEL_PROVIDER": "gemini",
+# The tool step never calls the model and builds its client on first use only, yet a
+# misconfigured model still stops it at start-up (ackloop.runtime.check_model).
+@pytest.mark.parametrize("target", ["model_step", "tool_step"])
+def test_a_gemini_provider_without_credentials_stops_the_process(target: str) -> None:
+    env = {"FUNCTION_TARGET": target, "ACKLOOP_MODEL_PROVIDER": "gemini",
            "ACKLOOP_GEMINI_API_KEY": "", "GOOGLE_API_KEY": "", "GEMINI_API_KEY": ""}
     done = _ackloop_run(env)
     _one_failure_line(done, "start-up failed", "api_key")
@@ -78,3 +81,15 @@ def test_an_unknown_metrics_exporter_stops_the_process_in_one_structured_line() 
     # Cloud Logging's keys: where it was logged, when (no trace: no request was served).
     assert entry["logging.googleapis.com/sourceLocation"], entry
     assert str(entry["time"]).endswith("Z") and "logging.googleapis.com/trace" not in entry
+
+
+@pytest.mark.parametrize(("source", "needles"), [
+    ("import no_such_module\n", ("no_such_module", "ModuleNotFoundError")),
+    ("async def another_name(request):\n    pass\n", ("FunctionNotFound", "'tool_step'")),
+])
+def test_a_function_module_that_cannot_serve_stops_the_process(
+        source: str, needles: tuple[str, ...], tmp_path: Path) -> None:
+    (tmp_path / "tool_step").mkdir()
+    (tmp_path / "tool_step" / "main.py").write_text(source)
+    done = _ackloop_run({"FUNCTION_TARGET": "tool_step", "ACKLOOP_FUNCTIONS_DIR": str(tmp_path)})
+    _one_failure_line(done, "start-up failed", *needles)

@@ -16,7 +16,7 @@ from ackloop.delivery import load_policy
 from ackloop.settings import Settings
 from tests.infra.terraform import TerraformConfig, block, dynamic_blocks, expression
 
-# Read by `ackloop run` (and functions-framework), not by Settings: picks what the image serves.
+# Read by `ackloop run`, not by Settings: picks what the image serves.
 LAUNCHER_ENV = {"FUNCTION_TARGET"}
 
 FUNCTION_TARGETS = {"ingest", "model_step", "tool_step", "dead_letter", "api"}

@@ -1,6 +1,7 @@
 """``ackloop run`` (the container's entrypoint) imports only what its function needs to serve:
-not the development tools, their dependencies, nor the CLI's other commands. Checked on a real
-``ackloop run`` process that has served a request."""
+not the development tools, their dependencies, the CLI's other commands, nor what only another
+service uses (google-genai outside the model step, FastAPI outside the API). Checked on a real
+``ackloop run`` process that has served a request, with Gemini configured."""
 
 from __future__ import annotations
 
@@ -22,7 +23,16 @@ NOT_NEEDED = ("ackloop_dev", "temporalio", "matplotlib", "ackloop.cli.runs", "ac
               "ackloop.cli.target", "ackloop.cli.metrics", "ackloop.localstack",
               # metrics are off (no exporter configured): the OpenTelemetry SDK stays unloaded
               "opentelemetry.sdk", "opentelemetry.metrics", "opentelemetry.exporter",
-              "ackloop.telemetry.metrics_file")
+              "ackloop.telemetry.metrics_file",
+              # functions-framework's package imports Flask for its WSGI side; ackloop.function_app
+              # serves the function instead
+              "functions_framework", "flask", "werkzeug",
+              # the API's framework, MCP tools (no catalog here uses them), the ID token signature
+              # check (push auth is "none" here; deployed, "cloud_run_iam": no signature to check)
+              "fastapi", "mcp", "google.oauth2.id_token")
+# What only the model step uses: the Gemini SDK (0.3 s of CPU), its engine module and the JSON
+# Schema checks of structured output.
+MODEL_STEP_ONLY = ("google.genai", "ackloop.engine.model_step", "jsonschema")
 
 # The CLI's entry point; -X importtime lists on stderr every module the process imports.
 RUN = ["-X", "importtime", "-c", "from ackloop.cli.main import app; app()", "run"]
@@ -34,6 +44,8 @@ def _modules_after_serving(target: str, tmp_path: Path) -> list[str]:
                                                                         "ACKLOOP_TRACE"))},
            "FUNCTION_TARGET": target, "PORT": str(port),
            "ACKLOOP_HOST": "127.0.0.1",
+           # Gemini configured (never called): only the model step may import its SDK.
+           "ACKLOOP_MODEL_PROVIDER": "gemini", "ACKLOOP_GEMINI_API_KEY": "unused-key",
            # The clients are created, never used: no emulator needs to be up.
            "PUBSUB_EMULATOR_HOST": "127.0.0.1:1", "FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"}
     # A file, not a pipe: nobody reads the pipe while the process serves, and it fills.
@@ -61,9 +73,17 @@ def _modules_after_serving(target: str, tmp_path: Path) -> list[str]:
             if line.startswith("import time:") and "imported package" not in line]
 
 
-@pytest.mark.parametrize("target", ["model_step", "tool_step"])
-def test_ackloop_run_imports_no_development_tools(target: str, tmp_path: Path) -> None:
+def _among(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == n or m.startswith(f"{n}.") for n in names)]
+
+
+@pytest.mark.parametrize("target", ["ingest", "model_step", "tool_step", "dead_letter"])
+def test_ackloop_run_imports_only_what_its_function_uses(target: str, tmp_path: Path) -> None:
     modules = _modules_after_serving(target, tmp_path)
     assert "ackloop.http_push" in modules, "the function was served"
-    unwanted = [m for m in modules if any(m == n or m.startswith(f"{n}.") for n in NOT_NEEDED)]
-    assert unwanted == []
+    assert _among(modules, NOT_NEEDED) == []
+    model_only = _among(modules, MODEL_STEP_ONLY)
+    if target == "model_step":  # it builds its Gemini client before serving
+        assert {"google.genai", "ackloop.engine.model_step"} <= set(model_only)
+    else:
+        assert model_only == []

@@ -26,7 +26,6 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from google.auth import exceptions, transport
-from google.oauth2 import id_token
 
 GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 GOOGLE_ISSUERS = ("accounts.google.com", "https://accounts.google.com")
@@ -159,6 +158,10 @@ class IdTokenVerifier:
 
     def verify(self, token: str, audience: str | list[str]) -> Mapping[str, Any]:
         """The token's claims, or :class:`InvalidToken` saying what was wrong."""
+        # Imported here: it loads the signature algorithms (cryptography), which only an "oidc"
+        # check uses; the deployed services check claims Cloud Run already verified.
+        from google.oauth2 import id_token
+
         if self._request is None:
             self._request = CachingRequest()
         try:

@@ -11,7 +11,6 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from google.genai import types
 from pydantic import ValidationError
 
 from ackloop.errors import ModelPermanentError
@@ -74,6 +73,8 @@ class ScriptedModel:
 
 def validate_contents(request: ModelRequest) -> None:
     """Reject what Gemini would reject with a 400: unparseable contents or unknown roles."""
+    from google.genai import types  # imported by a model step only (see ackloop.model.turns)
+
     try:
         contents = [types.Content.model_validate(content) for content in request.contents]
         for declaration in request.tools:

@@ -2,6 +2,8 @@
 
 Parts are produced through google-genai's own ``Part`` model and dumped the way the Gemini adapter
 dumps a real response, so a scripted turn is byte-for-byte the shape the engine will store.
+google-genai (0.3 s of CPU to import) is imported on the first turn built, not with this module:
+the agent catalog imports it in every process, and only a model step builds turns.
 """
 
 from __future__ import annotations
@@ -9,8 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-
-from google.genai import types
 
 from ackloop.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
@@ -27,6 +27,8 @@ def text_turn(
 
     Pass ``request`` to get prompt-token usage estimated from what the model was shown.
     """
+    from google.genai import types
+
     part = types.Part(text=text).model_dump(mode="json", exclude_none=True)
     return ModelTurn(
         parts=[part],
@@ -50,6 +52,8 @@ def calls_turn(
     """
     if not calls:
         raise ValueError("a calls turn needs at least one call")
+    from google.genai import types
+
     normalized = [_as_call(call) for call in calls]
     parts: list[JsonDict] = []
     for index, call in enumerate(normalized):

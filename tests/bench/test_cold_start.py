@@ -1,0 +1,30 @@
+"""The cold start report's arithmetic: medians per figure, and the serial estimate of a run
+whose every step's service starts from zero."""
+
+from __future__ import annotations
+
+import pytest
+
+from ackloop_dev.bench.cold_start import health_path, median_of, run_figures, table
+
+
+def test_median_of_each_figure() -> None:
+    samples = [{"cpu": 0.5, "wall": 1.0}, {"cpu": 0.7, "wall": 3.0}, {"cpu": 0.6, "wall": 2.0}]
+    assert median_of(samples) == {"cpu": 0.6, "wall": 2.0}
+    assert median_of([]) == {}
+
+
+def test_the_serial_estimate_adds_each_step_functions_median_start() -> None:
+    figures = run_figures(warm=[0.3, 0.4, 0.5], cold=[0.6, 0.8, 0.7],
+                          restarts={"ingest": [1.0, 1.2, 1.1], "model_step": [2.0],
+                                    "tool_step": [1.5, 1.5]})
+    assert figures == {"warm_run_s": 0.4, "first_run_on_fresh_processes_s": 0.7,
+                       "step_cold_starts_s": pytest.approx(4.6),
+                       "serial_cold_run_estimate_s": pytest.approx(5.3)}
+
+
+def test_the_table_has_a_row_per_target_and_the_api_is_probed_on_its_health_route() -> None:
+    lines = table({"ingest": {"import_cpu_s": 0.5}, "api": {}}).splitlines()
+    assert [line.split()[0] for line in lines] == ["target", "ingest", "api"]
+    assert lines[1].split()[1] == "0.5"
+    assert (health_path("api"), health_path("tool_step")) == ("healthz", "")
