@@ -4,6 +4,7 @@ subscription), and the file exporter's format."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from ackloop.engine.finish import first_step
 from ackloop.records import Outgoing
 from ackloop.settings import Settings
 from ackloop.telemetry import tracing
+from ackloop.tools.masking import register_secret
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.emulators import EmulatorSession
 from tests.tracing.conftest import all_spans
@@ -136,6 +138,19 @@ def test_span_text_is_masked_like_logs_before_it_is_written(traces: Path) -> Non
     (span,) = all_spans(traces)
     assert span["attributes"]["ackloop.detail"] == "called with api_key=***"
     assert [e["name"] for e in span["events"]] == ["model retry", "tool fetch"]
+
+
+def test_a_secret_registered_later_is_masked_in_the_spans_from_then_on(traces: Path) -> None:
+    value = f"plain-{uuid.uuid4().hex}"  # no secret's shape: masked only once registered
+    with tracing.delivery_span("model", {}, "run-h"):
+        tracing.note(detail=value)
+    tracing.force_flush()  # masked and written before the secret is registered
+    register_secret(value)
+    with tracing.delivery_span("model", {}, "run-h"):
+        tracing.note(detail=value)
+    first, second = all_spans(traces)
+    assert (first["attributes"]["ackloop.detail"], second["attributes"]["ackloop.detail"]) == (
+        value, "***")
 
 
 def test_outside_a_delivery_an_operation_is_a_span_of_its_own(traces: Path) -> None:

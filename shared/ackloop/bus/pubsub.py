@@ -116,7 +116,10 @@ def _build_client() -> PublisherAsyncClient:
     host = os.environ.get("PUBSUB_EMULATOR_HOST")
     if not host:
         return PublisherAsyncClient()
-    channel = grpc.aio.insecure_channel(host)
+    # The options the generated transport gives its own channel: no message size limit here
+    # (a request is kept under Pub/Sub's own by _chunks).
+    channel = grpc.aio.insecure_channel(host, options=[("grpc.max_send_message_length", -1),
+                                                       ("grpc.max_receive_message_length", -1)])
     return PublisherAsyncClient(transport=PublisherGrpcAsyncIOTransport(channel=channel))
 
 

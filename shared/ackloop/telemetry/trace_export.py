@@ -17,6 +17,7 @@ process.
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import os
 import threading
@@ -31,7 +32,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Status
 from opentelemetry.util.types import AttributeValue
 
-from ackloop.tools.masking import mask_secrets
+from ackloop.tools.masking import mask_secrets, registered_secrets
 
 ForcedIds = contextvars.ContextVar[tuple[int, int] | None]
 FILE_EXPORT_DELAY_MS = 200
@@ -74,11 +75,27 @@ def span_record(span: ReadableSpan, service: str) -> dict[str, Any]:
     }
 
 
+SHORT_TEXT = 256
+"""Text up to this long is masked through a cache: a span's ids, names and topics repeat from
+one span to the next, and masking costs a few regular expressions per value."""
+
+
+def _mask(text: str) -> str:
+    if len(text) > SHORT_TEXT:
+        return mask_secrets(text)
+    return _mask_short(text, registered_secrets())
+
+
+@functools.lru_cache(maxsize=4096)
+def _mask_short(text: str, registered: tuple[str, ...]) -> str:
+    return mask_secrets(text)  # ``registered`` keys the cache: mask_secrets reads them itself
+
+
 def _masked_value(value: AttributeValue) -> AttributeValue:
     if isinstance(value, str):
-        return mask_secrets(value)
+        return _mask(value)
     if isinstance(value, Sequence) and value and isinstance(value[0], str):
-        return [mask_secrets(str(item)) for item in value]
+        return [_mask(str(item)) for item in value]
     return value
 
 
@@ -91,7 +108,7 @@ def masked(span: ReadableSpan) -> ReadableSpan:
     """``span`` with the text of its attributes, its events' attributes and its status masked."""
     status = span.status
     if status.description:
-        status = Status(status.status_code, mask_secrets(status.description))
+        status = Status(status.status_code, _mask(status.description))
     return ReadableSpan(
         name=span.name, context=span.get_span_context(), parent=span.parent,
         resource=span.resource, attributes=_masked_attributes(span.attributes),

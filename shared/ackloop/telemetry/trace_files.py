@@ -16,6 +16,9 @@ KEY_ATTRIBUTES = ("ackloop.step", "ackloop.attempt", "ackloop.claim", "ackloop.o
                   "messaging.destination.name", "messaging.batch.message_count",
                   "ackloop.writes", "ackloop.tool", "exception.type")
 """What a line of the text tree shows of a span's or an event's attributes."""
+LABELS = {"messaging.destination.name": "topic", "messaging.batch.message_count": "messages",
+          "exception.type": "error"}
+"""Shown as ``label=value``; any other attribute by the last part of its name."""
 
 
 def read_trace(directory: Path, trace_id: str) -> list[Span]:
@@ -78,5 +81,6 @@ def render(spans: list[Span]) -> list[str]:
 
 def _shown(attributes: dict[str, Any] | None) -> str:
     attrs = attributes or {}
-    shown = " ".join(f"{k.rsplit('.', 1)[-1]}={attrs[k]}" for k in KEY_ATTRIBUTES if k in attrs)
+    shown = " ".join(f"{LABELS.get(k) or k.rsplit('.', 1)[-1]}={attrs[k]}"
+                     for k in KEY_ATTRIBUTES if k in attrs)
     return f"  {shown}" if shown else ""
