@@ -77,13 +77,13 @@ async def test_a_callers_trace_becomes_the_runs_and_every_hop_joins_it(
     assert json.loads(as_json.stdout)["trace_id"] == CALLER_TRACE
 
 
-async def _whole_trace(api: httpx.AsyncClient, run_id: str, steps: set[str],
+async def _whole_trace(client: httpx.AsyncClient, run_id: str, steps: set[str],
                        timeout: float = 10.0) -> dict[str, Any]:
     """The run's trace once every step's span is in it: the processes export their spans in
     batches, a moment after each delivery ends (the last one may end after the run has)."""
     deadline = time.monotonic() + timeout
     while True:
-        traced = await api.get(f"/runs/{run_id}/trace")
+        traced = await client.get(f"/runs/{run_id}/trace")
         assert traced.status_code == 200, traced.text
         body: dict[str, Any] = traced.json()
         found = {s["attributes"].get("ackloop.step") for s in body["spans"]
