@@ -3,7 +3,10 @@
 A publish is one ``Publish`` RPC awaited on the event loop: no batching thread, no future
 crossing threads (google-cloud-pubsub's ``PublisherClient`` starts a commit thread per batch
 and the step waited for it). :meth:`PubSubPublisher.publish_many` sends several messages to one
-topic in one request: a step's outbox usually targets one topic.
+topic in one request: a step's outbox usually targets one topic. Publishes to one topic asked
+for in the same turn of the event loop (concurrent deliveries of a busy process) share one
+request too: the request leaves on the loop's next turn, so batching costs no timer and no
+wait.
 
 A gRPC asyncio channel belongs to the event loop it was first used on, so the client is built
 lazily, once per loop: a function process builds it on its first publish, in the loop it
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 from google.api_core import exceptions as gexc
@@ -47,6 +51,14 @@ RETRY = retry_async.AsyncRetry(
 outage does within 20 s (well inside a push subscription's acknowledgement deadline)."""
 
 
+@dataclass
+class _Batch:
+    """The messages to one topic asked for in one turn of the loop, sent as one request."""
+
+    done: asyncio.Future[list[str]]
+    messages: list[Message] = field(default_factory=list)
+
+
 class PubSubPublisher:
     """Publishes to the topics of ``project_id`` (short topic names) from async code."""
 
@@ -55,6 +67,9 @@ class PubSubPublisher:
         self._client: PublisherAsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._paths: dict[str, str] = {}
+        self._open: dict[str, _Batch] = {}
+        """Per topic, the batch still taking messages (it leaves on the loop's next turn)."""
+        self._sending: set[asyncio.Task[None]] = set()
         self.published = 0
         """Messages published by this process (the bench reads it)."""
         self.requests = 0
@@ -75,32 +90,64 @@ class PubSubPublisher:
         return message_id
 
     async def publish_many(self, topic: str, messages: Sequence[Message]) -> list[str]:
-        """Publish ``messages`` to ``topic`` in one request (more above Pub/Sub's limits per
-        request); their message ids, in order. Raises :class:`RetryableError` when the broker
-        cannot take them now (some may have been published: the consumers deduplicate)."""
+        """Publish ``messages`` to ``topic`` in one request (shared with the other publishes to
+        ``topic`` asked for in this turn of the event loop; more than one above Pub/Sub's
+        limits per request); their message ids, in order. Raises :class:`RetryableError` when
+        the broker cannot take them now (some may have been published: the consumers
+        deduplicate)."""
+        if not messages:
+            return []
+        self._client_for_loop()
+        batch = self._open.get(topic)
+        if batch is None:
+            batch = self._open[topic] = _Batch(asyncio.get_running_loop().create_future())
+            # Not retrieved when every publisher waiting on it was cancelled: no warning then.
+            batch.done.add_done_callback(lambda f: f.cancelled() or f.exception())
+            asyncio.get_running_loop().call_soon(self._send, topic, batch)
+        first = len(batch.messages)
+        batch.messages += messages
+        ids = await asyncio.shield(batch.done)  # one waiter cancelled does not fail the rest
+        return ids[first:first + len(messages)]
+
+    def _send(self, topic: str, batch: _Batch) -> None:
+        if self._open.get(topic) is batch:
+            del self._open[topic]
+        task = asyncio.get_running_loop().create_task(self._request(topic, batch))
+        self._sending.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._sending.discard)
+
+    async def _request(self, topic: str, batch: _Batch) -> None:
         client = self._client_for_loop()
         ids: list[str] = []
-        for chunk in _chunks(messages):
-            request = [PubsubMessage(data=data, attributes=dict(attributes or {}))
-                       for data, attributes in chunk]
-            try:
+        try:
+            for chunk in _chunks(batch.messages):
+                request = [PubsubMessage(data=data, attributes=dict(attributes or {}))
+                           for data, attributes in chunk]
                 response = await client.publish(topic=self.topic_path(topic), messages=request,
                                                 retry=RETRY, timeout=ATTEMPT_TIMEOUT_S)
-            except (gexc.GoogleAPICallError, gexc.RetryError, TimeoutError) as exc:
-                raise RetryableError(f"publish to {topic} failed: {exc}") from exc
-            self.requests += 1
-            self.published += len(chunk)
-            ids += response.message_ids
-        return ids
+                self.requests += 1
+                self.published += len(chunk)
+                ids += response.message_ids
+        except (gexc.GoogleAPICallError, gexc.RetryError, TimeoutError) as exc:
+            batch.done.set_exception(RetryableError(f"publish to {topic} failed: {exc}"))
+        except asyncio.CancelledError:  # the loop is closing: the waiters must not hang
+            batch.done.cancel()
+            raise
+        except Exception as exc:  # a bug: the waiters raise it
+            batch.done.set_exception(exc)
+        else:
+            batch.done.set_result(ids)
 
     def _client_for_loop(self) -> PublisherAsyncClient:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            self._client, self._loop = _build_client(), loop
+            self._client, self._loop, self._open = _build_client(), loop, {}
         return self._client
 
     async def aclose(self) -> None:
         """Close the client's channel (in the loop it was used on)."""
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
         client, self._client, self._loop = self._client, None, None
         if client is not None:
             await client.transport.close()  # type: ignore[no-untyped-call]
@@ -109,6 +156,7 @@ class PubSubPublisher:
         """Forget the client (its channel closes with its event loop); for callers outside any
         loop. In async code, prefer :meth:`aclose`."""
         self._client = self._loop = None
+        self._open = {}
 
 
 def _build_client() -> PublisherAsyncClient:
