@@ -3,11 +3,12 @@
 thread per batch, the shape the adapter had before), in alternating rounds so that a noisy
 machine weighs on both alike.
 
-Each round publishes one outbox (``--messages`` messages to one topic) with each publisher and
-records its wall time and the process's CPU time (every thread's, so the client's background
-threads count). Run with ``PUBSUB_EMULATOR_HOST`` set::
+Each round publishes ``--concurrency`` outboxes at once (``--messages`` messages to one topic
+each, as concurrent deliveries of one process would) with each publisher and records the
+round's wall time and the process's CPU time (every thread's, so the client's background
+threads count), per outbox. Run with ``PUBSUB_EMULATOR_HOST`` set::
 
-    python -m ackloop_dev.bench.publish_micro --rounds 300 --messages 1
+    python -m ackloop_dev.bench.publish_micro --rounds 300 --messages 1 --concurrency 1
 """
 
 from __future__ import annotations
@@ -53,13 +54,17 @@ def _outbox(count: int) -> list[tuple[bytes, Mapping[str, str]]]:
             for _ in range(count)]
 
 
-async def _measure(publish: Publish, topic: str, outbox: Sequence[Message]) -> tuple[float, float]:
+async def _measure(publish: Publish, topic: str, outbox: Sequence[Message],
+                   concurrency: int) -> tuple[float, float]:
+    """Wall and CPU seconds per outbox of one round."""
     wall, cpu = time.perf_counter(), time.process_time()
-    await publish(topic, outbox)
-    return time.perf_counter() - wall, time.process_time() - cpu
+    await asyncio.gather(*(publish(topic, outbox) for _ in range(concurrency)))
+    return ((time.perf_counter() - wall) / concurrency,
+            (time.process_time() - cpu) / concurrency)
 
 
-async def run(project_id: str, rounds: int, messages: int) -> dict[str, dict[str, float]]:
+async def run(project_id: str, rounds: int, messages: int,
+              concurrency: int = 1) -> dict[str, dict[str, float]]:
     """Median and mean wall and CPU (ms) per outbox published, by publisher."""
     topic = f"publish-micro-{uuid.uuid4().hex[:8]}"
     admin = pubsub_v1.PublisherClient()
@@ -74,7 +79,7 @@ async def run(project_id: str, rounds: int, messages: int) -> dict[str, dict[str
         for index in range(rounds):
             order = [("event loop", new.publish_many), ("thread", old.publish_many)]
             for name, publish in order if index % 2 else reversed(order):
-                samples[name].append(await _measure(publish, topic, outbox))
+                samples[name].append(await _measure(publish, topic, outbox, concurrency))
     finally:
         old.close()
         await new.aclose()
@@ -89,11 +94,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--messages", type=int, default=1, help="messages per outbox")
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="outboxes published at once in a round")
     parser.add_argument("--project", default=os.environ.get("ACKLOOP_PROJECT_ID", "ackloop-dev"))
     args = parser.parse_args(argv)
     if not os.environ.get("PUBSUB_EMULATOR_HOST"):
         raise SystemExit("set PUBSUB_EMULATOR_HOST: this measures against the emulator")
-    found = asyncio.run(run(args.project, args.rounds, args.messages))
+    found = asyncio.run(run(args.project, args.rounds, args.messages, args.concurrency))
     for name, figures in found.items():
         print(f"{name:<11} " + "  ".join(f"{k} {v:7.3f}" for k, v in figures.items()))
     new, old = found["event loop"], found["thread"]
