@@ -8,7 +8,7 @@ would see: the run's status and error, the transcript, the messages published, t
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -335,6 +335,12 @@ class FailingPublisher:
             self.failures -= 1
             raise ConnectionError("Pub/Sub: 503 unavailable")
         return await self.inner.publish(topic, data, attributes)
+
+    async def publish_many(self, topic: str,
+                           messages: Sequence[tuple[bytes, Mapping[str, str] | None]],
+                           ) -> list[str]:
+        return [await self.publish(topic, data, dict(attributes or {}))
+                for data, attributes in messages]
 
 
 async def test_h6_the_api_accepts_a_committed_run_whose_first_publish_failed_and_it_completes(

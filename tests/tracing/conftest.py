@@ -21,7 +21,9 @@ def traces(tmp_path: Path) -> Iterator[Path]:
 
 
 def all_spans(directory: Path) -> list[dict[str, object]]:
+    """Every span in the directory's files, once what has ended is exported (in batches)."""
     import json
 
+    tracing.force_flush()
     return [json.loads(line) for path in sorted(directory.glob("*.jsonl"))
             for line in path.read_text().splitlines()]

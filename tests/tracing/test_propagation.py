@@ -4,6 +4,7 @@ subscription), and the file exporter's format."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from ackloop.outgoing import first_step
 from ackloop.records import Outgoing
 from ackloop.settings import Settings
 from ackloop.telemetry import tracing
+from ackloop.tools.masking import register_secret
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.emulators import EmulatorSession
 from tests.tracing.conftest import all_spans
@@ -63,9 +65,13 @@ async def test_published_messages_carry_the_step_spans_context_and_keep_it_on_a_
     assert first == resent == {"run_id": "run-a", "step": "0000-model", "traceparent": expected}
     assert f"{context.trace_id:032x}" == tracing.run_trace_id("run-a")
     assert entries[0].traceparent == expected
-    publishes = [s for s in all_spans(traces) if s["name"] == "pubsub.publish"]
-    assert len(publishes) == 2
+    spans = all_spans(traces)
+    assert [s["name"] for s in spans] == ["ackloop.model_step"] * 2, "no span per publish"
+    publishes = [e for s in spans for e in s["events"] if e["name"] == "pubsub.publish"]
+    assert len(publishes) == 2, "each publish is an event on its delivery's span"
     assert publishes[0]["attributes"]["messaging.destination.name"] == topic
+    assert publishes[0]["attributes"]["messaging.batch.message_count"] == 1
+    assert publishes[0]["attributes"]["duration_ms"] > 0
 
 
 async def test_tracing_off_still_carries_the_callers_context() -> None:
@@ -80,23 +86,88 @@ async def test_tracing_off_still_carries_the_callers_context() -> None:
 def test_a_trace_file_holds_one_json_span_per_line(traces: Path) -> None:
     with tracing.delivery_span("tool", {}, "run-c", {"ackloop.step": "0000-tool-000"}) as step:
         tracing.claimed("0000-tool-000", 2, "taken_over", 1.5)
-        with tracing.span("tool lookup"):
+        with tracing.span("tool lookup", {"ackloop.tool": "lookup"}):
             pass
         tracing.answered(step, 503)
+    tracing.force_flush()
     (path,) = traces.glob("*.jsonl")
     assert path.name.endswith(".jsonl") and path.name.rsplit("-", 1)[1] != ""
-    child, parent = (json.loads(line) for line in path.read_text().splitlines())
+    (parent,) = (json.loads(line) for line in path.read_text().splitlines())
     assert set(parent) == {"trace_id", "span_id", "parent_span_id", "name", "service", "start",
                            "end", "attributes", "events", "status"}
     assert parent["name"] == "ackloop.tool_step"
     assert parent["trace_id"] == tracing.run_trace_id("run-c")
     assert parent["parent_span_id"] == tracing.run_root_span_id("run-c")
-    assert child["parent_span_id"] == parent["span_id"] and child["name"] == "tool lookup"
     assert {k: parent["attributes"][k] for k in ("ackloop.run_id", "ackloop.attempt",
                                                   "ackloop.claim", "ackloop.outcome")} == {
         "ackloop.run_id": "run-c", "ackloop.attempt": 2, "ackloop.claim": "taken_over",
         "ackloop.outcome": "redelivered"}
-    assert [(e["name"], e["attributes"]) for e in parent["events"]] == [
+    lease, takeover, tool = parent["events"]
+    assert [(e["name"], e["attributes"]) for e in (lease, takeover)] == [
         ("lease wait", {"seconds": 1.5}), ("takeover", {"attempt": 2})]
+    assert tool["name"] == "tool lookup" and tool["attributes"]["ackloop.tool"] == "lookup"
+    assert 0 <= tool["attributes"]["duration_ms"] <= (parent["end"] - parent["start"]) * 1000
     assert parent["status"]["code"] == "ERROR"
-    assert 0 < parent["start"] <= child["start"] <= child["end"] <= parent["end"]
+    assert parent["start"] <= tool["time"] <= parent["end"]
+
+
+def test_an_operation_that_raises_is_an_event_naming_the_error(traces: Path) -> None:
+    with (pytest.raises(ConnectionError), tracing.delivery_span("model", {}, "run-d"),
+          tracing.span("firestore.commit", {"ackloop.writes": 3})):
+        raise ConnectionError("unavailable")
+    (step,) = all_spans(traces)
+    commit, escaped = step["events"]
+    assert (commit["name"], escaped["name"]) == ("firestore.commit", "exception")
+    assert {k: commit["attributes"][k] for k in ("ackloop.writes", "exception.type",
+                                                  "exception.message")} == {
+        "ackloop.writes": 3, "exception.type": "ConnectionError",
+        "exception.message": "unavailable"}
+
+
+def test_span_text_is_masked_like_logs_before_it_is_written(traces: Path) -> None:
+    key = "AIza" + "x" * 35
+    with tracing.delivery_span("model", {}, "run-e") as step:
+        tracing.note(detail=f"called with api_key={key}")
+        tracing.event("model retry", error=f"401 for https://user:hunter22@host/?key={key}")
+        with tracing.span("tool fetch", {"url": f"https://host/?token={key}"}) as op:
+            op.set_attribute("header", f"Authorization: Bearer {key}")
+        tracing.answered(step, 500)
+    tracing.force_flush()
+    written = "".join(path.read_text() for path in traces.glob("*.jsonl"))
+    assert key not in written and "hunter22" not in written
+    (span,) = all_spans(traces)
+    assert span["attributes"]["ackloop.detail"] == "called with api_key=***"
+    assert [e["name"] for e in span["events"]] == ["model retry", "tool fetch"]
+
+
+def test_a_secret_registered_later_is_masked_in_the_spans_from_then_on(traces: Path) -> None:
+    value = f"plain-{uuid.uuid4().hex}"  # no secret's shape: masked only once registered
+    with tracing.delivery_span("model", {}, "run-h"):
+        tracing.note(detail=value)
+    tracing.force_flush()  # masked and written before the secret is registered
+    register_secret(value)
+    with tracing.delivery_span("model", {}, "run-h"):
+        tracing.note(detail=value)
+    first, second = all_spans(traces)
+    assert (first["attributes"]["ackloop.detail"], second["attributes"]["ackloop.detail"]) == (
+        value, "***")
+
+
+def test_outside_a_delivery_an_operation_is_a_span_of_its_own(traces: Path) -> None:
+    with tracing.run_context("run-f", None), tracing.span("pubsub.publish"):
+        pass
+    (publish,) = all_spans(traces)
+    assert publish["name"] == "pubsub.publish"
+    assert publish["trace_id"] == tracing.run_trace_id("run-f")
+    assert publish["parent_span_id"] == tracing.run_root_span_id("run-f")
+
+
+async def test_a_steps_messages_to_one_topic_go_in_one_request() -> None:
+    loop = make_loop(None, CountingToolbox())  # type: ignore[arg-type]  # nothing is called
+    entries = [Outgoing(topic="tool_steps", data={"n": n}, target_step=f"0000-tool-00{n}")
+               for n in range(3)] + [Outgoing(topic="answers", data={})]
+    await outbox.send(loop.deps, "run-g", entries)
+    sent = loop.publisher.take()
+    assert loop.publisher.requests == 2, "one request per topic"
+    assert sorted(m.attributes.get("step", "") for m in sent) == [
+        "", "0000-tool-000", "0000-tool-001", "0000-tool-002"]

@@ -60,11 +60,18 @@ async def test_one_run_is_one_connected_trace_whose_step_spans_are_its_ledger(
                                       "0001-model"]
     traced = sorted(s["attributes"]["ackloop.step"] for s in spans if s["name"] in STEP_SPANS)
     assert traced == [s.key for s in steps], "one step span per delivery, one per step"
-    names = sorted(s["name"] for s in spans)
-    assert names.count("gemini.generate_content") == 2
-    assert names.count("tool lookup") == 2
-    assert names.count("firestore.commit") == 4
-    assert names.count("ackloop.ingest") == 1
+    expected = ["ackloop.run", "ackloop.ingest", "ackloop.model_step", "ackloop.tool_step",
+                "ackloop.tool_step", "ackloop.model_step"]
+    assert sorted(s["name"] for s in spans) == sorted(expected), "one span per delivery"
+    events = {s["attributes"]["ackloop.step"]: [e["name"] for e in s["events"]]
+              for s in spans if s["name"] in STEP_SPANS}
+    # What happened inside each step is an event of its span: the model call inside the model
+    # step, the tool call inside the tool step, each step's commit.
+    assert [events[k].count("gemini.generate_content") for k in ("0000-model", "0001-model")] \
+        == [1, 1]
+    assert [events[k].count("tool lookup") for k in ("0000-tool-000", "0000-tool-001")] == [1, 1]
+    assert all(names.count("firestore.commit") == 1 for names in events.values())
+    assert events["0000-model"].count("pubsub.publish") == 1, "the fan-out in one request"
     # The tool steps are children of the model step that asked for them; the join's model step
     # is a child of the tool step that completed the turn.
     by_id = {s["span_id"]: s for s in spans}
@@ -74,9 +81,10 @@ async def test_one_run_is_one_connected_trace_whose_step_spans_are_its_ledger(
     assert parent_step["0000-tool-000"]["attributes"]["ackloop.step"] == "0000-model"
     assert parent_step["0000-tool-001"]["attributes"]["ackloop.step"] == "0000-model"
     assert parent_step["0001-model"]["name"] == "ackloop.tool_step"
-    model_call = next(s for s in spans if s["name"] == "gemini.generate_content")
-    assert {"gen_ai.request.model", "gen_ai.usage.input_tokens",
-            "gen_ai.usage.output_tokens"} <= set(model_call["attributes"])
+    model_call = next(e for s in spans for e in s["events"]
+                      if e["name"] == "gemini.generate_content")
+    assert {"gen_ai.request.model", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+            "duration_ms"} <= set(model_call["attributes"])
     assert read_trace(traces, str(run.trace_id)) == sorted(
         spans, key=lambda s: (s["start"], s["end"]))
 

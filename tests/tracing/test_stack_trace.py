@@ -8,6 +8,8 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
+from typing import Any
 
 import httpx
 import pytest
@@ -20,6 +22,7 @@ pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"
+STEP_SPANS = ("ackloop.model_step", "ackloop.tool_step")
 
 
 async def _runs_trace(*args: str) -> subprocess.CompletedProcess[str]:
@@ -44,31 +47,50 @@ async def test_a_callers_trace_becomes_the_runs_and_every_hop_joins_it(
     assert shown.headers["traceparent"] == root
     assert shown.json()["trace_id"] == CALLER_TRACE
 
-    traced = await api.get(f"/runs/{run_id}/trace")
-    assert traced.status_code == 200, traced.text
-    spans = traced.json()["spans"]
-    assert traced.json()["trace_id"] == CALLER_TRACE
+    steps = await api_stack.store().list_steps(run_id)
+    traced = await _whole_trace(api, run_id, {s.key for s in steps})
+    spans = traced["spans"]
+    assert traced["trace_id"] == CALLER_TRACE
     assert {s["trace_id"] for s in spans} == {CALLER_TRACE}
     ids = {s["span_id"] for s in spans}
     (root_span,) = [s for s in spans if s["parent_span_id"] not in ids]
     assert root_span["name"] == "ackloop.run" and root_span["parent_span_id"] == "00f067aa0ba902b7"
-    store = api_stack.store()
-    steps = await store.list_steps(run_id)
-    step_spans = {s["attributes"]["ackloop.step"] for s in spans
-                  if s["name"] in ("ackloop.model_step", "ackloop.tool_step")}
-    assert step_spans == {s.key for s in steps}
+    step_spans = [s for s in spans if s["name"] in STEP_SPANS]
+    assert sorted(s["attributes"]["ackloop.step"] for s in step_spans) == sorted(
+        s.key for s in steps), "one span per step delivery"
+    assert len(spans) == len(step_spans) + 2, "and the run's root and its ingest, nothing else"
+    model = next(s for s in step_spans if s["name"] == "ackloop.model_step")
+    assert {"firestore.commit", "gemini.generate_content"} <= {e["name"] for e in model["events"]}
     assert {s["service"] for s in spans} >= {"api", "model_step"}
 
     cli = await _runs_trace(run_id, "--directory", api_stack.state.directory)
     assert cli.returncode == 0, cli.stderr
     lines = cli.stdout.splitlines()
     assert lines[0].startswith(f"run {run_id}  trace {CALLER_TRACE}  {len(spans)} span(s)")
+    assert any(line.lstrip().startswith("· firestore.commit  ") for line in lines), \
+        "a span's events are shown under it"
     assert lines[1].startswith("ackloop.run  ")
     assert any(line.startswith("  ackloop.ingest  ") for line in lines)
     assert any(line.lstrip().startswith("ackloop.model_step") and "step=0000-model" in line
                for line in lines)
     as_json = await _runs_trace(run_id, "--json", "--directory", api_stack.state.directory)
     assert json.loads(as_json.stdout)["trace_id"] == CALLER_TRACE
+
+
+async def _whole_trace(client: httpx.AsyncClient, run_id: str, steps: set[str],
+                       timeout: float = 10.0) -> dict[str, Any]:
+    """The run's trace once every step's span is in it: the processes export their spans in
+    batches, a moment after each delivery ends (the last one may end after the run has)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        traced = await client.get(f"/runs/{run_id}/trace")
+        assert traced.status_code == 200, traced.text
+        body: dict[str, Any] = traced.json()
+        found = {s["attributes"].get("ackloop.step") for s in body["spans"]
+                 if s["name"] in STEP_SPANS}
+        if found >= steps or time.monotonic() > deadline:
+            return body
+        await asyncio.sleep(0.1)
 
 
 async def test_a_run_without_a_caller_trace_gets_one_derived_from_its_id(

@@ -92,7 +92,7 @@ async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool)
         message_id = await publisher.publish(target.settings.queries_topic,
                                              query.model_dump_json().encode())
     finally:
-        publisher.close()
+        await publisher.aclose()
     run_id = run_id_for_request(query.request_id)
     if quiet:
         return await follow(target.store(), run_id, timeout=timeout, message_id=message_id,

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from opentelemetry.trace import SpanKind
 
+from ackloop.bus.base import Message
 from ackloop.engine.deps import Deps
 from ackloop.records import Outgoing
 from ackloop.telemetry import tracing
@@ -29,21 +30,28 @@ def encode(data: object) -> bytes:
 
 async def send(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> None:
     """Publish the entries, each with its trace context (the one it was committed with, else
-    the current span's) among its attributes, under a span of its own."""
+    the current span's) among its attributes: one request per topic, the topics at once."""
     current = tracing.current_carrier()
-    await asyncio.gather(*(_publish(deps, run_id, o, current) for o in outbox))
+    by_topic: dict[str, list[Message]] = {}
+    for o in outbox:
+        by_topic.setdefault(deps.topic(o.topic), []).append(
+            (encode(o.data), _attributes(o, run_id, current)))
+    await asyncio.gather(*(_publish(deps, topic, messages)
+                           for topic, messages in by_topic.items()))
 
 
-async def _publish(deps: Deps, run_id: str, o: Outgoing, current: dict[str, str]) -> None:
-    topic = deps.topic(o.topic)
-    attributes = {"run_id": o.target_run or run_id,
-                  **({"step": o.target_step} if o.target_step else {}),
-                  **({"traceparent": o.traceparent} if o.traceparent else current)}
+def _attributes(o: Outgoing, run_id: str, current: dict[str, str]) -> dict[str, str]:
+    return {"run_id": o.target_run or run_id,
+            **({"step": o.target_step} if o.target_step else {}),
+            **({"traceparent": o.traceparent} if o.traceparent else current)}
+
+
+async def _publish(deps: Deps, topic: str, messages: list[Message]) -> None:
     with tracing.span("pubsub.publish", {"messaging.system": "gcp_pubsub",
                                          "messaging.destination.name": topic,
-                                         "ackloop.target_step": o.target_step or ""},
+                                         "messaging.batch.message_count": len(messages)},
                       kind=SpanKind.PRODUCER):
-        await deps.publisher.publish(topic, encode(o.data), attributes)
+        await deps.publisher.publish_many(topic, messages)
 
 
 async def resend(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> int:

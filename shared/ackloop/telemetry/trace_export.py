@@ -3,33 +3,40 @@
 Imported only when tracing is on (:func:`ackloop.telemetry.tracing.configure`): the
 OpenTelemetry SDK and the Cloud Trace exporter cost a cold start that records nothing.
 
-Ending a span must not lose it in a serverless process: the Cloud Trace exporter batches
-(``BatchSpanProcessor``), flushed when the process shuts down (the provider's exit hook, which
-runs when Cloud Run's SIGTERM stops the server); a trace file is written span by span
-(``SimpleSpanProcessor``), so a killed process has written every span that ended.
+Both exporters run off the request path: a ``BatchSpanProcessor`` queues an ended span (no
+I/O in the request) and its thread exports the queue, every few seconds to Cloud Trace, every
+:data:`FILE_EXPORT_DELAY_MS` to a trace file (a local run's trace is readable a moment after it
+ends). The provider's exit hook (run when Cloud Run's SIGTERM, or ``ackloop dev down``, stops
+the server) flushes what is queued; a killed process loses at most its last moment of spans.
+
+Spans are output, like logs: their attributes, events' attributes and status text are masked
+(:func:`ackloop.tools.masking.mask_secrets`) in the export thread, before they leave the
+process.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    SimpleSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
-)
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import Status
+from opentelemetry.util.types import AttributeValue
+
+from ackloop.tools.masking import mask_secrets, registered_secrets
 
 ForcedIds = contextvars.ContextVar[tuple[int, int] | None]
+FILE_EXPORT_DELAY_MS = 200
+"""How long an ended span may wait in the queue before a trace file gets it."""
 
 
 class RunIdGenerator(RandomIdGenerator):
@@ -68,6 +75,65 @@ def span_record(span: ReadableSpan, service: str) -> dict[str, Any]:
     }
 
 
+SHORT_TEXT = 256
+"""Text up to this long is masked through a cache: a span's ids, names and topics repeat from
+one span to the next, and masking costs a few regular expressions per value."""
+
+
+def _mask(text: str) -> str:
+    if len(text) > SHORT_TEXT:
+        return mask_secrets(text)
+    return _mask_short(text, registered_secrets())
+
+
+@functools.lru_cache(maxsize=4096)
+def _mask_short(text: str, registered: tuple[str, ...]) -> str:
+    return mask_secrets(text)  # ``registered`` keys the cache: mask_secrets reads them itself
+
+
+def _masked_value(value: AttributeValue) -> AttributeValue:
+    if isinstance(value, str):
+        return _mask(value)
+    if isinstance(value, Sequence) and value and isinstance(value[0], str):
+        return [_mask(str(item)) for item in value]
+    return value
+
+
+def _masked_attributes(attributes: Mapping[str, AttributeValue] | None,
+                       ) -> dict[str, AttributeValue]:
+    return {key: _masked_value(value) for key, value in (attributes or {}).items()}
+
+
+def masked(span: ReadableSpan) -> ReadableSpan:
+    """``span`` with the text of its attributes, its events' attributes and its status masked."""
+    status = span.status
+    if status.description:
+        status = Status(status.status_code, _mask(status.description))
+    return ReadableSpan(
+        name=span.name, context=span.get_span_context(), parent=span.parent,
+        resource=span.resource, attributes=_masked_attributes(span.attributes),
+        events=[Event(e.name, _masked_attributes(e.attributes), e.timestamp)
+                for e in span.events],
+        links=span.links, kind=span.kind, status=status, start_time=span.start_time,
+        end_time=span.end_time, instrumentation_scope=span.instrumentation_scope)
+
+
+class MaskingExporter(SpanExporter):
+    """Hands ``inner`` the spans masked (:func:`masked`)."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self.inner.export([masked(s) for s in spans])
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+
 class JsonLinesExporter(SpanExporter):
     """Appends each span to ``<directory>/<service>-<pid>.jsonl``: one file per process, so no
     two processes ever write the same file."""
@@ -97,12 +163,14 @@ def build_provider(export: str, directory: Path | None, service: str, project_id
     if export == "file":
         if directory is None:
             raise ValueError("ACKLOOP_TRACE_EXPORT=file needs ACKLOOP_TRACE_DIR")
-        provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(directory, service)))
+        provider.add_span_processor(BatchSpanProcessor(
+            MaskingExporter(JsonLinesExporter(directory, service)),
+            schedule_delay_millis=FILE_EXPORT_DELAY_MS))
     elif export == "cloud_trace":
         from opentelemetry.exporter.cloud_trace import CloudTraceSpanExporter
 
         exporter = CloudTraceSpanExporter(project_id)  # type: ignore[no-untyped-call]
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        provider.add_span_processor(BatchSpanProcessor(MaskingExporter(exporter)))
     else:
         raise ValueError(f"unknown trace export {export!r}")
     return provider

@@ -13,8 +13,12 @@ Span = dict[str, Any]
 KEY_ATTRIBUTES = ("ackloop.step", "ackloop.attempt", "ackloop.claim", "ackloop.outcome",
                   "http.response.status_code", "gen_ai.request.model",
                   "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
-                  "messaging.destination.name")
-"""What a line of the text tree shows of a span's attributes."""
+                  "messaging.destination.name", "messaging.batch.message_count",
+                  "ackloop.writes", "ackloop.tool", "exception.type")
+"""What a line of the text tree shows of a span's or an event's attributes."""
+LABELS = {"messaging.destination.name": "topic", "messaging.batch.message_count": "messages",
+          "exception.type": "error"}
+"""Shown as ``label=value``; any other attribute by the last part of its name."""
 
 
 def read_trace(directory: Path, trace_id: str) -> list[Span]:
@@ -56,18 +60,27 @@ def tree(spans: list[Span]) -> list[tuple[int, Span]]:
 
 
 def render(spans: list[Span]) -> list[str]:
-    """One line per span: indentation, name, duration, key attributes, events."""
+    """One line per span (indentation, name, duration, key attributes), then one line per
+    event of the span (what happened inside a delivery: the model call, the commit, each
+    publish...), marked ``·``, with its duration where it has one."""
     lines = []
     for depth, span in tree(spans):
         millis = (span.get("end", 0) - span.get("start", 0)) * 1000
-        attrs = span.get("attributes") or {}
-        shown = " ".join(f"{k.rsplit('.', 1)[-1]}={attrs[k]}" for k in KEY_ATTRIBUTES
-                         if k in attrs)
-        events = ", ".join(e.get("name", "") for e in span.get("events") or [])
-        line = f"{'  ' * depth}{span['name']}  {millis:.1f} ms"
-        line += f"  {shown}" if shown else ""
-        line += f"  [{events}]" if events else ""
+        line = f"{'  ' * depth}{span['name']}  {millis:.1f} ms{_shown(span.get('attributes'))}"
         if (span.get("status") or {}).get("code") == "ERROR":
             line += "  ERROR"
         lines.append(line)
+        for event in span.get("events") or []:
+            attrs = event.get("attributes") or {}
+            took = attrs.get("duration_ms")
+            lines.append(f"{'  ' * (depth + 1)}· {event.get('name', '')}"
+                         + (f"  {took:.1f} ms" if isinstance(took, int | float) else "")
+                         + _shown(attrs))
     return lines
+
+
+def _shown(attributes: dict[str, Any] | None) -> str:
+    attrs = attributes or {}
+    shown = " ".join(f"{LABELS.get(k) or k.rsplit('.', 1)[-1]}={attrs[k]}"
+                     for k in KEY_ATTRIBUTES if k in attrs)
+    return f"  {shown}" if shown else ""

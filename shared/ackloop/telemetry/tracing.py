@@ -6,16 +6,21 @@ the run id, so a duplicate query lands in the same trace. The run's root span (`
 has a span id derived from the run id too: a message that lost its context (a re-publish of an
 old message) still joins the run's trace, under that root.
 
-Each delivery of a step is one span (``ackloop.ingest``, ``ackloop.model_step``,
-``ackloop.tool_step``, ``ackloop.dead_letter``) whose parent is the context its message carries;
-the model call, the tool call, the commit and each publish are its children. What a step sends
-carries the step span's context, and the outbox keeps it, so a re-send after a crash has the
-same parent.
+Each delivery of a step is ONE span (``ackloop.ingest``, ``ackloop.model_step``,
+``ackloop.tool_step``, ``ackloop.dead_letter``) whose parent is the context its message carries.
+What happens inside it (the model call, a tool call, the commit, a publish: :func:`span`) is
+recorded as an event on that span, named for the operation, with its attributes and its
+``duration_ms``: a step costs one span to record and export, not one per operation. What a
+step sends carries the step span's context, and the outbox keeps it, so a re-send after a crash
+has the same parent. Outside a delivery (the sweeper, the CLI), :func:`span` records a span of
+its own, a child of the current context.
 
 Only the OpenTelemetry API is imported here (google-cloud-pubsub imports it anyway). Until
 :func:`configure` installs the SDK (:mod:`ackloop.telemetry.trace_export`, imported then), the
 tracer is the API's no-op one: no span is recorded, and the context still flows from message to
-message, so a caller's trace id survives a deployment that records nothing.
+message, so a caller's trace id survives a deployment that records nothing. Spans are exported
+in batches off the request path, with their text masked like logs
+(:mod:`ackloop.telemetry.trace_export`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import contextlib
 import contextvars
 import hashlib
 import os
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -57,6 +63,9 @@ _forced_ids: contextvars.ContextVar[tuple[int, int] | None] = contextvars.Contex
 _caller: contextvars.ContextVar[SpanContext | None] = contextvars.ContextVar(
     "ackloop_caller_span", default=None)
 """The context a query arrived with (the caller's span), parent of the run's root span."""
+_delivery: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
+    "ackloop_delivery_span", default=None)
+"""The recording span of the delivery being served: where :func:`span` records its events."""
 
 
 def resolve_export(mode: TraceExport, directory: str | None) -> str:
@@ -99,7 +108,8 @@ def exporter() -> str:
 
 
 def force_flush() -> None:
-    """Export what has ended (the Cloud Trace exporter batches)."""
+    """Export every span that has ended now (spans are exported in batches; tests, and a
+    reader that needs a trace at once)."""
     if _flush is not None:
         _flush()
 
@@ -174,7 +184,11 @@ def delivery_span(kind: str, carrier: Mapping[str, str], run_id: str | None,
         with _tracer.start_as_current_span(
                 SPAN_NAMES.get(kind, f"ackloop.{kind}"), context=_context_of(parent),
                 kind=SpanKind.CONSUMER, attributes=_attributes(run_id, attributes)) as span:
-            yield span
+            recording = _delivery.set(span if span.is_recording() else None)
+            try:
+                yield span
+            finally:
+                _delivery.reset(recording)
     finally:
         _caller.reset(token)
 
@@ -202,13 +216,58 @@ def record_run_root(run_id: str, trace_id: str) -> None:
         _forced_ids.reset(token)
 
 
+class Operation:
+    """What :func:`span` yields: attributes set on it are recorded with the operation."""
+
+    __slots__ = ("_span", "attributes")
+
+    def __init__(self, attributes: dict[str, Any], span_: Span | None = None) -> None:
+        self.attributes = attributes
+        self._span = span_
+
+    def set_attribute(self, key: str, value: str | int | float | bool) -> None:
+        if self._span is not None:
+            self._span.set_attribute(key, value)
+        else:
+            self.attributes[key] = value
+
+
 @contextlib.contextmanager
 def span(name: str, attributes: Mapping[str, Any] | None = None,
-         kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Span]:
-    """A child of the current span (the model call, a tool call, the commit, a publish)."""
-    with _tracer.start_as_current_span(name, kind=kind,
-                                       attributes=dict(attributes or {})) as child:
-        yield child
+         kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Operation]:
+    """An operation (the model call, a tool call, the commit, a publish) inside the current
+    work.
+
+    Inside a delivery it is an event on the delivery's span, stamped with the operation's start,
+    with its attributes, ``duration_ms`` and, when it raised, ``exception.type`` and
+    ``exception.message``. Outside one (the sweeper, the CLI) it is a child span of the current
+    context. With tracing off it records nothing and costs next to nothing.
+    """
+    delivery = _delivery.get()
+    if delivery is not None:
+        with _as_event(delivery, name, dict(attributes or {})) as operation:
+            yield operation
+    elif _exporter == "none":
+        yield Operation({})
+    else:
+        with _tracer.start_as_current_span(name, kind=kind,
+                                           attributes=dict(attributes or {})) as child:
+            yield Operation({}, child)
+
+
+@contextlib.contextmanager
+def _as_event(delivery: Span, name: str, attributes: dict[str, Any]) -> Iterator[Operation]:
+    operation = Operation(attributes)
+    started_ns, clock = time.time_ns(), time.perf_counter_ns()
+    try:
+        yield operation
+    except BaseException as exc:
+        attributes["exception.type"] = type(exc).__qualname__
+        attributes["exception.message"] = str(exc)[:500]
+        raise
+    finally:
+        attributes["duration_ms"] = round((time.perf_counter_ns() - clock) / 1e6, 3)
+        delivery.add_event(name, attributes, timestamp=started_ns)
 
 
 def note(**attributes: str | int | float | bool) -> None:
@@ -233,7 +292,7 @@ def claimed(key: str, attempts: int, state: str, waited_seconds: float) -> None:
         event("redelivery of a completed step", step=key)
 
 
-def model_answered(call: Span, input_tokens: int, output_tokens: int,
+def model_answered(call: Operation, input_tokens: int, output_tokens: int,
                    model_version: str | None) -> None:
     """What a model call used (the semantic conventions' ``gen_ai.*`` names)."""
     call.set_attribute("gen_ai.usage.input_tokens", input_tokens)

@@ -67,6 +67,12 @@ def register_secret(value: str | None) -> None:
         _REGISTERED = tuple(sorted({*_REGISTERED, value}, key=len, reverse=True))
 
 
+def registered_secrets() -> tuple[str, ...]:
+    """The secrets :func:`register_secret` has registered so far (a cache of masked text
+    keys on them: a secret registered later changes what masking gives)."""
+    return _REGISTERED
+
+
 def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
     """Return ``text`` with credentials replaced by ``***``.
 

@@ -530,8 +530,8 @@ function renderTranscript(transcript, run, list) {
   list.replaceChildren(...items);
 }
 
-// The run's spans as an indented list (children under their parent, by start time), when the
-// API offers a trace of the run.
+// The run's spans as an indented list (children under their parent, by start time, each span's
+// events under it), when the API offers a trace of the run.
 async function showTrace(runId, box, signal) {
   const response = await fetch(`/runs/${encodeURIComponent(runId)}/trace`,
     { headers: headers(), signal });
@@ -553,6 +553,14 @@ async function showTrace(runId, box, signal) {
           ((span.end - span.start) * 1000).toFixed(1)} ms`));
       row.style.paddingLeft = `${depth * 1.2}rem`;
       rows.push(row);
+      // What happened inside the delivery (model call, tool call, commit, publish): its events.
+      for (const event of span.events || []) {
+        const took = event.attributes?.duration_ms;
+        const item = h("li", { class: "event" }, `· ${event.name}`,
+          typeof took === "number" ? h("small", {}, ` ${took.toFixed(1)} ms`) : "");
+        item.style.paddingLeft = `${(depth + 1) * 1.2}rem`;
+        rows.push(item);
+      }
       walk(span.span_id, depth + 1);
     }
   };
