@@ -5,7 +5,8 @@ delivery with production's retry policy (first redelivery after 10 s) and dead-l
 (10 attempts). The call takes 12 s and the process is killed 2 s into it, then started again
 as the platform would. The run must complete with one redelivery of the killed step's message:
 the redelivery finds the dead holder's lease expired (or waits it out inside its request) and
-takes the step over; no 503 is spent on it and nothing is dead-lettered.
+takes the step over, or, for a step run unclaimed (the retry-safe tool), finds no document and
+runs it as the message's second delivery; no 503 is spent on it and nothing is dead-lettered.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ CALL_SECONDS = 12.0
 KILL_AFTER_SECONDS = 2.0
 
 
-async def _wait_running(stack: RunningStack, run_id: str, key: str, timeout: float) -> None:
+async def _wait_in_flight(stack: RunningStack, run_id: str, key: str, timeout: float) -> None:
+    """Until the step's call is under way: its claim says so, or (a step run unclaimed writes
+    nothing before its result) the tool's API has received the call."""
     store = stack.store()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         (step,) = await store.get_steps(run_id, [key])
         if step is not None and step.status is StepStatus.RUNNING:
+            return
+        if "tool" in key and stack.sandbox_stats().get("faults:delay", 0) > 0:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"step {key} of {run_id} never started")
@@ -49,7 +54,7 @@ async def test_sigkill_mid_call_recovers_with_one_redelivery(
         stack.set_sandbox_faults(delay_seconds=CALL_SECONDS)
 
     run_id = stack.ask("where am I?")
-    await _wait_running(stack, run_id, key, timeout=60)
+    await _wait_in_flight(stack, run_id, key, timeout=60)
     await asyncio.sleep(KILL_AFTER_SECONDS)
     process = stack.stack.processes[service]
     process.kill()  # SIGKILL to its process group, mid-call
@@ -69,7 +74,7 @@ async def test_sigkill_mid_call_recovers_with_one_redelivery(
     assert [s.key for s in steps] == [
         "0000-model", "0000-tool-000", "0001-model", "0001-tool-000", "0002-model"]
     killed = next(s for s in steps if s.key == key)
-    assert killed.attempts == 2, killed  # the dead delivery's claim, then one takeover
+    assert killed.attempts == 2, killed  # the dead delivery, then the one redelivery
     assert all(s.attempts == 1 for s in steps if s.key != key)
     transcript = await stack.store().load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"] * 3

@@ -12,7 +12,7 @@ from google.cloud import pubsub_v1
 
 from ackloop.bus.pubsub import PubSubPublisher
 from ackloop.engine import outbox
-from ackloop.outgoing import first_step
+from ackloop.outgoing import first_step, stamped
 from ackloop.records import Outgoing
 from ackloop.settings import Settings
 from ackloop.telemetry import tracing
@@ -53,7 +53,7 @@ async def test_published_messages_carry_the_step_spans_context_and_keep_it_on_a_
                                        project_id=emulator_session.project_id))
     loop.deps.publisher = PubSubPublisher(emulator_session.project_id)
     with tracing.delivery_span("model", {}, "run-a") as span:
-        entries = outbox.stamped([first_step("run-a")])
+        entries = stamped([first_step("run-a")])
         await outbox.send(loop.deps, "run-a", entries)
         context = span.get_span_context()
     # The re-send of the committed entry, from another delivery (another span).

@@ -108,7 +108,7 @@ async def test_a_redelivered_step_records_a_second_span_marked_as_a_redelivery(
              and s["attributes"]["ackloop.step"] == "0000-model"]
     assert len(spans) == 2
     first, again = sorted(spans, key=lambda s: s["start"])
-    assert first["attributes"]["ackloop.claim"] == "new"
+    assert first["attributes"]["ackloop.claim"] == "unclaimed"  # a unary call of an unpriced model
     assert first["attributes"]["ackloop.attempt"] == 1
     assert again["attributes"]["ackloop.claim"] == "completed"
     assert again["attributes"]["messaging.gcp_pubsub.message.delivery_attempt"] == 2
