@@ -171,6 +171,17 @@ variable "lease_seconds" {
   }
 }
 
+variable "step_claims" {
+  type        = string
+  description = "ACKLOOP_STEP_CLAIMS: auto claims a step's document before its call only where a duplicate call would cost more than the claim's write (a unary model call with a long prompt, a streamed call, a tool that is not retry-safe, a call that waits); the other steps run unclaimed, one read and one commit (docs/architecture.md, Unclaimed steps). always claims every step."
+  default     = "auto"
+
+  validation {
+    condition     = contains(["auto", "always"], var.step_claims)
+    error_message = "step_claims must be auto or always."
+  }
+}
+
 variable "in_request_waits" {
   type = object({
     claim_wait_seconds = optional(number, 25)
