@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ackloop.jsondict import JsonDict
@@ -113,6 +114,11 @@ class Verdict:
     model_duplicates: int = 0
     tool_duplicates: int = 0
     duplicates_outside_kills: int = 0
+    overlapping_tool_calls: int = 0
+    """Extra executions of a tool step that started before the step was recorded: a duplicate
+    delivery overlapping the first, the accepted cost of a step run unclaimed (a retry-safe
+    tool under the shipped claims, docs/architecture.md "Unclaimed steps"), never a re-run of a
+    completed call."""
     in_flight_at_kill: int = 0
     in_flight_ran_twice: int = 0
     missing_executions: int = 0
@@ -139,7 +145,7 @@ def judge(
     template: str,
     references: dict[RefKey, Reference],
     model: ModelEvidence,
-    tools: Counter[tuple[str, str]],
+    tools: Mapping[tuple[str, str], list[float]],
     killed: set[str],
 ) -> Verdict:
     """The verdict on one run (``killed``: keys of its steps in flight at a kill)."""
@@ -227,7 +233,7 @@ def _check_history(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
 
 
 def _check_executions(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
-                      model: ModelEvidence, tools: Counter[tuple[str, str]],
+                      model: ModelEvidence, tools: Mapping[tuple[str, str], list[float]],
                       killed: set[str]) -> None:
     verdict.in_flight_at_kill = len(killed)
     last = max((s.key for s in steps), default="")
@@ -238,9 +244,16 @@ def _check_executions(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
             if count == 0 and not failed_here and run.status is RunStatus.COMPLETED:
                 verdict.missing_executions += 1
         else:
-            count = tools[(run.run_id, step.key)]
+            starts = tools.get((run.run_id, step.key), [])
+            count = len(starts)
             if count == 0 and run.status is RunStatus.COMPLETED:
                 verdict.missing_executions += 1
+            if step.completed_at is not None and count > 1:
+                # Only an execution that started after the step was recorded re-ran it.
+                rerun = sum(1 for t in starts if not t <= step.completed_at)
+                overlapping = max(0, count - rerun - 1)
+                verdict.overlapping_tool_calls += overlapping
+                count -= overlapping
         extra = max(0, count - 1)
         if step.kind == "model":
             verdict.model_duplicates += extra
