@@ -119,7 +119,7 @@ async def _answer(kind: Kind, request: Request) -> Response:
     if refused := await authenticate_push(deps.settings, request):
         return _json(200, {"status": "ok"}) if request.method == "GET" else _refuse(refused)
     if request.method == "GET":
-        counters = getattr(deps.store.db, "counters", None)
+        counters = deps.store.counters
         return _json(
             200,
             {

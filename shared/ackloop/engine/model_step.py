@@ -19,7 +19,7 @@ from typing import Any
 
 from ackloop import conversation
 from ackloop.agents import Agent
-from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
+from ackloop.deltas import DeltaWriter
 from ackloop.engine import claims, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
@@ -295,9 +295,9 @@ def _delta_writer(deps: Deps, ref: ClaimRef) -> DeltaWriter | None:
     if not _streams(deps):
         return None
     claim = ref.claim
-    return DeltaWriter(deps.store.db, deltas_collection(deps.store, claim.run_id), claim.key,
-                       claim.step.attempts, flush_seconds=deps.settings.stream_flush_seconds,
-                       expire_at=delta_expiry(deps.store, deps.clock.now()))
+    return deps.store.delta_writer(claim.run_id, claim.key, claim.step.attempts,
+                                   flush_seconds=deps.settings.stream_flush_seconds,
+                                   now=deps.clock.now())
 
 
 async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWriter | None

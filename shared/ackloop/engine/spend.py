@@ -2,7 +2,7 @@
 
 :func:`metered` opens a :class:`Meter` around one delivery (the dispatcher does, and ingest does
 for a run created through the API): it notes when the request started, the Pub/Sub bytes of the
-message received and, through :func:`ackloop.docdb.counting.delivery_counters`, every Firestore
+message received and, through :func:`ackloop.store.delivery_counters`, every Firestore
 read and write the delivery makes (a heartbeat task it starts included; concurrent deliveries of
 one process each have their own). :func:`spent` prices it at the moment of a commit: the reads
 and writes so far plus the writes of the commit itself, the model's tokens, the bytes received
@@ -22,10 +22,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ackloop.cost import Cost, Spend, price, pubsub_billed_bytes
-from ackloop.docdb.counting import DocumentCounters, delivery_counters
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import encode
 from ackloop.records import Outgoing, RunRecord, StepRecord
+from ackloop.store import DocumentCounters, delivery_counters
 from ackloop.wire import Usage
 
 

@@ -33,6 +33,7 @@ from ackloop.docdb.base import (
     Version,
     Write,
 )
+from ackloop.docdb.counting import DocumentCounters, delivery_counters
 from ackloop.errors import (
     ConversationBusy,
     IdempotencyMismatch,
@@ -60,11 +61,13 @@ from ackloop.records import (
 from ackloop.store.commit import Basis, Committed, Decision, Pricer, RunRead
 
 __all__ = ["AgentStore", "Basis", "Claim", "Committed", "Decision", "DecisionRefused",
-           "Pricer", "Retention", "RunEnd", "RunRead", "Transcript"]
+           "DocumentCounters", "Pricer", "Retention", "RunEnd", "RunRead", "Transcript",
+           "delivery_counters"]
 from ackloop.tools.masking import mask_secrets
 from ackloop.wire import Usage
 
 if TYPE_CHECKING:
+    from ackloop.deltas import DeltaWriter
     from ackloop.settings import Settings
 
 # Optimistic retries of :meth:`AgentStore.create_run` when its documents change meanwhile.
@@ -250,6 +253,20 @@ class AgentStore:
         self._conversations = f"{collection_prefix}conversations"
         self._poison = f"{collection_prefix}poison"
         self._dead_letters = f"{collection_prefix}dead_letters"
+
+    @property
+    def counters(self) -> DocumentCounters | None:
+        """What this process's store has read and written, when its database counts it."""
+        counters = getattr(self.db, "counters", None)
+        return counters if isinstance(counters, DocumentCounters) else None
+
+    def delta_writer(self, run_id: str, step: str, attempt: int, *, flush_seconds: float,
+                     now: float) -> DeltaWriter:
+        """Where the text of a streamed model call of ``step`` goes while the call runs."""
+        from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
+
+        return DeltaWriter(self.db, deltas_collection(self, run_id), step, attempt,
+                           flush_seconds=flush_seconds, expire_at=delta_expiry(self, now))
 
     # -- retention ---------------------------------------------------------------------------
 
