@@ -3,9 +3,10 @@ store alike, each stamped with the trace context it will be sent with."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey
 from ackloop.records import Outgoing, RunRecord
 from ackloop.telemetry import tracing
@@ -32,15 +33,40 @@ def first_step(run_id: str, *, other_run: bool = False) -> Outgoing:
                     target_step=str(StepKey.model(0)), target_run=run_id if other_run else None)
 
 
-def after_tools(message: ToolStepMessage) -> Outgoing:
-    """The model step that follows the turn of tool step ``message`` (what the join sends)."""
+def after_tools(message: ToolStepMessage, model_result: Mapping[str, Any] | None = None
+                ) -> Outgoing:
+    """The model step that follows the turn of tool step ``message`` (what the join sends);
+    ``model_result``, the result of the model step that asked for the calls, tells it what to
+    read (:func:`reads`)."""
     follow_up = ModelStepMessage(
         run_id=message.run_id,
         turn=message.turn + 1,
         usage=message.usage.plus(Usage(tool_calls=message.call_count)),
     )
+    pointer = (model_result or {}).get("transcript")
     return Outgoing(topic="model_steps", data=follow_up.model_dump(mode="json"),
-                    target_step=str(StepKey.model(message.turn + 1)))
+                    target_step=str(StepKey.model(message.turn + 1)),
+                    reads=reads(message.call_count, pointer))
+
+
+def reads(calls: int, pointer: object) -> str | None:
+    """The ``reads`` hint of a model step whose previous turn made ``calls`` calls and left the
+    transcript where ``pointer`` says (None without a pointer)."""
+    if not isinstance(pointer, Mapping):
+        return None
+    return f"{calls},{int(pointer['chunks'])},{pointer['conversation_id']}"
+
+
+def parse_reads(hint: str | None) -> tuple[int, JsonDict] | None:
+    """``(calls, transcript pointer)`` of a ``reads`` hint, or None when it says nothing usable
+    (the step then reads the way it would without one)."""
+    if not hint:
+        return None
+    calls, _, rest = hint.partition(",")
+    chunks, _, conversation_id = rest.partition(",")
+    if not (calls.isdigit() and chunks.isdigit() and conversation_id) or int(calls) > 999:
+        return None
+    return int(calls), {"conversation_id": conversation_id, "chunks": int(chunks)}
 
 
 def stamped(outbox: Sequence[Outgoing]) -> list[Outgoing]:

@@ -177,6 +177,11 @@ class Outgoing(Record):
     traceparent: str | None = None
     """The trace context the message is sent with (the sending step's span), kept so that a
     re-send after a crash has the same parent."""
+    reads: str | None = None
+    """What the target model step will read, so that it reads it in one round trip:
+    ``{calls},{chunks},{conversation_id}`` (the previous turn's calls, the transcript's chunks).
+    Sent as the ``reads`` attribute; a hint the step checks against what it reads, never
+    trusted (:meth:`ackloop.store.AgentStore.model_step_inputs`)."""
 
 
 class Waiting(Record):

@@ -126,12 +126,12 @@ def next_messages(run: RunRecord, steps: list[StepRecord]) -> list[Outgoing]:
     # is decided but still waits lost its re-send, which this sends again.
     tools = [o for o in model.outbox if o.topic == "tool_steps"]
     if not pending and tools and all(_done(by_key.get(str(o.target_step))) for o in tools):
-        return [_joined(tools[0])]  # every tool is done; the join never fired
+        return [_joined(tools[0], model)]  # every tool is done; the join never fired
     return pending
 
 
-def _joined(tool: Outgoing) -> Outgoing:
-    return after_tools(ToolStepMessage.model_validate(tool.data))
+def _joined(tool: Outgoing, model: StepRecord) -> Outgoing:
+    return after_tools(ToolStepMessage.model_validate(tool.data), model.result)
 
 
 def _done(step: StepRecord | None) -> bool:

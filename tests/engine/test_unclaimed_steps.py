@@ -99,3 +99,55 @@ def test_the_claim_rule_claims_where_a_duplicate_costs_more_than_a_write() -> No
     assert tool_call_claims(AUTO, retry_safe=True, waits=True)
     assert not tool_call_claims(AUTO, retry_safe=True, waits=False)
     assert tool_call_claims(ALWAYS, retry_safe=True, waits=False)
+
+
+async def test_a_later_model_step_reads_its_inputs_in_one_round_trip() -> None:
+    """The message that triggers a model step names what it will read (its ``reads`` hint):
+    the run, the previous turn's steps, its own document and the transcript come in one batch
+    get, then one commit. Turn 0 lists the transcript; the last step reads the conversation
+    it hands on."""
+    model, tools = reference()
+    loop = make_loop(model, tools, settings=AUTO)
+    counters = loop.deps.store.db.counters  # type: ignore[attr-defined]
+    trips: list[tuple[str, int]] = []
+    deliver = loop.deliver
+
+    async def counted(kind, message):  # type: ignore[no-untyped-def]
+        before = counters.round_trips
+        outcome = await deliver(kind, message)
+        trips.append((message.attributes.get("step", kind), counters.round_trips - before))
+        return outcome
+
+    loop.deliver = counted  # type: ignore[method-assign]
+    await loop.submit(QueryMessage(request_id="one-read", text="go"))
+    await loop.run_until_idle()
+
+    assert dict(trips) == {"0000-model": 3, "0000-tool-000": 2, "0001-model": 2,
+                           "0001-tool-000": 2, "0002-model": 3, "query": dict(trips)["query"]}
+
+
+async def test_a_hint_that_what_is_read_does_not_bear_out_is_ignored() -> None:
+    """``reads`` is only a hint: one naming another conversation or another number of calls
+    makes the step read the way it would without it, and the run goes on unchanged."""
+    model, tools = reference()
+    loop = make_loop(model, tools, settings=AUTO)
+    forged = 0
+
+    def forge(kind, message):  # type: ignore[no-untyped-def]
+        nonlocal forged
+        if message.attributes.get("reads"):
+            forged += 1
+            message.attributes["reads"] = "7,3,someone-else" if forged == 1 else "x,y"
+        return kind, message
+
+    deliver = loop.deliver
+    loop.deliver = lambda kind, message: deliver(*forge(kind, message))  # type: ignore[method-assign]
+    await loop.submit(QueryMessage(request_id="forged-hint", text="go"))
+    await loop.run_until_idle()
+
+    assert forged == 2
+    run = await loop.deps.store.get_run(run_id_for_request("forged-hint"))
+    assert run is not None and run.status is RunStatus.COMPLETED
+    assert len(model.requests) == 3 and tools.executed["lookup"] == 2
+    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    assert [c["role"] for c in transcript.contents] == ["user", "model"] * 3

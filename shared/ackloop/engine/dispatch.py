@@ -151,7 +151,8 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
             return Outcome(200, {"run_id": run.run_id, "created": created})
         if isinstance(message, EventMessage):
             return Outcome(200, await _deliver_event(deps, message))
-        served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1)
+        served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
+                                       delivery.attributes.get("reads"))
         if isinstance(message, ModelStepMessage):
             # Imported by the model step's own module at start-up; the other services never
             # load it (structured output, JSON Schema, the streamed deltas: 40 ms of CPU).

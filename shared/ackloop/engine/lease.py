@@ -56,11 +56,14 @@ class RequestScope:
     delivery_attempt: int = 1
     """Pub/Sub's count of this message's deliveries (1 when it does not say): the attempt
     number of a step run unclaimed, whose failed attempts left no document to count them."""
+    reads: str | None = None
+    """The message's ``reads`` attribute (:attr:`ackloop.records.Outgoing.reads`), if any."""
 
     @classmethod
-    def starting(cls, deps: Deps, message_id: str, delivery_attempt: int = 1) -> RequestScope:
+    def starting(cls, deps: Deps, message_id: str, delivery_attempt: int = 1,
+                 reads: str | None = None) -> RequestScope:
         return cls(message_id, deps.clock.now() + deps.settings.request_timeout_seconds
-                   - COMMIT_MARGIN_S, max(1, delivery_attempt))
+                   - COMMIT_MARGIN_S, max(1, delivery_attempt), reads)
 
     def wait_until(self, deps: Deps, call_seconds: float) -> float:
         """Until when a claim may wait: the configured bound, and room left for the call."""

@@ -37,6 +37,7 @@ from ackloop.errors import ModelRetryableError, PermanentError, RetryableError
 from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn, StreamingModelClient
+from ackloop.outgoing import parse_reads
 from ackloop.records import (
     Outgoing,
     RunRecord,
@@ -45,7 +46,7 @@ from ackloop.records import (
     StepStatus,
     StopReason,
 )
-from ackloop.store import Claim, RunRead, Transcript
+from ackloop.store import Claim, ModelStepInputs, RunRead, Transcript
 from ackloop.telemetry import tracing
 from ackloop.telemetry.context import update_log_context
 from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
@@ -137,6 +138,10 @@ async def _claim_and_read(
     if message.turn == 0:
         message = scheduled_model_step(message, {})
         found, (own,) = await deps.store.run_and_steps(run_id, [str(key)])
+    elif (hinted := await _read_as_hinted(deps, message, scope)) is not None:
+        found, previous, own, transcript = (hinted.run, hinted.previous, hinted.own,
+                                            hinted.transcript)
+        message = scheduled_model_step(message, {s.key: s for s in previous})
     else:
         turn = message.turn - 1
         in_range = await deps.store.steps_in_range(run_id, str(StepKey.model(turn)), str(key))
@@ -165,6 +170,18 @@ async def _claim_and_read(
     if run_read is not found:
         transcript = None  # the claim waited: read the transcript again
     return message, run_read, claim, Inputs(transcript, previous)
+
+
+async def _read_as_hinted(deps: Deps, message: ModelStepMessage, scope: RequestScope
+                          ) -> ModelStepInputs | None:
+    """A later turn's inputs in one round trip, where the message's ``reads`` hint names them
+    and what is read bears it out (:meth:`~ackloop.store.AgentStore.model_step_inputs`); None
+    otherwise (the inputs are then read in two)."""
+    hint = parse_reads(scope.reads)
+    if hint is None:
+        return None
+    calls, pointer = hint
+    return await deps.store.model_step_inputs(message.run_id, message.turn, calls, pointer)
 
 
 async def _run_claimed(

@@ -43,6 +43,7 @@ async def send(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> None:
 def _attributes(o: Outgoing, run_id: str, current: dict[str, str]) -> dict[str, str]:
     return {"run_id": o.target_run or run_id,
             **({"step": o.target_step} if o.target_step else {}),
+            **({"reads": o.reads} if o.reads else {}),
             **({"traceparent": o.traceparent} if o.traceparent else current)}
 
 

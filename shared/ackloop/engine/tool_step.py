@@ -29,9 +29,10 @@ from ackloop.engine.lease import (
 )
 from ackloop.engine.ledger import committed_tool_message
 from ackloop.errors import PermanentError, UnknownRun
+from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey, tool_turn_range
 from ackloop.outgoing import after_tools
-from ackloop.records import Outgoing, RunStatus, StepStatus
+from ackloop.records import RunStatus, StepStatus
 from ackloop.store import RunRead
 from ackloop.telemetry import tracing
 from ackloop.tools.base import ToolContext, ToolOutcome, prepare_toolbox
@@ -50,6 +51,7 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
     if run_read is None:
         raise UnknownRun(message.run_id)
     message = committed_tool_message(model_step, message)
+    model_result = model_step.result if model_step is not None else None
     claimed = await claim_in_run(
         deps, message.run_id, run_read, key, message.call.name,
         message_id=scope.message_id,
@@ -78,11 +80,11 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
             seconds = None
         if outcome is None:
             return  # the run has ended, or the call waits: nothing more is recorded
-        await commit(deps, ref, _decision(message, outcome, seconds), Basis(run_read),
-                     kind="tool")
+        await commit(deps, ref, _decision(message, outcome, seconds, model_result),
+                     Basis(run_read), kind="tool")
         if message.call_count == 1:
             return  # the follow-up went out with the commit
-    await join(deps, message)
+    await join(deps, message, model_result)
 
 
 async def _run_claimed(
@@ -169,22 +171,20 @@ def _retry_safe(toolbox: object, name: str) -> bool:
     return bool(check(name)) if callable(check) else True
 
 
-def _decision(message: ToolStepMessage, outcome: ToolOutcome, seconds: float | None) -> Decision:
+def _decision(message: ToolStepMessage, outcome: ToolOutcome, seconds: float | None,
+              model_result: JsonDict | None) -> Decision:
     return Decision(
         result=outcome.model_dump(mode="json"),
-        outbox=_next_model_step(message) if message.call_count == 1 else [],
+        outbox=[after_tools(message, model_result)] if message.call_count == 1 else [],
         step_usage=Usage(tool_calls=1),
         call_seconds=seconds,
         error=str(outcome.response.get("error")) if outcome.is_error else None,
     )
 
 
-def _next_model_step(message: ToolStepMessage) -> list[Outgoing]:
-    return [after_tools(message)]
-
-
-async def join(deps: Deps, message: ToolStepMessage) -> None:
-    """Trigger the next model step if every tool of this turn is done and it is not claimed."""
+async def join(deps: Deps, message: ToolStepMessage, model_result: JsonDict | None) -> None:
+    """Trigger the next model step if every tool of this turn is done and it is not claimed
+    (``model_result``: the turn's model step's, which tells the next one what to read)."""
     start, end = tool_turn_range(message.turn)
     steps = await deps.store.steps_in_range(message.run_id, start, end)
     next_key = str(StepKey.model(message.turn + 1))
@@ -193,4 +193,4 @@ async def join(deps: Deps, message: ToolStepMessage) -> None:
     done = sum(1 for s in steps if s.kind == "tool" and s.status is StepStatus.COMPLETED)
     if done < message.call_count:
         return
-    await outbox.send(deps, message.run_id, _next_model_step(message))
+    await outbox.send(deps, message.run_id, [after_tools(message, model_result)])

@@ -59,12 +59,12 @@ from ackloop.records import (
     Waiting,
 )
 from ackloop.store.commit import Basis, Committed, Decision, Pricer, RunRead
-
-__all__ = ["AgentStore", "Basis", "Claim", "Committed", "Decision", "DecisionRefused",
-           "DocumentCounters", "Pricer", "Retention", "RunEnd", "RunRead", "Transcript",
-           "delivery_counters"]
 from ackloop.tools.masking import mask_secrets
 from ackloop.wire import Usage
+
+__all__ = ["AgentStore", "Basis", "Claim", "Committed", "Decision", "DecisionRefused",
+           "DocumentCounters", "ModelStepInputs", "Pricer", "Retention", "RunEnd", "RunRead",
+           "Transcript", "delivery_counters"]
 
 if TYPE_CHECKING:
     from ackloop.deltas import DeltaWriter
@@ -188,6 +188,20 @@ def _same_decision(a: StepDecision, b: StepDecision) -> bool:
 
 MAX_RECEIVED_EVENTS = 64
 """Distinct event names a run may receive: they live on the run document (1 MiB at most)."""
+
+
+@dataclass(frozen=True)
+class ModelStepInputs:
+    """What a model step reads before its call (:meth:`AgentStore.model_step_inputs`)."""
+
+    run: RunRead | None
+    previous: list[StepRecord]
+    """The previous turn's model step and those of its tool steps that exist."""
+    own: StepRecord | None
+    """The step's own document, if it exists."""
+    transcript: Transcript | None
+    """The transcript as the previous step left it (None: someone appended since, or a chunk
+    is missing: list it)."""
 
 
 @dataclass(frozen=True)
@@ -906,6 +920,14 @@ class AgentStore:
             writes.append(Write("update", basis.run.snapshot.path,
                                 {"progress_at": now, "cost": total.model_dump(mode="json")},
                                 if_version=basis.run.snapshot.version))
+        if "transcript" in (result or {}):
+            # A model step of this run that follows at once (feedback on an unacceptable final
+            # answer) reads the transcript this commit leaves: say where, so it reads it with
+            # its other inputs in one round trip.
+            hint = outgoing.reads(0, (result or {})["transcript"])
+            outbox = [o.model_copy(update={"reads": hint})
+                      if o.topic == "model_steps" and o.target_run is None and o.reads is None
+                      else o for o in outbox]
         outbox = outgoing.stamped(outbox)
         update: JsonDict = {
             "status": StepStatus.COMPLETED.value,
@@ -1000,6 +1022,38 @@ class AgentStore:
         loaded = [TranscriptChunk.model_validate(c.data) for c in present]
         return RunRead.of(run), Transcript(conversation_id, loaded,
                                            tuple(c.data.get(EXPIRE_AT) for c in present))
+
+    async def model_step_inputs(
+        self, run_id: str, turn: int, calls: int, pointer: JsonDict
+    ) -> ModelStepInputs | None:
+        """Everything a model step of ``turn`` > 0 reads, in one round trip, as its message's
+        ``reads`` hint names it: the run, the previous turn's model step and its ``calls`` tool
+        steps, the step's own document, and the transcript chunks ``pointer`` names with the
+        one after them. None when what was read does not bear the hint out (the previous model
+        step is missing, or made another number of calls, or recorded another pointer): the
+        caller then reads the way it would without one."""
+        keys = [str(StepKey.model(turn - 1)), *(str(StepKey.tool(turn - 1, i))
+                                                for i in range(calls)), str(StepKey.model(turn))]
+        conversation_id, count = str(pointer["conversation_id"]), int(pointer["chunks"])
+        chunk_paths = [self.chunk_path(conversation_id, i) for i in range(count + 1)]
+        run, *snaps = await self.db.get_all(
+            [self.run_path(run_id), *(self.step_path(run_id, k) for k in keys), *chunk_paths])
+        steps = [StepRecord.model_validate(s.data) if s else None for s in snaps[:len(keys)]]
+        chunks = snaps[len(keys):]
+        model_step, own = steps[0], steps[-1]
+        result = (model_step.result or {}) if model_step is not None else {}
+        if (model_step is None or result.get("transcript") != pointer
+                or len(result.get("calls") or []) != calls):
+            return None
+        transcript: Transcript | None = None
+        beyond = chunks.pop()
+        if beyond is None and all(c is not None for c in chunks):
+            present = [c for c in chunks if c is not None]
+            transcript = Transcript(
+                conversation_id, [TranscriptChunk.model_validate(c.data) for c in present],
+                tuple(c.data.get(EXPIRE_AT) for c in present))
+        previous = [s for s in steps[:-1] if s is not None]
+        return ModelStepInputs(RunRead.of(run), previous, own, transcript)
 
     def _append_writes(
         self, transcript: Transcript, contents: Sequence[JsonDict], tail: str,
