@@ -104,8 +104,8 @@ def test_the_claim_rule_claims_where_a_duplicate_costs_more_than_a_write() -> No
 async def test_a_later_model_step_reads_its_inputs_in_one_round_trip() -> None:
     """The message that triggers a model step names what it will read (its ``reads`` hint):
     the run, the previous turn's steps, its own document and the transcript come in one batch
-    get, then one commit. Turn 0 lists the transcript; the last step reads the conversation
-    it hands on."""
+    get, then one commit. Turn 0 of a run that starts its conversation knows its transcript is
+    empty; the last step reads the conversation it hands on."""
     model, tools = reference()
     loop = make_loop(model, tools, settings=AUTO)
     counters = loop.deps.store.db.counters  # type: ignore[attr-defined]
@@ -122,7 +122,7 @@ async def test_a_later_model_step_reads_its_inputs_in_one_round_trip() -> None:
     await loop.submit(QueryMessage(request_id="one-read", text="go"))
     await loop.run_until_idle()
 
-    assert dict(trips) == {"0000-model": 3, "0000-tool-000": 2, "0001-model": 2,
+    assert dict(trips) == {"0000-model": 2, "0000-tool-000": 2, "0001-model": 2,
                            "0001-tool-000": 2, "0002-model": 3, "query": dict(trips)["query"]}
 
 
