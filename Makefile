@@ -39,7 +39,7 @@ ask: install
 
 # Every test tier: unit, contract (memory + Firestore emulator), end to end, infra checks.
 test: install-test checkov
-	$(VENV)/bin/python -m pytest -q -ra
+	$(VENV)/bin/python -m pytest -q -ra --durations=25
 
 lint: install-test
 	$(VENV)/bin/ruff check .
