@@ -250,6 +250,15 @@ class StepRecord(Record):
 class TranscriptChunk(Record):
     index: int
     contents: list[JsonDict] = Field(default_factory=list)
+    """What a chunk written whole holds (chunks are now appended to by ``turns``)."""
+    turns: dict[str, list[JsonDict]] = Field(default_factory=dict)
+    """One entry a model step, keyed ``t{n:06d}`` in the order they were appended: an append
+    sends only its own turn."""
     tail: str | None = None
     """``{run_id}/{step_key}`` of the step that appended last: checked by the next step."""
     size: int = 0
+
+    @property
+    def entries(self) -> list[JsonDict]:
+        """The chunk's contents, in order."""
+        return [*self.contents, *(c for key in sorted(self.turns) for c in self.turns[key])]

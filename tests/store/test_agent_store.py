@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ackloop.docdb.base import AlreadyExists
+from ackloop.docdb.base import PreconditionFailed
 from ackloop.errors import IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
 from ackloop.keys import StepKey
 from ackloop.records import RunLimits, RunRecord, RunStatus
-from ackloop.store import AgentStore
+from ackloop.store import CHUNK_BYTES, AgentStore
 from tests.support.commits import complete
 
 KEY = StepKey.model(0)
@@ -95,26 +95,38 @@ async def test_a_stale_transcript_append_cannot_overwrite_a_newer_one(store: Age
     await store.db.commit(store._append_writes(await store.load_transcript("c"), [{"a": 1}], "r/0"))
     stale = await store.load_transcript("c")
     await store.db.commit(store._append_writes(stale, [{"b": 2}], "r2/0"))
-    with pytest.raises(AlreadyExists):
+    with pytest.raises(PreconditionFailed):
         await store.db.commit(store._append_writes(stale, [{"c": 3}], "r/1"))
     assert (await store.load_transcript("c")).contents == [{"a": 1}, {"b": 2}]
 
 
-async def test_an_append_writes_only_its_own_turn(store: AgentStore) -> None:
-    """Append-only: each turn is a new chunk, and what an append writes does not grow with
-    the conversation."""
-    turn = {"role": "user", "parts": [{"text": "x" * 2000}]}
-    written = []
-    for i in range(6):
+async def test_transcript_appends_roll_over_to_new_chunks(store: AgentStore) -> None:
+    big = {"role": "user", "parts": [{"text": "x" * (CHUNK_BYTES // 3)}]}
+    tail = None
+    for i in range(5):
         transcript = await store.load_transcript("conv")
-        assert transcript.tail == (f"run/{i - 1:04d}-model" if i else None)
-        writes = store._append_writes(transcript, [turn], f"run/{i:04d}-model")
-        written.append(sum(len(str(w.data)) for w in writes))
-        assert [w.op for w in writes] == ["create"]
-        await store.db.commit(writes)
+        assert transcript.tail == tail
+        await store.db.commit(store._append_writes(transcript, [big], f"run/{i:04d}-model"))
+        tail = f"run/{i:04d}-model"
     transcript = await store.load_transcript("conv")
-    assert len(transcript.contents) == 6 and len(transcript.chunks) == 6
-    assert max(written) - min(written) < 20  # only the chunk's index and tail differ
+    assert len(transcript.contents) == 5 and len(transcript.chunks) >= 2
+    assert all(c.size <= CHUNK_BYTES for c in transcript.chunks)
+    assert transcript.tail == "run/0004-model"
+
+
+async def test_an_append_sends_only_its_own_turn(store: AgentStore) -> None:
+    """What an append writes does not grow with the conversation: it adds one entry to the last
+    chunk's map of turns, and the history stays in one document until it fills."""
+    turn = {"role": "user", "parts": [{"text": "x" * 2000}]}
+    sent = []
+    for i in range(6):
+        transcript = await store.load_transcript("grow")
+        writes = store._append_writes(transcript, [turn], f"run/{i:04d}-model")
+        sent.append(sum(len(str(w.data)) + len(str(w.into)) for w in writes))
+        await store.db.commit(writes)
+    transcript = await store.load_transcript("grow")
+    assert len(transcript.chunks) == 1 and transcript.contents == [turn] * 6
+    assert max(sent[1:]) - min(sent[1:]) < 10  # only the size and the tail's digits differ
     assert transcript.tail == "run/0005-model"
 
 

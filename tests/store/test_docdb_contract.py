@@ -92,3 +92,22 @@ async def test_list_newest_filters_on_every_field_and_orders_descending(
     found = await db.list_newest(col, {"conversation_id": "a", "status": "x"}, "created_at")
     assert [s.id for s in found] == ["r3", "r0"]
     assert [s.id for s in await db.list_newest(col, {}, "created_at", limit=1)] == ["r3"]
+
+
+async def test_an_update_sets_keys_inside_a_map_and_keeps_its_others(
+    db: DocumentDB, prefix: str
+) -> None:
+    """``into``: only the named keys of a map change (an append that sends only its entry),
+    under the same version precondition as the rest of the update."""
+    path = f"{prefix}chunks/c"
+    (v1,) = await db.commit([Write("create", path, {"turns": {"t000000": [{"a": 1}]},
+                                                    "tail": "x"})])
+    (v2,) = await db.commit([Write("update", path, {"tail": "y"}, if_version=v1,
+                                   into={"turns": {"t000001": [{"b.c": 2}]}})])
+    with pytest.raises(PreconditionFailed):
+        await db.commit([Write("update", path, {}, if_version=v1,
+                               into={"turns": {"t000001": [{"stale": True}]}})])
+    (snap,) = await db.get_all([path])
+    assert snap is not None and snap.version == v2
+    assert snap.data["turns"] == {"t000000": [{"a": 1}], "t000001": [{"b.c": 2}]}
+    assert snap.data["tail"] == "y"

@@ -19,7 +19,7 @@ from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.settings import Settings
-from ackloop.store import DAY_SECONDS, AgentStore, Retention, RunEnd
+from ackloop.store import CHUNK_BYTES, DAY_SECONDS, AgentStore, Retention, RunEnd
 from ackloop.wire import QueryMessage, Usage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.commits import complete
@@ -122,16 +122,16 @@ async def test_transcript_chunks_expire_with_their_conversation_not_while_it_is_
     await kept.db.commit(kept._append_writes(await kept.load_transcript("c"), [{"a": 1}], "r/0",
                                             now=T0))
     assert await expiry(kept, chunk0) == pytest.approx(live(T0))
-    # The next append creates chunk 1; chunk 0, written less than a day ago, is not written
-    # again.
-    writes = kept._append_writes(await kept.load_transcript("c"), [{"x": 1}], "r/1",
-                                 now=T0 + 60)
+    # A chunk that fills up: the next append starts chunk 1; chunk 0, written less than a day
+    # ago, is not written again.
+    big = {"text": "x" * CHUNK_BYTES}
+    writes = kept._append_writes(await kept.load_transcript("c"), [big], "r/1", now=T0 + 60)
     assert [w.path for w in writes] == [chunk1]
     await kept.db.commit(writes)
     assert await expiry(kept, chunk0) == pytest.approx(live(T0))
     assert await expiry(kept, chunk1) == pytest.approx(live(T0 + 60))
-    # Used again 20 days later (a new run of the conversation): the chunk it writes and every
-    # older chunk move to the new horizon, in one commit.
+    # Used again 20 days later (a new run of the conversation): the chunk it writes (a new
+    # one, chunk 1 being full) and every older chunk move to the new horizon, in one commit.
     used = T0 + 20 * DAY_SECONDS
     transcript = await kept.load_transcript("c")
     await kept.db.commit(kept._append_writes(transcript, [{"b": 2}], "r2/0", now=used))
@@ -139,12 +139,12 @@ async def test_transcript_chunks_expire_with_their_conversation_not_while_it_is_
         assert await expiry(kept, kept.chunk_path("c", index)) == pytest.approx(live(used))
     loaded = await kept.load_transcript("c")
     assert [c.index for c in loaded.chunks] == [0, 1, 2] and loaded.contents[-1] == {"b": 2}
-    # Two days later again: the new chunk and every older one move to the new horizon.
+    # And an append to a chunk that is not full rewrites it with the new horizon as well.
     again = used + 2 * DAY_SECONDS
     await kept.db.commit(kept._append_writes(loaded, [{"c": 3}], "r3/0", now=again))
-    for index in (0, 1, 2, 3):
+    for index in (0, 1, 2):
         assert await expiry(kept, kept.chunk_path("c", index)) == pytest.approx(live(again))
-    assert len((await kept.load_transcript("c")).chunks) == 4
+    assert len((await kept.load_transcript("c")).chunks) == 3
 
 
 async def test_a_conversation_record_outlives_its_transcript(kept: AgentStore) -> None:

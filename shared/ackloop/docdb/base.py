@@ -61,12 +61,15 @@ class Write:
 
     ``create`` fails if the document exists; ``set`` replaces it; ``update`` merges top-level
     fields into an existing document. ``if_version`` (update only) is a precondition.
+    ``into`` (update only): keys set inside map fields, ``{field: {key: value}}``, the map's
+    other keys left as they are: what adds an entry to a map sends only that entry.
     """
 
     op: Literal["create", "set", "update"]
     path: str
     data: JsonDict = field(default_factory=dict)
     if_version: Version | None = None
+    into: dict[str, JsonDict] = field(default_factory=dict)
 
 
 class Transaction(Protocol):

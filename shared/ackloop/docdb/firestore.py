@@ -104,9 +104,9 @@ class FirestoreDocumentDB:
             target.set(ref, w.data)
         elif w.if_version is not None:
             option = self._client.write_option(last_update_time=w.if_version)
-            target.update(ref, _top_level(w.data), option=option)
+            target.update(ref, _update_fields(w), option=option)
         else:
-            target.update(ref, _top_level(w.data))
+            target.update(ref, _update_fields(w))
 
     @_translated
     async def list_range(
@@ -189,6 +189,16 @@ class _FirestoreTransaction:
 
 def _snap(snap: Any) -> Snapshot:
     return Snapshot(snap.reference.path, snap.to_dict() or {}, snap.update_time)
+
+
+def _update_fields(w: Write) -> JsonDict:
+    """An update's fields as Firestore's update() takes them: top-level fields, and each
+    ``into`` entry as the field path of its key inside its map."""
+    from google.cloud.firestore_v1.field_path import FieldPath
+
+    return _top_level(w.data) | {FieldPath(name, key).to_api_repr(): value
+                                 for name, entries in w.into.items()
+                                 for key, value in entries.items()}
 
 
 def _top_level(data: JsonDict) -> JsonDict:

@@ -76,7 +76,7 @@ class MemoryDocumentDB:
                 if w.if_version is not None and current[1] != w.if_version:
                     raise PreconditionFailed(f"{w.path} changed since it was read")
         for w in writes:
-            merged = ({**self._docs[w.path][0], **w.data} if w.op == "update" else w.data)
+            merged = (_merged(self._docs[w.path][0], w) if w.op == "update" else w.data)
             if (size := _document_size(w.path, merged)) > MAX_DOCUMENT_BYTES:
                 raise InvalidWrite(f"{w.path}: document of {size} bytes exceeds "
                                    f"{MAX_DOCUMENT_BYTES}")
@@ -84,9 +84,7 @@ class MemoryDocumentDB:
         for w in writes:
             version = next(self._versions)
             if w.op == "update":
-                merged = self._docs[w.path][0]
-                merged.update(copy.deepcopy(w.data))
-                self._docs[w.path] = (merged, version)
+                self._docs[w.path] = (copy.deepcopy(_merged(self._docs[w.path][0], w)), version)
             else:
                 self._docs[w.path] = (copy.deepcopy(w.data), version)
             versions.append(version)
@@ -148,3 +146,13 @@ class MemoryTransaction:
 
     def write(self, write: Write) -> None:
         self.writes.append(write)
+
+
+def _merged(document: JsonDict, w: Write) -> JsonDict:
+    """``document`` as ``w`` (an update) leaves it: its fields replaced, its ``into`` entries
+    set inside their maps."""
+    merged = {**document, **w.data}
+    for name, entries in w.into.items():
+        current = merged.get(name)
+        merged[name] = {**(current if isinstance(current, dict) else {}), **entries}
+    return merged

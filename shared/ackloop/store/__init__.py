@@ -70,6 +70,9 @@ if TYPE_CHECKING:
     from ackloop.deltas import DeltaWriter
     from ackloop.settings import Settings
 
+# A chunk grows by one entry a turn, each append sending only its turn; past this size the next
+# turn starts a new chunk, well below Firestore's 1 MiB document cap.
+CHUNK_BYTES = 256 * 1024
 # Optimistic retries of :meth:`AgentStore.create_run` when its documents change meanwhile.
 CREATE_RUN_ATTEMPTS = 5
 # Runs that may wait behind a conversation's active run (the queue lives on one document).
@@ -208,12 +211,14 @@ class ModelStepInputs:
 class Transcript:
     conversation_id: str
     chunks: list[TranscriptChunk]
+    last_version: Version | None = None
+    """Version of the last chunk as read: an append to it is fenced on it."""
     expires: tuple[Any, ...] = field(default=())
     """Each chunk's ``expire_at`` as read (None where it had none)."""
 
     @property
     def contents(self) -> list[JsonDict]:
-        return [c for chunk in self.chunks for c in chunk.contents]
+        return [c for chunk in self.chunks for c in chunk.entries]
 
     @property
     def tail(self) -> str | None:
@@ -1000,7 +1005,8 @@ class AgentStore:
     async def load_transcript(self, conversation_id: str) -> Transcript:
         snaps = await self.db.list_all(self.transcript_collection(conversation_id))
         chunks = [TranscriptChunk.model_validate(s.data) for s in snaps]
-        return Transcript(conversation_id, chunks, tuple(s.data.get(EXPIRE_AT) for s in snaps))
+        return Transcript(conversation_id, chunks, snaps[-1].version if snaps else None,
+                          tuple(s.data.get(EXPIRE_AT) for s in snaps))
 
     async def run_and_transcript(
         self, run_id: str, pointer: JsonDict
@@ -1021,6 +1027,7 @@ class AgentStore:
         present = [c for c in chunks if c is not None]
         loaded = [TranscriptChunk.model_validate(c.data) for c in present]
         return RunRead.of(run), Transcript(conversation_id, loaded,
+                                           present[-1].version if present else None,
                                            tuple(c.data.get(EXPIRE_AT) for c in present))
 
     async def model_step_inputs(
@@ -1051,6 +1058,7 @@ class AgentStore:
             present = [c for c in chunks if c is not None]
             transcript = Transcript(
                 conversation_id, [TranscriptChunk.model_validate(c.data) for c in present],
+                present[-1].version if present else None,
                 tuple(c.data.get(EXPIRE_AT) for c in present))
         previous = [s for s in steps[:-1] if s is not None]
         return ModelStepInputs(RunRead.of(run), previous, own, transcript)
@@ -1061,23 +1069,34 @@ class AgentStore:
     ) -> list[Write]:
         """Writes that append ``contents`` to ``transcript`` (as loaded) and move its tail.
 
-        Append-only: every append creates the next chunk, holding only ``contents``, so what a
-        step writes does not grow with the conversation. A ``create`` fences it: a writer that
-        read an older transcript (a step of a run that has ended meanwhile) finds the chunk
-        taken and writes nothing, and cannot erase what another run appended.
+        The turn is added to the last chunk as one entry of its ``turns`` map while the chunk
+        stays under :data:`CHUNK_BYTES`, else it starts the next chunk: either way the write
+        carries only this turn, so what a step writes does not grow with the conversation,
+        and the history stays in few documents, so what a step reads grows only with the
+        history's bytes. The update of the last chunk is fenced on the version read and a new
+        chunk is a ``create``: a writer that read an older transcript (a step of a run that has
+        ended meanwhile) cannot erase what another run appended.
 
         With a retention, the chunk written expires :meth:`Retention.live` from ``now`` (the
-        wall clock if not given), and the older chunks are moved to the same horizon when
-        theirs is a day or more behind: a conversation in use loses no history.
+        wall clock if not given), and the chunks it does not write are moved to the same
+        horizon when theirs is a day or more behind: a conversation in use loses no history.
         """
+        added = _size(list(contents))
+        conversation_id = transcript.conversation_id
         last = transcript.chunks[-1] if transcript.chunks else None
         expiry = self._live_expiry(time.time() if now is None else now)
+        if last is not None and last.size + added <= CHUNK_BYTES:
+            key = f"t{len(last.turns):06d}"
+            return [*self._refresh_writes(transcript, expiry, below=last.index),
+                    Write("update", self.chunk_path(conversation_id, last.index),
+                          {"tail": tail, "size": last.size + added} | expiry,
+                          if_version=transcript.last_version,
+                          into={"turns": {key: list(contents)}})]
         index = last.index + 1 if last is not None else 0
-        chunk = TranscriptChunk(index=index, contents=list(contents), tail=tail,
-                                size=_size(list(contents)))
+        chunk = TranscriptChunk(index=index, turns={f"t{0:06d}": list(contents)}, tail=tail,
+                                size=added)
         return [*self._refresh_writes(transcript, expiry, below=index),
-                Write("create", self.chunk_path(transcript.conversation_id, index),
-                      chunk.to_doc() | expiry)]
+                Write("create", self.chunk_path(conversation_id, index), chunk.to_doc() | expiry)]
 
     def _refresh_writes(self, transcript: Transcript, expiry: JsonDict, below: int) -> list[Write]:
         """Move the ``expire_at`` of the chunks before ``below`` to ``expiry`` where it is a day

@@ -4,10 +4,11 @@ The engine decides; the store writes. A handler reads the run (:class:`RunRead`)
 model step, the transcript, then decides (:class:`Decision`). :meth:`AgentStore.commit_step`
 turns that decision into every write with its precondition, in one atomic commit:
 
-- the step, on the holder's version (a holder whose lease was taken over writes nothing);
-- a new transcript chunk holding only this turn, created (a writer that read an older
-  transcript finds the chunk taken and writes nothing), so bytes written do not grow with the
-  conversation;
+- the step, on the holder's version (a holder whose lease was taken over writes nothing), or
+  created when it ran unclaimed (a duplicate that recorded it first makes the commit fail);
+- this turn, added to the last transcript chunk as one entry (fenced on the chunk's version)
+  or as the next chunk (created): a writer that read an older transcript writes nothing, and
+  what a step writes does not grow with the conversation;
 - the run, on its version: a model step records its progress and the run's cost so far there,
   and a run's end is written there, so a run that ended meanwhile refuses the commit;
 - the conversation, on its version, when the run ends: the same commit starts its next queued
