@@ -25,11 +25,6 @@ from ackloop.telemetry import metrics
 # Pub/Sub push requests are small; anything larger is not one.
 MAX_PUSH_BYTES = 12 * 1024 * 1024
 
-# Deliveries this process answered, by status: read by tests and benchmarks via GET.
-_answered: dict[int, int] = {}
-_rejected: dict[str, int] = {}
-
-
 _push_verifier: IdTokenVerifier | None = None
 
 
@@ -97,13 +92,9 @@ def _json(status: int, body: object, headers: dict[str, str] | None = None) -> R
     )
 
 
-def _refuse(reason: str) -> Response:
-    _rejected["unauthenticated"] = _rejected.get("unauthenticated", 0) + 1
-    return _json(401, {"error": f"push not authenticated: {reason}"})
-
-
 async def handle_push(kind: Kind, request: Request) -> Response:
-    """Answer one request to a step function; every answer to a push is counted by status."""
+    """Answer one request to a step function; every answer to a push is counted by status in
+    the metrics (``ackloop.push.answers``, by function and status)."""
     response = await _answer(kind, request)
     if request.method == "POST":
         metrics.push_answered(kind, response.status_code)
@@ -117,7 +108,9 @@ async def _answer(kind: Kind, request: Request) -> Response:
     # The same check for the counters as for a push: a caller without the push token sees only
     # that the process is up (what a health check needs), nothing it counted.
     if refused := await authenticate_push(deps.settings, request):
-        return _json(200, {"status": "ok"}) if request.method == "GET" else _refuse(refused)
+        if request.method == "GET":
+            return _json(200, {"status": "ok"})
+        return _json(401, {"error": f"push not authenticated: {refused}"})
     if request.method == "GET":
         counters = deps.store.counters
         return _json(
@@ -128,8 +121,6 @@ async def _answer(kind: Kind, request: Request) -> Response:
                 "model": deps.model.provider,
                 "firestore": counters.as_dict() if counters else None,
                 "published": getattr(deps.publisher, "published", None),
-                "deliveries": {str(k): v for k, v in sorted(_answered.items())},
-                "rejected": dict(_rejected),
             },
         )
     try:
@@ -141,9 +132,6 @@ async def _answer(kind: Kind, request: Request) -> Response:
     except MalformedPush as exc:
         return _json(400, {"error": str(exc)})
     outcome = await dispatch(deps, kind, delivery)
-    _answered[outcome.status] = _answered.get(outcome.status, 0) + 1
-    if reason := outcome.body.get("reason"):
-        _rejected[reason] = _rejected.get(reason, 0) + 1
     headers = None
     if outcome.retry_after is not None:
         headers = {"Retry-After": str(max(1, math.ceil(outcome.retry_after)))}

@@ -24,6 +24,8 @@ from ackloop.api.errors import ApiError
 from ackloop.engine.deps import Deps
 from ackloop.http_push import authenticate_push
 from ackloop.settings import Settings
+from ackloop.telemetry.metrics import PUSH_ANSWERS
+from ackloop.telemetry.metrics_file import Series
 from tests.api.tokens_support import Issuer, as_forwarded_by_cloud_run
 from tests.support.stack import RunningStack
 
@@ -305,7 +307,15 @@ async def test_step_function_refuses_unauthenticated_pushes_and_counters_when_co
     assert counters_refused.status_code == 200
     assert counters_refused.json() == {"status": "ok"}, "counters shown before any auth"
     assert counters.status_code == 200
-    assert counters.json()["rejected"] == {"unauthenticated": 2}
+    assert counters.json()["function"] == "model" and "firestore" in counters.json()
+
+    # Both refusals are in the function's metrics, as 401 answers to pushes.
+    def refusals(series: list[Series]) -> float:
+        return sum(s.value for s in series if s.name == PUSH_ANSWERS
+                   and s.attributes.get("function") == "model"
+                   and s.attributes.get("status") == "401")
+
+    assert refusals(await stack.settled_metrics(lambda s: refusals(s) >= 2)) == 2
     # The other step functions keep the default (no check in the app).
     tool = f"http://127.0.0.1:{stack.state.ports['tool_step']}/"
     async with httpx.AsyncClient() as client:

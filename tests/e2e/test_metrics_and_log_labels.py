@@ -3,9 +3,7 @@ functions write to the stack's metrics directory, and the labels and trace of th
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,7 @@ import pytest
 
 from ackloop.records import RunRecord
 from ackloop.telemetry import metrics as names
-from ackloop.telemetry.metrics_file import Series, read_series
+from ackloop.telemetry.metrics_file import Series
 from tests.support.stack import RunningStack
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
@@ -27,19 +25,9 @@ def _total(series: list[Series], name: str, **attributes: str) -> float:
 
 
 def _step_deliveries(stack: RunningStack) -> int:
-    """Deliveries the step functions answered, as each process counted them itself."""
-    return sum(sum(stack.service(f)["deliveries"].values()) for f in STEP_FUNCTIONS)
-
-
-async def _settled(stack: RunningStack, done: Callable[[list[Series]], bool]) -> list[Series]:
-    """The stack's metrics once ``done`` holds (processes export every second)."""
-    directory = Path(stack.state.directory) / "metrics"
-    deadline = time.monotonic() + 30
-    while True:
-        series = read_series(directory)
-        if done(series) or time.monotonic() > deadline:
-            return series
-        await asyncio.sleep(0.2)
+    """Pushes the step functions answered, as the push delivery that pushed them counted them
+    (a source apart from the metrics under test)."""
+    return sum(sum(stack.push_answers(f).values()) for f in STEP_FUNCTIONS)
 
 
 def _log_entries(stack: RunningStack, service: str, run: RunRecord) -> list[dict[str, Any]]:
@@ -66,17 +54,20 @@ async def test_one_run_and_one_503_in_metrics_and_log_labels(
         counted = sum(s.count for s in series if s.name == names.STEP_DURATION)
         return _total(series, names.RUNS_FINISHED) == 1 and counted == deliveries
 
-    series = await _settled(stack, complete)
+    series = await stack.settled_metrics(complete)
     assert _total(series, names.RUNS_STARTED, agent=run.agent) == 1
     assert _total(series, names.RUNS_FINISHED, status="completed", stop_reason="answered") == 1
     assert sum(s.count for s in series if s.name == names.STEP_DURATION) == deliveries
     assert (sum(s.count for s in series if s.name == names.STEP_DURATION
                 and s.attributes["kind"] == "model")
-            == stack.service("model_step")["deliveries"].get("204", 0)
-            + stack.service("model_step")["deliveries"].get("200", 0))
+            == stack.push_answers("model_step")["204"] + stack.push_answers("model_step")["200"])
     assert _total(series, names.MODEL_TOKENS, type="prompt") == run.usage.prompt_tokens > 0
     assert _total(series, names.MODEL_TOKENS, type="output") == run.usage.output_tokens > 0
     assert _total(series, names.PUSH_ANSWERS, **{"class": "5xx"}) == 0
+    # What each function counted it answered is what the push delivery saw answered.
+    for kind, function in (("model", "model_step"), ("tool", "tool_step")):
+        for status, pushes in stack.push_answers(function).items():
+            assert _total(series, names.PUSH_ANSWERS, function=kind, status=status) == pushes
     # The committed steps' cost ledger, in dollars (the run's ingest is not a step).
     step_usd = sum(s.cost.usd for s in steps if s.cost is not None)
     assert step_usd > 0 and _total(series, names.COST_USD) == pytest.approx(step_usd)
@@ -86,7 +77,7 @@ async def test_one_run_and_one_503_in_metrics_and_log_labels(
     stack.schedule_model_faults("429:21")
     second, _ = await stack.wait_run(stack.ask("tell me a joke"), timeout=120)
     assert second.stop_reason is not None and second.stop_reason.value == "answered"
-    series = await _settled(stack, lambda s: _total(s, names.RUNS_FINISHED) == 2)
+    series = await stack.settled_metrics(lambda s: _total(s, names.RUNS_FINISHED) == 2)
     assert _total(series, names.PUSH_ANSWERS, **{"class": "5xx"}) == 1
     assert _total(series, names.PUSH_ANSWERS, function="model", status="503") == 1
     assert _total(series, names.STEP_RETRIES, kind="model") == 1

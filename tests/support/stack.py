@@ -12,6 +12,7 @@ import contextlib
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,9 @@ from ackloop.localstack import StackState
 from ackloop.records import RunRecord, StepRecord
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
+from ackloop.telemetry.metrics_file import Series, read_series
 from ackloop.wire import QueryMessage
+from ackloop_dev.bench import push_answers
 from ackloop_dev.devstack.stack import (
     PUSH_DELIVERY,
     SERVICES,
@@ -118,7 +121,32 @@ class RunningStack:
         return stats
 
     def service(self, name: str) -> dict[str, Any]:
+        """A function's ``GET /``: health, its store's and publisher's counters."""
         return httpx.get(f"http://127.0.0.1:{self.state.ports[name]}/", timeout=5).json()
+
+    def push_answers(self, function: str) -> Counter[str]:
+        """Pushes to ``function`` by answer (``"204"``, ``"503"``, ``"timeout"``, …) as the push
+        delivery saw them, once nothing it holds is in flight (a message waiting for its
+        redelivery counts as in flight, so a nacked push is never missed)."""
+        endpoint = f"http://127.0.0.1:{self.state.ports[function]}/"
+        stats = push_answers.settled(self.stack.push_stats)
+        total: Counter[str] = Counter()
+        for sub in stats["subscriptions"].values():
+            if sub["endpoint"] == endpoint:
+                total.update(sub["answers"])
+        return total
+
+    async def settled_metrics(self, done: Callable[[list[Series]], bool],
+                              timeout: float = 30.0) -> list[Series]:
+        """The stack's metrics (every process's file under ``metrics``) once ``done`` holds, or
+        as they are after ``timeout`` seconds (processes export every second)."""
+        directory = Path(self.state.directory) / "metrics"
+        deadline = time.monotonic() + timeout
+        while True:
+            series = read_series(directory)
+            if done(series) or time.monotonic() > deadline:
+                return series
+            await asyncio.sleep(0.2)
 
     def pull_answers(self, timeout: float = 10.0) -> list[dict[str, Any]]:
         subscriber = pubsub_v1.SubscriberClient()

@@ -1,6 +1,7 @@
 """What the function processes counted themselves: Firestore requests and documents, Pub/Sub
-publishes, push deliveries by status. Read from each function's ``GET /`` before and after a
-phase; the difference divided by the steps the phase ran gives the figures per step.
+publishes. Read from each function's ``GET /`` before and after a phase; the difference divided
+by the steps the phase ran gives the figures per step. (Pushes by answer are the push
+delivery's count, :mod:`ackloop_dev.bench.push_answers`: it is what pushed them.)
 
 A Firestore *request* here is one round trip to the database: a (batch) get, a create, a
 commit, a query, or a transactional get, plus two per transaction (its begin and its commit,
@@ -22,11 +23,6 @@ def flatten(snapshot: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, fl
         firestore = body.get("firestore") or {}
         row = {f: float(firestore.get(f, 0) or 0) for f in FIRESTORE_FIELDS}
         row["published"] = float(body.get("published") or 0)
-        deliveries = body.get("deliveries") or {}
-        row["deliveries"] = float(sum(deliveries.values()))
-        row["redelivered"] = float(
-            sum(v for k, v in deliveries.items() if not str(k).startswith("2"))
-        )
         flat[function] = row
     return flat
 

@@ -11,8 +11,9 @@ published to the queries topic, each step is a push delivery to a function proce
 * CPU seconds per run of every process of the side (functions, both emulators, client) and of
   the machine (to show contention), and the peak RSS of each function process tree;
 * Firestore requests/documents and Pub/Sub publishes per step, counted by the functions;
-* pushes by HTTP answer, counted by the push delivery: non-2xx answers per 1,000 steps
-  (:mod:`ackloop_dev.bench.push_answers`);
+* pushes by HTTP answer, counted by the push delivery: pushes (``deliveries``) and non-2xx
+  answers (``redelivered``) per step and per run, and non-2xx answers per 1,000 steps
+  (:mod:`ackloop_dev.bench.push_answers`); the phases the emulator pushes have neither;
 * growth with conversation length (agent ``reference-long``);
 * cold start of a function process (spawn -> first request served);
 * the Firestore emulator's lock floor (:mod:`ackloop_dev.bench.contention`).
@@ -124,6 +125,11 @@ async def _phase(
     steps = await load_steps(side.store, [r.run_id for r in done])
     step_count = sum(len(s) for s in steps.values())
     delta = counts.difference(before, after)
+    answered = (push_answers.between(pushed_before, pushed_after, step_count)
+                if pushed_before is not None and pushed_after is not None else None)
+    if answered is not None:
+        delta["total"] |= {"deliveries": float(answered["pushes"]),
+                           "redelivered": float(answered["non_2xx"])}
     per_run = max(len(done), 1)
     engine = [r.seconds - call_seconds(steps[r.run_id]) for r in done]
     function_cpu = sum(cpu[f] for f in STEP_FUNCTIONS)
@@ -145,8 +151,7 @@ async def _phase(
         "counted": {fn: {k: round(v, 1) for k, v in row.items()} for fn, row in delta.items()},
         "per_step": counts.per_unit(delta["total"], step_count),
         "per_run": counts.per_unit(delta["total"], len(done)),
-        "push_answers": (push_answers.between(pushed_before, pushed_after, step_count)
-                         if pushed_before is not None and pushed_after is not None else None),
+        "push_answers": answered,
         "errors": sorted({r.error for r in results if r.error})[:5],
     }
 

@@ -115,7 +115,7 @@ def counts_table(ack: Figures) -> str:
     per_step = ack["sequential"]["per_step"]
     cost = ack["sequential"]["cost_per_1000_runs"]
     lines = [
-        "| ackloop, per step (counted by the functions) | value |",
+        "| ackloop, per step (counted by the functions; pushes by the push delivery) | value |",
         "|---|---|",
         f"| Firestore requests (round trips + 2 per transaction) | {per_step['requests']:.2f} |",
         f"| Firestore documents read | {per_step['docs_read']:.2f} |",
@@ -123,7 +123,7 @@ def counts_table(ack: Figures) -> str:
         f"| Firestore transactions | {per_step['transactions']:.2f} |",
         f"| Firestore bytes read | {per_step['bytes_read']:.0f} |",
         f"| Pub/Sub publishes | {per_step['published']:.2f} |",
-        f"| push deliveries (non-2xx), as the functions answered them | "
+        f"| push deliveries (non-2xx), as the push delivery saw them answered | "
         f"{per_step['deliveries']:.2f} ({per_step['redelivered']:.2f}) |",
         f"| cost per 1,000 runs, USD (list prices of {cost['prices_date']}) | "
         f"{cost['total_usd']:.4f} (Firestore {cost['firestore_usd']:.4f}, Pub/Sub "
