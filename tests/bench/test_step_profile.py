@@ -131,7 +131,7 @@ def test_a_tiny_profile_on_the_local_stack(emulator_session: EmulatorSession,
     per = length["per_step"]
     assert per["firestore_round_trips"] > 0 and per["docs_written"] > 0
     assert per["bytes_written"] > 0 and per["function_cpu_ms"] > 0
-    assert per["function_spans"] >= 3  # at least each step's delivery span
+    assert per["function_spans"] >= 1  # at least each step's delivery span (one span per delivery)
     turns = result["turns"]
     assert turns["model_turns"] == 2
     assert [row["turn"] for row in turns["rows"]] == [0, 1]
