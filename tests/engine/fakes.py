@@ -16,7 +16,7 @@ from ackloop.model.base import ModelClient
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
 from ackloop.tools.base import ToolContext, ToolOutcome
-from ackloop.wire import FunctionCall
+from ackloop.wire import FunctionCall, QueryMessage
 from ackloop_dev.faults import FaultPoints, with_faults
 
 
@@ -86,3 +86,17 @@ def make_loop(
         owner="test-owner",
     )
     return InProcessLoop(with_faults(deps, faults) if faults else deps, publisher)
+
+
+async def first_model_step(loop: InProcessLoop, query: QueryMessage) -> tuple[Any, Any]:
+    """Deliver ``query`` and hand back, undelivered, the message of its run's first model
+    step (kind and message), for a test that delivers it its own way."""
+    await loop.submit(query)
+    loop._collect()
+    (kind, message), = list(loop._queue)
+    loop._queue.clear()
+    await loop.deliver(kind, message)
+    loop._collect()
+    (kind, step), = list(loop._queue)
+    loop._queue.clear()
+    return kind, step

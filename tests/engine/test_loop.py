@@ -19,7 +19,13 @@ from ackloop.settings import Settings
 from ackloop.tools.definition import tool
 from ackloop.tools.toolset import ToolSet
 from ackloop.wire import QueryMessage, RunOptions
-from tests.engine.fakes import CountingToolbox, CrashingFaults, SimulatedCrash, make_loop
+from tests.engine.fakes import (
+    CountingToolbox,
+    CrashingFaults,
+    SimulatedCrash,
+    first_model_step,
+    make_loop,
+)
 
 
 def reference() -> tuple[ScriptedModel, CountingToolbox]:
@@ -86,14 +92,7 @@ async def test_concurrent_duplicate_deliveries_run_the_model_once():
     model.generate = slow_generate  # type: ignore[method-assign]
     loop = make_loop(model, CountingToolbox(), clock=SystemClock(),
                      settings=Settings(lease_seconds=10.0, step_claims="always"))
-    await loop.submit(QueryMessage(request_id="conc", text="hi"))
-    loop._collect()
-    (kind, query), = list(loop._queue)
-    loop._queue.clear()
-    await loop.deliver(kind, query)
-    loop._collect()
-    (kind, step), = list(loop._queue)
-    loop._queue.clear()
+    kind, step = await first_model_step(loop, QueryMessage(request_id="conc", text="hi"))
 
     first = asyncio.create_task(loop.deliver(kind, step))
     await asyncio.sleep(0.05)

@@ -14,7 +14,7 @@ from ackloop.model.turns import text_turn
 from ackloop.records import RunStatus, StepStatus
 from ackloop.settings import Settings
 from ackloop.wire import QueryMessage
-from tests.engine.fakes import CountingToolbox, make_loop
+from tests.engine.fakes import CountingToolbox, first_model_step, make_loop
 from tests.engine.test_loop import reference
 
 AUTO = Settings(lease_seconds=10.0)
@@ -62,14 +62,7 @@ async def test_a_concurrent_duplicate_of_an_unclaimed_step_is_recorded_once() ->
     model = ScriptedModel()
     model.generate = slow_generate  # type: ignore[method-assign]
     loop = make_loop(model, CountingToolbox(), clock=SystemClock(), settings=AUTO)
-    await loop.submit(QueryMessage(request_id="dup", text="hi"))
-    loop._collect()
-    (kind, query), = list(loop._queue)
-    loop._queue.clear()
-    await loop.deliver(kind, query)
-    loop._collect()
-    (kind, step), = list(loop._queue)
-    loop._queue.clear()
+    kind, step = await first_model_step(loop, QueryMessage(request_id="dup", text="hi"))
 
     first = asyncio.create_task(loop.deliver(kind, step))
     second = asyncio.create_task(loop.deliver(kind, step))

@@ -41,6 +41,7 @@ from ackloop.cost import PRICES, Cost, PriceTable
 from ackloop.engine.spend import rolled_up
 from ackloop.records import RunRecord, StepRecord
 from ackloop_dev.bench.approval_agents import AGENT
+from ackloop_dev.bench.metered_stack import environment, service_env, start, stop_meters
 from ackloop_dev.bench.wire_meter import WireCounts, WireMeter, start_meter
 from ackloop_dev.devstack import emulators
 from ackloop_dev.devstack.processes import ManagedProcess, wait_all
@@ -143,25 +144,11 @@ def requests_of(run: RunCost) -> int:
     return run.counts.delivered + run.api_calls
 
 
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 class _Probe:
     """Reads the stack's runs straight from the emulator, around the proxy."""
 
     def __init__(self, firestore_host: str, prefix: str) -> None:
-        with _environment(FIRESTORE_EMULATOR_HOST=firestore_host):
+        with environment(FIRESTORE_EMULATOR_HOST=firestore_host):
             self.client = firestore.Client(project=PROJECT)
         self.prefix = prefix
 
@@ -315,18 +302,11 @@ def measure(directory: Path, *, pubsub_host: str, firestore_host: str, wait_seco
         firestore_port=setup_firestore.port, start_emulators=False, base_port=0, sandbox_apis=False,
         fake_gemini=False, extra_env=env, sweep_every_s=sweep_every_s,
         agents="ackloop_dev.bench.approval_agents:agents",
-        service_env={name: {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{pubsub.port}",
-                            "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{fs.port}"}
-                     for name, (pubsub, fs) in meters.items() if name != SETUP},
+        service_env=service_env(meters, SETUP),
     ))
     try:
         probe = _Probe(firestore_host, env["ACKLOOP_COLLECTION_PREFIX"])
-        saved = dict(os.environ)
-        try:
-            stack.up(log=log)
-        finally:  # up() points this process at the stack; the caller's emulators stay its own
-            os.environ.clear()
-            os.environ.update(saved)
+        start(stack, log)
         session = _Session(stack, meters, probe, sweep_every_s, log)
         try:
             return _measure(session, wait_seconds)
@@ -334,9 +314,7 @@ def measure(directory: Path, *, pubsub_host: str, firestore_host: str, wait_seco
             session.http.close()
     finally:
         stack.down()
-        for pair in meters.values():
-            for meter in pair:
-                meter.stop()
+        stop_meters(meters)
 
 
 def _measure(session: _Session, wait_seconds: float) -> ApprovalCost:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shlex
 import statistics
 import sys
@@ -49,7 +48,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +63,7 @@ from ackloop.telemetry.trace_files import Span, read_trace
 from ackloop.wire import QueryMessage, RunOptions
 from ackloop_dev.bench import ackloop_counts
 from ackloop_dev.bench.approval_cost import emulator_hosts
+from ackloop_dev.bench.metered_stack import environment, service_env, start, stop_meters
 from ackloop_dev.bench.procstats import CpuMeter, tree_cpu_seconds
 from ackloop_dev.bench.step_agents import AGENT, TOOL_SECONDS
 from ackloop_dev.bench.wire_meter import Event, WireCounts, WireMeter, start_meter
@@ -202,20 +202,6 @@ def turn_profile(turns: Sequence[tuple[float, float]], events: Sequence[Event],
 # -- the measurement --------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 class _Sampler:
     """The CPU seconds of one process tree, read every few milliseconds on a thread."""
 
@@ -263,7 +249,7 @@ class _Session:
     traces: Path = field(default_factory=Path)
 
     def __post_init__(self) -> None:
-        with _environment(FIRESTORE_EMULATOR_HOST=self.firestore_host,
+        with environment(FIRESTORE_EMULATOR_HOST=self.firestore_host,
                           PUBSUB_EMULATOR_HOST=self.pubsub_host):
             self.db = firestore.Client(project=PROJECT)
             self.publisher = pubsub_v1.PublisherClient()
@@ -477,17 +463,10 @@ def measure(directory: Path, config: ProfileConfig, *, pubsub_host: str, firesto
         firestore_port=setup_firestore.port, start_emulators=False, base_port=0,
         sandbox_apis=False, fake_gemini=slow_model, extra_env=env, sweep_every_s=None,
         services=FUNCTIONS, agents="ackloop_dev.bench.step_agents:agents",
-        service_env={name: {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{pubsub.port}",
-                            "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{fs.port}"}
-                     for name, (pubsub, fs) in meters.items() if name != SETUP},
+        service_env=service_env(meters, SETUP),
     ))
     try:
-        saved = dict(os.environ)
-        try:
-            stack.up(log=log)
-        finally:  # up() points this process at the stack; the caller's emulators stay its own
-            os.environ.clear()
-            os.environ.update(saved)
+        start(stack, log)
         session = _Session(stack, meters, firestore_host, pubsub_host, env, config, log)
         try:
             _configure_model(session)
@@ -497,9 +476,7 @@ def measure(directory: Path, config: ProfileConfig, *, pubsub_host: str, firesto
             session.db.close()
     finally:
         stack.down()
-        for pair in meters.values():
-            for meter in pair:
-                meter.stop()
+        stop_meters(meters)
 
 
 def _measure(session: _Session) -> dict[str, Any]:
