@@ -1013,16 +1013,15 @@ class AgentStore:
     ) -> tuple[RunRead | None, Transcript | None]:
         """The run and the transcript chunks a step's pointer names, in one read.
 
-        The transcript is None when a chunk is missing, or when the chunk after the last one
-        named exists (something appended since the pointer was recorded): the caller then lists
-        them, and finds who appended before it calls the model.
+        The transcript is None when a chunk is missing (the caller then lists them).
+        Something appended since the pointer was recorded shows in the last chunk's tail,
+        which the caller checks before it calls the model; a chunk started after them makes the
+        step's own append fail, and the step reads again.
         """
         conversation_id = str(pointer["conversation_id"])
-        count = int(pointer["chunks"])
-        paths = [self.chunk_path(conversation_id, i) for i in range(count + 1)]
+        paths = [self.chunk_path(conversation_id, i) for i in range(int(pointer["chunks"]))]
         run, *chunks = await self.db.get_all([self.run_path(run_id), *paths])
-        beyond = chunks.pop()
-        if beyond is not None or any(c is None for c in chunks):
+        if any(c is None for c in chunks):
             return RunRead.of(run), None
         present = [c for c in chunks if c is not None]
         loaded = [TranscriptChunk.model_validate(c.data) for c in present]
@@ -1035,14 +1034,14 @@ class AgentStore:
     ) -> ModelStepInputs | None:
         """Everything a model step of ``turn`` > 0 reads, in one round trip, as its message's
         ``reads`` hint names it: the run, the previous turn's model step and its ``calls`` tool
-        steps, the step's own document, and the transcript chunks ``pointer`` names with the
-        one after them. None when what was read does not bear the hint out (the previous model
-        step is missing, or made another number of calls, or recorded another pointer): the
-        caller then reads the way it would without one."""
+        steps, the step's own document, and the transcript chunks ``pointer`` names. None when
+        what was read does not bear the hint out (the previous model step is missing, or made
+        another number of calls, or recorded another pointer): the caller then reads the way it
+        would without one."""
         keys = [str(StepKey.model(turn - 1)), *(str(StepKey.tool(turn - 1, i))
                                                 for i in range(calls)), str(StepKey.model(turn))]
         conversation_id, count = str(pointer["conversation_id"]), int(pointer["chunks"])
-        chunk_paths = [self.chunk_path(conversation_id, i) for i in range(count + 1)]
+        chunk_paths = [self.chunk_path(conversation_id, i) for i in range(count)]
         run, *snaps = await self.db.get_all(
             [self.run_path(run_id), *(self.step_path(run_id, k) for k in keys), *chunk_paths])
         steps = [StepRecord.model_validate(s.data) if s else None for s in snaps[:len(keys)]]
@@ -1053,8 +1052,7 @@ class AgentStore:
                 or len(result.get("calls") or []) != calls):
             return None
         transcript: Transcript | None = None
-        beyond = chunks.pop()
-        if beyond is None and all(c is not None for c in chunks):
+        if all(c is not None for c in chunks):
             present = [c for c in chunks if c is not None]
             transcript = Transcript(
                 conversation_id, [TranscriptChunk.model_validate(c.data) for c in present],
