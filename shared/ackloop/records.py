@@ -245,6 +245,9 @@ class StepRecord(Record):
     """What the delivery that recorded the wait spent: the step's ``cost`` adds it when the
     step completes, so the run's cost counts that delivery too."""
     decision: StepDecision | None = None
+    unclaimed: bool = False
+    """Run without a claim: its document was created by the commit that recorded it
+    (:mod:`ackloop.engine.claims`)."""
 
 
 class TranscriptChunk(Record):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from ackloop.jsondict import JsonDict
@@ -114,11 +114,10 @@ class Verdict:
     model_duplicates: int = 0
     tool_duplicates: int = 0
     duplicates_outside_kills: int = 0
-    overlapping_tool_calls: int = 0
-    """Extra executions of a tool step that started before the step was recorded: a duplicate
-    delivery overlapping the first, the accepted cost of a step run unclaimed (a retry-safe
-    tool under the shipped claims, docs/architecture.md "Unclaimed steps"), never a re-run of a
-    completed call."""
+    overlapping_calls: int = 0
+    """Extra executions of a step run unclaimed whose push the front duplicated concurrently:
+    both copies read the step before either recorded it, the accepted cost of running it
+    unclaimed (docs/architecture.md "Unclaimed steps"), never a re-run of a completed call."""
     in_flight_at_kill: int = 0
     in_flight_ran_twice: int = 0
     missing_executions: int = 0
@@ -145,10 +144,12 @@ def judge(
     template: str,
     references: dict[RefKey, Reference],
     model: ModelEvidence,
-    tools: Mapping[tuple[str, str], list[float]],
+    tools: Counter[tuple[str, str]],
     killed: set[str],
+    concurrent: Collection[str] = frozenset(),
 ) -> Verdict:
-    """The verdict on one run (``killed``: keys of its steps in flight at a kill)."""
+    """The verdict on one run (``killed``: keys of its steps in flight at a kill;
+    ``concurrent``: the ``run_id/step`` of the pushes the front duplicated concurrently)."""
     if run is None:
         return Verdict("?", ref, template, "lost", problems=["no run record"])
     verdict = Verdict(run.run_id, ref, template, run.status.value, finished_at=run.finished_at,
@@ -166,7 +167,7 @@ def judge(
         if not verdict.reason:
             verdict.problems.append("failed without a recorded reason")
     _check_history(verdict, run, steps, transcript, references, template)
-    _check_executions(verdict, run, steps, model, tools, killed)
+    _check_executions(verdict, run, steps, model, tools, killed, concurrent)
     verdict.retried_steps = sum(1 for s in steps if s.attempts > 1)
     if run.status.terminal and run.stop_reason is not StopReason.ANSWERED:
         verdict.timeline = timeline(run, steps, model.faults_by_ref.get(ref, Counter()), killed)
@@ -233,8 +234,8 @@ def _check_history(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
 
 
 def _check_executions(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
-                      model: ModelEvidence, tools: Mapping[tuple[str, str], list[float]],
-                      killed: set[str]) -> None:
+                      model: ModelEvidence, tools: Counter[tuple[str, str]],
+                      killed: set[str], concurrent: Collection[str] = frozenset()) -> None:
     verdict.in_flight_at_kill = len(killed)
     last = max((s.key for s in steps), default="")
     for step in steps:
@@ -244,16 +245,12 @@ def _check_executions(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
             if count == 0 and not failed_here and run.status is RunStatus.COMPLETED:
                 verdict.missing_executions += 1
         else:
-            starts = tools.get((run.run_id, step.key), [])
-            count = len(starts)
+            count = tools[(run.run_id, step.key)]
             if count == 0 and run.status is RunStatus.COMPLETED:
                 verdict.missing_executions += 1
-            if step.completed_at is not None and count > 1:
-                # Only an execution that started after the step was recorded re-ran it.
-                rerun = sum(1 for t in starts if not t <= step.completed_at)
-                overlapping = max(0, count - rerun - 1)
-                verdict.overlapping_tool_calls += overlapping
-                count -= overlapping
+        if step.unclaimed and count > 1 and f"{run.run_id}/{step.key}" in concurrent:
+            verdict.overlapping_calls += count - 1
+            count = 1
         extra = max(0, count - 1)
         if step.kind == "model":
             verdict.model_duplicates += extra

@@ -12,14 +12,12 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ackloop_dev.chaos.model_server import read_ledger
 
-_TOOL_LINE = re.compile(
-    r"tool (?P<name>\S+) run=(?P<run>\S+) step=(?P<step>\S+) attempt=\d+ (?P<ms>[\d.]+) ms")
+_TOOL_LINE = re.compile(r"tool (?P<name>\S+) run=(?P<run>\S+) step=(?P<step>\S+) attempt=\d+ ")
 _GOOGLE_KEY = re.compile(r"AIza[0-9A-Za-z_-]{35}")
 
 
@@ -71,28 +69,18 @@ def model_evidence(ledger: Path, refs: set[str], since: float = 0.0,
 
 def tool_executions(log_path: Path) -> Counter[tuple[str, str]]:
     """Executions per (run id, step key), from the tool function's log."""
-    return Counter({key: len(starts) for key, starts in tool_starts(log_path).items()})
-
-
-def tool_starts(log_path: Path) -> dict[tuple[str, str], list[float]]:
-    """When each execution started, per (run id, step key): the log line's time (written when
-    the call returned) less the call's duration. None is known for a line without its time."""
-    starts: dict[tuple[str, str], list[float]] = {}
+    counts: Counter[tuple[str, str]] = Counter()
     if not log_path.exists():
-        return starts
+        return counts
     for line in log_path.read_text(errors="replace").splitlines():
-        at: float = float("nan")
         try:
-            record = json.loads(line)
-            message = str(record.get("message", ""))
-            at = datetime.fromisoformat(str(record["time"])).timestamp()
-        except (ValueError, KeyError, TypeError, AttributeError):
+            message = str(json.loads(line).get("message", ""))
+        except ValueError:
             message = line
         match = _TOOL_LINE.search(message)
         if match:
-            starts.setdefault((match["run"], match["step"]), []).append(
-                at - float(match["ms"]) / 1000)
-    return starts
+            counts[(match["run"], match["step"])] += 1
+    return counts
 
 
 def secrets_in_logs(logs_dir: Path, canary: str) -> dict[str, int]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import random
 from collections import Counter
@@ -61,6 +62,9 @@ class DuplicatingFront:
     seed: int = 0
     counters: Counter[str] = field(default_factory=Counter)
     in_flight: Counter[str] = field(default_factory=Counter)
+    concurrent_steps: set[str] = field(default_factory=set)
+    """``run_id/step`` of every push duplicated concurrently: a step run unclaimed may then be
+    executed by both copies (the chaos checks allow exactly that)."""
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
@@ -97,6 +101,8 @@ class DuplicatingFront:
             return await self._forward(name, body)
         if self._random.random() < self.concurrent_share:
             self.counters[f"{name}:duplicated_concurrently"] += 1
+            if step := _step_of(body):
+                self.concurrent_steps.add(step)
             self._second_copy(name, body)
             return await self._forward(name, body)
         self.counters[f"{name}:duplicated_sequentially"] += 1
@@ -106,7 +112,17 @@ class DuplicatingFront:
 
     def stats(self) -> dict[str, Any]:
         return {"duplicate": self.duplicate, "concurrent_share": self.concurrent_share,
-                "counters": dict(self.counters), "in_flight": dict(self.in_flight)}
+                "counters": dict(self.counters), "in_flight": dict(self.in_flight),
+                "concurrent_steps": sorted(self.concurrent_steps)}
+
+
+def _step_of(body: bytes) -> str | None:
+    """``run_id/step`` of a step message's push envelope (None for any other push)."""
+    try:
+        attributes = json.loads(body)["message"]["attributes"]
+        return f"{attributes['run_id']}/{attributes['step']}"
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def create_app(front: DuplicatingFront) -> Starlette:

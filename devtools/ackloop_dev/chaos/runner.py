@@ -36,7 +36,6 @@ from ackloop_dev.chaos.evidence import (
     sandbox_requests,
     secrets_in_logs,
     tool_executions,
-    tool_starts,
 )
 from ackloop_dev.chaos.phases import FaultPhase, calibrate, fault_phase
 from ackloop_dev.chaos.poison import poison_outcome
@@ -59,7 +58,8 @@ def _dist(values: list[float]) -> dict[str, float]:
 async def _judge_all(stack: ChaosStack, items: list[Submitted], references: dict[RefKey, Reference],
                      model: ModelEvidence, killed: dict[str, set[str]]) -> list[Verdict]:
     store = stack.store()
-    tools = tool_starts(stack.logs_dir() / "tool_step.log")
+    tools = tool_executions(stack.logs_dir() / "tool_step.log")
+    concurrent = set(stack.front_stats().get("concurrent_steps", ()))
     gate = asyncio.Semaphore(_JUDGE_CONCURRENCY)
 
     async def one(item: Submitted) -> Verdict:
@@ -70,7 +70,7 @@ async def _judge_all(stack: ChaosStack, items: list[Submitted], references: dict
                                                      else item.conversation_id)
         return judge(run, steps, transcript, ref=item.ref, template=item.template.name,
                      references=references, model=model, tools=tools,
-                     killed=killed.get(item.run_id, set()))
+                     killed=killed.get(item.run_id, set()), concurrent=concurrent)
 
     return list(await asyncio.gather(*(one(item) for item in items)))
 
@@ -336,8 +336,7 @@ def _figures(config: ChaosConfig, phase: FaultPhase, found: dict[str, Any],
                 "model": sum(v.model_duplicates for v in verdicts),
                 "tool": sum(v.tool_duplicates for v in verdicts),
                 "outside_kills": sum(v.duplicates_outside_kills for v in verdicts),
-                "overlapping_unclaimed_tool_calls": sum(v.overlapping_tool_calls
-                                                        for v in verdicts),
+                "overlapping_unclaimed_calls": sum(v.overlapping_calls for v in verdicts),
             },
             "steps_in_flight_at_kill": sum(v.in_flight_at_kill for v in verdicts),
             "in_flight_ran_twice": sum(v.in_flight_ran_twice for v in verdicts),

@@ -950,7 +950,8 @@ class AgentStore:
         path = self.step_path(claim.run_id, claim.key)
         step_write = (Write("update", path, update, if_version=claim.version)
                       if claim.version is not None else
-                      Write("create", path, claim.step.to_doc() | update | self._live_expiry(now)))
+                      Write("create", path, claim.step.to_doc() | update | {"unclaimed": True}
+                            | self._live_expiry(now)))
         try:
             await self.db.commit([step_write, *writes])
         except (PreconditionFailed, AlreadyExists) as exc:
