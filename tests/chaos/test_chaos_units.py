@@ -225,27 +225,30 @@ def test_a_budget_end_is_unexplained_unless_a_kill_a_retry_or_a_fault_slowed_the
     assert out["timelines"] == ["b run-b: ended 50.1 s"]  # the injected failure needs none
 
 
-def test_a_second_call_of_an_unclaimed_step_pushed_twice_at_once_is_not_a_rerun() -> None:
-    """A step run unclaimed may be executed by both copies of a push the front duplicated
-    concurrently (both read it before either recorded it). Any other extra execution (a copy
-    sent after the first answered, or a claimed step) re-ran a call and is a problem."""
+def test_extra_calls_of_unclaimed_steps_under_duplicated_pushes_are_reported_apart() -> None:
+    """A step run unclaimed may be executed more than once when its run's pushes were
+    duplicated (the accepted cost of the skipped claim): reported apart. An extra execution of
+    a claimed step, or of any step of a run no push of which was duplicated, is a problem."""
     from ackloop.records import RunLimits, RunRecord, RunStatus
     from ackloop_dev.chaos.checks import _check_executions
 
-    run = RunRecord(run_id="r1", request_id="q", request_hash="h", conversation_id="c",
-                    agent="default", text="hi", model="m", created_at=1.0,
-                    limits=RunLimits(max_steps=9, max_seconds=9, max_tool_calls=9),
-                    status=RunStatus.COMPLETED)
+    def run_of(run_id: str) -> RunRecord:
+        return RunRecord(run_id=run_id, request_id="q", request_hash="h", conversation_id="c",
+                         agent="default", text="hi", model="m", created_at=1.0,
+                         limits=RunLimits(max_steps=9, max_seconds=9, max_tool_calls=9),
+                         status=RunStatus.COMPLETED)
+
     steps = [StepRecord(key=k, kind="tool", name="get_ip_address", turn=t, unclaimed=unclaimed,
                         status=StepStatus.COMPLETED, completed_at=10.0 + t)
-             for k, t, unclaimed in (("0000-tool-000", 0, True), ("0001-tool-000", 1, True),
-                                     ("0002-tool-000", 2, False))]
-    tools = Counter({("r1", s.key): 2 for s in steps})
-    concurrent = {"r1/0000-tool-000", "r1/0002-tool-000"}  # 0001 was pushed twice in a row
-    verdict = Verdict("r1", "ref", "template", "completed")
+             for k, t, unclaimed in (("0000-tool-000", 0, True), ("0001-tool-000", 1, False))]
+    verdicts = {}
+    for run_id in ("r1", "r2"):
+        verdict = verdicts[run_id] = Verdict(run_id, "ref", "template", "completed")
+        tools = Counter({(run_id, s.key): 3 for s in steps})
+        _check_executions(verdict, run_of(run_id), steps, ModelEvidence(), tools, set(),
+                          duplicated_runs={"r1"})
 
-    _check_executions(verdict, run, steps, ModelEvidence(), tools, set(), concurrent)
-
-    assert verdict.overlapping_calls == 1  # 0000 only
-    assert verdict.tool_duplicates == verdict.duplicates_outside_kills == 2  # 0001 and 0002
-    assert verdict.problems == ["2 duplicate execution(s) of steps not in flight at a kill"]
+    assert verdicts["r1"].overlapping_calls == 2  # the unclaimed step's two extra calls
+    assert verdicts["r1"].duplicates_outside_kills == 2  # the claimed step's
+    assert verdicts["r2"].overlapping_calls == 0  # nothing of r2 was duplicated
+    assert verdicts["r2"].duplicates_outside_kills == 4

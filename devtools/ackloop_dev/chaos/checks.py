@@ -115,9 +115,10 @@ class Verdict:
     tool_duplicates: int = 0
     duplicates_outside_kills: int = 0
     overlapping_calls: int = 0
-    """Extra executions of a step run unclaimed whose push the front duplicated concurrently:
-    both copies read the step before either recorded it, the accepted cost of running it
-    unclaimed (docs/architecture.md "Unclaimed steps"), never a re-run of a completed call."""
+    """Extra executions of steps run unclaimed in a run whose pushes the front duplicated: the
+    accepted cost of running a step unclaimed under duplicate deliveries (docs/architecture.md
+    "Unclaimed steps"); the step is still recorded once, and a delivery that reads it recorded
+    calls nothing."""
     in_flight_at_kill: int = 0
     in_flight_ran_twice: int = 0
     missing_executions: int = 0
@@ -146,10 +147,10 @@ def judge(
     model: ModelEvidence,
     tools: Counter[tuple[str, str]],
     killed: set[str],
-    concurrent: Collection[str] = frozenset(),
+    duplicated_runs: Collection[str] = frozenset(),
 ) -> Verdict:
     """The verdict on one run (``killed``: keys of its steps in flight at a kill;
-    ``concurrent``: the ``run_id/step`` of the pushes the front duplicated concurrently)."""
+    ``duplicated_runs``: the runs whose step pushes the front sent twice)."""
     if run is None:
         return Verdict("?", ref, template, "lost", problems=["no run record"])
     verdict = Verdict(run.run_id, ref, template, run.status.value, finished_at=run.finished_at,
@@ -167,7 +168,7 @@ def judge(
         if not verdict.reason:
             verdict.problems.append("failed without a recorded reason")
     _check_history(verdict, run, steps, transcript, references, template)
-    _check_executions(verdict, run, steps, model, tools, killed, concurrent)
+    _check_executions(verdict, run, steps, model, tools, killed, duplicated_runs)
     verdict.retried_steps = sum(1 for s in steps if s.attempts > 1)
     if run.status.terminal and run.stop_reason is not StopReason.ANSWERED:
         verdict.timeline = timeline(run, steps, model.faults_by_ref.get(ref, Counter()), killed)
@@ -235,7 +236,7 @@ def _check_history(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
 
 def _check_executions(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
                       model: ModelEvidence, tools: Counter[tuple[str, str]],
-                      killed: set[str], concurrent: Collection[str] = frozenset()) -> None:
+                      killed: set[str], duplicated_runs: Collection[str] = frozenset()) -> None:
     verdict.in_flight_at_kill = len(killed)
     last = max((s.key for s in steps), default="")
     for step in steps:
@@ -248,7 +249,7 @@ def _check_executions(verdict: Verdict, run: RunRecord, steps: list[StepRecord],
             count = tools[(run.run_id, step.key)]
             if count == 0 and run.status is RunStatus.COMPLETED:
                 verdict.missing_executions += 1
-        if step.unclaimed and count > 1 and f"{run.run_id}/{step.key}" in concurrent:
+        if step.unclaimed and count > 1 and run.run_id in duplicated_runs:
             verdict.overlapping_calls += count - 1
             count = 1
         extra = max(0, count - 1)

@@ -62,9 +62,10 @@ class DuplicatingFront:
     seed: int = 0
     counters: Counter[str] = field(default_factory=Counter)
     in_flight: Counter[str] = field(default_factory=Counter)
-    concurrent_steps: set[str] = field(default_factory=set)
-    """``run_id/step`` of every push duplicated concurrently: a step run unclaimed may then be
-    executed by both copies (the chaos checks allow exactly that)."""
+    duplicated_runs: set[str] = field(default_factory=set)
+    """Runs with a step push this front sent twice: a step run unclaimed may then be executed
+    more than once (both copies of its push, or a copy of its predecessor's re-sending its
+    message while it runs), which the chaos checks report apart."""
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
@@ -99,10 +100,10 @@ class DuplicatingFront:
         self.counters[f"{name}:pushes"] += 1
         if not self.duplicate or name in self.no_duplicate:
             return await self._forward(name, body)
+        if run := _run_of(body):
+            self.duplicated_runs.add(run)
         if self._random.random() < self.concurrent_share:
             self.counters[f"{name}:duplicated_concurrently"] += 1
-            if step := _step_of(body):
-                self.concurrent_steps.add(step)
             self._second_copy(name, body)
             return await self._forward(name, body)
         self.counters[f"{name}:duplicated_sequentially"] += 1
@@ -113,14 +114,14 @@ class DuplicatingFront:
     def stats(self) -> dict[str, Any]:
         return {"duplicate": self.duplicate, "concurrent_share": self.concurrent_share,
                 "counters": dict(self.counters), "in_flight": dict(self.in_flight),
-                "concurrent_steps": sorted(self.concurrent_steps)}
+                "duplicated_runs": sorted(self.duplicated_runs)}
 
 
-def _step_of(body: bytes) -> str | None:
-    """``run_id/step`` of a step message's push envelope (None for any other push)."""
+def _run_of(body: bytes) -> str | None:
+    """The run of a step message's push envelope (None for any other push)."""
     try:
         attributes = json.loads(body)["message"]["attributes"]
-        return f"{attributes['run_id']}/{attributes['step']}"
+        return str(attributes["run_id"]) if "step" in attributes else None
     except (ValueError, KeyError, TypeError):
         return None
 

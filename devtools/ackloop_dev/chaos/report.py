@@ -86,7 +86,7 @@ def format_report(f: dict[str, Any]) -> str:
              f"{checks['duplicate_recorded_steps']} / {checks['history_gaps']}", 2),
         _row("duplicate executions (model/tool)", f"{dups['model'] + dups['tool']} "
              f"({dups['model']}/{dups['tool']}); outside kills {dups['outside_kills']}; "
-             f"second calls of unclaimed steps pushed twice at once (not re-runs) "
+             f"extra calls of unclaimed steps under duplicated pushes (recorded once) "
              f"{dups.get('overlapping_unclaimed_calls', 0)}", 2),
         _row("steps in flight at a kill / ran twice",
              f"{checks['steps_in_flight_at_kill']} / {checks['in_flight_ran_twice']}", 2),

@@ -59,7 +59,7 @@ async def _judge_all(stack: ChaosStack, items: list[Submitted], references: dict
                      model: ModelEvidence, killed: dict[str, set[str]]) -> list[Verdict]:
     store = stack.store()
     tools = tool_executions(stack.logs_dir() / "tool_step.log")
-    concurrent = set(stack.front_stats().get("concurrent_steps", ()))
+    duplicated = set(stack.front_stats().get("duplicated_runs", ()))
     gate = asyncio.Semaphore(_JUDGE_CONCURRENCY)
 
     async def one(item: Submitted) -> Verdict:
@@ -70,7 +70,7 @@ async def _judge_all(stack: ChaosStack, items: list[Submitted], references: dict
                                                      else item.conversation_id)
         return judge(run, steps, transcript, ref=item.ref, template=item.template.name,
                      references=references, model=model, tools=tools,
-                     killed=killed.get(item.run_id, set()), concurrent=concurrent)
+                     killed=killed.get(item.run_id, set()), duplicated_runs=duplicated)
 
     return list(await asyncio.gather(*(one(item) for item in items)))
 

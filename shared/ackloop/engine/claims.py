@@ -4,7 +4,7 @@ A claim is a write (a round trip, $0.09 per 100,000 at list prices) made on ever
 a second delivery of the same step *while the first runs* waits instead of calling again. A
 step run unclaimed reads, calls, and creates its document with its result and its outbox in
 one commit whose precondition is that the document does not exist yet: of two deliveries that
-ran it at once, one records it and the other re-sends the winner's outbox. What it saves is
+ran it at once, one records it and the other drops its result. What it saves is
 one write and one round trip on every step; what it risks is a second call when a duplicate
 delivery overlaps the first, which costs that call once more.
 

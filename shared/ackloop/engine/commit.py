@@ -20,7 +20,7 @@ from ackloop.cost import Cost
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import log_finished, run_end
 from ackloop.engine.lease import ClaimRef
-from ackloop.engine.outbox import resend, send
+from ackloop.engine.outbox import send
 from ackloop.engine.spend import spent
 from ackloop.errors import LeaseLost, PermanentError, RetryableError, StaleRead, StepTaken
 from ackloop.records import Outgoing, RunRecord, StepRecord, StepStatus
@@ -86,14 +86,16 @@ async def commit(
 
 
 async def _taken(deps: Deps, claim: Claim, taken: StepTaken) -> None:
-    """An unclaimed step found recorded by another delivery: that one stands. Its outbox is
-    re-sent where still needed; a step another delivery is still running is left to it (its
-    message is redelivered if it dies), and this one is redelivered too, in case it was ours."""
+    """An unclaimed step found recorded by another delivery: that one stands, and this one is
+    acknowledged. Its outbox is not re-sent: the delivery that recorded it sends it, and is
+    redelivered if it dies before it has (re-sending it here would send the next steps a
+    second time while they run unclaimed). A step another delivery is still running is left
+    to it (its message is redelivered if it dies), and this one is redelivered too, in case it
+    was ours."""
     step = taken.step
     if isinstance(step, StepRecord) and step.status is StepStatus.COMPLETED:
         log.info("step %s of %s was recorded by another delivery; this result is dropped",
                  claim.key, claim.run_id)
-        await resend(deps, claim.run_id, step.outbox)
         return
     raise LeaseLost(f"step {claim.key} of {claim.run_id} was claimed by another delivery")
 
