@@ -96,6 +96,10 @@ class RunRecord(Record):
     agent: str
     text: str
     model: str
+    new_conversation: bool = False
+    """The run created its conversation, in the commit that created it: nothing is in the
+    transcript before its first step (a conversation id equal to the run id is not enough: a
+    follow-up naming it may have created the conversation first)."""
     status: RunStatus = RunStatus.RUNNING
     stop_reason: StopReason | None = None
     answer: str | None = None

@@ -144,3 +144,23 @@ async def test_a_hint_that_what_is_read_does_not_bear_out_is_ignored() -> None:
     assert len(model.requests) == 3 and tools.executed["lookup"] == 2
     transcript = await loop.deps.store.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"] * 3
+
+
+async def test_a_follow_up_that_creates_the_conversation_first_is_not_an_empty_transcript(
+) -> None:
+    """A follow-up naming a conversation by the id of a run whose query has not arrived yet
+    creates that conversation first; the run then queues behind it and, when it starts, must
+    read the transcript the follow-up left, not assume its own conversation is new."""
+    model, tools = reference()
+    loop = make_loop(model, tools, settings=AUTO)
+    first = run_id_for_request("first")
+    await loop.submit(QueryMessage(request_id="second", text="go", conversation_id=first))
+    await loop.submit(QueryMessage(request_id="first", text="go"))
+    await loop.run_until_idle()
+
+    for request_id in ("first", "second"):
+        run = await loop.deps.store.get_run(run_id_for_request(request_id))
+        assert run is not None and run.status is RunStatus.COMPLETED, (request_id, run)
+        assert run.new_conversation is False
+    transcript = await loop.deps.store.load_transcript(first)
+    assert [c["role"] for c in transcript.contents] == ["user", "model"] * 6

@@ -138,10 +138,10 @@ async def _claim_and_read(
     if message.turn == 0:
         message = scheduled_model_step(message, {})
         found, (own,) = await deps.store.run_and_steps(run_id, [str(key)])
-        if found is not None and found.record.conversation_id == run_id:
-            # The run started its conversation: nothing is in its transcript before this
-            # step (were anything, this step's append would find its chunk taken).
-            transcript = Transcript(run_id, [])
+        if found is not None and found.record.new_conversation:
+            # The run created its conversation: nothing is in its transcript before this step
+            # (follow-ups wait in the conversation's queue until the run ends).
+            transcript = Transcript(found.record.conversation_id, [])
     elif (hinted := await _read_as_hinted(deps, message, scope)) is not None:
         found, previous, own, transcript = (hinted.run, hinted.previous, hinted.own,
                                             hinted.transcript)

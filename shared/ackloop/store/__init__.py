@@ -343,7 +343,8 @@ class AgentStore:
         fresh = run
         if run.conversation_id == run.run_id:
             run = _costed(run.model_copy(update={"started_at": run.created_at,
-                                                 "progress_at": run.created_at}), costed)
+                                                 "progress_at": run.created_at,
+                                                 "new_conversation": True}), costed)
             first = ConversationRecord(
                 conversation_id=run.conversation_id,
                 active_run_id=run.run_id,
