@@ -252,7 +252,8 @@ async def heartbeat(
     store: AgentStore, clock: Clock, ref: ClaimRef, lease_seconds: float
 ) -> AsyncIterator[Heartbeat]:
     beat = Heartbeat(store, clock, ref, lease_seconds)
-    beat.start()
+    if ref.claim.version is not None:  # an unclaimed step has no lease to keep alive
+        beat.start()
     try:
         yield beat
     finally:
