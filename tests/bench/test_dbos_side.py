@@ -62,7 +62,9 @@ def test_a_tiny_dbos_run_end_to_end(tmp_path: Path) -> None:
     seq = side["sequential"]
     assert (seq["completed"], seq["failed"]) == (3, 0)
     assert seq["step_overhead_ms"]["n"] == 3 * 4  # five steps, four gaps a run
-    assert seq["cpu_s"]["postgres"] > 0  # the checkpoints were written by the server
     assert side["concurrent"][0]["completed"] == 4
+    # every step of every run (first, warm-up, 3 sequential, 4 concurrent) was checkpointed by
+    # the server; its CPU over three tiny runs can round to zero clock ticks
+    assert side["checkpointed_steps"] >= (1 + 1 + 3 + 4) * 5
     assert side["cold_start_s"] > 0
     assert "database system is shut down" in (tmp_path / "postgres.log").read_text()

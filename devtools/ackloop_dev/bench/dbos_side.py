@@ -84,6 +84,7 @@ def summarise_worker(out: dict[str, Any], postgres_rss_mb: float) -> dict[str, A
         "concurrent": [{"concurrency": p["concurrency"], **summarise(p)}
                        for p in out["concurrent"]],
         "peak_rss_mb": {"worker": out["peak_rss_mb"], "postgres": postgres_rss_mb},
+        "checkpointed_steps": out.get("checkpointed_steps"),
     }
 
 

@@ -92,6 +92,19 @@ def _phase(runs: int, concurrency: int, postgres_pid: int) -> dict[str, Any]:
             "cpu_s": cpu}
 
 
+def checkpointed_steps(database_url: str) -> int:
+    """How many step outputs DBOS wrote to PostgreSQL (its ``operation_outputs`` table)."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(
+                sqlalchemy.text("SELECT count(*) FROM dbos.operation_outputs")).scalar_one())
+    finally:
+        engine.dispose()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", required=True)
@@ -117,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
                                               for c, runs in config["concurrency"]],
                                "peak_rss_mb": round(psutil.Process().memory_info().rss / 2**20,
                                                     1)}
+        out["checkpointed_steps"] = checkpointed_steps(args.database_url)
     finally:
         DBOS.destroy()
     sys.stdout.write(json.dumps(out) + "\n")
