@@ -85,9 +85,10 @@ class _CrashingStore(AgentStore):
     faults: FaultPoints
 
     async def commit_step(self, claim: Claim, basis: Basis, decision: Decision, *,
-                          now: float, price: Pricer, rolls_up: Any = ()) -> Committed:
+                          now: float, price: Pricer, rolls_up: Any = (),
+                          carried: Any = None) -> Committed:
         committed = await super().commit_step(claim, basis, decision, now=now, price=price,
-                                              rolls_up=rolls_up)
+                                              rolls_up=rolls_up, carried=carried)
         self.faults.hit(f"{claim.step.kind}:after_commit")
         return committed
 

@@ -243,6 +243,10 @@ class StepRecord(Record):
     usage: Usage = Usage()
     cost: Cost | None = None
     """What the delivery that completed the step spent (see :mod:`ackloop.engine.spend`)."""
+    run_cost: Cost | None = None
+    """A model step: the run's cost up to and including it (the previous model step's
+    ``run_cost``, the previous turn's tool steps and this step). The run document is not
+    written by a model step that does not end the run: its cost is carried here instead."""
     waiting: Waiting | None = None
     """Set when the step waited for a decision (kept once it has completed)."""
     wait_cost: Cost | None = None
@@ -264,6 +268,10 @@ class TranscriptChunk(Record):
     tail: str | None = None
     """``{run_id}/{step_key}`` of the step that appended last: checked by the next step."""
     size: int = 0
+    fence: str | None = None
+    """``{run_id}@{time}`` of a run that ended outside a step while this was the last chunk
+    (or a chunk it started): written so that a model step of that run still in flight, whose
+    append is fenced on this chunk, cannot append after the run ended."""
 
     @property
     def entries(self) -> list[JsonDict]:

@@ -4,7 +4,9 @@ Pub/Sub redelivers whatever was not acknowledged, so a run stops moving only whe
 should exist does not: a publish lost after its commit with no redelivery to repeat it (the
 HTTP API committed a run and then could not publish), a dead letter re-driven into a step that
 has nothing left to send, a queued run whose start message was lost. The sweeper finds runs
-with no progress for ``sweep_stale_seconds`` and resumes each one *from its ledger*: it works out
+with no progress for ``sweep_stale_seconds`` (a run's ``progress_at`` moves when it starts, waits
+or is decided, and when the sweeper finds a step of it live: steps do not write the run) and
+resumes each one *from its ledger*: it works out
 which step message the run needs next and publishes it again. The step's claim turns any
 duplicate into a no-op, so sweeping a healthy run costs a message, never a second execution.
 A run the ledger cannot resume is failed with the cause (and its end is published).
@@ -83,6 +85,11 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
     busy = [s.key for s in steps if s.lease_expires_at > now or s.not_before > now
             or max(s.started_at, s.completed_at or 0.0) > threshold]
     if busy:
+        # Steps do not move the run's progress_at (a model step does not write the run): look
+        # again stale_after from the newest step's activity, not at every sweep.
+        newest = max(max(s.started_at, s.completed_at or 0.0) for s in steps)
+        if newest > (run.progress_at or run.created_at):
+            await deps.store.sweep_run_at(run.run_id, min(newest, now))
         return Swept(run.run_id, "progressing", f"step {busy[-1]} is live")
     needed = next_messages(run, steps)
     waiting = [s for s in steps if _undecided(s)]

@@ -477,7 +477,57 @@ async def test_a_cancel_during_the_model_call_wins_over_its_fan_out_and_is_publi
     assert [c["role"] for c in transcript.contents] == ["user"]
 
 
+@pytest.mark.parametrize("turn", [0, 1])
+async def test_a_run_ended_outside_a_step_during_a_model_call_gets_no_late_turn(
+    turn: int,
+) -> None:
+    """A model step does not write its run, so a run ended outside a step (a dead letter, the
+    sweeper) while its model call runs must still keep that call's turn out of the
+    conversation: the end writes the transcript the step's append is fenced on (at turn 0 of a
+    new conversation, an empty first chunk). The late step records nothing and sends no tool
+    step, and the conversation's next run starts on the history as the end left it."""
+    tools = CountingToolbox({"lookup": "42"})
+    loop = make_loop(ScriptedModel(), tools)
+    model = ModelWithSideEffect(lambda request: calls_turn([("lookup", {"key": "a"})]))
+    loop.deps.model = model
+    run_id, message = await start(loop, f"ended-mid-call-{turn}")
+    if turn == 1:  # turn 0 asks for a tool, which runs; the next model call is the late one
+        (tool_message,) = await deliver_all(loop, [message])
+        (message,) = await deliver_all(loop, [tool_message])
+    run = await run_of(loop, run_id)
+    before = await loop.deps.store.load_transcript(run.conversation_id)
+
+    async def end_outside() -> None:
+        assert await loop.deps.store.fail_run(run_id, "dead-lettered", loop.deps.clock.now())
+
+    model.during = end_outside
+    published = await deliver_all(loop, [message])
+
+    assert [m for m in published if m.topic != loop.deps.settings.answers_topic] == []
+    assert tools.executed["lookup"] == turn
+    after = await loop.deps.store.load_transcript(run.conversation_id)
+    assert after.contents == before.contents and after.tail == before.tail
+    (step,) = await loop.deps.store.get_steps(run_id, [message.attributes["step"]])
+    assert step is None or step.status is not StepStatus.COMPLETED
+    assert (await run_of(loop, run_id)).status is RunStatus.FAILED
+
+
 # -- the sweeper ---------------------------------------------------------------------------------
+
+
+async def test_a_run_whose_steps_move_is_left_alone_until_they_stop() -> None:
+    """Steps do not write their run, so a run going for longer than the staleness looks stale
+    by its own document: the sweeper finds a step of it live, leaves it, and moves its
+    ``progress_at`` so that the next sweeps skip it until its steps stop."""
+    loop = make_loop(two_calls_then_answer(), CountingToolbox({"lookup": "42"}))
+    run_id, first = await start(loop, "sweep-progressing")
+    fan_out = await deliver_all(loop, [first])
+    advance(loop, STALE - 5)
+    await deliver_all(loop, fan_out)  # the tools complete; the next model step's message is lost
+    advance(loop, 10)  # the run started over STALE ago, its newest step 10 s ago
+    assert [(s.run_id, s.action) for s in await sweep(loop.deps)] == [(run_id, "progressing")]
+    assert await sweep(loop.deps) == []
+    assert await sweep_when_stale(loop) == [(run_id, "resumed", "re-sent 0001-model")]
 
 
 @pytest.mark.parametrize("delivered", [[], ["0000-tool-000"]])

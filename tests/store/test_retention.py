@@ -19,7 +19,7 @@ from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.settings import Settings
-from ackloop.store import CHUNK_BYTES, DAY_SECONDS, AgentStore, Retention, RunEnd
+from ackloop.store import CHUNK_BYTES, DAY_SECONDS, EXPIRE_AT, AgentStore, Retention, RunEnd
 from ackloop.wire import QueryMessage, Usage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.commits import complete
@@ -122,11 +122,12 @@ async def test_transcript_chunks_expire_with_their_conversation_not_while_it_is_
     await kept.db.commit(kept._append_writes(await kept.load_transcript("c"), [{"a": 1}], "r/0",
                                             now=T0))
     assert await expiry(kept, chunk0) == pytest.approx(live(T0))
-    # A chunk that fills up: the next append starts chunk 1; chunk 0, written less than a day
-    # ago, is not written again.
+    # A chunk that fills up: the next append starts chunk 1, fenced on chunk 0 (written
+    # unchanged); chunk 0, written less than a day ago, keeps its expiry.
     big = {"text": "x" * CHUNK_BYTES}
     writes = kept._append_writes(await kept.load_transcript("c"), [big], "r/1", now=T0 + 60)
-    assert [w.path for w in writes] == [chunk1]
+    assert [w.path for w in writes] == [chunk0, chunk1]
+    assert writes[0].if_version is not None and EXPIRE_AT not in writes[0].data
     await kept.db.commit(writes)
     assert await expiry(kept, chunk0) == pytest.approx(live(T0))
     assert await expiry(kept, chunk1) == pytest.approx(live(T0 + 60))

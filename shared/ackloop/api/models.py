@@ -22,7 +22,8 @@ CURSOR_PATTERN = r"^(\d{4}-(model|tool-\d{3})|end)$"
 RUN_COST = (
     "What the run spent (its ingest and every step: Gemini tokens, Firestore reads and writes, "
     "Pub/Sub bytes, Cloud Run request time) at the dated list prices of price_table. In "
-    "flight, what the steps have recorded so far."
+    "flight: GET /runs/{run_id} sums what its steps have recorded so far; a list shows the "
+    "run's ingest until the run ends."
 )
 STEP_COST = ("What the delivery that completed the step spent, up to its commit (null while "
              "the step runs).")

@@ -44,10 +44,13 @@ async def commit(
     """Commit ``decision`` (see the module docstring), then send its messages.
 
     The step records what its delivery spent (:mod:`ackloop.engine.spend`); a model step also
-    adds it to the run's cost, with the costs of the tool steps among ``rolls_up`` (the
-    previous turn's steps, which no commit has added yet)."""
+    carries the run's cost: the previous model step's among ``rolls_up`` (the previous turn's
+    steps), with the costs of that turn's tool steps and its own."""
     claim = ref.claim
     tool_costs = [s.cost for s in rolls_up if s.kind == "tool"]
+    # The run's cost as the previous model step left it (a run whose steps predate run_cost
+    # kept it on the run document, which the store then reads).
+    carried = next((s.run_cost for s in rolls_up if s.kind == "model"), None)
     for _ in range(COMMIT_ATTEMPTS):
         run = basis.run.record
         model = run.model if kind == "model" else None
@@ -61,7 +64,7 @@ async def commit(
             with tracing.span("firestore.commit", {"ackloop.step": claim.key}):
                 committed = await deps.store.commit_step(
                     claim, basis, decision, now=now, price=price,
-                    rolls_up=tool_costs)
+                    rolls_up=tool_costs, carried=carried)
         except StepTaken as taken:
             await _taken(deps, claim, taken)
             return

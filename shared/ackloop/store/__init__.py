@@ -525,7 +525,17 @@ class AgentStore:
     ) -> tuple[RunRecord, str | None] | None:
         """End a run that no step can end (a dead letter, a conflict, the sweeper, a cancel of
         a queued run). Returns the ended run and the queued run it started, or None if the run
-        does not exist or has already ended. ``only_active``: leave a queued run alone."""
+        does not exist or has already ended. ``only_active``: leave a queued run alone.
+
+        A running run's end also writes its conversation's last transcript chunk (its
+        ``fence``), or creates an empty first chunk if there is none: a model step of the run
+        still in flight appends fenced on that chunk (a model step does not write the run
+        document), so it fails instead of adding a turn after the run ended.
+        """
+        (found,) = await self.db.get_all([self.run_path(run_id)])
+        if found is None:
+            return None
+        first = await self._newest_chunk(str(found.data.get("conversation_id") or ""))
 
         async def body(txn: Transaction) -> tuple[RunRecord, str | None] | None:
             snap = await txn.get(self.run_path(run_id))
@@ -535,15 +545,43 @@ class AgentStore:
             if run.status.terminal or (only_active and run.status is RunStatus.QUEUED):
                 return None
             conv = await txn.get(self.conversation_path(run.conversation_id))
+            fence = (await self._transcript_fence(txn, run, first, now)
+                     if run.status is RunStatus.RUNNING and conv is not None else None)
             ending = self._end_writes(snap, conv, end, now)
             for write in ending.writes:
                 txn.write(replace(write, if_version=None))  # the transaction guards them
+            if fence is not None:
+                txn.write(fence)
             ended = run.model_copy(update={"status": end.status, "stop_reason": end.stop_reason,
                                            "error": end.error, "finished_at": now,
                                            "usage": end.usage, "cost": end.cost or run.cost})
             return ended, ending.next_run_id
 
         return await self.db.transact(body)
+
+    async def _newest_chunk(self, conversation_id: str) -> int:
+        """The index of the conversation's last transcript chunk (0 if it has none)."""
+        if not conversation_id:
+            return 0
+        newest = await self.db.list_newest(self.transcript_collection(conversation_id), {},
+                                           "index", limit=1)
+        return int(newest[0].data.get("index", 0)) if newest else 0
+
+    async def _transcript_fence(
+        self, txn: Transaction, run: RunRecord, first: int, now: float
+    ) -> Write:
+        """The write of :meth:`end_run_now` that fails a late append of ``run``: its
+        conversation's last chunk from index ``first`` on (read in ``txn``), or a new empty
+        chunk where there is none."""
+        conversation_id = run.conversation_id
+        mark = {"fence": f"{run.run_id}@{now}"}
+        index, last = first, None
+        while (snap := await txn.get(self.chunk_path(conversation_id, index))) is not None:
+            last, index = index, index + 1
+        if last is not None:
+            return Write("update", self.chunk_path(conversation_id, last), mark)
+        empty = TranscriptChunk(index=first).to_doc() | mark | self._live_expiry(now)
+        return Write("create", self.chunk_path(conversation_id, first), empty)
 
     async def fail_run(self, run_id: str, error: str, now: float) -> bool:
         """Mark a running run failed (used where no step can commit). True if it changed."""
@@ -578,15 +616,32 @@ class AgentStore:
         return await self.db.transact(body)
 
     async def request_cancel(self, run_id: str) -> RunRecord | None:
+        """Ask a run to stop at its next step. For a running run, the same transaction writes
+        the transcript's fence (:meth:`end_run_now`): a model step in flight then fails its
+        append, reads the run again and ends it cancelled instead of sending its tool calls."""
         read = await self.read_run(run_id)
         if read is None:
             return None
         run = read.record
-        if not run.status.terminal and not run.cancel_requested:
-            await self.db.commit([Write("update", read.snapshot.path,
-                                        {"cancel_requested": True})])
-            run = run.model_copy(update={"cancel_requested": True})
-        return run
+        if run.status.terminal or run.cancel_requested:
+            return run
+        first = await self._newest_chunk(run.conversation_id)
+
+        async def body(txn: Transaction) -> RunRecord | None:
+            snap = await txn.get(self.run_path(run_id))
+            if snap is None:
+                return None
+            current = RunRecord.model_validate(snap.data)
+            if current.status.terminal or current.cancel_requested:
+                return current
+            fence = (await self._transcript_fence(txn, current, first, time.time())
+                     if current.status is RunStatus.RUNNING else None)
+            txn.write(Write("update", snap.path, {"cancel_requested": True}))
+            if fence is not None:
+                txn.write(fence)
+            return current.model_copy(update={"cancel_requested": True})
+
+        return await self.db.transact(body)
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -883,14 +938,17 @@ class AgentStore:
 
     async def commit_step(
         self, claim: Claim, basis: Basis, decision: Decision, *, now: float, price: Pricer,
-        rolls_up: Sequence[Cost | None] = (),
+        rolls_up: Sequence[Cost | None] = (), carried: Cost | None = None,
     ) -> Committed:
         """Record ``decision`` of the step ``claim`` holds, made from ``basis``, in one atomic
         commit with every precondition (:mod:`ackloop.store.commit`); returns what to send.
 
-        ``price`` prices the delivery once, knowing how many documents the commit writes; the
-        run's cost so far gains it and ``rolls_up`` (the previous turn's tool steps' costs, which
-        no commit has added to the run yet). A run's end reads its conversation first.
+        ``price`` prices the delivery once, knowing how many documents the commit writes. A
+        model step carries the run's cost: ``carried`` (the previous model step's ``run_cost``,
+        else the run's own) plus ``rolls_up`` (the previous turn's tool steps' costs) plus this
+        delivery, recorded as its ``run_cost``; the run document is written only by the step
+        that ends the run, which records that total there. A tool step that ends the run sums
+        the run's steps instead. A run's end reads its conversation first.
 
         Raises :class:`LeaseLost` (nothing written) if the lease was taken over, and
         :class:`StaleRead` (nothing written) if the step is still ours but another document the
@@ -907,25 +965,28 @@ class AgentStore:
                 result = result | {"transcript": _pointer(basis.transcript, writes)}
         end = decision.end
         conv: Snapshot | None = None
-        run_writes = 1 if basis.transcript is not None else 0
+        run_writes = 0
+        model = claim.step.kind == "model"
         if end is not None:
             conv = await self.get_conversation_snapshot(run.conversation_id)
             next_run_id, run_writes = self._end_plan(run, conv)
             outbox.append(outgoing.answer(run, end))
             if next_run_id is not None:
                 outbox.append(outgoing.first_step(next_run_id, other_run=True))
+            if not model:  # a tool step ending the run: what its steps spent so far
+                steps = await self.list_steps(run.run_id)
+                carried = Cost.total([run.ingest_cost,
+                                      *(s.cost for s in steps if s.key != claim.key)])
         cost = price(1 + len(writes) + run_writes, outbox)
         if claim.step.wait_cost is not None:  # the delivery that recorded its wait
             cost = cost.plus(claim.step.wait_cost)
-        total = Cost.total([run.cost, *rolls_up, cost])
+        total = Cost.total([carried if carried is not None else run.cost, *rolls_up, cost])
         if end is not None:
             end = replace(end, cost=total)
             writes += self._end_writes(basis.run.snapshot, conv, end, now).writes
-        elif basis.transcript is not None:
-            # A model step moves the run: fenced, so it cannot commit into a run that ended.
-            writes.append(Write("update", basis.run.snapshot.path,
-                                {"progress_at": now, "cost": total.model_dump(mode="json")},
-                                if_version=basis.run.snapshot.version))
+        # A model step that does not end the run leaves the run document alone: its append to
+        # the transcript is fenced on the chunk it read, which a run's end outside a step also
+        # writes (:meth:`end_run_now`), so it cannot append after its run ended.
         if "transcript" in (result or {}):
             # A model step of this run that follows at once (feedback on an unacceptable final
             # answer) reads the transcript this commit leaves: say where, so it reads it with
@@ -944,6 +1005,8 @@ class AgentStore:
             "last_error": None if decision.error is None else mask_secrets(decision.error),
             "cost": cost.model_dump(mode="json"),
         }
+        if model:
+            update["run_cost"] = total.model_dump(mode="json")
         if decision.step_usage is not None:
             update["usage"] = decision.step_usage.model_dump(mode="json")
         if decision.call_seconds is not None:
@@ -1095,7 +1158,17 @@ class AgentStore:
         index = last.index + 1 if last is not None else 0
         chunk = TranscriptChunk(index=index, turns={f"t{0:06d}": list(contents)}, tail=tail,
                                 size=added)
-        return [*self._refresh_writes(transcript, expiry, below=index),
+        if last is None:
+            return [Write("create", self.chunk_path(conversation_id, index),
+                          chunk.to_doc() | expiry)]
+        # Starting a chunk is fenced on the last one too (written unchanged, but for its expiry
+        # when that is due), so a run's end that wrote the last chunk fails this append too.
+        last_path = self.chunk_path(conversation_id, last.index)
+        refresh = self._refresh_writes(transcript, expiry, below=index)
+        due = next((w.data for w in refresh if w.path == last_path), {})
+        return [*(w for w in refresh if w.path != last_path),
+                Write("update", last_path, {"size": last.size} | due,
+                      if_version=transcript.last_version),
                 Write("create", self.chunk_path(conversation_id, index), chunk.to_doc() | expiry)]
 
     def _refresh_writes(self, transcript: Transcript, expiry: JsonDict, below: int) -> list[Write]:
