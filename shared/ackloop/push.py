@@ -119,6 +119,8 @@ def push_envelope(subscription: str, message: Any, delivery_attempt: int | None)
 def _printable(text: str, *, lines: bool = False) -> bool:
     """Text that can be stored and logged as it is: valid UTF-8 (no lone surrogate), and no
     control character (``lines``: tabs and line breaks allowed)."""
+    if text.isprintable():  # the usual case; no lone surrogate is printable
+        return True
     allowed = "\t\n\r" if lines else ""
     try:
         text.encode("utf-8")

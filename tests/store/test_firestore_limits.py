@@ -7,11 +7,13 @@ fits, on both. Firestore's Aborted (contention) is retryable, never "already exi
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
 import pytest
 from google.api_core import exceptions as gexc
+from google.cloud.firestore_v1.base_client import BaseClient
 
 from ackloop.conversation import TURN_RESULTS_BYTES
 from ackloop.docdb.base import (
@@ -149,11 +151,25 @@ class _Batch:
         raise self.error
 
 
-class FailingClient:
-    """A Firestore client whose every create and commit fails with ``error``."""
+class _Api:
+    """The generated client under the library's (the adapter commits through it)."""
 
     def __init__(self, error: Exception) -> None:
         self.error = error
+
+    async def commit(self, **request: Any) -> None:
+        raise self.error
+
+
+class FailingClient:
+    """A Firestore client whose every create and commit fails with ``error``."""
+
+    _database_string = "projects/p/databases/(default)"
+    _rpc_metadata = ()
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self._firestore_api = _Api(error)
 
     def document(self, path: str) -> _Reference:
         return _Reference(self.error)
@@ -161,8 +177,8 @@ class FailingClient:
     def batch(self) -> _Batch:
         return _Batch(self.error)
 
-    def write_option(self, **condition: Any) -> dict[str, Any]:
-        return condition
+    def write_option(self, **condition: Any) -> Any:
+        return BaseClient.write_option(**condition)
 
 
 def failing_db(error: Exception) -> FirestoreDocumentDB:
@@ -179,7 +195,8 @@ async def test_firestore_aborted_is_retryable_contention_not_already_exists(
         if operation == "create":
             await db.create("c/doc", {"n": 1})
         else:
-            await db.commit([Write("update", "c/doc", {"n": 1}, if_version="v")])
+            version = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+            await db.commit([Write("update", "c/doc", {"n": 1}, if_version=version)])
     assert not isinstance(raised.value, AlreadyExists)
     assert "Aborted" in str(raised.value)
 

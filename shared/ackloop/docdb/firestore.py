@@ -15,7 +15,9 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.field_path import FieldPath
+from google.cloud.firestore_v1.types import firestore as firestore_types
 
+from ackloop.docdb import firestore_codec as codec
 from ackloop.docdb.base import (
     AlreadyExists,
     InvalidWrite,
@@ -26,6 +28,9 @@ from ackloop.docdb.base import (
     Write,
 )
 from ackloop.jsondict import JsonDict
+
+_BatchGetPb = firestore_types.BatchGetDocumentsRequest.pb()
+_CommitPb = firestore_types.CommitRequest.pb()
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -75,12 +80,22 @@ class FirestoreDocumentDB:
 
     @_translated
     async def get_all(self, paths: Sequence[str]) -> list[Snapshot | None]:
-        refs = [self._client.document(p) for p in paths]
+        # The library's request, decoded here from the raw messages (firestore_codec): no
+        # DocumentSnapshot, whose data is deep-copied twice on the way to a dict.
+        client = self._client
+        prefix = f"{client._database_string}/documents/"
+        request = firestore_types.BatchGetDocumentsRequest.wrap(_BatchGetPb(
+            database=client._database_string, documents=[prefix + p for p in paths]))
+        responses = await client._firestore_api.batch_get_documents(
+            request=request, metadata=client._rpc_metadata)
         found: dict[str, Snapshot] = {}
-        async for snap in self._client.get_all(refs):
-            if snap.exists:
-                path = snap.reference.path
-                found[path] = Snapshot(path, snap.to_dict() or {}, snap.update_time)
+        async for response in responses:
+            raw = type(response).pb(response)
+            if raw.WhichOneof("result") == "found":
+                doc = raw.found
+                path = doc.name[len(prefix):] if doc.name.startswith(prefix) else doc.name
+                found[path] = Snapshot(path, codec.decode_fields(doc.fields, client),
+                                       codec.version_of(doc.update_time))
         return [found.get(p) for p in paths]
 
     @_translated
@@ -90,13 +105,26 @@ class FirestoreDocumentDB:
 
     @_translated
     async def commit(self, writes: Sequence[Write]) -> list[Version]:
-        batch = self._client.batch()
-        for w in writes:
-            self._add(batch, w)
-        results = await batch.commit()
-        return [r.update_time for r in results]
+        # The library's commit request, its writes built on the raw messages (firestore_codec).
+        client = self._client
+        prefix = f"{client._database_string}/documents/"
+        request = _CommitPb(database=client._database_string)
+        request.writes.extend(self._write_pb(prefix + w.path, w) for w in writes)
+        response = await client._firestore_api.commit(
+            request=firestore_types.CommitRequest.wrap(request), metadata=client._rpc_metadata)
+        return [codec.version_of(r.update_time) for r in type(response).pb(response).write_results]
+
+    def _write_pb(self, path: str, w: Write) -> Any:
+        if w.op == "create":
+            return codec.create_pb(path, w.data)
+        if w.op == "set":
+            return codec.set_pb(path, w.data)
+        option = (self._client.write_option(last_update_time=w.if_version)
+                  if w.if_version is not None else None)
+        return codec.update_pb(path, _update_fields(w), option)
 
     def _add(self, target: Any, w: Write) -> None:
+        """Add ``w`` to a transaction (the library's own write path)."""
         ref = self._client.document(w.path)
         if w.op == "create":
             target.create(ref, w.data)

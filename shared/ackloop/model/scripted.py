@@ -7,6 +7,7 @@ that a redelivered step, possibly in another process, gets the same turn again.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -76,21 +77,42 @@ def validate_contents(request: ModelRequest) -> None:
     from google.genai import types  # imported by a model step only (see ackloop.model.turns)
 
     try:
-        contents = [types.Content.model_validate(content) for content in request.contents]
+        roles = [_valid_role(content, types.Content) for content in request.contents]
         for declaration in request.tools:
-            types.FunctionDeclaration.model_validate(declaration)
+            _valid_role(declaration, types.FunctionDeclaration)
     except ValidationError as error:
         raise ModelPermanentError(
             f"invalid request: {error}", reason="model_invalid_request"
         ) from error
-    if not contents:
+    if not roles:
         raise ModelPermanentError("contents must not be empty", reason="model_invalid_request")
-    for content in contents:
-        if content.role not in ("user", "model"):
+    for role in roles:
+        if role not in ("user", "model"):
             raise ModelPermanentError(
-                f"content role must be 'user' or 'model', got {content.role!r}",
+                f"content role must be 'user' or 'model', got {role!r}",
                 reason="model_invalid_request",
             )
+
+
+_VALID: dict[tuple[type, str], str | None] = {}
+"""The JSON of contents and declarations already validated, with their role: a run's transcript
+comes back whole on each of its model calls, and the genai models validate slowly."""
+_MAX_VALID = 4096
+
+
+def _valid_role(value: Any, model: Any) -> str | None:
+    """``value`` validated as ``model`` (raises ValidationError), its ``role`` if it has one."""
+    try:
+        key = (model, json.dumps(value, sort_keys=True, separators=(",", ":")))
+    except (TypeError, ValueError):  # not plain JSON: validated every time
+        return getattr(model.model_validate(value), "role", None)
+    if key in _VALID:
+        return _VALID[key]
+    role = getattr(model.model_validate(value), "role", None)
+    if len(_VALID) >= _MAX_VALID:
+        _VALID.clear()
+    _VALID[key] = role
+    return role
 
 
 def reference_workload_script(

@@ -1,0 +1,182 @@
+"""Firestore documents to and from the raw protobuf messages, without the client library's
+per-value wrapping.
+
+google-cloud-firestore builds each write through proto-plus (a wrapper object and a marshal per
+value, the data walked twice to find sentinels) and copies every read document twice
+(``DocumentSnapshot`` deep-copies its data, ``to_dict`` again): most of a step's CPU went there.
+This module builds the same ``Write`` messages directly on the raw (upb) messages and decodes a
+found document straight into Python values.
+
+It produces exactly what the library produces: the plain types ackloop stores (``None``,
+``bool``, ``int``, ``float``, ``str``, ``bytes``, ``datetime``, ``list``, ``tuple``, ``dict``)
+are encoded here as the library encodes them, and a write holding anything else (a sentinel,
+a GeoPoint, a document reference, a subclass...) is built by the library itself, so its
+semantics and its errors stay the library's. Reads decode the plain value kinds here and leave
+the rest (references, geo points, vector and BSON maps) to the library's decoder.
+``tests/store/test_firestore_codec.py`` compares both on every shape the store writes.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from google.api_core.datetime_helpers import DatetimeWithNanoseconds as ValueTime
+from google.cloud._helpers import _datetime_to_pb_timestamp
+from google.cloud.firestore_v1 import _helpers
+from google.cloud.firestore_v1.field_path import FieldPath
+from google.cloud.firestore_v1.types import document, write
+from proto.datetime_helpers import DatetimeWithNanoseconds as VersionTime
+
+from ackloop.jsondict import JsonDict
+
+WritePb = write.Write.pb()
+ValuePb = document.Value.pb()
+
+
+class _Unsupported(Exception):
+    """A value this codec leaves to the library."""
+
+
+def _put(target: Any, value: Any) -> None:
+    """Set the raw ``Value`` ``target`` to ``value`` (exact plain types only)."""
+    kind = type(value)
+    if kind is str:
+        target.string_value = value
+    elif value is None:
+        target.null_value = 0
+    elif kind is bool:
+        target.boolean_value = value
+    elif kind is int:
+        target.integer_value = value
+    elif kind is float:
+        target.double_value = value
+    elif kind is dict:
+        _put_map(target.map_value, value)
+    elif kind is list or kind is tuple:
+        array = target.array_value
+        array.SetInParent()
+        values = array.values
+        for item in value:
+            _put(values.add(), item)
+    elif kind is ValueTime:
+        target.timestamp_value.CopyFrom(value.timestamp_pb())
+    elif kind is datetime.datetime:
+        target.timestamp_value.CopyFrom(_datetime_to_pb_timestamp(value))  # type: ignore[no-untyped-call]
+    elif kind is bytes:
+        target.bytes_value = value
+    else:
+        raise _Unsupported(kind)
+
+
+def _put_map(target: Any, data: Mapping[str, Any]) -> None:
+    target.SetInParent()
+    fields = target.fields
+    for key, value in data.items():
+        if type(key) is not str:
+            raise _Unsupported(type(key))
+        _put(fields[key], value)
+
+
+def _document(path: str, fields: Mapping[str, Any]) -> Any:
+    pb = WritePb()
+    update = pb.update
+    update.name = path
+    out = update.fields
+    for key, value in fields.items():
+        if type(key) is not str:
+            raise _Unsupported(type(key))
+        _put(out[key], value)
+    return pb
+
+
+def create_pb(path: str, data: JsonDict) -> Any:
+    """The raw ``Write`` of ``create(data)`` at ``path`` (a full document path)."""
+    try:
+        pb = _document(path, data)
+    except _Unsupported:
+        return _helpers.pbs_for_create(path, data)[0]._pb
+    pb.current_document.exists = False
+    return pb
+
+
+def set_pb(path: str, data: JsonDict) -> Any:
+    """The raw ``Write`` of ``set(data)`` (no merge) at ``path``."""
+    try:
+        return _document(path, data)
+    except _Unsupported:
+        return _helpers.pbs_for_set_no_merge(path, data)[0]._pb
+
+
+def update_pb(path: str, field_updates: JsonDict, option: Any) -> Any:
+    """The raw ``Write`` of ``update(field_updates, option=option)`` at ``path``: the keys are
+    field paths (dotted, backquoted), as the library's ``update`` takes them."""
+    try:
+        pb = _update(path, field_updates)
+    except (_Unsupported, ValueError):
+        return _helpers.pbs_for_update(path, field_updates, option)[0]._pb
+    if option is None:
+        pb.current_document.exists = True
+    else:
+        option.modify_write(write.Write.wrap(pb))
+    return pb
+
+
+def _update(path: str, field_updates: JsonDict) -> Any:
+    if not field_updates:
+        raise _Unsupported("empty update")  # the library refuses it
+    paths = sorted(FieldPath.from_string(key) for key in field_updates)
+    tops = set(paths)
+    for field_path in paths:
+        if any(ancestor in tops for ancestor in field_path.lineage()):
+            raise _Unsupported("conflicting paths")  # the library refuses them
+    nested: dict[str, Any] = {}
+    for key, value in field_updates.items():
+        parts = FieldPath.from_string(key).parts
+        current = nested
+        for part in parts[:-1]:
+            current = current.setdefault(part, {})
+        current[parts[-1]] = value
+    pb = _document(path, nested)
+    pb.update_mask.field_paths.extend(p.to_api_repr() for p in paths)
+    return pb
+
+
+def version_of(timestamp_pb: Any) -> VersionTime:
+    """A document's update time as the library's snapshots and write results give it."""
+    return VersionTime.from_timestamp_pb(timestamp_pb)
+
+
+def decode_fields(fields: Any, client: Any) -> JsonDict:
+    """A found document's fields (a raw ``map<string, Value>``) as Python values."""
+    return {key: _value(value, client) for key, value in fields.items()}
+
+
+def _value(pb: Any, client: Any) -> Any:
+    kind = pb.WhichOneof("value_type")
+    if kind == "string_value":
+        return pb.string_value
+    if kind == "integer_value":
+        return pb.integer_value
+    if kind == "map_value":
+        fields = pb.map_value.fields
+        if any(key.startswith("__") for key in fields):  # a vector or BSON value, maybe
+            return _helpers.decode_dict(fields, client)
+        return {key: _value(value, client) for key, value in fields.items()}
+    if kind == "timestamp_value":
+        return ValueTime.from_timestamp_pb(pb.timestamp_value)  # type: ignore[no-untyped-call]
+    if kind == "boolean_value":
+        return pb.boolean_value
+    if kind == "null_value":
+        return None
+    if kind == "double_value":
+        return pb.double_value
+    if kind == "array_value":
+        return [_value(item, client) for item in pb.array_value.values]
+    if kind == "bytes_value":
+        return pb.bytes_value
+    return _helpers.decode_value(pb, client)
+
+
+__all__ = ["create_pb", "decode_fields", "set_pb", "update_pb", "version_of"]
