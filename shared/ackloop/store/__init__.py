@@ -576,7 +576,7 @@ class AgentStore:
         conversation_id = run.conversation_id
         mark = {"fence": f"{run.run_id}@{now}"}
         index, last = first, None
-        while (snap := await txn.get(self.chunk_path(conversation_id, index))) is not None:
+        while await txn.get(self.chunk_path(conversation_id, index)) is not None:
             last, index = index, index + 1
         if last is not None:
             return Write("update", self.chunk_path(conversation_id, last), mark)
