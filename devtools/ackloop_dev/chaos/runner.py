@@ -15,6 +15,7 @@ import os
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -158,8 +159,13 @@ class _Background:
 
 
 async def run_chaos(config: ChaosConfig, directory: Path, *, quick: bool = False,
-                    command: str = "ackloop chaos", log: Any = print) -> dict[str, Any]:
-    """Run everything; return the figures (JSON-able)."""
+                    command: str = "ackloop chaos", log: Any = print,
+                    on_idle: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run everything; return the figures (JSON-able).
+
+    ``on_idle`` is called once the active phases are over and only the dead-letter path's
+    backoff is left to wait for, with the follow-up's and the storm's outcomes: a caller can
+    use that wait (most of a quick run's wall time) for other work."""
     began = time.monotonic()
     tag = uuid.uuid4().hex[:6]
     timing = config.timing()
@@ -182,6 +188,9 @@ async def run_chaos(config: ChaosConfig, directory: Path, *, quick: bool = False
         log(f"[chaos] 429 storm: {timing.s(config.storm_s):.0f} s, {config.storm_runs} runs")
         storm = await storm_phase(stack, config, references, tag)
         background.storm_over.set()
+        if on_idle is not None:
+            on_idle({"followup": followup.as_dict(), "storm": storm.as_dict(),
+                     "elapsed_s": round(time.monotonic() - began, 1)})
         dead_letter: dict[str, Any] = {"skipped": "disabled"}
         poisoned: list[Submitted] = []
         if background.dead_letter is not None:
