@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import TYPE_CHECKING
 
 import httpx
 from pydantic import BaseModel, Field
 
 from ackloop.agents import SEED_INSTRUCTIONS, Agent
-from ackloop.approval_demo import approval_demo_agent
 from ackloop.model.base import ModelRequest, ModelTurn
-from ackloop.model.scripted import Script, reference_workload_script
 from ackloop.model.seed_agent import seed_agent_turn
 from ackloop.model.transcript import read_exchange
 from ackloop.settings import Settings
 from ackloop.tools.definition import tool
 from ackloop.tools.seed import seed_toolset
+
+if TYPE_CHECKING:
+    from ackloop.model.scripted import Script
 
 REFERENCE_TOOL = "bench_lookup"
 REFERENCE_CALLS = 2
@@ -55,6 +57,9 @@ def builtin_agents(settings: Settings, http: httpx.AsyncClient) -> list[Agent]:
                     script=seed_agent_turn)
     if not settings.bench_agents:
         return [default]
+    # Imported only here: a deployment (bench agents off) never loads the demo's tools.
+    from ackloop.approval_demo import approval_demo_agent
+
     return [default, *bench_agents(), approval_demo_agent()]
 
 
@@ -77,6 +82,8 @@ def bench_agents() -> list[Agent]:
 
 @functools.lru_cache(maxsize=64)
 def _reference(calls: int) -> Script:
+    from ackloop.model.scripted import reference_workload_script
+
     return reference_workload_script(REFERENCE_TOOL, {"key": "k"}, calls=calls)
 
 

@@ -6,7 +6,9 @@ and clients bound to a loop must be created inside it.
 A process told which service it is (:func:`serve_target`, by ``ackloop run``) builds only what
 that service uses: every service but the model step gets a model client that is checked now and
 built on its first call (:class:`DeferredModel`), so google-genai (0.3 s of CPU to import) is not
-part of their cold start.
+part of their cold start; and every service but the tool step gets an HTTP client whose connection
+pool is built on its first request (:class:`PoolOnFirstUse`): only tools use that client, and its
+pool costs an import of httpcore and a load of the CA bundle.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ _target: str | None = None
 MODEL_CALLERS = frozenset({"model_step"})
 """The services that call the model; any other builds its client on first use only."""
 
+TOOL_CALLERS = frozenset({"tool_step"})
+"""The services that run tools, the users of the process's HTTP client; any other builds that
+client's connection pool on its first request only."""
+
 
 def serve_target(target: str | None) -> None:
     """Name the ``FUNCTION_TARGET`` this process serves (None: unknown, build everything)."""
@@ -67,6 +73,39 @@ class DeferredModel:
         if self._client is None:
             self._client = self._build()
         return await self._client.generate(request)
+
+
+class PoolOnFirstUse(httpx.AsyncBaseTransport):
+    """httpx's default transport (``httpx.AsyncHTTPTransport()``, what ``httpx.AsyncClient``
+    builds when given none), built on the first request rather than with the client."""
+
+    def __init__(self) -> None:
+        self._transport: httpx.AsyncHTTPTransport | None = None
+
+    @property
+    def built(self) -> bool:
+        return self._transport is not None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._transport is None:
+            self._transport = httpx.AsyncHTTPTransport()
+        return await self._transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        if self._transport is not None:
+            await self._transport.aclose()
+
+
+def build_http(settings: Settings, target: str | None) -> httpx.AsyncClient:
+    """The process's HTTP client (for tools, handed to the agent catalog): its pool built now
+    where tools run (or the target is unknown), else on its first request."""
+    deferred = target is not None and target not in TOOL_CALLERS
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(settings.tool_timeout_seconds, connect=5.0),
+        follow_redirects=True,
+        headers={"User-Agent": "ackloop/0.1 (+https://github.com/ackloop/ackloop)"},
+        transport=PoolOnFirstUse() if deferred else None,
+    )
 
 
 def check_model(settings: Settings) -> None:
@@ -144,11 +183,7 @@ async def build_deps(settings: Settings) -> Deps:
     db = CountingDocumentDB(
         FirestoreDocumentDB.connect(settings.project_id, settings.firestore_database)
     )
-    http = httpx.AsyncClient(
-        timeout=httpx.Timeout(settings.tool_timeout_seconds, connect=5.0),
-        follow_redirects=True,
-        headers={"User-Agent": "ackloop/0.1 (+https://github.com/ackloop/ackloop)"},
-    )
+    http = build_http(settings, _target)
     agents = build_agents(settings, http)
     model = model_for(settings, agents, _target)
     deps = Deps(

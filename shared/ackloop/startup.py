@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from pydantic import ValidationError
 
+from ackloop import gcstart
 from ackloop.settings import Settings
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ def _server(config: Config) -> uvicorn.Server:
                 await process_deps()
             except Exception as exc:
                 raise StartupFailed from exc
+            gcstart.resume()  # started: what exists now lives as long as the process
             await super().serve(sockets)
 
     return StartFirst(config)

@@ -1,10 +1,14 @@
 """The cold start report's arithmetic: medians per figure, and the serial estimate of a run
-whose every step's service starts from zero."""
+whose every step's service starts from zero; the project's bytecode compiled first."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
+from ackloop_dev.bench import bytecode
 from ackloop_dev.bench.cold_start import health_path, median_of, run_figures, table
 
 
@@ -28,3 +32,17 @@ def test_the_table_has_a_row_per_target_and_the_api_is_probed_on_its_health_rout
     assert [line.split()[0] for line in lines] == ["target", "ingest", "api"]
     assert lines[1].split()[1] == "0.5"
     assert (health_path("api"), health_path("tool_step")) == ("healthz", "")
+
+
+def test_the_projects_modules_are_compiled_as_the_image_has_them(tmp_path: Path) -> None:
+    # The image's pip compiles ackloop; an editable checkout under PYTHONDONTWRITEBYTECODE has
+    # no bytecode, and each process started would compile every module again.
+    package = tmp_path / "shared" / "ackloop"
+    package.mkdir(parents=True)
+    (package / "module.py").write_text("X = 1\n")
+    (tmp_path / "functions").mkdir()
+    (tmp_path / "functions" / "main.py").write_text("Y = 2\n")
+    bytecode.compile_sources(tmp_path)
+    assert [p.name for p in (package / "__pycache__").iterdir()] == [
+        f"module.{sys.implementation.cache_tag}.pyc"]
+    assert not (tmp_path / "functions" / "__pycache__").exists()  # copied as they are

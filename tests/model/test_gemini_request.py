@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 
 from ackloop.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
@@ -139,3 +140,11 @@ async def test_parallel_calls_thoughts_usage_and_version_are_parsed() -> None:
     assert parsed.usage == Usage(model_calls=1, prompt_tokens=11, output_tokens=7, total_tokens=18)
     assert parsed.finish_reason == "STOP"
     assert parsed.model_version == "gemini-test-001"
+
+
+def test_the_client_builds_no_tls_context_for_the_live_api_it_never_opens() -> None:
+    # The Live API's websocket gets no SSL context of its own (a load of the CA bundle at
+    # every cold start); the HTTP client every call goes through still verifies with one.
+    api = GeminiModel(api_key="k")._client._api_client
+    assert api._websocket_ssl_ctx == {"ssl": True}
+    assert isinstance(api._async_httpx_client_args["verify"], ssl.SSLContext)

@@ -4,8 +4,8 @@
 ``FIRESTORE_EMULATOR_HOST`` set to running emulators) prints, for every ``FUNCTION_TARGET``:
 
 * ``import``: CPU and wall of a fresh interpreter importing what serves the target (the
-  function's module and app as ``ackloop run`` loads them; the API's app), interpreter start
-  included;
+  function's module and app as ``ackloop run`` loads them, after what it does first:
+  :func:`ackloop.cli.serving.prepare`; the API's app), interpreter start included;
 * ``deps``: the same process once it has also built its dependencies
   (:func:`ackloop.runtime.process_deps`: settings, catalog, model, Firestore, Pub/Sub, httpx);
 * ``serve``: ``ackloop run`` (the container's entrypoint) from spawn until its port answered
@@ -19,7 +19,8 @@ the push delivery), the same reference run end to end (ingest -> model -> tool -
 answer) on warm processes, and on step functions just restarted and ready (the first request
 each one serves), with the sum of their cold starts: what a run pays when each step's service
 starts from zero in series. CPU figures are process CPU (user + system), so other load on the
-machine stretches the wall figures, not the CPU ones.
+machine stretches the wall figures, not the CPU ones. The project's modules are compiled to
+bytecode first, as the image has them (:mod:`ackloop_dev.bench.bytecode`; ``--no-compile``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from typing import Any
 
 import httpx
 
+from ackloop_dev.bench import bytecode
+
 TARGETS = ("ingest", "model_step", "tool_step", "dead_letter", "api")
 
 # Run in a fresh interpreter: nothing of this module (nor the development tools) is imported
@@ -52,6 +55,12 @@ def cpu():
     return r.ru_utime + r.ru_stime
 began = time.perf_counter()
 target = sys.argv[1]
+try:  # what ackloop run does first (a version without it: for a before/after)
+    from ackloop.cli.serving import prepare
+except ImportError:
+    pass
+else:
+    prepare()
 if target == "api":
     from ackloop.api.app import create_app
     create_app()
@@ -68,6 +77,12 @@ figures = {"import_cpu_s": cpu(), "import_wall_s": time.perf_counter() - began,
 from ackloop import runtime
 getattr(runtime, "serve_target", lambda target: None)(target)
 asyncio.run(runtime.process_deps())
+try:
+    from ackloop import gcstart
+except ImportError:
+    pass
+else:
+    gcstart.resume()
 figures |= {"deps_cpu_s": cpu(), "deps_wall_s": time.perf_counter() - began,
             "deps_modules": len(sys.modules)}
 print(json.dumps(figures))
@@ -213,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="configure Gemini (a placeholder key, never called) for the "
                              "per-target figures, as deployed: the model step builds its client")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    bytecode.add_argument(parser)
     args = parser.parse_args(argv)
     from ackloop_dev.devstack.stack import project_root
 
@@ -221,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("set PUBSUB_EMULATOR_HOST and FIRESTORE_EMULATOR_HOST (ackloop dev up "
                      "--emulators-only prints them)")
     root = project_root()
+    if not args.no_compile:
+        bytecode.compile_sources(root)
     env = {**os.environ, "ACKLOOP_MODEL_PROVIDER": "scripted",
            "ACKLOOP_PROJECT_ID": os.environ.get("ACKLOOP_PROJECT_ID", "ackloop-cold")}
     if args.gemini:

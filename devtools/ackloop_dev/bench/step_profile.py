@@ -30,7 +30,8 @@ step of a few milliseconds, so the CPU of a turn is the mean over a window of
 ``--model-seconds`` puts the fake Gemini server (the real client, over HTTP) in front of the
 model with that delay on every answer; ``--tool-seconds`` makes each tool call wait.
 ``--cold-starts`` restarts each step function N times at the end: seconds from spawn to its
-first answered request, and the CPU that took.
+first answered request, and the CPU that took (the project's modules compiled to bytecode first,
+as the image has them: :mod:`ackloop_dev.bench.bytecode`; ``--no-compile``).
 
 Run with ``PUBSUB_EMULATOR_HOST`` and ``FIRESTORE_EMULATOR_HOST`` set to use running emulators;
 otherwise it starts its own.
@@ -61,13 +62,19 @@ from ackloop.keys import run_id_for_request
 from ackloop.records import RunRecord, StepRecord
 from ackloop.telemetry.trace_files import Span, read_trace
 from ackloop.wire import QueryMessage, RunOptions
-from ackloop_dev.bench import ackloop_counts
+from ackloop_dev.bench import ackloop_counts, bytecode
 from ackloop_dev.bench.approval_cost import emulator_hosts
 from ackloop_dev.bench.metered_stack import environment, service_env, start, stop_meters
 from ackloop_dev.bench.procstats import CpuMeter, tree_cpu_seconds
 from ackloop_dev.bench.step_agents import AGENT, TOOL_SECONDS
 from ackloop_dev.bench.wire_meter import Event, WireCounts, WireMeter, start_meter
-from ackloop_dev.devstack.stack import FUNCTIONS, LocalStack, StackOptions, isolated_env
+from ackloop_dev.devstack.stack import (
+    FUNCTIONS,
+    LocalStack,
+    StackOptions,
+    isolated_env,
+    project_root,
+)
 
 PROJECT = "ackloop-step-profile"
 STEP_FUNCTIONS = ("ingest", "model_step", "tool_step")
@@ -568,6 +575,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="restarts of each step function at the end (default 1; 0: none)")
     parser.add_argument("--json", type=Path, help="also write every figure here")
     parser.add_argument("--workdir", type=Path, help="keep the stack's logs and traces here")
+    bytecode.add_argument(parser)
     args = parser.parse_args(argv)
     try:
         steps = parse_ints(args.steps)
@@ -590,6 +598,8 @@ def main(argv: list[str] | None = None) -> None:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    if not args.no_compile:
+        bytecode.compile_sources(project_root())
     with emulator_hosts(directory, log) as (pubsub, fs):
         result = measure(directory / "stack", config, pubsub_host=pubsub, firestore_host=fs,
                          log=log)

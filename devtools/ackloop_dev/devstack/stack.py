@@ -69,7 +69,7 @@ def project_root() -> Path:
 
 def ackloop_command() -> list[str]:
     exe = shutil.which("ackloop", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "ackloop.cli.main"]
+    return [exe] if exe else [sys.executable, "-m", "ackloop.cli.entry"]
 
 
 @dataclass

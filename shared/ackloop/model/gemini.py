@@ -50,7 +50,12 @@ class GeminiModel:
             raise ValueError("the Gemini Developer API needs an api_key (or use vertexai=True)")
         self.timeout_seconds = timeout_seconds
         http_options = types.HttpOptions(
-            base_url=base_url, timeout=_millis(timeout_seconds), retry_options=_NO_RETRIES
+            base_url=base_url, timeout=_millis(timeout_seconds), retry_options=_NO_RETRIES,
+            # The SDK builds an SSL context (a load of the CA bundle, 20 ms of CPU) for the Live
+            # API's websocket unless given one; ackloop never opens it. True: websockets would
+            # make a default context when connecting; the HTTP client ignores the argument.
+            # Not on Vertex AI, where the SDK also reads it to choose its mTLS transport.
+            async_client_args=None if vertexai else {"ssl": True},
         )
         if vertexai:
             self._client = genai.Client(

@@ -1,0 +1,87 @@
+"""What ``ackloop run`` does once its options are known: serve one function or the API.
+
+Imports nothing of the command line (typer, click): the container's ``ackloop run`` reaches it
+straight from :mod:`ackloop.cli.entry`, and the ``run`` command of :mod:`ackloop.cli.main`
+after checking its options.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+FUNCTION_TARGETS = ("ingest", "model_step", "tool_step", "dead_letter", "api")
+
+
+def function_source(target: str, functions_dir: Path) -> Path | None:
+    """The module serving ``target`` (``<functions_dir>/<target>/main.py``); None for the API."""
+    return None if target == "api" else functions_dir / target / "main.py"
+
+
+def serve_target(target: str, source: Path | None, *, host: str, port: int) -> None:
+    """Serve ``target`` (one of :data:`FUNCTION_TARGETS`; ``source``, its module, for a
+    function) until the process is stopped."""
+    prepare()
+    from ackloop import runtime
+
+    runtime.serve_target(target)  # the process builds only what this service uses
+    if source is None:
+        from ackloop.api import server
+
+        server.serve(host=host, port=port)
+        return
+    serve_function(target, source, host=host, port=port)
+
+
+def prepare() -> None:
+    """What a serving process does before it imports anything else: no cyclic garbage
+    collection until it has started (:mod:`ackloop.gcstart`; :mod:`ackloop.startup` resumes
+    it), and httpx imported without its command line."""
+    from ackloop import gcstart
+
+    gcstart.pause()
+    _import_httpx_without_its_cli()
+
+
+def _import_httpx_without_its_cli() -> None:
+    """Import httpx without ``httpx._main``, its command line, which its package imports
+    whenever rich is installed (it is: this CLI uses it), and with it rich and pygments: a
+    third of httpx's import time, in every cold start, for a command no service runs. Its
+    ``httpx.main`` is then httpx's own stand-in (it asks for ``httpx[cli]``); importing
+    ``httpx._main`` afterwards still works."""
+    if "httpx" in sys.modules:
+        return
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        import httpx  # noqa: F401
+    finally:
+        del sys.modules["httpx._main"]
+
+
+def serve_function(target: str, source: Path, *, host: str, port: int) -> None:
+    """Serve one function in this process: its ASGI app (:mod:`ackloop.function_app`) under
+    uvicorn.
+
+    One process per container instead of exec'ing ``functions-framework`` (a second
+    interpreter whose gunicorn master forks a worker): about 40% less memory and a faster cold
+    start. Cloud Run restarts a container whose process exits, so it needs no supervisor.
+    """
+    from uvicorn.config import Config
+
+    from ackloop import startup
+    from ackloop.api.limits import ReadDeadline
+    from ackloop.api.server import uvicorn_config
+    from ackloop.function_app import function_app, load_function
+    from ackloop.settings import Settings
+
+    def configured(settings: Settings) -> Config:
+        asgi = function_app(load_function(target, source))
+        # The same bounds as the API's against slow and numerous clients: headers and body
+        # each within api_request_read_seconds, at most api_max_connections at once.
+        bounded = ReadDeadline(asgi, settings.api_request_read_seconds)
+        # ws="none": a function answers HTTP only; uvicorn would import websockets for nothing.
+        return uvicorn_config(settings, host=host, port=port, app=bounded, access_log=False,
+                              ws="none")
+
+    # Exits at once, after one log line, if the function cannot start (ackloop.startup).
+    startup.serve(configured)
