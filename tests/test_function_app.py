@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -60,3 +61,43 @@ def test_a_module_is_loaded_with_its_neighbours_and_its_target_returned(
     assert load_function("tool_step", source).__name__ == "tool_step"
     with pytest.raises(FunctionNotFound, match="'model_step'"):
         load_function("model_step", source)
+
+
+async def test_a_method_the_routes_do_not_take_is_405() -> None:
+    async with _client() as client:
+        response = await client.request("TRACE", "/")
+    assert response.status_code == 405
+    assert "POST" in response.headers["allow"]
+
+
+async def test_robots_and_favicon_take_other_methods_to_the_function() -> None:
+    async with _client() as client:
+        response = await client.post("/robots.txt", content=b"push")
+    assert (response.status_code, response.text) == (200, "POST /robots.txt push")
+
+
+async def test_an_http_error_raised_inside_is_answered_with_its_status() -> None:
+    async def slow(request: Request) -> Response:
+        raise HTTPException(408, "too slow", headers={"Connection": "close"})
+
+    transport = httpx.ASGITransport(app=function_app(slow))
+    async with httpx.AsyncClient(transport=transport, base_url="http://function") as client:
+        response = await client.post("/")
+    assert (response.status_code, response.text) == (408, "too slow")
+    assert response.headers["connection"] == "close"
+
+
+async def test_the_lifespan_starts_and_stops() -> None:
+    app = function_app(_echo)
+    incoming = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent: list[dict[str, str]] = []
+
+    async def receive() -> dict[str, str]:
+        return incoming.pop(0)
+
+    async def send(message: dict[str, str]) -> None:
+        sent.append(message)
+
+    await app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)  # type: ignore[arg-type]
+    assert [m["type"] for m in sent] == ["lifespan.startup.complete",
+                                         "lifespan.shutdown.complete"]
