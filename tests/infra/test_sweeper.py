@@ -51,7 +51,11 @@ ENABLED = "${var.sweep.enabled ? 1 : 0}"
 # Cloud Scheduler's bounds on an HTTP target's attempt deadline.
 SCHEDULER_DEADLINE = (15, 1800)
 # DocumentDB reads that need no composite index: by path, or by document id.
-NO_INDEX_NEEDED = {"get_all", "list_all", "list_range", "commit", "create", "transact"}
+NO_INDEX_NEEDED = {"get_all", "list_all", "list_range", "commit", "create", "transact",
+                   "list_newest by one field"}
+"""``list_newest by one field``: ordered by one field with no equality filter (a run's end
+finds its conversation's last transcript chunk by ``index``), which Firestore's automatic
+single-field index serves."""
 LOGICAL_TOPICS = ("queries", "model_steps", "tool_steps", "answers", "dead_letter")
 
 
@@ -79,6 +83,12 @@ class RecordingDB:
         if self.recording:
             self.queries.append(Query(collection, field_name, value, order_by))
         return await self.inner.list_where(collection, field_name, value, order_by, limit)
+
+    async def list_newest(self, collection: str, equal: Any, order_by: str, limit: int = 100,
+                          below: Any = None) -> Any:
+        if self.recording:
+            self.methods.add("list_newest" if equal else "list_newest by one field")
+        return await self.inner.list_newest(collection, equal, order_by, limit, below)
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
