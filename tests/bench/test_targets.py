@@ -52,6 +52,9 @@ def test_overhead_ratio_must_not_exceed_0_91(ours: float, holds: bool) -> None:
     assert ratio["ratio"] == round(ours / 49.0, 2)
     assert ratio["holds"] is holds
     assert f"the engine's share {ours - 40.0:.1f} ms" in ratio["measured"]
+    figures["delivery_floor"] = {"unary_pull_ms": {"p50": 60.0}}  # above the overhead
+    below = target(check_targets(figures, temporal_figures(49.0)), "overhead")
+    assert "exceeds it" in below["measured"] and "share -" not in below["measured"]
 
 
 @pytest.mark.parametrize(("ours", "holds"), [(15.0, True), (14.9, False)])
