@@ -45,7 +45,8 @@ async def commit(
 
     The step records what its delivery spent (:mod:`ackloop.engine.spend`); a model step also
     carries the run's cost: the previous model step's among ``rolls_up`` (the previous turn's
-    steps), with the costs of that turn's tool steps and its own."""
+    steps), with the costs of that turn's tool steps and its own (a tool step never ends the
+    run: it answers the call, and the next model step decides)."""
     claim = ref.claim
     tool_costs = [s.cost for s in rolls_up if s.kind == "tool"]
     # The run's cost as the previous model step left it (a run whose steps predate run_cost

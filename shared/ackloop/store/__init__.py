@@ -535,7 +535,13 @@ class AgentStore:
         (found,) = await self.db.get_all([self.run_path(run_id)])
         if found is None:
             return None
-        first = await self._newest_chunk(str(found.data.get("conversation_id") or ""))
+        status = RunStatus(found.data.get("status", RunStatus.RUNNING))
+        if status.terminal:
+            return None
+        # Where the fence's probe starts: only a running run has a model step to fence out (one
+        # that starts running meanwhile is probed from the first chunk).
+        first = (await self._newest_chunk(str(found.data.get("conversation_id") or ""))
+                 if status is RunStatus.RUNNING else 0)
 
         async def body(txn: Transaction) -> tuple[RunRecord, str | None] | None:
             snap = await txn.get(self.run_path(run_id))
@@ -946,9 +952,9 @@ class AgentStore:
         ``price`` prices the delivery once, knowing how many documents the commit writes. A
         model step carries the run's cost: ``carried`` (the previous model step's ``run_cost``,
         else the run's own) plus ``rolls_up`` (the previous turn's tool steps' costs) plus this
-        delivery, recorded as its ``run_cost``; the run document is written only by the step
-        that ends the run, which records that total there. A tool step that ends the run sums
-        the run's steps instead. A run's end reads its conversation first.
+        delivery, recorded as its ``run_cost``; the run document is written only by the model
+        step that ends the run, which records that total there. A run's end reads its
+        conversation first.
 
         Raises :class:`LeaseLost` (nothing written) if the lease was taken over, and
         :class:`StaleRead` (nothing written) if the step is still ours but another document the
@@ -973,10 +979,6 @@ class AgentStore:
             outbox.append(outgoing.answer(run, end))
             if next_run_id is not None:
                 outbox.append(outgoing.first_step(next_run_id, other_run=True))
-            if not model:  # a tool step ending the run: what its steps spent so far
-                steps = await self.list_steps(run.run_id)
-                carried = Cost.total([run.ingest_cost,
-                                      *(s.cost for s in steps if s.key != claim.key)])
         cost = price(1 + len(writes) + run_writes, outbox)
         if claim.step.wait_cost is not None:  # the delivery that recorded its wait
             cost = cost.plus(claim.step.wait_cost)
