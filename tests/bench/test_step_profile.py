@@ -86,13 +86,14 @@ def test_a_turn_gets_the_counts_until_the_next_model_step_and_its_window_cpu() -
     turns = [(0.0, 0.1), (1.0, 1.1), (2.0, 2.2)]
     events = [(0.05, "firestore_calls", 1), (0.06, "docs_found", 2),
               (0.07, "firestore_writes", 3), (0.08, "firestore_write_bytes", 900),
+              (0.08, "firestore_top_write_bytes", 300),
               (0.5, "firestore_calls", 1),  # after its span, before the next model step: its own
               (1.05, "firestore_calls", 1)]
     samples = [(0.0, 1.0), (1.0, 1.012), (2.0, 1.020), (3.0, 1.040)]
     row = turn_profile(turns, events, samples, 0, 2, 3.0)
     assert row == {"turn": 0, "span_ms": 100.0, "firestore_round_trips": 2, "docs_read": 2,
-                   "docs_written": 3, "bytes_written": 900, "cpu_ms": 10.0,
-                   "cpu_window": [0, 1]}
+                   "docs_written": 3, "bytes_written": 900, "top_level_bytes_written": 300,
+                   "cpu_ms": 10.0, "cpu_window": [0, 1]}
     last = turn_profile(turns, events, samples, 2, 2, 3.0)
     assert (last["firestore_round_trips"], last["cpu_window"], last["cpu_ms"]) == (0, [1, 2], 14.0)
 

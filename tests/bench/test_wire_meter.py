@@ -57,6 +57,7 @@ def test_firestore_reads_writes_deletes_and_transactions(meters: tuple[WireMeter
             transaction.update(client.document(f"{col}/a"), {"x": 3})
 
         await bump(client.transaction())
+        await client.document(f"{col}/a/sub/d").set({"x": "z" * 3000})  # not top-level
         with pytest.raises(gexc.Conflict):  # already there: the commit is refused
             await client.document(f"{col}/a").create({"x": 4})
 
@@ -65,12 +66,14 @@ def test_firestore_reads_writes_deletes_and_transactions(meters: tuple[WireMeter
     assert (counts.docs_found, counts.docs_missing, counts.query_docs, counts.empty_queries) == (
         2, 1, 2, 1)
     assert counts.firestore_reads == 6
-    assert (counts.firestore_writes, counts.firestore_deletes, counts.transactions) == (3, 1, 1)
+    assert (counts.firestore_writes, counts.firestore_deletes, counts.transactions) == (4, 1, 1)
     assert counts.refused_commits == 1  # and none of its writes counted
-    # Round trips: 2 commits, a batch get, 2 queries, the transaction's begin, get and commit,
+    # Round trips: 3 commits, a batch get, 2 queries, the transaction's begin, get and commit,
     # and the refused commit.
-    assert counts.firestore_calls == 9
-    assert counts.firestore_write_bytes > 0
+    assert counts.firestore_calls == 10
+    # The subcollection's document is in the bytes written, not in the top-level part.
+    assert counts.firestore_write_bytes - counts.firestore_top_write_bytes > 3000
+    assert 0 < counts.firestore_top_write_bytes < 1000
     assert meter.timeline() == []  # not kept unless asked for
 
 

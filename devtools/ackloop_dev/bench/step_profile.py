@@ -201,6 +201,7 @@ def turn_profile(turns: Sequence[tuple[float, float]], events: Sequence[Event],
                          ("docs_found", "docs_missing", "query_docs", "empty_queries")),
         "docs_written": counts.get("firestore_writes", 0) + counts.get("firestore_deletes", 0),
         "bytes_written": counts.get("firestore_write_bytes", 0),
+        "top_level_bytes_written": counts.get("firestore_top_write_bytes", 0),
         "cpu_ms": round(cpu * 1000 / (last - first + 1), 2),
         "cpu_window": [first, last],
     }
@@ -545,11 +546,15 @@ def render(result: Mapping[str, Any]) -> str:
               f"({turns['model_turns']} model turns; CPU: mean over {turns['cpu_window']} "
               "model steps from the turn, /proc sampled)",
               f"{'turn':>6}{'span ms':>10}{'FS round trips':>16}{'docs read':>11}"
-              f"{'docs written':>14}{'bytes written':>15}{'CPU ms':>9}  CPU window"]
+              f"{'docs written':>14}{'bytes written':>15}{'of which run/conv':>19}{'CPU ms':>9}"
+              "  CPU window"]
     for t in turns["rows"]:
         lines.append(f"{t['turn']:>6}{t['span_ms']:>10g}{t['firestore_round_trips']:>16}"
                      f"{t['docs_read']:>11}{t['docs_written']:>14}{t['bytes_written']:>15}"
+                     f"{t.get('top_level_bytes_written', 0):>19}"
                      f"{t['cpu_ms']:>9g}  turns {t['cpu_window'][0]}-{t['cpu_window'][1]}")
+    lines.append("(of which run/conv: bytes written to the run's and the conversation's own "
+                 "documents, which only the step that ends the run writes)")
     if result.get("cold_start"):
         lines += ["", "cold start (spawn -> first answered request; median): " + ", ".join(
             f"{name} {c['seconds']:g} s, {c['cpu_s']:g} s CPU"

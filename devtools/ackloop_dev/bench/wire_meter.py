@@ -65,6 +65,9 @@ class WireCounts:
     firestore_deletes: int = 0
     firestore_write_bytes: int = 0
     """Encoded size of the writes of the commits that succeeded."""
+    firestore_top_write_bytes: int = 0
+    """The part of ``firestore_write_bytes`` written to top-level documents (a run's or a
+    conversation's own document, as a run's end writes them), not to a subcollection's."""
     firestore_calls: int = 0
     """Round trips to Firestore: every call of its service (gets, queries, commits,
     transactions' begins and rollbacks)."""
@@ -173,6 +176,13 @@ def _count_answer(tally: _Tally, method: str, answer: bytes) -> int:
     return 1
 
 
+def _top_level(write: Any) -> bool:
+    """Whether a commit's write is to a top-level document (``collection/id``)."""
+    operation = write.WhichOneof("operation")
+    name = write.update.name if operation == "update" else getattr(write, operation or "", "")
+    return isinstance(name, str) and name.partition("/documents/")[2].count("/") == 1
+
+
 def _count_unary(tally: _Tally, method: str, request: bytes, answer: bytes) -> None:
     if method == "Commit":
         commit = firestore_types.CommitRequest.pb().FromString(request)
@@ -180,6 +190,8 @@ def _count_unary(tally: _Tally, method: str, request: bytes, answer: bytes) -> N
         tally.add("firestore_deletes", deletes)
         tally.add("firestore_writes", len(commit.writes) - deletes)
         tally.add("firestore_write_bytes", sum(w.ByteSize() for w in commit.writes))
+        tally.add("firestore_top_write_bytes",
+                  sum(w.ByteSize() for w in commit.writes if _top_level(w)))
     elif method == "BeginTransaction":
         tally.add("transactions")
     elif method == "Rollback":

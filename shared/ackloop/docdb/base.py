@@ -49,6 +49,9 @@ class Snapshot:
     path: str
     data: JsonDict
     version: Version
+    size: int | None = field(default=None, compare=False)
+    """The document's size as the database sent it (Firestore: its encoded message), when the
+    adapter knows it without more work; counters measure the others as JSON."""
 
     @property
     def id(self) -> str:

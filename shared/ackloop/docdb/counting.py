@@ -28,7 +28,8 @@ class DocumentCounters:
     docs_written: int = 0
     transactions: int = 0
     bytes_read: int = 0
-    """JSON size of the documents read: how the cost of a read grows with what it returns."""
+    """Size of the documents read (as the database sent them when the adapter knows it, else
+    as JSON): how the cost of a read grows with what it returns."""
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -135,4 +136,6 @@ class _CountingTransaction:
 
 
 def _size(snapshot: Snapshot) -> int:
+    if snapshot.size is not None:
+        return snapshot.size
     return len(json.dumps(snapshot.data, separators=(",", ":"), default=str))

@@ -95,7 +95,7 @@ class FirestoreDocumentDB:
                 doc = raw.found
                 path = doc.name[len(prefix):] if doc.name.startswith(prefix) else doc.name
                 found[path] = Snapshot(path, codec.decode_fields(doc.fields, client),
-                                       codec.version_of(doc.update_time))
+                                       codec.version_of(doc.update_time), doc.ByteSize())
         return [found.get(p) for p in paths]
 
     @_translated
