@@ -33,7 +33,8 @@ from ackloop.records import ANONYMOUS, ConversationRecord, RunStatus, StepRecord
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
 from ackloop.wire import QueryMessage
-from tests.engine.fakes import CountingToolbox, make_loop
+from ackloop_dev.faults import FaultPoints
+from tests.engine.fakes import CountingToolbox, SimulatedCrash, make_loop
 from tests.engine.test_guarantees import deliver, deliver_all, run_of, take
 from tests.engine.test_holes import dead_letter, sweep_when_stale
 
@@ -257,6 +258,46 @@ async def test_a_follow_up_joining_a_running_first_run_queues_and_its_end_starts
 
     await assert_follow_up_ran_after(loop, sent, first, second)
     assert model.calls == 6
+
+
+class CrashAtHit(FaultPoints):
+    """Crash (as :class:`SimulatedCrash`) at the ``nth`` time ``point`` is reached, once."""
+
+    def __init__(self, point: str, nth: int) -> None:
+        super().__init__(frozenset({point}))
+        self.left, self.crashed = nth, False
+
+    def hit(self, name: str) -> None:
+        if name in self.crash_at:
+            self.left -= 1
+            if self.left == 0:
+                self.crashed = True
+                raise SimulatedCrash(name)
+
+
+async def test_a_crash_after_the_end_that_started_the_follow_up_starts_it_once() -> None:
+    """The first run's ending commit (refused once, committed again from the follow-up's
+    document) lands, then its process dies before publishing: the redelivery finds the step
+    completed and re-sends its outbox, the follow-up's first step included; the follow-up runs
+    once."""
+    model, tools = reference()
+    crash = CrashAtHit("model:after_commit", 3)  # the first run's last step
+    loop = make_loop(model, tools, settings=AUTO, faults=crash)
+    first = run_id_for_request("first")
+    assert (await ingest(loop, "first")).acknowledged
+    second = await join(loop, first)
+
+    await loop.run_until_idle(crash=SimulatedCrash)
+
+    assert crash.crashed, "the crash point was not reached"
+    runs = [await run_of(loop, first), await run_of(loop, second)]
+    assert [r.status for r in runs] == [RunStatus.COMPLETED] * 2
+    assert model.calls == 6 and tools.executed["lookup"] == 4
+    steps = await loop.deps.store.list_steps(second)
+    assert len(steps) == 5 and all(s.attempts == 1 for s in steps)
+    assert await users_said(loop, first) == ["go", "then"]
+    conv = await conversation(loop, first)
+    assert (conv.active_run_id, conv.queue, conv.run_count) == (None, [], 2)
 
 
 async def test_a_follow_up_created_between_the_ending_steps_read_and_its_commit() -> None:
