@@ -94,6 +94,12 @@ class ConversationBusy(RetryableError):
     """The conversation has a run in progress; a new turn waits until it ends."""
 
 
+class ConversationNotStarted(RetryableError):
+    """A query continues the conversation of a run (its id is a run id) that does not exist
+    yet: its own query has not arrived. The follow-up waits for it (Pub/Sub redelivers), and
+    then queues behind that run; the HTTP API answers ``conversation_not_found`` instead."""
+
+
 class IdempotencyMismatch(PermanentError):
     """A request id was reused with a different body."""
 

@@ -81,6 +81,16 @@ def run_id_for_request(request_id: str, caller: str = "anonymous") -> str:
     return f"run-{digest}"
 
 
+_RUN_ID = re.compile(r"^run-[0-9a-f]{20}$")
+
+
+def is_run_id(value: str) -> bool:
+    """Whether ``value`` has the shape of a run id (:func:`run_id_for_request`): the id of a
+    run that exists or may be created later. A conversation named by such an id is that run's
+    own conversation, which the run starts (:meth:`ackloop.store.AgentStore.create_run`)."""
+    return _RUN_ID.match(value) is not None
+
+
 # Document ids a message id may be used as unchanged: Pub/Sub's are decimal digits.
 _PLAIN_MESSAGE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 _HASHED_MESSAGE_ID = re.compile(r"^h~[0-9a-f]{40}$")

@@ -7,7 +7,8 @@ Layout (see docs/architecture.md):
   concurrent deliveries and its outbox holds the messages the step must send.
 - ``runs/{run_id}/deltas/{step}-{attempt}-{seq}``: :class:`ackloop.deltas.DeltaRecord`, a piece
   of a streamed model call's text, written while the call runs (not a record of the step).
-- ``conversations/{conversation_id}``: :class:`ConversationRecord`, which run is active.
+- ``conversations/{conversation_id}``: :class:`ConversationRecord`, which run is active (none
+  while the conversation's first run, whose id it bears, is its only run).
 - ``conversations/{conversation_id}/transcript/{chunk}``: :class:`TranscriptChunk`, the
   conversation as Gemini contents, split in chunks so it can outgrow a 1 MiB document.
 - ``poison/{message_id}`` and ``dead_letters/{message_id}``: messages that could not be used.
@@ -97,9 +98,10 @@ class RunRecord(Record):
     text: str
     model: str
     new_conversation: bool = False
-    """The run created its conversation, in the commit that created it: nothing is in the
-    transcript before its first step (a conversation id equal to the run id is not enough: a
-    follow-up naming it may have created the conversation first)."""
+    """The run started its own conversation (its id is the conversation's): nothing is in the
+    transcript before its first step, and its end creates the conversation's document without
+    reading it (:meth:`ackloop.store.AgentStore.create_run`; a follow-up naming a run that does
+    not exist yet waits for it, so none is in the conversation before the run)."""
     status: RunStatus = RunStatus.RUNNING
     stop_reason: StopReason | None = None
     answer: str | None = None
@@ -141,6 +143,11 @@ class RunRecord(Record):
 
 
 class ConversationRecord(Record):
+    """``conversations/{conversation_id}``. A conversation started by a run (its id is that
+    run's) has no document while that run is its only run: the run's end creates it, or a
+    follow-up that joins before then (:meth:`ackloop.store.AgentStore.get_conversation` reads
+    the run in its place meanwhile)."""
+
     conversation_id: str
     active_run_id: str | None = None
     queue: list[str] = Field(default_factory=list)

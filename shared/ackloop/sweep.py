@@ -170,8 +170,8 @@ async def _decide_overdue(deps: Deps, run: RunRecord, steps: list[StepRecord], n
 
 async def _start_if_free(deps: Deps, run: RunRecord) -> Swept | None:
     """A queued run whose conversation has no active run: its start message was lost."""
-    conv = await deps.store.get_conversation_snapshot(run.conversation_id)
-    active = conv.data.get("active_run_id") if conv else None
+    conv = await deps.store.get_conversation(run.conversation_id)
+    active = conv.active_run_id if conv else None
     if active == run.run_id:
         return None  # promoted already; the running pass looks after it
     if active is not None:

@@ -82,14 +82,14 @@ def reads_budget(tool_calls: int) -> int:
     """Documents a run of ``tool_calls`` turns of one call each reads (the documents found; a
     lookup of a step's own document that does not exist yet finds none), from the code path.
 
-    ingest 0 (the run and its conversation are created in one commit, nothing read); the model
-    step of turn 0: 1 (the run, with its own step's document; a new conversation's transcript
-    is known to be empty); each tool step: 2 (the run and the model step whose committed call
-    it runs, with its own document, in one batch get; a single call needs no join query); each
-    later model step: 4 (the run, the previous turn's model and tool step, the one transcript
-    chunk, with its own document, in one batch get); the last model step: 1 more (the
-    conversation, read by the commit that ends the run to hand it to a queued follow-up).
-    6 per model/tool pair + 2 per run, within 6n + 3.
+    ingest 0 (the run is created alone, nothing read: its conversation's document is created
+    by its end); the model step of turn 0: 1 (the run, with its own step's document; a new
+    conversation's transcript is known to be empty); each tool step: 2 (the run and the model
+    step whose committed call it runs, with its own document, in one batch get; a single call
+    needs no join query); each later model step: 4 (the run, the previous turn's model and tool
+    step, the one transcript chunk, with its own document, in one batch get); the last model
+    step: nothing more (its commit creates the conversation's document without reading it).
+    6 per model/tool pair + 1 per run, within 6n + 3.
     """
     return 6 * tool_calls + 3
 

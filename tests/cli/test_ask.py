@@ -109,3 +109,14 @@ def test_the_answer_streams_on_stderr_before_its_step_completes(
     step = next(i for i, line in enumerate(err) if line.startswith("  ✓ 0000-model"))
     assert "\n".join(err[1:step]) == answer.rstrip("\n"), err
     assert len(answer) > 20 and "answers" in err[step]
+
+
+def test_a_conversation_named_by_a_run_that_does_not_exist_is_refused_at_once(
+    cli: Cli, cli_stack: RunningStack
+) -> None:
+    """A run id names the conversation that run started: ingest would wait for a run that does
+    not exist (the query redelivered), so ask says so before publishing anything."""
+    missing = run_id_for_request("cli-never-asked")
+    code, out, err = _ask(cli, cli_stack, "hi", "--conversation", missing)
+    assert code != 0 and out == ""
+    assert f"no conversation {missing!r}: no run has that id" in "\n".join(err)

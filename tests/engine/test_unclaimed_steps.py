@@ -98,7 +98,8 @@ async def test_a_later_model_step_reads_its_inputs_in_one_round_trip() -> None:
     """The message that triggers a model step names what it will read (its ``reads`` hint):
     the run, the previous turn's steps, its own document and the transcript come in one batch
     get, then one commit. Turn 0 of a run that starts its conversation knows its transcript is
-    empty; the last step reads the conversation it hands on."""
+    empty; the last step creates the conversation's document without reading it (no follow-up
+    joined: nothing to hand on)."""
     model, tools = reference()
     loop = make_loop(model, tools, settings=AUTO)
     counters = loop.deps.store.db.counters  # type: ignore[attr-defined]
@@ -116,7 +117,7 @@ async def test_a_later_model_step_reads_its_inputs_in_one_round_trip() -> None:
     await loop.run_until_idle()
 
     assert dict(trips) == {"0000-model": 2, "0000-tool-000": 2, "0001-model": 2,
-                           "0001-tool-000": 2, "0002-model": 3, "query": dict(trips)["query"]}
+                           "0001-tool-000": 2, "0002-model": 2, "query": 1}
 
 
 async def test_a_hint_that_what_is_read_does_not_bear_out_is_ignored() -> None:
@@ -146,21 +147,28 @@ async def test_a_hint_that_what_is_read_does_not_bear_out_is_ignored() -> None:
     assert [c["role"] for c in transcript.contents] == ["user", "model"] * 3
 
 
-async def test_a_follow_up_that_creates_the_conversation_first_is_not_an_empty_transcript(
-) -> None:
+async def test_a_follow_up_that_arrives_before_its_conversations_run_waits_for_it() -> None:
     """A follow-up naming a conversation by the id of a run whose query has not arrived yet
-    creates that conversation first; the run then queues behind it and, when it starts, must
-    read the transcript the follow-up left, not assume its own conversation is new."""
+    cannot start that conversation (the run's own creation reads nothing, so it would not see
+    it): it is answered for redelivery, writing nothing, until the run exists, then queues
+    behind it. The run starts its conversation as any first run does, and the follow-up reads
+    the transcript the run left."""
     model, tools = reference()
     loop = make_loop(model, tools, settings=AUTO)
     first = run_id_for_request("first")
-    await loop.submit(QueryMessage(request_id="second", text="go", conversation_id=first))
+    await loop.submit(QueryMessage(request_id="second", text="then", conversation_id=first))
     await loop.submit(QueryMessage(request_id="first", text="go"))
     await loop.run_until_idle()
 
-    for request_id in ("first", "second"):
-        run = await loop.deps.store.get_run(run_id_for_request(request_id))
-        assert run is not None and run.status is RunStatus.COMPLETED, (request_id, run)
-        assert run.new_conversation is False
+    refused, *_ = loop.deliveries("query")
+    assert refused.outcome.status == 503 and not refused.outcome.acknowledged
+    runs = [await loop.deps.store.get_run(run_id_for_request(r)) for r in ("first", "second")]
+    assert all(r is not None and r.status is RunStatus.COMPLETED for r in runs), runs
+    assert [r.new_conversation for r in runs if r] == [True, False]
+    assert runs[1] is not None and runs[0] is not None
+    assert (runs[1].started_at or 0) >= (runs[0].finished_at or 0)  # behind the first run
     transcript = await loop.deps.store.load_transcript(first)
     assert [c["role"] for c in transcript.contents] == ["user", "model"] * 6
+    users = [c["parts"][0]["text"] for c in transcript.contents
+             if c["role"] == "user" and "text" in c["parts"][0]]
+    assert users == ["go", "then"]

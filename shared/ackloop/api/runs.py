@@ -37,9 +37,9 @@ from ackloop.api.models import (
 from ackloop.engine import ending
 from ackloop.engine.deps import Deps
 from ackloop.engine.ingest import start_run
-from ackloop.errors import IdempotencyMismatch, PermanentError
+from ackloop.errors import ConversationNotStarted, IdempotencyMismatch, PermanentError
 from ackloop.keys import run_id_for_request
-from ackloop.records import ANONYMOUS, RunRecord
+from ackloop.records import RunRecord
 from ackloop.sweep import sweep
 from ackloop.telemetry import tracing
 from ackloop.wire import ID_PATTERN, QueryMessage
@@ -99,6 +99,11 @@ async def start(deps: Deps, body: CreateRun, idempotency_key: str | None, caller
         return run, created
     except IdempotencyMismatch as exc:
         raise ApiError(409, "idempotency_mismatch", str(exc)) from exc
+    except ConversationNotStarted as exc:
+        # A run id whose run does not exist: no such conversation (a query on the topic waits
+        # for the run instead, as its publisher may have sent the two at once).
+        raise ApiError(404, "conversation_not_found",
+                       f"no conversation {body.conversation_id!r}") from exc
     except PermanentError as exc:
         raise ApiError(_REFUSALS.get(exc.reason, 422), exc.reason, str(exc)) from exc
 
@@ -245,8 +250,8 @@ async def list_runs(
     """The runs of a conversation, oldest first (empty for an unknown conversation)."""
     deps = await deps_of(request)
     caller = caller_of(request)
-    conversation = await deps.store.get_conversation_snapshot(conversation_id)
-    if conversation is not None and conversation.data.get("owner", ANONYMOUS) != caller:
+    conversation = await deps.store.get_conversation(conversation_id)
+    if conversation is not None and conversation.owner != caller:
         raise ApiError(404, "not_found", f"no conversation {conversation_id}")
     runs = [r for r in await deps.store.list_runs(conversation_id, limit) if r.owner == caller]
     return ConversationRuns(conversation_id=conversation_id,

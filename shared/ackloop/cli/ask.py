@@ -31,7 +31,7 @@ from ackloop.cli.follow import (
     waiting_lines,
 )
 from ackloop.cli.target import DIRECTORY, Target, connect
-from ackloop.keys import run_id_for_request
+from ackloop.keys import is_run_id, run_id_for_request
 from ackloop.wire import QueryMessage, RunOptions
 
 WAITING_EXIT = 2
@@ -87,6 +87,12 @@ def ask(
 
 
 async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool) -> Followed:
+    store = target.store()
+    conversation = query.conversation_id
+    if conversation and is_run_id(conversation) and (
+            await store.get_conversation(conversation)) is None:
+        # Ingest would wait for that run to exist (the query redelivered), and this for it.
+        raise CliError(f"no conversation {conversation!r}: no run has that id")
     publisher = target.publisher()
     try:
         message_id = await publisher.publish(target.settings.queries_topic,
@@ -95,11 +101,11 @@ async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool)
         await publisher.aclose()
     run_id = run_id_for_request(query.request_id)
     if quiet:
-        return await follow(target.store(), run_id, timeout=timeout, message_id=message_id,
+        return await follow(store, run_id, timeout=timeout, message_id=message_id,
                             until_waiting=True)
     note(f"run {run_id} (request {query.request_id})")
     live = LiveText(lambda text: typer.echo(text, nl=False, err=True))
-    followed = await follow(target.store(), run_id, timeout=timeout, message_id=message_id,
+    followed = await follow(store, run_id, timeout=timeout, message_id=message_id,
                             until_waiting=True, on_step=lambda step: live.line(step_line(step)),
                             on_delta=live.delta)
     live.end_line()

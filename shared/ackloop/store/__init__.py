@@ -36,6 +36,7 @@ from ackloop.docdb.base import (
 from ackloop.docdb.counting import DocumentCounters, delivery_counters
 from ackloop.errors import (
     ConversationBusy,
+    ConversationNotStarted,
     IdempotencyMismatch,
     LeaseLost,
     PermanentError,
@@ -45,7 +46,7 @@ from ackloop.errors import (
     StepTaken,
 )
 from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey, message_doc_id
+from ackloop.keys import StepKey, is_run_id, message_doc_id
 from ackloop.records import (
     ConversationRecord,
     ReceivedEvent,
@@ -102,7 +103,8 @@ class Retention:
       are moved forward in that same commit when they are a day or more behind, so a
       conversation in use keeps all of its history, at most one extra write per chunk a day;
     * a conversation: on every write, :meth:`conversation` (a day past its chunks, so a
-      transcript is deleted before the record that says whose it is);
+      transcript is deleted before the record that says whose it is); a conversation whose
+      first run is its only run has no record until that run ends: its run says whose it is;
     * poison and dead letters: ``seconds`` after they were recorded.
     """
 
@@ -246,12 +248,40 @@ def _size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")))
 
 
-def _costed(run: RunRecord, costed: Callable[[RunRecord, int], Cost] | None) -> RunRecord:
-    """``run`` with what creating it spent, as its two-document commit is made."""
+def _costed(run: RunRecord, costed: Callable[[RunRecord, int], Cost] | None,
+            writes: int) -> RunRecord:
+    """``run`` with what creating it spent, as its commit of ``writes`` documents is made."""
     if costed is None:
         return run
-    cost = costed(run, 2)
+    cost = costed(run, writes)
     return run.model_copy(update={"ingest_cost": cost, "cost": cost})
+
+
+def _sole_run_conversation(run: RunRecord) -> ConversationRecord:
+    """The conversation of which ``run`` (the run whose id it bears) is the only run, as it
+    stands while it has no document: ``run`` active until it ends, then its usage and cost as
+    the conversation's."""
+    ended = run.status.terminal
+    return ConversationRecord(
+        conversation_id=run.conversation_id, active_run_id=None if ended else run.run_id,
+        run_count=1, owner=run.owner,
+        updated_at=(run.finished_at or run.created_at) if ended else run.created_at,
+        usage=run.usage if ended else Usage(), cost=run.cost if ended else None)
+
+
+def _conversation_of(conversation_id: str, conv_snap: Snapshot | None,
+                     first_snap: Snapshot | None) -> ConversationRecord | None:
+    """The conversation as its document says, else as its first run (``runs/{conversation_id}``,
+    read as ``first_snap``) implies it while it is the conversation's only run; None when
+    neither exists (a run of another conversation under that id does not count)."""
+    if conv_snap is not None:
+        return ConversationRecord.model_validate(conv_snap.data)
+    if first_snap is None:
+        return None
+    first = RunRecord.model_validate(first_snap.data)
+    if first.conversation_id != conversation_id:
+        return None
+    return _sole_run_conversation(first)
 
 
 def _recorded_at(record: JsonDict) -> float:
@@ -332,38 +362,44 @@ class AgentStore:
         While another run of the conversation is active the new run is stored ``queued`` and
         appended to the conversation's queue; the commit that ends the active run starts it.
 
-        No transaction: the run and its conversation are written in one atomic commit whose
-        preconditions (the run does not exist; the conversation is still at the version read)
-        make a concurrent writer fail it, and then the documents are read again. A run that
-        starts a conversation of its own (the default: the conversation id is the run id) is
-        one commit and no read.
+        A run that starts a conversation of its own (the default: the conversation id is the
+        run id) is one commit of one document and no read: a conversation has no document
+        while its first run is its only run (:meth:`get_conversation`), and that run's end
+        creates it (:meth:`_end_writes`). Its precondition (the run does not exist) sends a
+        redelivered query to the reads below, which find the run.
+
+        A run that continues a conversation reads, in one round trip, the run, the
+        conversation's document and the conversation's first run (``runs/{conversation_id}``):
+        where the document is missing, that run stands for it (its owner, and whether it is
+        still active, in which case the new run queues behind it and creates the document with
+        that queue). A conversation named by a run id whose run does not exist yet (its query
+        has not arrived) raises :class:`ConversationNotStarted`: the follow-up is redelivered
+        until the run exists, since that run's creation reads nothing and could not see a
+        conversation made before it.
+
+        No transaction: the run and the conversation are written in one atomic commit whose
+        preconditions (the run does not exist; the conversation is still at the version read,
+        or still does not exist) make a concurrent writer fail it, and then the documents are
+        read again.
         """
         run_path = self.run_path(run.run_id)
         conv_path = self.conversation_path(run.conversation_id)
         fresh = run
-        if run.conversation_id == run.run_id:
+        own = run.conversation_id == run.run_id
+        if own and is_run_id(run.run_id):
             run = _costed(run.model_copy(update={"started_at": run.created_at,
                                                  "progress_at": run.created_at,
-                                                 "new_conversation": True}), costed)
-            first = ConversationRecord(
-                conversation_id=run.conversation_id,
-                active_run_id=run.run_id,
-                run_count=1,
-                updated_at=run.created_at,
-                owner=run.owner,
-            )
+                                                 "new_conversation": True}), costed, 1)
             try:
-                await self.db.commit([
-                    Write("create", run_path, run.to_doc()),
-                    Write("create", conv_path,
-                          first.to_doc() | self._conversation_expiry(run.created_at)),
-                ])
+                await self.db.commit([Write("create", run_path, run.to_doc())])
                 return run, True
             except AlreadyExists:
                 pass  # a redelivered query: read what is there
+        paths = [run_path, conv_path] if own else [run_path, conv_path,
+                                                   self.run_path(run.conversation_id)]
         for _ in range(CREATE_RUN_ATTEMPTS):
             run = fresh
-            run_snap, conv_snap = await self.db.get_all([run_path, conv_path])
+            run_snap, conv_snap, *first = await self.db.get_all(paths)
             if run_snap is not None:
                 stored = RunRecord.model_validate(run_snap.data)
                 if stored.request_hash != run.request_hash:
@@ -371,11 +407,13 @@ class AgentStore:
                         f"request id {run.request_id!r} was already used with a different body"
                     )
                 return stored, False
-            conv = (
-                ConversationRecord.model_validate(conv_snap.data)
-                if conv_snap
-                else ConversationRecord(conversation_id=run.conversation_id, owner=run.owner)
-            )
+            found = _conversation_of(run.conversation_id, conv_snap, first[0] if first else None)
+            if found is None and not own and is_run_id(run.conversation_id):
+                raise ConversationNotStarted(
+                    f"conversation {run.conversation_id!r}: its run does not exist (yet)",
+                    retry_after=10.0)
+            conv = found or ConversationRecord(conversation_id=run.conversation_id,
+                                               owner=run.owner)
             if conv.owner != run.owner:
                 # Another caller's conversation: it does not exist for this one (no history
                 # planted, nothing written, and its id is not confirmed either).
@@ -407,13 +445,15 @@ class AgentStore:
                     }
                 )
             conv_doc = conv.to_doc() | self._conversation_expiry(run.created_at)
+            # Where the document is missing, it is created: that fails if the first run ended
+            # (its end creates it) or another follow-up joined meanwhile, and this reads again.
             conv_write = (
                 Write("update", conv_path, conv_doc, if_version=conv_snap.version)
                 if conv_snap
                 else Write("create", conv_path, conv_doc)
             )
             try:
-                run = _costed(run, costed)
+                run = _costed(run, costed, 2)
                 await self.db.commit([Write("create", run_path, run.to_doc()), conv_write])
                 return run, True
             except (AlreadyExists, PreconditionFailed):
@@ -460,14 +500,24 @@ class AgentStore:
         return [RunRecord.model_validate(s.data) for s in snaps]
 
     async def get_conversation_snapshot(self, conversation_id: str) -> Snapshot | None:
+        """The conversation's document as stored (None while its first run is its only run:
+        :meth:`get_conversation` says what the conversation is then)."""
         (snap,) = await self.db.get_all([self.conversation_path(conversation_id)])
         return snap
+
+    async def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
+        """The conversation: its document, or, while it has none, what its first run (the run
+        whose id it bears) makes it: that run's owner, that run active until it ends, one run,
+        that run's usage and cost. None when there is neither. One round trip."""
+        conv, first = await self.db.get_all([self.conversation_path(conversation_id),
+                                             self.run_path(conversation_id)])
+        return _conversation_of(conversation_id, conv, first)
 
     @staticmethod
     def _end_plan(run: RunRecord, conv_snapshot: Snapshot | None) -> tuple[str | None, int]:
         """The queued run a run's end starts, and how many documents the end writes."""
         if conv_snapshot is None:
-            return None, 1
+            return None, 2 if run.conversation_id == run.run_id else 1
         conv = ConversationRecord.model_validate(conv_snapshot.data)
         if conv.active_run_id == run.run_id:
             next_run_id = conv.queue[0] if conv.queue else None
@@ -481,7 +531,10 @@ class AgentStore:
 
         The run is fenced on its version, the conversation too: the same commit hands the
         conversation to the first queued run (which becomes ``running``), so a follow-up that
-        arrived during the run starts exactly when it ends, and never twice.
+        arrived during the run starts exactly when it ends, and never twice. A run that is its
+        conversation's only run (``conv_snapshot`` None: the conversation has no document, or
+        the caller did not read it) creates the document, which no follow-up has then: one
+        that joined meanwhile created it, and the create fails.
         """
         run = RunRecord.model_validate(run_snapshot.data)
         update = {
@@ -499,6 +552,15 @@ class AgentStore:
             update["cost"] = end.cost.model_dump(mode="json")
         writes = [Write("update", run_snapshot.path, update, if_version=run_snapshot.version)]
         if conv_snapshot is None:
+            if run.conversation_id == run.run_id:
+                # The conversation's only run ends: its document is created, with this run's
+                # figures, and fails if a follow-up created it meanwhile (to queue behind this
+                # run): the caller then reads it and ends the run the way above.
+                conv = ConversationRecord(
+                    conversation_id=run.conversation_id, run_count=1, owner=run.owner,
+                    updated_at=now, usage=end.usage, cost=Cost.total([end.cost]))
+                writes.append(Write("create", self.conversation_path(run.conversation_id),
+                                    conv.to_doc() | self._conversation_expiry(now)))
             return EndWrites(writes, None)
         conv = ConversationRecord.model_validate(conv_snapshot.data)
         next_run_id: str | None = None
@@ -552,7 +614,7 @@ class AgentStore:
                 return None
             conv = await txn.get(self.conversation_path(run.conversation_id))
             fence = (await self._transcript_fence(txn, run, first, now)
-                     if run.status is RunStatus.RUNNING and conv is not None else None)
+                     if run.status is RunStatus.RUNNING else None)
             ending = self._end_writes(snap, conv, end, now)
             for write in ending.writes:
                 txn.write(replace(write, if_version=None))  # the transaction guards them
@@ -605,7 +667,8 @@ class AgentStore:
             conv_path = self.conversation_path(run.conversation_id)
             conv_snap = await txn.get(conv_path)
             conv = (ConversationRecord.model_validate(conv_snap.data) if conv_snap
-                    else ConversationRecord(conversation_id=run.conversation_id))
+                    else ConversationRecord(conversation_id=run.conversation_id,
+                                            owner=run.owner))
             if conv.active_run_id is not None:
                 active = await txn.get(self.run_path(conv.active_run_id))
                 if active is not None and not RunRecord.model_validate(active.data).status.terminal:
@@ -949,17 +1012,49 @@ class AgentStore:
         """Record ``decision`` of the step ``claim`` holds, made from ``basis``, in one atomic
         commit with every precondition (:mod:`ackloop.store.commit`); returns what to send.
 
-        ``price`` prices the delivery once, knowing how many documents the commit writes. A
-        model step carries the run's cost: ``carried`` (the previous model step's ``run_cost``,
-        else the run's own) plus ``rolls_up`` (the previous turn's tool steps' costs) plus this
+        ``price`` prices the delivery, knowing how many documents the commit writes. A model
+        step carries the run's cost: ``carried`` (the previous model step's ``run_cost``, else
+        the run's own) plus ``rolls_up`` (the previous turn's tool steps' costs) plus this
         delivery, recorded as its ``run_cost``; the run document is written only by the model
-        step that ends the run, which records that total there. A run's end reads its
-        conversation first.
+        step that ends the run, which records that total there.
+
+        A run's end reads its conversation first (to hand it to the next queued run), except
+        for a run that started its own conversation (``new_conversation``): that one creates
+        the conversation's document without reading it, which fails only if a follow-up joined
+        meanwhile (:meth:`create_run`). The refused commit's check then reads the conversation
+        with the step, and the end is committed again from it, as for any other run, in the
+        same call (the decision stands: no model call is made again).
 
         Raises :class:`LeaseLost` (nothing written) if the lease was taken over, and
         :class:`StaleRead` (nothing written) if the step is still ours but another document the
         commit is fenced on changed since it was read.
         """
+        run = basis.run.record
+        conv: Snapshot | None = None
+        blind = decision.end is not None and run.new_conversation
+        if decision.end is not None and not blind:
+            conv = await self.get_conversation_snapshot(run.conversation_id)
+        while True:
+            writes, committed = self._step_commit(claim, basis, decision, conv, now=now,
+                                                  price=price, rolls_up=rolls_up,
+                                                  carried=carried)
+            try:
+                await self.db.commit(writes)
+                return committed
+            except (PreconditionFailed, AlreadyExists) as exc:
+                # A blind end refused: a follow-up may have created the conversation to queue
+                # behind this run. Its document, read with the step, is what the end needs.
+                joined = self.conversation_path(run.conversation_id) if blind else None
+                conv = await self._raise_conflict(claim, exc, joined)
+                blind = False
+
+    def _step_commit(
+        self, claim: Claim, basis: Basis, decision: Decision, conv: Snapshot | None, *,
+        now: float, price: Pricer, rolls_up: Sequence[Cost | None], carried: Cost | None,
+    ) -> tuple[list[Write], Committed]:
+        """The writes of :meth:`commit_step` (the step's first), made from ``basis`` and, for a
+        run's end, the conversation as read (``conv``; None: it has no document, or, for a run
+        that started it, it was not read), and what the commit records."""
         run = basis.run.record
         outbox = list(decision.outbox)
         result = decision.result
@@ -970,11 +1065,9 @@ class AgentStore:
             if decision.end is None and result is not None:
                 result = result | {"transcript": _pointer(basis.transcript, writes)}
         end = decision.end
-        conv: Snapshot | None = None
         run_writes = 0
         model = claim.step.kind == "model"
         if end is not None:
-            conv = await self.get_conversation_snapshot(run.conversation_id)
             next_run_id, run_writes = self._end_plan(run, conv)
             outbox.append(outgoing.answer(run, end))
             if next_run_id is not None:
@@ -1018,11 +1111,7 @@ class AgentStore:
                       if claim.version is not None else
                       Write("create", path, claim.step.to_doc() | update | {"unclaimed": True}
                             | self._live_expiry(now)))
-        try:
-            await self.db.commit([step_write, *writes])
-        except (PreconditionFailed, AlreadyExists) as exc:
-            await self._raise_conflict(claim, exc)
-        return Committed(outbox, end, cost)
+        return [step_write, *writes], Committed(outbox, end, cost)
 
     async def read_basis_again(self, basis: Basis) -> Basis | None:
         """The run (and the transcript, if ``basis`` has one) read again after a commit found
@@ -1034,13 +1123,19 @@ class AgentStore:
             return Basis(run)
         return Basis(run, await self.load_transcript(basis.transcript.conversation_id))
 
-    async def _raise_conflict(self, claim: Claim, exc: Exception) -> None:
-        """Tell a lost lease from a stale read after a commit was refused."""
-        (snap,) = await self.db.get_all([self.step_path(claim.run_id, claim.key)])
+    async def _raise_conflict(self, claim: Claim, exc: Exception,
+                              also: str | None = None) -> Snapshot:
+        """Tell a lost lease from a stale read after a commit was refused. ``also``: a document
+        read with the step, returned if it exists (what refused the commit may be its create)
+        while the step is still ours; every other case raises."""
+        paths = [self.step_path(claim.run_id, claim.key), *([also] if also else [])]
+        snap, *other = await self.db.get_all(paths)
         if claim.version is None and snap is not None:
             raise StepTaken(StepRecord.model_validate(snap.data)) from exc
         if claim.version is not None and (snap is None or snap.version != claim.version):
             raise LeaseLost(f"step {claim.key} of {claim.run_id} lost its lease") from exc
+        if other and other[0] is not None:
+            return other[0]
         raise StaleRead(f"step {claim.key} of {claim.run_id}: {exc}") from exc
 
     async def get_steps(self, run_id: str, keys: Sequence[str]) -> list[StepRecord | None]:
@@ -1286,9 +1381,11 @@ class AgentStore:
                     "status": RunStatus.RUNNING.value, "stop_reason": None, "error": None,
                     "finished_at": None, "started_at": now, "progress_at": now,
                 } | ({EXPIRE_AT: None} if self.retention else {})))
+                stored = (conv.data if conv else
+                          _sole_run_conversation(run).to_doc() if run.conversation_id == run_id
+                          else {"conversation_id": run.conversation_id, "owner": run.owner})
                 txn.write(Write("set", conv_path, {
-                    **(conv.data if conv else {"conversation_id": run.conversation_id}),
-                    "active_run_id": run_id, "updated_at": now,
+                    **stored, "active_run_id": run_id, "updated_at": now,
                 } | self._conversation_expiry(now)))
                 outcome = "reopened"
             if step is not None and step.data.get("status") != StepStatus.COMPLETED.value:

@@ -12,7 +12,8 @@ turns that decision into every write with its precondition, in one atomic commit
 - the run, on its version: a model step records its progress and the run's cost so far there,
   and a run's end is written there, so a run that ended meanwhile refuses the commit;
 - the conversation, on its version, when the run ends: the same commit starts its next queued
-  run.
+  run (a run that started its own conversation creates its document instead, unread, which
+  fails if a follow-up created it to queue behind the run: the end is then committed from it).
 
 No type of the document layer leaves the store: a :class:`RunRead` carries the version it was
 read at for the store's own use.

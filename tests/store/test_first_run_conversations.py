@@ -1,0 +1,168 @@
+"""A conversation with no document while its first run is its only run, on memory and on the
+Firestore emulator: the first run's creation writes the run alone, its end creates the
+conversation's document unread, a follow-up creates it to queue behind the run, and each
+create's precondition makes one of the two win."""
+
+from __future__ import annotations
+
+import pytest
+
+from ackloop.cost import Cost
+from ackloop.errors import ConversationNotStarted, PermanentError
+from ackloop.keys import StepKey, is_run_id, run_id_for_request
+from ackloop.records import ConversationRecord, RunLimits, RunRecord, RunStatus, StopReason
+from ackloop.store import AgentStore, Basis, Decision, RunEnd
+from ackloop.wire import Usage
+from tests.support.commits import free
+
+T0 = 1_000.0
+
+
+def run_record(request_id: str, conversation: str | None = None, owner: str = "alice",
+               at: float = T0) -> RunRecord:
+    run_id = run_id_for_request(request_id, owner)
+    return RunRecord(
+        run_id=run_id, request_id=request_id, request_hash="h",
+        conversation_id=conversation or run_id, agent="default", text="hi", model="m",
+        created_at=at, owner=owner,
+        limits=RunLimits(max_steps=5, max_seconds=60, max_tool_calls=5))
+
+
+def answered(model_calls: int = 1) -> RunEnd:
+    return RunEnd(RunStatus.COMPLETED, StopReason.ANSWERED, Usage(model_calls=model_calls),
+                  answer="ok")
+
+
+async def conversation(store: AgentStore, conversation_id: str) -> ConversationRecord:
+    snap = await store.get_conversation_snapshot(conversation_id)
+    assert snap is not None
+    return ConversationRecord.model_validate(snap.data)
+
+
+async def end_by_its_step(store: AgentStore, run_id: str, now: float) -> None:
+    """End ``run_id`` by the commit of a model step (unclaimed), as its last step does."""
+    read = await store.read_run(run_id)
+    assert read is not None
+    claim = store.unclaimed(run_id, StepKey.model(0), "model", owner="a", now=now)
+    committed = await store.commit_step(claim, Basis(read), Decision(result={}, end=answered()),
+                                        now=now, price=free)
+    assert committed.end is not None
+
+
+async def test_the_first_run_is_created_alone_and_its_end_creates_the_conversation(
+    store: AgentStore,
+) -> None:
+    run, created = await store.create_run(run_record("first"))
+    assert created and run.new_conversation and is_run_id(run.run_id)
+    assert await store.get_conversation_snapshot(run.run_id) is None
+    seen = await store.get_conversation(run.run_id)
+    assert seen is not None and (seen.active_run_id, seen.owner, seen.run_count) == (
+        run.run_id, "alice", 1)
+    again, created = await store.create_run(run_record("first"))  # a redelivered query
+    assert not created and again.run_id == run.run_id
+
+    await end_by_its_step(store, run.run_id, T0 + 5)
+
+    conv = await conversation(store, run.run_id)
+    assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
+        None, [], 1, "alice")
+    assert conv.usage == Usage(model_calls=1) and conv.updated_at == T0 + 5
+    ended = await store.get_run(run.run_id)
+    assert ended is not None and ended.status is RunStatus.COMPLETED
+    assert conv.cost == ended.cost == Cost.total([ended.cost])
+
+
+async def test_a_follow_up_queues_behind_the_running_first_run_and_its_end_hands_over(
+    store: AgentStore,
+) -> None:
+    """The end's create is refused in a batch with its other writes (nothing of it lands);
+    the same call reads the conversation with its step and commits the end again from it."""
+    first, _ = await store.create_run(run_record("first"))
+    follow, created = await store.create_run(run_record("second", first.run_id))
+    assert created and follow.status is RunStatus.QUEUED and not follow.new_conversation
+    conv = await conversation(store, first.run_id)
+    assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
+        first.run_id, [follow.run_id], 2, "alice")
+
+    await end_by_its_step(store, first.run_id, T0 + 5)
+
+    conv = await conversation(store, first.run_id)
+    assert (conv.active_run_id, conv.queue, conv.run_count) == (follow.run_id, [], 2)
+    assert conv.usage == Usage(model_calls=1)
+    started = await store.get_run(follow.run_id)
+    assert started is not None and started.status is RunStatus.RUNNING
+
+
+async def test_a_follow_up_after_the_first_runs_end_is_active_at_once(store: AgentStore) -> None:
+    first, _ = await store.create_run(run_record("first"))
+    await end_by_its_step(store, first.run_id, T0 + 5)
+    follow, _ = await store.create_run(run_record("second", first.run_id, at=T0 + 6))
+    assert follow.status is RunStatus.RUNNING
+    conv = await conversation(store, first.run_id)
+    assert (conv.active_run_id, conv.queue, conv.run_count) == (follow.run_id, [], 2)
+
+
+async def test_the_end_of_a_first_run_outside_a_step_creates_its_conversation_and_fence(
+    store: AgentStore,
+) -> None:
+    first, _ = await store.create_run(run_record("first"))
+    assert await store.fail_run(first.run_id, "dead_lettered: boom", T0 + 5)
+    conv = await conversation(store, first.run_id)
+    assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
+        None, [], 1, "alice")
+    transcript = await store.load_transcript(first.run_id)
+    assert [c.fence for c in transcript.chunks] == [f"{first.run_id}@{T0 + 5}"]
+
+
+async def test_the_end_outside_a_step_starts_the_follow_up_that_created_the_document(
+    store: AgentStore,
+) -> None:
+    first, _ = await store.create_run(run_record("first"))
+    follow, _ = await store.create_run(run_record("second", first.run_id))
+    assert await store.fail_run(first.run_id, "dead_lettered: boom", T0 + 5)
+    started = await store.get_run(follow.run_id)
+    assert started is not None and started.status is RunStatus.RUNNING
+    conv = await conversation(store, first.run_id)
+    assert (conv.active_run_id, conv.queue) == (follow.run_id, [])
+
+
+async def test_another_callers_first_run_conversation_is_not_found(store: AgentStore) -> None:
+    first, _ = await store.create_run(run_record("first"))
+    with pytest.raises(PermanentError) as refused:
+        await store.create_run(run_record("plant", first.run_id, owner="mallory"))
+    assert refused.value.reason == "conversation_not_found"
+    assert await store.get_conversation_snapshot(first.run_id) is None  # nothing written
+    assert await store.get_run(run_id_for_request("plant", "mallory")) is None
+
+
+async def test_a_follow_up_before_its_first_run_exists_waits_for_it(store: AgentStore) -> None:
+    """A conversation named by a run id whose run does not exist: the follow-up writes nothing
+    and is told to come back (its first run's creation reads nothing, so it could not see a
+    conversation made before it). Any other id starts a conversation as before."""
+    future = run_id_for_request("first", "alice")
+    with pytest.raises(ConversationNotStarted):
+        await store.create_run(run_record("second", future))
+    assert await store.get_conversation(future) is None
+    assert await store.get_run(run_id_for_request("second", "alice")) is None
+
+    named, _ = await store.create_run(run_record("chat", "chat-42"))
+    assert named.status is RunStatus.RUNNING and not named.new_conversation
+    assert (await conversation(store, "chat-42")).active_run_id == named.run_id
+
+
+async def test_a_redriven_first_run_takes_its_conversation_back_and_its_end_hands_it_on(
+    store: AgentStore,
+) -> None:
+    """A dead-lettered first run created its conversation's document; re-driven, it is its
+    active run again, and its end finds the document its blind create would duplicate."""
+    first, _ = await store.create_run(run_record("first"))
+    assert await store.fail_run(first.run_id, "dead_lettered: step 0000-model: boom", T0 + 5)
+    assert await store.reopen_dead_lettered_run(first.run_id, None, T0 + 10) == "reopened"
+    assert (await conversation(store, first.run_id)).active_run_id == first.run_id
+    follow, _ = await store.create_run(run_record("second", first.run_id, at=T0 + 11))
+    assert follow.status is RunStatus.QUEUED
+
+    await end_by_its_step(store, first.run_id, T0 + 20)
+
+    conv = await conversation(store, first.run_id)
+    assert (conv.active_run_id, conv.queue, conv.run_count) == (follow.run_id, [], 2)
