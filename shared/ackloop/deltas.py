@@ -9,6 +9,11 @@ are best effort: they run beside the call, a failed one is logged and its text g
 next, and nothing about them can fail the step. The committed step stays the record of the
 turn; deltas only show it being written, and expire with a short ``expire_at``.
 
+A call that has not claimed its step yet (it claims at its first text:
+:mod:`ackloop.engine.claims`) gives its writer a ``ready`` to await before the first write: the
+claim's attempt, under which the deltas go out, or None when the step was claimed by another
+delivery, and then nothing is written.
+
 Ids sort in the order a reader needs: by step, then attempt (a step retried or taken over
 streams again under its new attempt), then sequence. Firestore rather than Pub/Sub carries them
 because every API instance can read them with the queries it already makes, a client that
@@ -21,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from pydantic import BaseModel
@@ -60,18 +65,27 @@ def after_step(step: str) -> str:
     return f"{step}."
 
 
+DeltasReady = Callable[[], Awaitable[int | None]]
+"""Awaited before a writer's first write: the attempt its deltas go out under, or None to write
+nothing (the step it would show is another delivery's)."""
+
+
 class DeltaWriter:
     """The deltas of one model call: :meth:`add` each piece, then :meth:`close`.
 
-    ``expire_at``: when the documents may be deleted (None writes none).
+    ``expire_at``: when the documents may be deleted (None writes none). ``ready``: awaited
+    once, before the first write (:data:`DeltasReady`); the pieces added meanwhile go with
+    that write.
     """
 
     def __init__(self, db: DocumentDB, collection: str, step: str, attempt: int, *,
                  flush_seconds: float, expire_at: datetime | None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 ready: DeltasReady | None = None) -> None:
         self._db, self._collection = db, collection
         self.step, self.attempt = step, attempt
         self._flush_seconds, self._expire_at, self._clock = flush_seconds, expire_at, clock
+        self._ready = ready
         self._pending: list[str] = []
         self._seq = 0
         self._wake = asyncio.Event()
@@ -116,6 +130,13 @@ class DeltaWriter:
                 await self._task
 
     async def _run(self) -> None:
+        if self._ready is not None:
+            attempt = await self._ready()
+            if attempt is None:
+                self._closing = True
+                self._pending.clear()
+                return
+            self.attempt = attempt
         while True:
             await self._wake.wait()
             self._wake.clear()

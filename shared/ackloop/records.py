@@ -261,8 +261,9 @@ class StepRecord(Record):
     step completes, so the run's cost counts that delivery too."""
     decision: StepDecision | None = None
     unclaimed: bool = False
-    """Run without a claim: its document was created by the commit that recorded it
-    (:mod:`ackloop.engine.claims`)."""
+    """Its call started without a claim (:mod:`ackloop.engine.claims`): its document was
+    created by the commit that recorded it, or, a streamed model call, by its claim at its
+    first text. A duplicate delivery that overlapped it before then may have called too."""
 
 
 class TranscriptChunk(Record):

@@ -5,8 +5,9 @@ delivery with production's retry policy (first redelivery after 10 s) and dead-l
 (10 attempts). The call takes 12 s and the process is killed 2 s into it, then started again
 as the platform would. The run must complete with one redelivery of the killed step's message:
 the redelivery finds the dead holder's lease expired (or waits it out inside its request) and
-takes the step over, or, for a step run unclaimed (the retry-safe tool), finds no document and
-runs it as the message's second delivery; no 503 is spent on it and nothing is dead-lettered.
+takes the step over, or, for a step run unclaimed (the retry-safe tool; the model step, whose
+streamed turn of function calls shows no text, so it never claims), finds no document and runs
+it as the message's second delivery; no 503 is spent on it and nothing is dead-lettered.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ KILL_AFTER_SECONDS = 2.0
 
 async def _wait_in_flight(stack: RunningStack, run_id: str, key: str, timeout: float) -> None:
     """Until the step's call is under way: its claim says so, or (a step run unclaimed writes
-    nothing before its result) the tool's API has received the call."""
+    nothing before its result or, streamed, its first text) the tool's API or the model has
+    received the call."""
     store = stack.store()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -36,6 +38,8 @@ async def _wait_in_flight(stack: RunningStack, run_id: str, key: str, timeout: f
         if step is not None and step.status is StepStatus.RUNNING:
             return
         if "tool" in key and stack.sandbox_stats().get("faults:delay", 0) > 0:
+            return
+        if "model" in key and stack.model_stats()["faults_served"].get("delay", 0) > 0:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"step {key} of {run_id} never started")

@@ -8,6 +8,7 @@ from typing import Any
 from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
 from ackloop.clock import Clock, ManualClock
+from ackloop.deltas import read_deltas
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.engine.deps import Deps
@@ -86,6 +87,14 @@ def make_loop(
         owner="test-owner",
     )
     return InProcessLoop(with_faults(deps, faults) if faults else deps, publisher)
+
+
+async def delta_texts(loop: InProcessLoop, run_id: str) -> dict[int, str]:
+    """The run's stored deltas' text, by attempt."""
+    by_attempt: dict[int, str] = {}
+    for _, delta in await read_deltas(loop.deps.store, run_id, "0", None):
+        by_attempt[delta.attempt] = by_attempt.get(delta.attempt, "") + delta.text
+    return by_attempt
 
 
 async def first_model_step(loop: InProcessLoop, query: QueryMessage) -> tuple[Any, Any]:

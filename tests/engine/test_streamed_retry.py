@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from ackloop.api.events import run_events
 from ackloop.api.models import DeltaEvent, Event, StepEvent
 from ackloop.clock import ManualClock
-from ackloop.deltas import DeltaRecord, read_deltas
 from ackloop.inprocess import InProcessLoop
 from ackloop.keys import run_id_for_request
 from ackloop.model.gemini import GeminiModel
@@ -20,7 +19,7 @@ from ackloop.records import RunStatus, StepRecord
 from ackloop.settings import Settings
 from ackloop.wire import QueryMessage
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer
-from tests.engine.fakes import CountingToolbox, make_loop
+from tests.engine.fakes import CountingToolbox, delta_texts, make_loop
 
 ANSWER = "The harbour keeps its boats; the tide keeps its hours; the gulls keep nothing."
 RUN_ID = run_id_for_request("req-1")
@@ -55,12 +54,7 @@ async def _exists(loop: InProcessLoop) -> bool:
 
 async def _texts(loop: InProcessLoop) -> dict[int, str]:
     """The stored deltas' text of the model step, by attempt."""
-    by_attempt: dict[int, str] = {}
-    deltas: list[tuple[str, DeltaRecord]] = await read_deltas(loop.deps.store, RUN_ID, "0",
-                                                              None)
-    for _, delta in deltas:
-        by_attempt[delta.attempt] = by_attempt.get(delta.attempt, "") + delta.text
-    return by_attempt
+    return await delta_texts(loop, RUN_ID)
 
 
 async def _eventually(check: Callable[[], Awaitable[bool]]) -> None:

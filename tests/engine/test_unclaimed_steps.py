@@ -87,7 +87,6 @@ def test_the_claim_rule_claims_where_a_duplicate_costs_more_than_a_write() -> No
     assert model_call_claims(AUTO, flash, prompt_bytes=4 * 1_900)
     assert not model_call_claims(AUTO, "scripted-seed-1", prompt_bytes=10**9)  # unpriced
     assert model_call_claims(ALWAYS, "scripted-seed-1", prompt_bytes=0)
-    assert model_call_claims(AUTO, flash, prompt_bytes=10, streamed=True)  # watched live
     assert tool_call_claims(AUTO, retry_safe=False, waits=False)
     assert tool_call_claims(AUTO, retry_safe=True, waits=True)
     assert not tool_call_claims(AUTO, retry_safe=True, waits=False)

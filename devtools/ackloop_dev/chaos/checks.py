@@ -115,7 +115,8 @@ class Verdict:
     tool_duplicates: int = 0
     duplicates_outside_kills: int = 0
     overlapping_calls: int = 0
-    """Extra executions of steps run unclaimed in a run whose pushes the front duplicated: the
+    """Extra executions of steps run unclaimed (a streamed model step that claimed at its first
+    text included: ``StepRecord.unclaimed``) in a run whose pushes the front duplicated: the
     accepted cost of running a step unclaimed under duplicate deliveries (docs/architecture.md
     "Unclaimed steps"); the step is still recorded once, and a delivery that reads it recorded
     calls nothing."""

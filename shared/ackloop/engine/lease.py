@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ackloop.clock import Clock
 from ackloop.engine.deps import Deps
@@ -39,6 +40,8 @@ from ackloop.telemetry.context import update_log_context
 from ackloop.tools.base import Toolbox, prepare_toolbox
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 FIRST_POLL_S = 0.2
 MAX_POLL_S = 2.0
@@ -217,7 +220,10 @@ class Heartbeat:
                 log.warning("heartbeat for %s failed: %s", self.ref.claim.key, exc)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._beat())
+        """Start renewing (once; not after :meth:`stop`: a claim made too late is left to
+        expire)."""
+        if self._task is None and not self._stop.is_set():
+            self._task = asyncio.create_task(self._beat())
 
     async def stop(self) -> None:
         self._stop.set()
@@ -245,6 +251,85 @@ class Heartbeat:
                 self._stop.set()
                 raise
         return self.ref.claim
+
+
+class ClaimAtFirstText:
+    """The claim of a streamed model step that started unclaimed (:mod:`ackloop.engine.claims`):
+    made when the call's first text arrives, before any of it is written.
+
+    :meth:`start` (from the call's synchronous text callback) begins the claim as a task, so
+    the stream is read on while it is written; the deltas' writer awaits :meth:`attempt`
+    before its first write, and :meth:`call` awaits the claim before it returns. The claim is
+    the one an eagerly claimed step makes (the step's document created with a lease, as the
+    delivery's attempt, then the heartbeat), but only a create: if another delivery claimed or
+    recorded the step meanwhile, this one has lost it (:class:`LeaseLost`), the call is
+    cancelled and nothing is written. A call that shows no text never claims: it commits
+    unclaimed.
+    """
+
+    def __init__(self, store: AgentStore, clock: Clock, ref: ClaimRef, beat: Heartbeat,
+                 lease_seconds: float) -> None:
+        self._store, self._clock, self._ref, self._beat = store, clock, ref, beat
+        self._lease = lease_seconds
+        self._task: asyncio.Task[Claim | None] | None = None
+        self._error: BaseException | None = None
+        self._call: asyncio.Future[Any] | None = None
+
+    def start(self) -> None:
+        """Begin the claim, once (the first text); nothing is awaited here."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._claim(), name=f"claim {self._ref.claim.key}")
+
+    async def _claim(self) -> Claim | None:
+        unclaimed = self._ref.claim
+        try:
+            claim = await self._store.claim_unclaimed(unclaimed, now=self._clock.now(),
+                                                      lease_seconds=self._lease)
+        except Exception as exc:
+            log.info("step %s of %s not claimed at its first text: %s", unclaimed.key,
+                     unclaimed.run_id, exc)
+            self._error = exc
+            if self._call is not None:
+                self._call.cancel()  # this delivery's call is not the step's any more
+            return None
+        self._ref.claim = claim
+        self._beat.start()
+        tracing.note(claim=claim.state, attempt=claim.step.attempts)
+        tracing.event("claim at first text", attempt=claim.step.attempts)
+        return claim
+
+    async def attempt(self) -> int | None:
+        """The claim's attempt once it is held; None if it was not had (:data:`DeltasReady`)."""
+        assert self._task is not None
+        claim = await asyncio.shield(self._task)
+        return None if claim is None else claim.step.attempts
+
+    async def call(self, call: Awaitable[T]) -> T:
+        """Await ``call`` (whose text callback starts the claim), cancelled if the claim is lost,
+        then the claim if it was started. Raises the claim's failure (:class:`LeaseLost` when
+        another delivery has the step) in place of whatever the call did, since the step is
+        not this delivery's to record."""
+        task: asyncio.Future[T] = asyncio.ensure_future(call)
+        self._call = task
+        try:
+            result = await task
+        except BaseException as exc:
+            current = asyncio.current_task()
+            if (isinstance(exc, asyncio.CancelledError) and current is not None
+                    and current.cancelling()):
+                raise  # the request itself is being cancelled
+            await self._settled()
+            if self._error is not None:
+                raise self._error from exc
+            raise
+        await self._settled()
+        if self._error is not None:
+            raise self._error
+        return result
+
+    async def _settled(self) -> None:
+        if self._task is not None:
+            await asyncio.shield(self._task)
 
 
 @contextlib.asynccontextmanager

@@ -1,6 +1,8 @@
 """The model step: one Gemini call per delivery of a model step message, at most once.
 
-1. Claim the step (its key is ``{turn}-model``); a completed step only re-sends its outbox.
+1. Claim the step (its key is ``{turn}-model``), or run it unclaimed where the claim rule says
+   (:mod:`ackloop.engine.claims`; a streamed call then claims at its first text); a completed
+   step only re-sends its outbox.
 2. Check the run: cancelled, out of budget, or ended by a final tool result -> end the run.
 3. Build the contents: the conversation's transcript, plus this turn's input (the user's text
    on turn 0, else the previous turn's tool results, in call order).
@@ -24,6 +26,7 @@ from ackloop.engine import claims, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import (
+    ClaimAtFirstText,
     ClaimRef,
     RequestScope,
     claim_in_run,
@@ -36,7 +39,13 @@ from ackloop.engine.structured import OutputContract, contract_for, judge
 from ackloop.errors import ModelRetryableError, PermanentError, RetryableError
 from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey
-from ackloop.model.base import ModelClient, ModelRequest, ModelTurn, StreamingModelClient
+from ackloop.model.base import (
+    ModelClient,
+    ModelRequest,
+    ModelTurn,
+    StreamingModelClient,
+    TextSink,
+)
 from ackloop.outgoing import parse_reads
 from ackloop.records import (
     Outgoing,
@@ -163,8 +172,8 @@ async def _claim_and_read(
         if transcript is None or transcript.conversation_id != found.record.conversation_id:
             transcript = await deps.store.load_transcript(found.record.conversation_id)
         prompt_bytes = sum(c.size for c in transcript.chunks) + len(found.record.text)
-        unclaimed = not claims.model_call_claims(deps.settings, found.record.model, prompt_bytes,
-                                                 streamed=_streams(deps))
+        # A streamed call that starts unclaimed claims at its first text (ClaimAtFirstText).
+        unclaimed = not claims.model_call_claims(deps.settings, found.record.model, prompt_bytes)
     claimed = await claim_in_run(deps, run_id, found, key, "model", message_id=scope.message_id,
                                  wait_until=wait_until, unclaimed=unclaimed,
                                  attempt=scope.delivery_attempt)
@@ -268,6 +277,8 @@ async def _call_model(
     under the step's next attempt, taken in the store first (:meth:`Heartbeat.next_attempt`):
     the new number tells clients to drop the failed call's text, and it counts toward
     ``max_step_attempts`` (the last attempt is left to the redelivery, which fails the run).
+    A streamed call of a step that runs unclaimed claims it at its first text
+    (:class:`ClaimAtFirstText`); one that shows none stays unclaimed.
 
     Returns the turn, the seconds spent, and the retryable errors waited out."""
     started = time.monotonic()
@@ -275,11 +286,14 @@ async def _call_model(
     retried: list[str] = []
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         while True:
-            deltas = _delta_writer(deps, ref)
+            lazy = (ClaimAtFirstText(deps.store, deps.clock, ref, beat,
+                                     deps.settings.lease_seconds)
+                    if _streams(deps) and ref.claim.version is None else None)
+            deltas = _delta_writer(deps, ref, lazy)
             try:
                 with tracing.span("gemini.generate_content",
                                   {"gen_ai.request.model": request.model}) as call:
-                    turn = await _generate(deps.model, request, deltas)
+                    turn = await _generate(deps.model, request, deltas, lazy)
                     tracing.model_answered(call, turn.usage.prompt_tokens,
                                            turn.usage.output_tokens, turn.model_version)
                 break
@@ -310,30 +324,49 @@ def _streams(deps: Deps) -> bool:
     return deps.settings.model_stream and isinstance(deps.model, StreamingModelClient)
 
 
-def _delta_writer(deps: Deps, ref: ClaimRef) -> DeltaWriter | None:
+def _delta_writer(deps: Deps, ref: ClaimRef, lazy: ClaimAtFirstText | None
+                  ) -> DeltaWriter | None:
     """Where a model call's text goes while it runs, when the deployment streams and the model
-    can; None for a unary call."""
+    can; None for a unary call. A step not claimed yet writes its first delta once ``lazy``
+    has claimed it, under that claim's attempt."""
     if not _streams(deps):
         return None
     claim = ref.claim
     return deps.store.delta_writer(claim.run_id, claim.key, claim.step.attempts,
                                    flush_seconds=deps.settings.stream_flush_seconds,
-                                   now=deps.clock.now())
+                                   now=deps.clock.now(),
+                                   ready=lazy.attempt if lazy is not None else None)
 
 
-async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWriter | None
-                    ) -> ModelTurn:
+async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWriter | None,
+                    lazy: ClaimAtFirstText | None = None) -> ModelTurn:
     """One model call: streamed into ``deltas`` when given (its last text written before the
-    step commits, so a client sees every delta before the step's event), else unary."""
+    step commits, so a client sees every delta before the step's event), else unary. With
+    ``lazy``, the step is claimed at the call's first text (:class:`ClaimAtFirstText`)."""
     if deltas is None or not isinstance(model, StreamingModelClient):
         return await model.generate(request)
     try:
-        turn = await model.generate_streaming(request, deltas.add)
+        if lazy is None:
+            turn = await model.generate_streaming(request, deltas.add)
+        else:
+            turn = await lazy.call(model.generate_streaming(request, _claiming(lazy, deltas)))
     except BaseException:
         await deltas.abandon()
         raise
     await deltas.close()
     return turn
+
+
+def _claiming(lazy: ClaimAtFirstText, deltas: DeltaWriter) -> TextSink:
+    """The call's text callback: the first text starts the claim, every piece goes to
+    ``deltas`` (which writes nothing before the claim is held)."""
+
+    def add(text: str) -> None:
+        if text:
+            lazy.start()
+        deltas.add(text)
+
+    return add
 
 
 @dataclass(frozen=True)

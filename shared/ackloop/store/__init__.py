@@ -68,7 +68,7 @@ __all__ = ["AgentStore", "Basis", "Claim", "Committed", "Decision", "DecisionRef
            "Transcript", "delivery_counters"]
 
 if TYPE_CHECKING:
-    from ackloop.deltas import DeltaWriter
+    from ackloop.deltas import DeltasReady, DeltaWriter
     from ackloop.settings import Settings
 
 # A chunk grows by one entry a turn, each append sending only its turn; past this size the next
@@ -310,12 +310,14 @@ class AgentStore:
         return counters if isinstance(counters, DocumentCounters) else None
 
     def delta_writer(self, run_id: str, step: str, attempt: int, *, flush_seconds: float,
-                     now: float) -> DeltaWriter:
-        """Where the text of a streamed model call of ``step`` goes while the call runs."""
+                     now: float, ready: DeltasReady | None = None) -> DeltaWriter:
+        """Where the text of a streamed model call of ``step`` goes while the call runs
+        (``ready``: awaited before the first write, see :class:`~ackloop.deltas.DeltaWriter`)."""
         from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
 
         return DeltaWriter(self.db, deltas_collection(self, run_id), step, attempt,
-                           flush_seconds=flush_seconds, expire_at=delta_expiry(self, now))
+                           flush_seconds=flush_seconds, expire_at=delta_expiry(self, now),
+                           ready=ready)
 
     # -- retention ---------------------------------------------------------------------------
 
@@ -790,6 +792,25 @@ class AgentStore:
         step = _fresh_step(key, name, owner=owner, now=now, message_id=message_id,
                            lease_expires_at=0.0).model_copy(update={"attempts": attempt})
         return Claim(run_id, step, None, "unclaimed")
+
+    async def claim_unclaimed(self, claim: Claim, *, now: float, lease_seconds: float) -> Claim:
+        """Claim a step that has run unclaimed so far (a streamed model call, at its first
+        text): create its document as ``claim`` describes it (its attempt, its message id;
+        ``unclaimed``, since its call started without a claim), holding a lease of
+        ``lease_seconds``. Only a create: a document already there means another delivery
+        claimed or recorded the step meanwhile, and this one has lost it (:class:`LeaseLost`,
+        nothing written)."""
+        if claim.version is not None:
+            raise ValueError(f"step {claim.key} is already claimed")
+        step = claim.step.model_copy(update={"lease_expires_at": now + lease_seconds,
+                                             "unclaimed": True})
+        try:
+            version = await self.db.create(self.step_path(claim.run_id, claim.key),
+                                           step.to_doc() | self._live_expiry(now))
+        except AlreadyExists as exc:
+            raise LeaseLost(f"step {claim.key} of {claim.run_id} was claimed or recorded by "
+                            "another delivery") from exc
+        return Claim(claim.run_id, step, version, "new")
 
     async def _resume(self, run_id: str, step: StepRecord, version: Version, *, owner: str,
                       now: float, lease_seconds: float, message_id: str) -> Claim:
