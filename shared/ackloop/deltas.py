@@ -10,9 +10,11 @@ next, and nothing about them can fail the step. The committed step stays the rec
 turn; deltas only show it being written, and expire with a short ``expire_at``.
 
 A call that has not claimed its step yet (it claims at its first text:
-:mod:`ackloop.engine.claims`) gives its writer a ``ready`` to await before the first write: the
-claim's attempt, under which the deltas go out, or None when the step was claimed by another
-delivery, and then nothing is written.
+:mod:`ackloop.engine.claims`) gives its writer a ``claim`` and a ``ready``: the first piece's
+write is handed to ``claim``, which commits it with the step's claim (one round trip: the
+claim and the first words, or neither), and the later writes await ``ready``, the claim's
+attempt, or None when the step was claimed by another delivery, and then nothing more is
+written.
 
 Ids sort in the order a reader needs: by step, then attempt (a step retried or taken over
 streams again under its new attempt), then sequence. Firestore rather than Pub/Sub carries them
@@ -66,26 +68,38 @@ def after_step(step: str) -> str:
 
 
 DeltasReady = Callable[[], Awaitable[int | None]]
-"""Awaited before a writer's first write: the attempt its deltas go out under, or None to write
-nothing (the step it would show is another delivery's)."""
+"""Awaited before a writer's own first write: the attempt its deltas go out under, or None to
+write nothing (the step it would show is another delivery's)."""
+ClaimWith = Callable[[DeltaRecord], None]
+"""Takes a call's first piece of text, to commit it with the step's claim."""
+
+
+def delta_write(collection: str, record: DeltaRecord, expire_at: datetime | None) -> Write:
+    """The write of ``record`` in ``collection`` (a run's deltas)."""
+    data = record.model_dump() | {"written_at": time.time()}
+    if expire_at is not None:
+        data[EXPIRE_AT] = expire_at
+    return Write("set", f"{collection}/{delta_id(record.step, record.attempt, record.seq)}", data)
 
 
 class DeltaWriter:
     """The deltas of one model call: :meth:`add` each piece, then :meth:`close`.
 
-    ``expire_at``: when the documents may be deleted (None writes none). ``ready``: awaited
-    once, before the first write (:data:`DeltasReady`); the pieces added meanwhile go with
-    that write.
+    ``expire_at``: when the documents may be deleted (None writes none). ``claim``: given the
+    first piece's write instead of the writer writing it (:data:`ClaimWith`). ``ready``:
+    awaited once, before the writer's own first write (:data:`DeltasReady`); the pieces added
+    meanwhile go with that write.
     """
 
     def __init__(self, db: DocumentDB, collection: str, step: str, attempt: int, *,
                  flush_seconds: float, expire_at: datetime | None,
                  clock: Callable[[], float] = time.monotonic,
-                 ready: DeltasReady | None = None) -> None:
+                 ready: DeltasReady | None = None, claim: ClaimWith | None = None) -> None:
         self._db, self._collection = db, collection
         self.step, self.attempt = step, attempt
         self._flush_seconds, self._expire_at, self._clock = flush_seconds, expire_at, clock
         self._ready = ready
+        self._claim = claim
         self._pending: list[str] = []
         self._seq = 0
         self._wake = asyncio.Event()
@@ -100,8 +114,12 @@ class DeltaWriter:
         """Queue ``text``; the writer task sends it with the next write."""
         if not text or self._closing:
             return
-        self._pending.append(text)
         self.shown = True
+        if self._claim is not None:  # the first piece goes with the step's claim
+            claim, self._claim = self._claim, None
+            claim(self._next_record(text))
+            return
+        self._pending.append(text)
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"deltas {self.step}")
         self._wake.set()
@@ -151,18 +169,21 @@ class DeltaWriter:
             elif self._closing:
                 return
 
+    def _next_record(self, text: str) -> DeltaRecord:
+        """``text`` as the next delta, counted as written (its committer answers for it)."""
+        record = DeltaRecord(step=self.step, attempt=self.attempt, seq=self._seq, text=text)
+        self._seq += 1
+        self.writes += 1
+        return record
+
     async def _write(self) -> None:
         text, self._pending = "".join(self._pending), []
-        record = DeltaRecord(step=self.step, attempt=self.attempt, seq=self._seq, text=text)
-        data = record.model_dump() | {"written_at": time.time()}
-        if self._expire_at is not None:
-            data[EXPIRE_AT] = self._expire_at
-        path = f"{self._collection}/{delta_id(self.step, self.attempt, self._seq)}"
+        write = delta_write(self._collection, DeltaRecord(
+            step=self.step, attempt=self.attempt, seq=self._seq, text=text), self._expire_at)
         try:
-            await asyncio.wait_for(self._db.commit([Write("set", path, data)]),
-                                   WRITE_TIMEOUT_SECONDS)
+            await asyncio.wait_for(self._db.commit([write]), WRITE_TIMEOUT_SECONDS)
         except Exception as exc:  # best effort: the text goes with the next write
-            log.warning("delta %s not written: %s: %s", path, type(exc).__name__, exc)
+            log.warning("delta %s not written: %s: %s", write.path, type(exc).__name__, exc)
             self._pending.insert(0, text)
             self._wake.set()  # try again after the interval
             return

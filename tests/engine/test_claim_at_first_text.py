@@ -88,6 +88,8 @@ class RecordingDB(MemoryDocumentDB):
         self.log = log
         self.first_delta = asyncio.Event()
         self.step_at_first_delta: JsonDict | None = None
+        self.commits: list[list[str]] = []
+        """Each commit's writes, as the log names them."""
 
     async def create(self, path: str, data: JsonDict) -> Version:
         version = await super().create(path, data)
@@ -96,6 +98,7 @@ class RecordingDB(MemoryDocumentDB):
 
     async def commit(self, writes: Sequence[Write]) -> list[Version]:
         versions = await super().commit(writes)
+        self.commits.append([f"{w.op} {w.path}" for w in writes])
         for w in writes:
             self.log.append(f"{w.op} {w.path}")
             if "/deltas/" in w.path and not self.first_delta.is_set():
@@ -177,6 +180,22 @@ async def test_a_streamed_turn_of_function_calls_only_commits_unclaimed() -> Non
                                              f"update runs/{run_id}/steps/0002-model"]
     answered = await _step(loop, run_id, "0002-model")
     assert answered.unclaimed and answered.attempts == 1  # its call started unclaimed
+    assert await delta_texts(loop, run_id) == {1: ANSWER}
+
+
+async def test_the_claim_and_the_first_words_are_one_commit() -> None:
+    """The answer's step: one read, one commit of its claim with its first delta, the rest of
+    its text, and its own commit; the function-call turns before it, one read and one
+    commit each."""
+    streamed, loop, _ = await _counted(STREAMED)
+    run_id = run_id_for_request("counted")
+    db = loop.deps.store.db.inner  # type: ignore[attr-defined]
+    step_path = f"runs/{run_id}/steps/0002-model"
+    (claim,) = [c for c in db.commits if f"create {step_path}" in c]
+    assert claim == [f"create {step_path}", f"set runs/{run_id}/deltas/0002-model-001-00000"]
+    deltas = [c for c in db.commits if any("/deltas/" in w for w in c)]
+    assert len(deltas) == 2  # the first words with the claim, the rest at the call's end
+    assert streamed["0002-model"][0] == 4  # read, claim + first words, the rest, commit
     assert await delta_texts(loop, run_id) == {1: ANSWER}
 
 

@@ -26,8 +26,9 @@ share of deliveries assumed to overlap a duplicate. So a claim pays when
   text is written to the run while it runs and followed live under its step's attempt, so
   text needs a claim (an in-request retry after text was shown takes the step's next
   attempt, which only a claimed step has), but a turn that shows none (function calls only,
-  or thoughts only) does not. The claim is started as a task when the first text arrives and
-  awaited before the first delta is written and before the commit; it is only a create (the
+  or thoughts only) does not. The claim is started as a task when the first text arrives,
+  committed with that first delta (one round trip), and awaited before the other deltas are
+  written and before the commit; it is only a create (the
   claim an eager step makes, with its lease and heartbeat), so a delivery that finds the step
   claimed or recorded by another delivery drops its call, writes no delta and gives up as a
   holder that lost its lease does. A turn with text costs what an eager claim costs (one

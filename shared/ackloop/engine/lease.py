@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ackloop.clock import Clock
+from ackloop.deltas import DeltaRecord
 from ackloop.engine.deps import Deps
 from ackloop.errors import (
     LeaseLost,
@@ -257,9 +258,10 @@ class ClaimAtFirstText:
     """The claim of a streamed model step that started unclaimed (:mod:`ackloop.engine.claims`):
     made when the call's first text arrives, before any of it is written.
 
-    :meth:`start` (from the call's synchronous text callback) begins the claim as a task, so
-    the stream is read on while it is written; the deltas' writer awaits :meth:`attempt`
-    before its first write, and :meth:`call` awaits the claim before it returns. The claim is
+    :meth:`start` (from the deltas' writer, with the call's first words) begins the claim as a
+    task, so the stream is read on while it is written; the claim and those first words are
+    one commit (one round trip: both or neither). The writer awaits :meth:`attempt` before
+    its own first write, and :meth:`call` awaits the claim before it returns. The claim is
     the one an eagerly claimed step makes (the step's document created with a lease, as the
     delivery's attempt, then the heartbeat), but only a create: if another delivery claimed or
     recorded the step meanwhile, this one has lost it (:class:`LeaseLost`), the call is
@@ -275,16 +277,19 @@ class ClaimAtFirstText:
         self._error: BaseException | None = None
         self._call: asyncio.Future[Any] | None = None
 
-    def start(self) -> None:
-        """Begin the claim, once (the first text); nothing is awaited here."""
+    def start(self, first: DeltaRecord | None = None) -> None:
+        """Begin the claim, once (the first text), committing ``first`` (the write of the
+        call's first words) with it; nothing is awaited here."""
         if self._task is None:
-            self._task = asyncio.create_task(self._claim(), name=f"claim {self._ref.claim.key}")
+            self._task = asyncio.create_task(self._claim(first),
+                                             name=f"claim {self._ref.claim.key}")
 
-    async def _claim(self) -> Claim | None:
+    async def _claim(self, first: DeltaRecord | None) -> Claim | None:
         unclaimed = self._ref.claim
         try:
-            claim = await self._store.claim_unclaimed(unclaimed, now=self._clock.now(),
-                                                      lease_seconds=self._lease)
+            claim = await self._store.claim_unclaimed(
+                unclaimed, now=self._clock.now(), lease_seconds=self._lease,
+                first_delta=first)
         except Exception as exc:
             log.info("step %s of %s not claimed at its first text: %s", unclaimed.key,
                      unclaimed.run_id, exc)

@@ -44,7 +44,6 @@ from ackloop.model.base import (
     ModelRequest,
     ModelTurn,
     StreamingModelClient,
-    TextSink,
 )
 from ackloop.outgoing import parse_reads
 from ackloop.records import (
@@ -327,15 +326,16 @@ def _streams(deps: Deps) -> bool:
 def _delta_writer(deps: Deps, ref: ClaimRef, lazy: ClaimAtFirstText | None
                   ) -> DeltaWriter | None:
     """Where a model call's text goes while it runs, when the deployment streams and the model
-    can; None for a unary call. A step not claimed yet writes its first delta once ``lazy``
-    has claimed it, under that claim's attempt."""
+    can; None for a unary call. A step not claimed yet hands its first delta to ``lazy``, which
+    commits it with the step's claim, and writes the others under that claim's attempt."""
     if not _streams(deps):
         return None
     claim = ref.claim
     return deps.store.delta_writer(claim.run_id, claim.key, claim.step.attempts,
                                    flush_seconds=deps.settings.stream_flush_seconds,
                                    now=deps.clock.now(),
-                                   ready=lazy.attempt if lazy is not None else None)
+                                   ready=lazy.attempt if lazy is not None else None,
+                                   claim=lazy.start if lazy is not None else None)
 
 
 async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWriter | None,
@@ -349,24 +349,12 @@ async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWrit
         if lazy is None:
             turn = await model.generate_streaming(request, deltas.add)
         else:
-            turn = await lazy.call(model.generate_streaming(request, _claiming(lazy, deltas)))
+            turn = await lazy.call(model.generate_streaming(request, deltas.add))
     except BaseException:
         await deltas.abandon()
         raise
     await deltas.close()
     return turn
-
-
-def _claiming(lazy: ClaimAtFirstText, deltas: DeltaWriter) -> TextSink:
-    """The call's text callback: the first text starts the claim, every piece goes to
-    ``deltas`` (which writes nothing before the claim is held)."""
-
-    def add(text: str) -> None:
-        if text:
-            lazy.start()
-        deltas.add(text)
-
-    return add
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ __all__ = ["AgentStore", "Basis", "Claim", "Committed", "Decision", "DecisionRef
            "Transcript", "delivery_counters"]
 
 if TYPE_CHECKING:
-    from ackloop.deltas import DeltasReady, DeltaWriter
+    from ackloop.deltas import ClaimWith, DeltaRecord, DeltasReady, DeltaWriter
     from ackloop.settings import Settings
 
 # A chunk grows by one entry a turn, each append sending only its turn; past this size the next
@@ -310,14 +310,16 @@ class AgentStore:
         return counters if isinstance(counters, DocumentCounters) else None
 
     def delta_writer(self, run_id: str, step: str, attempt: int, *, flush_seconds: float,
-                     now: float, ready: DeltasReady | None = None) -> DeltaWriter:
+                     now: float, ready: DeltasReady | None = None,
+                     claim: ClaimWith | None = None) -> DeltaWriter:
         """Where the text of a streamed model call of ``step`` goes while the call runs
-        (``ready``: awaited before the first write, see :class:`~ackloop.deltas.DeltaWriter`)."""
+        (``ready``, ``claim``: for a step not claimed yet, see
+        :class:`~ackloop.deltas.DeltaWriter`)."""
         from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
 
         return DeltaWriter(self.db, deltas_collection(self, run_id), step, attempt,
                            flush_seconds=flush_seconds, expire_at=delta_expiry(self, now),
-                           ready=ready)
+                           ready=ready, claim=claim)
 
     # -- retention ---------------------------------------------------------------------------
 
@@ -793,20 +795,27 @@ class AgentStore:
                            lease_expires_at=0.0).model_copy(update={"attempts": attempt})
         return Claim(run_id, step, None, "unclaimed")
 
-    async def claim_unclaimed(self, claim: Claim, *, now: float, lease_seconds: float) -> Claim:
+    async def claim_unclaimed(self, claim: Claim, *, now: float, lease_seconds: float,
+                              first_delta: DeltaRecord | None = None) -> Claim:
         """Claim a step that has run unclaimed so far (a streamed model call, at its first
         text): create its document as ``claim`` describes it (its attempt, its message id;
         ``unclaimed``, since its call started without a claim), holding a lease of
-        ``lease_seconds``. Only a create: a document already there means another delivery
-        claimed or recorded the step meanwhile, and this one has lost it (:class:`LeaseLost`,
-        nothing written)."""
+        ``lease_seconds``, in one commit with ``first_delta`` (the call's first words). Only a
+        create: a document already there means another delivery claimed or recorded the step
+        meanwhile, and this one has lost it (:class:`LeaseLost`, nothing written)."""
         if claim.version is not None:
             raise ValueError(f"step {claim.key} is already claimed")
         step = claim.step.model_copy(update={"lease_expires_at": now + lease_seconds,
                                              "unclaimed": True})
+        writes = [Write("create", self.step_path(claim.run_id, claim.key),
+                        step.to_doc() | self._live_expiry(now))]
+        if first_delta is not None:
+            from ackloop.deltas import delta_expiry, delta_write, deltas_collection
+
+            writes.append(delta_write(deltas_collection(self, claim.run_id), first_delta,
+                                      delta_expiry(self, now)))
         try:
-            version = await self.db.create(self.step_path(claim.run_id, claim.key),
-                                           step.to_doc() | self._live_expiry(now))
+            version, *_ = await self.db.commit(writes)
         except AlreadyExists as exc:
             raise LeaseLost(f"step {claim.key} of {claim.run_id} was claimed or recorded by "
                             "another delivery") from exc
