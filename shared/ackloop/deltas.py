@@ -3,8 +3,9 @@
 A streamed model call hands its answer's text out piece by piece; :class:`DeltaWriter` gathers
 the pieces and writes them as ``runs/{run_id}/deltas/{step}-{attempt}-{seq}`` documents, at most
 one write per ``flush_seconds`` (the first piece at once, so the first words show without
-waiting, and the rest at once when the call ends, so the step does not wait for the interval),
-which bounds the writes a run makes per second whatever the model's speed. The writes
+waiting), which bounds the writes a run makes per second whatever the model's speed. What is
+left when the call ends is the step's to write, in its commit (:meth:`DeltaWriter.finish`): no
+round trip of its own, and every delta of a step is written by the time the step is. The writes
 are best effort: they run beside the call, a failed one is logged and its text goes with the
 next, and nothing about them can fail the step. The committed step stays the record of the
 turn; deltas only show it being written, and expire with a short ``expire_at``.
@@ -100,11 +101,13 @@ class DeltaWriter:
         self._flush_seconds, self._expire_at, self._clock = flush_seconds, expire_at, clock
         self._ready = ready
         self._claim = claim
+        self._claimed_at: float | None = None  # when the first piece went to the claim
         self._pending: list[str] = []
         self._seq = 0
         self._wake = asyncio.Event()
         self._closed = asyncio.Event()  # the call ended: write the rest without waiting
         self._closing = False
+        self._handing_over = False  # finish(): what is left goes with the step's commit
         self._task: asyncio.Task[None] | None = None
         self.writes = 0
         self.shown = False
@@ -117,6 +120,7 @@ class DeltaWriter:
         self.shown = True
         if self._claim is not None:  # the first piece goes with the step's claim
             claim, self._claim = self._claim, None
+            self._claimed_at = self._clock()
             claim(self._next_record(text))
             return
         self._pending.append(text)
@@ -126,6 +130,11 @@ class DeltaWriter:
 
     async def close(self) -> None:
         """Write what is left, waiting at most :data:`CLOSE_TIMEOUT_SECONDS`."""
+        await self._end()
+
+    async def _end(self) -> None:
+        """Tell the writer task the call ended and wait for it (at most
+        :data:`CLOSE_TIMEOUT_SECONDS`)."""
         self._closing = True
         self._closed.set()
         self._wake.set()
@@ -137,6 +146,18 @@ class DeltaWriter:
             log.warning("deltas of %s: the last write did not finish in %.0f s", self.step,
                         CLOSE_TIMEOUT_SECONDS)
             self._task.cancel()
+
+    async def finish(self) -> DeltaRecord | None:
+        """End the call's text: wait (at most :data:`CLOSE_TIMEOUT_SECONDS`) for a write in
+        flight, then return what is left as the last delta, for the step's commit to write
+        (:meth:`AgentStore.commit_step`); None when nothing is left, or nothing may be
+        written (the step is another delivery's)."""
+        self._handing_over = True
+        await self._end()
+        if not self._pending:
+            return None
+        text, self._pending = "".join(self._pending), []
+        return self._next_record(text)
 
     async def abandon(self) -> None:
         """Stop writing (the call failed): what was written stays, superseded by the next
@@ -155,10 +176,14 @@ class DeltaWriter:
                 self._pending.clear()
                 return
             self.attempt = attempt
+        if self._claimed_at is not None:  # the claim wrote the first piece: one interval on
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), max(
+                    0.0, self._claimed_at + self._flush_seconds - self._clock()))
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self._pending:
+            if self._pending and not self._handing_over:
                 began = self._clock()
                 await self._write()
                 if self._closing and not self._pending:

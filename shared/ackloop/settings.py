@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     stream_flush_seconds: float = Field(
         default=0.25, ge=0.05, le=10,
         description="Least time between two delta writes of one model call (the first piece "
-        "is written at once, and the rest when the call ends): at most 1/stream_flush_seconds "
+        "is written at once, and the rest with the step): at most 1/stream_flush_seconds "
         "Firestore writes per second per run, plus one per model call.",
     )
 

@@ -184,9 +184,9 @@ async def test_a_streamed_turn_of_function_calls_only_commits_unclaimed() -> Non
 
 
 async def test_the_claim_and_the_first_words_are_one_commit() -> None:
-    """The answer's step: one read, one commit of its claim with its first delta, the rest of
-    its text, and its own commit; the function-call turns before it, one read and one
-    commit each."""
+    """The answer's step: one read, one commit of its claim with its first delta, and its own
+    commit with the rest of its text (a call that ends within the flush interval of its
+    first words); the function-call turns before it, one read and one commit each."""
     streamed, loop, _ = await _counted(STREAMED)
     run_id = run_id_for_request("counted")
     db = loop.deps.store.db.inner  # type: ignore[attr-defined]
@@ -194,8 +194,11 @@ async def test_the_claim_and_the_first_words_are_one_commit() -> None:
     (claim,) = [c for c in db.commits if f"create {step_path}" in c]
     assert claim == [f"create {step_path}", f"set runs/{run_id}/deltas/0002-model-001-00000"]
     deltas = [c for c in db.commits if any("/deltas/" in w for w in c)]
-    assert len(deltas) == 2  # the first words with the claim, the rest at the call's end
-    assert streamed["0002-model"][0] == 4  # read, claim + first words, the rest, commit
+    assert deltas[0] == claim
+    # The rest of the text went with the step's own commit.
+    assert len(deltas) == 2 and f"update {step_path}" in deltas[1]
+    assert f"set runs/{run_id}/deltas/0002-model-001-00001" in deltas[1]
+    assert streamed["0002-model"][0] == 3  # read, claim + first words, commit + the rest
     assert await delta_texts(loop, run_id) == {1: ANSWER}
 
 

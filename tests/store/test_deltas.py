@@ -135,3 +135,41 @@ async def test_the_end_of_the_call_writes_the_rest_without_waiting_out_the_inter
 
     read = await read_deltas(store, "run-d", "0", 10)
     assert [d.text for _, d in read] == ["first, ", "then the rest."]
+
+
+class GatedCommits(MemoryDocumentDB):
+    """Holds each commit until ``gate`` is set; ``entered`` is set when one is waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate, self.entered = asyncio.Event(), asyncio.Event()
+
+    async def commit(self, writes: Sequence[Write]) -> list[Version]:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().commit(writes)
+
+
+async def test_finish_leaves_the_rest_to_the_steps_commit_after_the_write_in_flight() -> None:
+    """finish(): the write in flight completes first, and what is left comes back as the
+    next delta, unwritten, for the step's commit to write."""
+    db = GatedCommits()
+    store = AgentStore(db)
+    writer = _writer(store, flush_seconds=5.0)
+    writer.add("first, ")  # written at once: held in flight
+    await asyncio.wait_for(db.entered.wait(), 5.0)
+    writer.add("then ")
+    writer.add("the rest.")
+    finishing = asyncio.create_task(writer.finish())
+    await asyncio.sleep(0)
+    assert not finishing.done()  # it waits for the write in flight
+    db.gate.set()
+    last = await asyncio.wait_for(finishing, 5.0)
+
+    assert last is not None and (last.step, last.attempt, last.seq) == (STEP, 1, 1)
+    assert last.text == "then the rest."
+    read = await read_deltas(store, "run-d", "0", 10)
+    assert [d.text for _, d in read] == ["first, "]  # the rest is not written here
+    assert writer.writes == 2
+    writer.add("after the end")  # ignored
+    assert await writer.finish() is None

@@ -17,7 +17,7 @@ A step that waits for a person's decision is sent as a ``waiting`` event once pe
 is not a cursor); its step event follows when it completes.
 
 While the run goes on, each poll also reads the deltas (:mod:`ackloop.deltas`) past the last
-one sent, of the steps past the cursor only. A step's deltas are all written before it commits,
+one sent, of the steps past the cursor only. A step's deltas are all written by its commit,
 so once its completion is read, one more read finds the rest of them: a stream that sent some
 of a step's deltas sends all of them before the step's event. Once its event is sent, a step's
 deltas are never read again (a stream that starts after it completed sends its event only).

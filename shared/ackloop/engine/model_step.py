@@ -21,7 +21,7 @@ from typing import Any
 
 from ackloop import conversation
 from ackloop.agents import Agent
-from ackloop.deltas import DeltaWriter
+from ackloop.deltas import DeltaRecord, DeltaWriter
 from ackloop.engine import claims, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
@@ -252,8 +252,11 @@ async def _run_claimed(
                 tools=[*tools, contract.declaration()] if contract else tools,
                 timeout_seconds=deps.settings.model_timeout_seconds,
             )
-            model_turn, call_seconds, retried = await _call_model(deps, ref, request, scope)
+            model_turn, call_seconds, retried, last_text = await _call_model(deps, ref, request,
+                                                                             scope)
             decision = decide(turn_ctx, model_turn, contract, call_seconds)
+            if last_text is not None:
+                decision = replace(decision, deltas=(last_text,))
             if retried:  # the step record shows what was waited out inside this request
                 decision = replace(
                     decision, result=(decision.result or {}) | {"model_retries": len(retried)},
@@ -267,7 +270,7 @@ async def _run_claimed(
 
 async def _call_model(
     deps: Deps, ref: ClaimRef, request: ModelRequest, scope: RequestScope
-) -> tuple[ModelTurn, float, list[str]]:
+) -> tuple[ModelTurn, float, list[str], DeltaRecord | None]:
     """Call the model with the lease kept alive, waiting out retryable errors in the request
     while the wait is short (``retry_wait_seconds``) and the call still fits before the
     request's deadline; a longer wait releases the step to Pub/Sub's redelivery.
@@ -279,7 +282,8 @@ async def _call_model(
     A streamed call of a step that runs unclaimed claims it at its first text
     (:class:`ClaimAtFirstText`); one that shows none stays unclaimed.
 
-    Returns the turn, the seconds spent, and the retryable errors waited out."""
+    Returns the turn, the seconds spent, the retryable errors waited out, and the call's last
+    text not written yet (:meth:`DeltaWriter.finish`), which the step's commit writes."""
     started = time.monotonic()
     backoff = 1.0
     retried: list[str] = []
@@ -292,7 +296,7 @@ async def _call_model(
             try:
                 with tracing.span("gemini.generate_content",
                                   {"gen_ai.request.model": request.model}) as call:
-                    turn = await _generate(deps.model, request, deltas, lazy)
+                    turn, last_text = await _generate(deps.model, request, deltas, lazy)
                     tracing.model_answered(call, turn.usage.prompt_tokens,
                                            turn.usage.output_tokens, turn.model_version)
                 break
@@ -315,7 +319,7 @@ async def _call_model(
                 await deps.clock.sleep(wait)
                 backoff = min(backoff * 2, 8.0)
     beat.check()
-    return turn, time.monotonic() - started, retried
+    return turn, time.monotonic() - started, retried, last_text
 
 
 def _streams(deps: Deps) -> bool:
@@ -339,12 +343,15 @@ def _delta_writer(deps: Deps, ref: ClaimRef, lazy: ClaimAtFirstText | None
 
 
 async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWriter | None,
-                    lazy: ClaimAtFirstText | None = None) -> ModelTurn:
-    """One model call: streamed into ``deltas`` when given (its last text written before the
-    step commits, so a client sees every delta before the step's event), else unary. With
-    ``lazy``, the step is claimed at the call's first text (:class:`ClaimAtFirstText`)."""
+                    lazy: ClaimAtFirstText | None = None
+                    ) -> tuple[ModelTurn, DeltaRecord | None]:
+    """One model call: streamed into ``deltas`` when given, else unary. Returns the turn and,
+    streamed, its last text not written yet: the step's commit writes it, so every delta of
+    a step is written by the time the step is, and a client sees them before the step's
+    event. With ``lazy``, the step is claimed at the call's first text
+    (:class:`ClaimAtFirstText`)."""
     if deltas is None or not isinstance(model, StreamingModelClient):
-        return await model.generate(request)
+        return await model.generate(request), None
     try:
         if lazy is None:
             turn = await model.generate_streaming(request, deltas.add)
@@ -353,8 +360,7 @@ async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWrit
     except BaseException:
         await deltas.abandon()
         raise
-    await deltas.close()
-    return turn
+    return turn, await deltas.finish()
 
 
 @dataclass(frozen=True)

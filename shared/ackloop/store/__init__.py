@@ -1094,6 +1094,11 @@ class AgentStore:
                                          f"{run.run_id}/{claim.key}", now)
             if decision.end is None and result is not None:
                 result = result | {"transcript": _pointer(basis.transcript, writes)}
+        if decision.deltas:  # a streamed call's last text, with its step
+            from ackloop.deltas import delta_expiry, delta_write, deltas_collection
+
+            writes += [delta_write(deltas_collection(self, run.run_id), d, delta_expiry(self, now))
+                       for d in decision.deltas]
         end = decision.end
         run_writes = 0
         model = claim.step.kind == "model"

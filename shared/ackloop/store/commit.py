@@ -32,6 +32,7 @@ from ackloop.records import Outgoing, RunRecord
 from ackloop.wire import Usage
 
 if TYPE_CHECKING:
+    from ackloop.deltas import DeltaRecord
     from ackloop.store import RunEnd, Transcript
 
 
@@ -74,6 +75,8 @@ class Decision:
     step_usage: Usage | None = None
     call_seconds: float | None = None
     error: str | None = None
+    deltas: tuple[DeltaRecord, ...] = ()
+    """A streamed call's last text, not written yet: written with the step (model steps)."""
 
 
 Pricer = Callable[[int, Sequence[Outgoing]], Cost]
