@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from ackloop_dev.devstack import emulators
 from tests.support.emulators import EmulatorSession
+from tests.support.grpc_standin import StandIn, standin_server
 
 _MISSING: str | None = None
 
@@ -79,3 +80,13 @@ def emulator_session() -> Iterator[EmulatorSession]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+async def standin(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[StandIn]:
+    """A gRPC stand-in for Firestore and Pub/Sub (tests/support/grpc_standin.py): the clients made
+    in the test reach it as their emulators."""
+    async with standin_server() as server:
+        monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", server.address)
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", server.address)
+        yield server

@@ -11,9 +11,9 @@ import datetime
 import json
 from typing import Any
 
+import grpc
 import pytest
 from google.api_core import exceptions as gexc
-from google.cloud.firestore_v1.base_client import BaseClient
 
 from ackloop.conversation import TURN_RESULTS_BYTES
 from ackloop.docdb.base import (
@@ -34,6 +34,7 @@ from ackloop.records import RunStatus
 from ackloop.store import AgentStore
 from ackloop.wire import QueryMessage
 from tests.engine.fakes import CountingToolbox, make_loop
+from tests.support.grpc_standin import StandIn
 
 # -- the 1 MiB document limit, on memory and on the emulator --------------------------------------
 
@@ -126,70 +127,18 @@ async def test_a_fan_out_whose_results_total_several_mib_completes_and_every_doc
 # -- Aborted is contention (H10) -----------------------------------------------------------------
 
 
-class _Reference:
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-    async def create(self, data: dict[str, Any]) -> None:
-        raise self.error
-
-
-class _Batch:
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-    def create(self, ref: Any, data: Any) -> None:
-        pass
-
-    def set(self, ref: Any, data: Any) -> None:
-        pass
-
-    def update(self, ref: Any, data: Any, option: Any = None) -> None:
-        pass
-
-    async def commit(self) -> None:
-        raise self.error
-
-
-class _Api:
-    """The generated client under the library's (the adapter commits through it)."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-    async def commit(self, **request: Any) -> None:
-        raise self.error
-
-
-class FailingClient:
-    """A Firestore client whose every create and commit fails with ``error``."""
-
-    _database_string = "projects/p/databases/(default)"
-    _rpc_metadata = ()
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-        self._firestore_api = _Api(error)
-
-    def document(self, path: str) -> _Reference:
-        return _Reference(self.error)
-
-    def batch(self) -> _Batch:
-        return _Batch(self.error)
-
-    def write_option(self, **condition: Any) -> Any:
-        return BaseClient.write_option(**condition)
-
-
-def failing_db(error: Exception) -> FirestoreDocumentDB:
-    return FirestoreDocumentDB(FailingClient(error))  # type: ignore[arg-type]
+def contended_db(standin: StandIn, status: grpc.StatusCode) -> FirestoreDocumentDB:
+    """A Firestore adapter whose every commit (the library's create, the adapter's commit) is
+    answered with ``status``, by a gRPC stand-in for Firestore."""
+    standin.answer("Commit", status)
+    return FirestoreDocumentDB.connect("p")
 
 
 @pytest.mark.parametrize("operation", ["create", "commit"])
 async def test_firestore_aborted_is_retryable_contention_not_already_exists(
-    operation: str,
+    standin: StandIn, operation: str,
 ) -> None:
-    db = failing_db(gexc.Aborted("409 Too much contention on these documents"))
+    db = contended_db(standin, grpc.StatusCode.ABORTED)
     assert isinstance(gexc.Aborted("x"), gexc.Conflict)  # why the order of the mapping matters
     with pytest.raises(StorageUnavailable) as raised:
         if operation == "create":
@@ -201,14 +150,19 @@ async def test_firestore_aborted_is_retryable_contention_not_already_exists(
     assert "Aborted" in str(raised.value)
 
 
-async def test_firestore_already_exists_still_reads_as_already_exists() -> None:
+async def test_firestore_already_exists_still_reads_as_already_exists(standin: StandIn) -> None:
+    db = contended_db(standin, grpc.StatusCode.ALREADY_EXISTS)
     with pytest.raises(AlreadyExists):
-        await failing_db(gexc.AlreadyExists("409 Document already exists")).create("c/d", {})
+        await db.create("c/d", {})
+    with pytest.raises(AlreadyExists):
+        await db.commit([Write("create", "c/d", {})])
 
 
-async def test_a_poison_record_refused_by_contention_is_retried_not_dropped() -> None:
+async def test_a_poison_record_refused_by_contention_is_retried_not_dropped(
+    standin: StandIn,
+) -> None:
     """``record_poison`` ignores AlreadyExists (the record is there already); under contention
     it must not take the write for done: the delivery is redelivered instead."""
-    store = AgentStore(failing_db(gexc.Aborted("409 Too much contention")))
+    store = AgentStore(contended_db(standin, grpc.StatusCode.ABORTED))
     with pytest.raises(StorageUnavailable):
         await store.record_poison("m-1", {"reason": "poison_message"})

@@ -1,4 +1,4 @@
-"""The Pub/Sub adapter: the generated asyncio client, publishing on the caller's event loop.
+"""The Pub/Sub adapter: ``Publish`` called on the caller's event loop.
 
 A publish is one ``Publish`` RPC awaited on the event loop: no batching thread, no future
 crossing threads (google-cloud-pubsub's ``PublisherClient`` starts a commit thread per batch
@@ -8,16 +8,20 @@ for in the same turn of the event loop (concurrent deliveries of a busy process)
 request too: the request leaves on the loop's next turn, so batching costs no timer and no
 wait.
 
-A gRPC asyncio channel belongs to the event loop it was first used on, so the client is built
-lazily, once per loop: a function process builds it on its first publish, in the loop it
+The RPC is sent straight on a gRPC channel (:mod:`ackloop.gcp_rpc`), as the generated
+``PublisherAsyncClient`` would send it (its ``x-goog-api-client`` and routing header, the
+raw ``PublishRequest``) but without its wrappers, proto-plus messages and logging interceptor.
+A gRPC asyncio channel belongs to the event loop it was first used on, so the channel is made
+lazily, once per loop: a function process makes it on its first publish, in the loop it
 serves on, and keeps it; a CLI command that runs each ``asyncio.run`` in a new loop gets a
-client per loop. Against the emulator (``PUBSUB_EMULATOR_HOST`` set) the channel is an
-insecure one to that host, as the high-level client makes it; otherwise the client uses the
-default credentials.
+channel per loop. Against the emulator (``PUBSUB_EMULATOR_HOST`` set) the channel is an
+insecure one to that host, as the high-level client makes it; otherwise it is the generated
+transport's channel to Pub/Sub (TLS, the Google default credentials through the OAuth metadata
+plugin), made as the generated client makes it.
 
-Transient errors (unavailable, deadline exceeded, aborted...) are retried for a few seconds,
-as the high-level client did; an error that outlasts them is a :class:`RetryableError`, so the
-delivery is answered for redelivery. The outbox was committed first, so nothing is lost.
+Transient errors (unavailable, deadline exceeded, aborted...) are retried for a few seconds
+(:data:`RETRY`); an error that outlasts them is a :class:`RetryableError`, so the delivery is
+answered for redelivery. The outbox was committed first, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -26,15 +30,20 @@ import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from google.api_core import exceptions as gexc
-from google.api_core import retry_async
-from google.pubsub_v1 import PublisherAsyncClient, PubsubMessage
-from google.pubsub_v1.services.publisher.transports import PublisherGrpcAsyncIOTransport
+from google.pubsub_v1.services.publisher.transports import base as transport_base
+from google.pubsub_v1.services.publisher.transports.grpc_asyncio import (
+    PublisherGrpcAsyncIOTransport,
+)
+from google.pubsub_v1.types import pubsub as pubsub_types
 
+from ackloop import gcp_rpc
 from ackloop.bus.base import Message
 from ackloop.errors import RetryableError
+from ackloop.gcp_rpc import RetryPolicy
 
 MAX_REQUEST_MESSAGES = 1000
 """Pub/Sub takes at most 1,000 messages in one publish request..."""
@@ -42,13 +51,28 @@ MAX_REQUEST_BYTES = 9_000_000
 """...and 10 MB: a request is cut below that, leaving room for attributes and framing."""
 ATTEMPT_TIMEOUT_S = 10.0
 """How long one publish RPC may take."""
-RETRY = retry_async.AsyncRetry(
-    predicate=retry_async.if_exception_type(
-        gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.Aborted, gexc.InternalServerError,
-        gexc.ResourceExhausted, gexc.Unknown, gexc.Cancelled),
-    initial=0.05, maximum=1.0, multiplier=2.0, timeout=20.0)
+RETRY = RetryPolicy.of(
+    gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.Aborted, gexc.InternalServerError,
+    gexc.ResourceExhausted, gexc.Unknown, gexc.Cancelled,
+    initial=0.05, maximum=1.0, multiplier=2.0, deadline=20.0, timeout=ATTEMPT_TIMEOUT_S)
 """The retries of a transient error: a brief broker hiccup does not fail the step, a long
-outage does within 20 s (well inside a push subscription's acknowledgement deadline)."""
+outage does within 20 s (well inside a push subscription's acknowledgement deadline). The
+generated client's default would retry the same errors for 60 s."""
+
+PublishRequestPb = pubsub_types.PublishRequest.pb()
+PublishResponsePb = pubsub_types.PublishResponse.pb()
+EMULATOR_CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+)
+"""No message size limit: a request is kept under Pub/Sub's own by :func:`_chunks`."""
+CHANNEL_OPTIONS = (
+    *EMULATOR_CHANNEL_OPTIONS,
+    ("grpc.max_metadata_size", 4 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 30000),
+)
+"""The options the generated transport gives its channel to Pub/Sub."""
+_PUBLISH = "/google.pubsub.v1.Publisher/Publish"
 
 
 @dataclass
@@ -62,11 +86,13 @@ class _Batch:
 class PubSubPublisher:
     """Publishes to the topics of ``project_id`` (short topic names) from async code."""
 
-    def __init__(self, project_id: str) -> None:
+    def __init__(self, project_id: str, retry: RetryPolicy = RETRY) -> None:
         self._project_id = project_id
-        self._client: PublisherAsyncClient | None = None
+        self._retry = retry
+        self._channel: _Channel | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._paths: dict[str, str] = {}
+        self._paths: dict[str, tuple[str, Any]] = {}
+        """Per topic, its path and the metadata of a request to it."""
         self._open: dict[str, _Batch] = {}
         """Per topic, the batch still taking messages (it leaves on the loop's next turn)."""
         self._sending: set[asyncio.Task[None]] = set()
@@ -77,10 +103,17 @@ class PubSubPublisher:
         limits)."""
 
     def topic_path(self, topic: str) -> str:
-        path = self._paths.get(topic)
-        if path is None:
-            path = self._paths[topic] = f"projects/{self._project_id}/topics/{topic}"
-        return path
+        return self._topic(topic)[0]
+
+    def _topic(self, topic: str) -> tuple[str, Any]:
+        known = self._paths.get(topic)
+        if known is None:
+            path = f"projects/{self._project_id}/topics/{topic}"
+            metadata = grpc.aio.Metadata(
+                gcp_rpc.api_client_header(transport_base.DEFAULT_CLIENT_INFO),
+                gcp_rpc.routing(topic=path))
+            known = self._paths[topic] = (path, metadata)
+        return known
 
     async def publish(
         self, topic: str, data: bytes, attributes: Mapping[str, str] | None = None
@@ -97,7 +130,7 @@ class PubSubPublisher:
         deduplicate)."""
         if not messages:
             return []
-        self._client_for_loop()
+        self._channel_for_loop()
         batch = self._open.get(topic)
         if batch is None:
             batch = self._open[topic] = _Batch(asyncio.get_running_loop().create_future())
@@ -117,18 +150,20 @@ class PubSubPublisher:
         task.add_done_callback(self._sending.discard)
 
     async def _request(self, topic: str, batch: _Batch) -> None:
-        client = self._client_for_loop()
+        publish = self._channel_for_loop().publish
+        path, metadata = self._topic(topic)
         ids: list[str] = []
         try:
             for chunk in _chunks(batch.messages):
-                request = [PubsubMessage(data=data, attributes=dict(attributes or {}))
-                           for data, attributes in chunk]
-                response = await client.publish(topic=self.topic_path(topic), messages=request,
-                                                retry=RETRY, timeout=ATTEMPT_TIMEOUT_S)
+                request = PublishRequestPb(topic=path)
+                add = request.messages.add
+                for data, attributes in chunk:
+                    add(data=data, attributes=attributes)
+                response = await gcp_rpc.unary(publish, request, metadata, self._retry)
                 self.requests += 1
                 self.published += len(chunk)
                 ids += response.message_ids
-        except (gexc.GoogleAPICallError, gexc.RetryError, TimeoutError) as exc:
+        except gexc.GoogleAPICallError as exc:
             batch.done.set_exception(RetryableError(f"publish to {topic} failed: {exc}"))
         except asyncio.CancelledError:  # the loop is closing: the waiters must not hang
             batch.done.cancel()
@@ -138,37 +173,63 @@ class PubSubPublisher:
         else:
             batch.done.set_result(ids)
 
-    def _client_for_loop(self) -> PublisherAsyncClient:
+    def _channel_for_loop(self) -> _Channel:
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            self._client, self._loop, self._open = _build_client(), loop, {}
-        return self._client
+        if self._channel is None or self._loop is not loop:
+            self._channel, self._loop, self._open = _Channel.make(), loop, {}
+        return self._channel
 
     async def aclose(self) -> None:
-        """Close the client's channel (in the loop it was used on)."""
+        """Close the channel (in the loop it was used on)."""
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
-        client, self._client, self._loop = self._client, None, None
-        if client is not None:
-            await client.transport.close()  # type: ignore[no-untyped-call]
+        channel, self._channel, self._loop = self._channel, None, None
+        if channel is not None:
+            await channel.channel.close()
 
     def close(self) -> None:
-        """Forget the client (its channel closes with its event loop); for callers outside any
-        loop. In async code, prefer :meth:`aclose`."""
-        self._client = self._loop = None
+        """Forget the channel (it closes with its event loop); for callers outside any loop.
+        In async code, prefer :meth:`aclose`."""
+        self._channel = self._loop = None
         self._open = {}
 
 
-def _build_client() -> PublisherAsyncClient:
-    """A client on this event loop: to the emulator when ``PUBSUB_EMULATOR_HOST`` is set."""
+@dataclass
+class _Channel:
+    """A channel to Pub/Sub (or its emulator) and its ``Publish`` method."""
+
+    channel: Any
+    publish: Any
+
+    @classmethod
+    def make(cls) -> _Channel:
+        channel = _channel()
+        return cls(channel, channel.unary_unary(
+            _PUBLISH, request_serializer=PublishRequestPb.SerializeToString,
+            response_deserializer=PublishResponsePb.FromString))
+
+
+def _channel() -> Any:
+    """A channel on this event loop: to the emulator when ``PUBSUB_EMULATOR_HOST`` is set."""
     host = os.environ.get("PUBSUB_EMULATOR_HOST")
-    if not host:
-        return PublisherAsyncClient()
-    # The options the generated transport gives its own channel: no message size limit here
-    # (a request is kept under Pub/Sub's own by _chunks).
-    channel = grpc.aio.insecure_channel(host, options=[("grpc.max_send_message_length", -1),
-                                                       ("grpc.max_receive_message_length", -1)])
-    return PublisherAsyncClient(transport=PublisherGrpcAsyncIOTransport(channel=channel))
+    if host:
+        return grpc.aio.insecure_channel(host, options=list(EMULATOR_CHANNEL_OPTIONS))
+    return PublisherGrpcAsyncIOTransport.create_channel(
+        f"{PublisherGrpcAsyncIOTransport.DEFAULT_HOST}:443", credentials=_credentials(),
+        options=list(CHANNEL_OPTIONS))
+
+
+def _credentials() -> Any:
+    """The Google default credentials, as the generated client takes them (its transport's
+    scopes; a service account key signs its own tokens, with no token exchange)."""
+    import google.auth
+    from google.oauth2 import service_account
+
+    credentials, _ = google.auth.default(
+        default_scopes=PublisherGrpcAsyncIOTransport.AUTH_SCOPES)
+    if isinstance(credentials, service_account.Credentials):
+        credentials = credentials.with_always_use_jwt_access(True)  # type: ignore[no-untyped-call]
+    return credentials
 
 
 def _chunks(messages: Sequence[Message]) -> list[Sequence[Message]]:

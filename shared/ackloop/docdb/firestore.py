@@ -3,6 +3,11 @@
 Against the emulator, set ``FIRESTORE_EMULATOR_HOST``: the client library then talks to it with
 no credentials. Transport failures and contention become :class:`StorageUnavailable`, which the
 step handlers turn into a redelivery.
+
+The two calls of every step, :meth:`FirestoreDocumentDB.get_all` (``BatchGetDocuments``) and
+:meth:`FirestoreDocumentDB.commit` (``Commit``), are sent straight on a gRPC channel by
+:class:`~ackloop.docdb.firestore_rpc.FirestoreRpc`, as the library would send them; the rest
+(``create``, queries, transactions) goes through the library.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.field_path import FieldPath
-from google.cloud.firestore_v1.types import firestore as firestore_types
 
 from ackloop.docdb import firestore_codec as codec
 from ackloop.docdb.base import (
@@ -27,10 +31,8 @@ from ackloop.docdb.base import (
     Version,
     Write,
 )
+from ackloop.docdb.firestore_rpc import BatchGetRequestPb, CommitRequestPb, FirestoreRpc
 from ackloop.jsondict import JsonDict
-
-_BatchGetPb = firestore_types.BatchGetDocumentsRequest.pb()
-_CommitPb = firestore_types.CommitRequest.pb()
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -67,8 +69,9 @@ def _translated(fn: F) -> F:
 
 
 class FirestoreDocumentDB:
-    def __init__(self, client: firestore.AsyncClient) -> None:
+    def __init__(self, client: firestore.AsyncClient, rpc: FirestoreRpc | None = None) -> None:
         self._client = client
+        self._rpc = rpc if rpc is not None else FirestoreRpc(client)
 
     @classmethod
     def connect(cls, project: str, database: str = "(default)") -> FirestoreDocumentDB:
@@ -78,21 +81,22 @@ class FirestoreDocumentDB:
     def client(self) -> firestore.AsyncClient:
         return self._client
 
+    async def aclose(self) -> None:
+        """Close the channel of the direct calls (the library's client keeps its own)."""
+        await self._rpc.aclose()
+
     @_translated
     async def get_all(self, paths: Sequence[str]) -> list[Snapshot | None]:
-        # The library's request, decoded here from the raw messages (firestore_codec): no
-        # DocumentSnapshot, whose data is deep-copied twice on the way to a dict.
+        # The library's request on the raw messages, its answers decoded here (firestore_codec):
+        # no DocumentSnapshot, whose data is deep-copied twice on the way to a dict.
         client = self._client
         prefix = f"{client._database_string}/documents/"
-        request = firestore_types.BatchGetDocumentsRequest.wrap(_BatchGetPb(
-            database=client._database_string, documents=[prefix + p for p in paths]))
-        responses = await client._firestore_api.batch_get_documents(
-            request=request, metadata=client._rpc_metadata)
+        request = BatchGetRequestPb(database=client._database_string,
+                                    documents=[prefix + p for p in paths])
         found: dict[str, Snapshot] = {}
-        async for response in responses:
-            raw = type(response).pb(response)
-            if raw.WhichOneof("result") == "found":
-                doc = raw.found
+        for response in await self._rpc.batch_get(request):
+            if response.WhichOneof("result") == "found":
+                doc = response.found
                 path = doc.name[len(prefix):] if doc.name.startswith(prefix) else doc.name
                 found[path] = Snapshot(path, codec.decode_fields(doc.fields, client),
                                        codec.version_of(doc.update_time), doc.ByteSize())
@@ -108,11 +112,10 @@ class FirestoreDocumentDB:
         # The library's commit request, its writes built on the raw messages (firestore_codec).
         client = self._client
         prefix = f"{client._database_string}/documents/"
-        request = _CommitPb(database=client._database_string)
+        request = CommitRequestPb(database=client._database_string)
         request.writes.extend(self._write_pb(prefix + w.path, w) for w in writes)
-        response = await client._firestore_api.commit(
-            request=firestore_types.CommitRequest.wrap(request), metadata=client._rpc_metadata)
-        return [codec.version_of(r.update_time) for r in type(response).pb(response).write_results]
+        response = await self._rpc.commit(request)
+        return [codec.version_of(r.update_time) for r in response.write_results]
 
     def _write_pb(self, path: str, w: Write) -> Any:
         if w.op == "create":
