@@ -35,9 +35,9 @@ share of deliveries assumed to overlap a duplicate. So a claim pays when
   write, one round trip, made while the stream is read); a turn without text costs none. A
   run of n turns of function calls and an answer claims once instead of n + 1 times: n
   writes and n round trips fewer. The step profile's 11-step run (5 tool turns, 6 model
-  turns, 31 round trips when every streamed call claimed) makes 26: 2.82 -> 2.36 round
-  trips and 2.55 -> 2.09 documents written per step (2.18 and 1.91 unstreamed; the 2 left
-  are the answer's claim and its delta write). The risk is the unclaimed step's, priced by
+  turns, 31 round trips when every streamed call claimed) makes 24 (the answer's claim
+  carries its first words, its commit the rest): 2.82 -> 2.18 round trips and 2.55 -> 2.09
+  documents written per step (2.09 and 1.82 unstreamed). The risk is the unclaimed step's, priced by
   the same inequality: a duplicate that overlaps the first delivery before either shows text
   or commits calls the model a second time (its prompt at least), and the rule only lets a
   call run unclaimed where 1 in 1,000 of that prompt costs less than the write.
