@@ -84,7 +84,8 @@ def delta_write(collection: str, record: DeltaRecord, expire_at: datetime | None
 
 
 class DeltaWriter:
-    """The deltas of one model call: :meth:`add` each piece, then :meth:`close`.
+    """The deltas of one model call: :meth:`add` each piece, then :meth:`finish` (the step's
+    commit writes what is left) or :meth:`close` (the writer writes it).
 
     ``expire_at``: when the documents may be deleted (None writes none). ``claim``: given the
     first piece's write instead of the writer writing it (:data:`ClaimWith`). ``ready``:
