@@ -133,10 +133,26 @@ def test_runs_appear_in_the_list_and_filters_narrow_it(
     wait_for(driver, lambda d: {echo_run, survey_run} <= set(listed(d)),
              "status=completed to show both runs")
 
-    # Keyboard: Enter on a row's link opens the run.
+    # Keyboard: a row's link keeps the focus while the list refreshes (rows that did not change
+    # are left in place), and Enter on it opens the run.
     link = f'#run-list tr[data-run-id="{echo_run}"] a.run-link'
     wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, link), "the echo run's link")
-    driver.find_element(By.CSS_SELECTOR, link).send_keys(Keys.ENTER)
+    focused = driver.find_element(By.CSS_SELECTOR, link)
+    driver.execute_script("""
+        window.listLoads = 0;
+        const load = window.fetch;
+        window.fetch = async (...args) => {
+          const answer = await load(...args);
+          if (String(args[0]).startsWith('/runs?')) window.listLoads += 1;
+          return answer;
+        };
+        arguments[0].focus();""", focused)
+    # The second load starts only once the first one's rows are in the page.
+    wait_for(driver, lambda d: d.execute_script("return window.listLoads") >= 2,
+             "two refreshes of the run list")
+    assert driver.execute_script(
+        "return document.activeElement.closest('tr')?.dataset.runId") == echo_run
+    focused.send_keys(Keys.ENTER)
     wait_for(driver, lambda d: d.current_url.endswith(f"#/runs/{echo_run}"),
              "Enter on a.run-link to open the run")
     wait_status(driver, "completed", "the echo run's view")

@@ -90,6 +90,39 @@ const secs = (s) => (s === null || s === undefined ? "" : `${Number(s).toFixed(s
 const dollars = (usd) => (typeof usd === "number" ? `$${usd.toFixed(usd < 0.01 ? 6 : 4)}` : "—");
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
+// Puts a table's rows in the order of ``items`` while leaving alone every row whose item did
+// not change (``signature`` compares them), so a refresh moves neither the keyboard focus, a
+// selection nor a click under way. A changed row is built anew; if it held the focus, the
+// control of the same kind in its new row takes it.
+function reconcile(body, items, keyOf, build, signature = (item) => JSON.stringify(item)) {
+  const before = new Map();
+  for (const row of body.children) if (row.dataset.key) before.set(row.dataset.key, row);
+  let refocus = null;
+  const keys = new Set();
+  const rows = items.map((item, i) => {
+    let key = String(keyOf(item) ?? "");
+    if (keys.has(key)) key = `${key}#${i}`;  // two items under one key still get a row each
+    keys.add(key);
+    const sig = signature(item);
+    const old = before.get(key);
+    if (old && old.dataset.sig === sig) return old;
+    const row = build(item);
+    row.dataset.key = key;
+    row.dataset.sig = sig;
+    const focused = document.activeElement;
+    if (old && focused && focused !== document.body && old.contains(focused)) {
+      const kind = focused.tagName.toLowerCase() + [...focused.classList].map((c) => `.${c}`).join("");
+      refocus = row.querySelector(kind);
+    }
+    return row;
+  });
+  rows.forEach((row, i) => {
+    if (body.children[i] !== row) body.insertBefore(row, body.children[i] || null);
+  });
+  while (body.children.length > rows.length) body.lastElementChild.remove();
+  if (refocus) refocus.focus();
+}
+
 function statusBadge(status) {
   return h("span", { class: `badge ${status}` }, status);
 }
@@ -104,7 +137,7 @@ function runListView() {
     const query = new URLSearchParams({ limit: "50" });
     for (const [name, value] of Object.entries(filters)) if (value) query.set(name, value);
     const { runs } = await api(`/runs?${query}`);
-    body.replaceChildren(...runs.map(runRow));
+    reconcile(body, runs, (run) => run.run_id, runRow);
     if (!runs.length) {
       body.append(h("tr", {}, h("td", { colspan: 5, class: "empty" }, "No runs match.")));
     }
@@ -579,15 +612,16 @@ function deadLettersView() {
   const outcomes = new Map();  // message id -> what its redrive answered, until reloaded
   const refresh = async () => {
     const [dead, rejected] = await Promise.all([api("/dead-letters"), api("/poison")]);
-    letters.replaceChildren(...dead.dead_letters.map((letter) => letterRow(letter, outcomes,
-      refresh)));
+    reconcile(letters, dead.dead_letters, (letter) => letter.message_id,
+      (letter) => letterRow(letter, outcomes, refresh),
+      (letter) => JSON.stringify([letter, outcomes.get(letter.message_id) || ""]));
     if (!dead.dead_letters.length) {
       letters.append(h("tr", {}, h("td", { colspan: 6, class: "empty" }, "No dead letters.")));
     }
-    poison.replaceChildren(...rejected.poison.map((p) => h("tr", { dataset: {
+    reconcile(poison, rejected.poison, (p) => p.message_id, (p) => h("tr", { dataset: {
       messageId: p.message_id } },
     h("td", {}, when(p.received_at)), h("td", {}, p.kind || ""), h("td", {}, p.reason || ""),
-    h("td", {}, p.error || ""), h("td", {}, h("code", { class: "preview" }, p.data_preview)))));
+    h("td", {}, p.error || ""), h("td", {}, h("code", { class: "preview" }, p.data_preview))));
     if (!rejected.poison.length) {
       poison.append(h("tr", {}, h("td", { colspan: 5, class: "empty" }, "No poison.")));
     }
