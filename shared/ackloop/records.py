@@ -99,9 +99,16 @@ class RunRecord(Record):
     model: str
     new_conversation: bool = False
     """The run started its own conversation (its id is the conversation's): nothing is in the
-    transcript before its first step, and its end creates the conversation's document without
-    reading it (:meth:`ackloop.store.AgentStore.create_run`; a follow-up naming a run that does
-    not exist yet waits for it, so none is in the conversation before the run)."""
+    transcript before its first step, and the conversation has no document while this run is
+    its only run, so the run's end neither reads nor writes one
+    (:meth:`ackloop.store.AgentStore.create_run`; a follow-up naming a run that does not exist
+    yet waits for it, so none is in the conversation before the run)."""
+    conversation_document: bool = False
+    """Set on a run that started its own conversation when that conversation got a document
+    while the run was active (a follow-up joined, or a redrive reopened the run): the run's
+    end then reads the document and updates it. The follow-up sets it in the commit that
+    creates the document, fenced on the version of this run it read, so a run's end fenced on
+    an older version is refused and reads again."""
     status: RunStatus = RunStatus.RUNNING
     stop_reason: StopReason | None = None
     answer: str | None = None
@@ -144,9 +151,9 @@ class RunRecord(Record):
 
 class ConversationRecord(Record):
     """``conversations/{conversation_id}``. A conversation started by a run (its id is that
-    run's) has no document while that run is its only run: the run's end creates it, or a
-    follow-up that joins before then (:meth:`ackloop.store.AgentStore.get_conversation` reads
-    the run in its place meanwhile)."""
+    run's) has no document while that run is its only run, before and after that run ends:
+    the first follow-up creates it (:meth:`ackloop.store.AgentStore.get_conversation` reads
+    the run in its place until then)."""
 
     conversation_id: str
     active_run_id: str | None = None

@@ -1,10 +1,11 @@
 """A conversation's document while it has one run, and every way its first run ends.
 
-A run that starts its own conversation (the default) creates only its run document: the
-conversation's document is created, without a read, by that run's end, or by a follow-up that
-joins it meanwhile (which reads the first run instead). These tests pin what that saves and
-each race between the two creates, forced in order by hooks on the in-memory database (no
-sleeps): whichever create lands first, the follow-up starts exactly once, after the first run.
+A run that starts its own conversation (the default) creates only its run document, and its
+end writes only the run: the conversation has no document until a follow-up joins, which reads
+the first run in its place and creates it (marking the first run, if still active, so that its
+end reads the document). These tests pin what that saves and each race between the follow-up's
+commit and the first run's end, forced in order by hooks on the in-memory database (no sleeps):
+whichever lands first, the follow-up starts exactly once, after the first run.
 """
 
 from __future__ import annotations
@@ -127,6 +128,14 @@ async def conversation(loop: InProcessLoop, conversation_id: str) -> Conversatio
     return ConversationRecord.model_validate(snap.data)
 
 
+async def sole_run_conversation(loop: InProcessLoop, run_id: str) -> ConversationRecord:
+    """The conversation ``run_id`` started, which has no document: what the run makes it."""
+    assert await loop.deps.store.get_conversation_snapshot(run_id) is None
+    conv = await loop.deps.store.get_conversation(run_id)
+    assert conv is not None
+    return conv
+
+
 async def users_said(loop: InProcessLoop, conversation_id: str) -> list[str]:
     transcript = await loop.deps.store.load_transcript(conversation_id)
     return [c["parts"][0]["text"] for c in transcript.contents
@@ -175,15 +184,16 @@ async def join(loop: InProcessLoop, first: str) -> str:
 # -- what it saves -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("calls", "round_trips", "written"), [(2, 11, 11), (5, 23, 20)])
-async def test_a_run_in_its_own_conversation_writes_its_conversation_once_at_its_end(
+@pytest.mark.parametrize(("calls", "round_trips", "written"), [(2, 11, 10), (5, 23, 19)])
+async def test_a_run_in_its_own_conversation_never_writes_its_conversation(
     calls: int, round_trips: int, written: int,
 ) -> None:
     """Ingest creates the run alone: one commit of one document, nothing read. The steps make
-    one batch read and one commit each, the last one included: its commit creates the
-    conversation's document with the run's figures, unread. The 5-step run: 11 round trips
-    and 11 documents written (12 and 12 when ingest created the conversation and the end read
-    it); the 11-step run: 23 and 20."""
+    one batch read and one commit each, the last one included, which writes the run's end and
+    nothing of the conversation: the run stands for it, before and after its end. The 5-step
+    run: 11 round trips and 10 documents written (11 and 11 when its end created the
+    conversation's document, 12 and 12 when ingest created it and the end read it); the
+    11-step run: 23 and 19."""
     model, tools = reference(calls)
     loop = make_loop(model, tools, settings=AUTO)
     counting = loop.deps.store.db
@@ -206,13 +216,12 @@ async def test_a_run_in_its_own_conversation_writes_its_conversation_once_at_its
     assert run.usage.model_calls == calls + 1
     assert (counters.round_trips, counters.docs_written) == (round_trips, written)
     assert len(await uncounted.list_steps(run_id)) == 2 * calls + 1
-    snap = await uncounted.get_conversation_snapshot(run_id)
-    assert snap is not None
-    conv = ConversationRecord.model_validate(snap.data)
+    assert await uncounted.get_conversation_snapshot(run_id) is None
+    conv = await uncounted.get_conversation(run_id)
+    assert conv is not None
     assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
         None, [], 1, ANONYMOUS)
     assert conv.usage == run.usage and conv.cost == run.cost
-    assert await uncounted.get_conversation(run_id) == conv
 
 
 async def test_a_duplicate_of_the_ending_step_or_of_the_query_records_the_end_once() -> None:
@@ -224,7 +233,7 @@ async def test_a_duplicate_of_the_ending_step_or_of_the_query_records_the_end_on
     run_id = run_id_for_request("twice")
     run = await run_of(loop, run_id)
     assert run.status is RunStatus.COMPLETED and model.calls >= 3
-    conv = await conversation(loop, run_id)
+    conv = await sole_run_conversation(loop, run_id)
     assert (conv.run_count, conv.active_run_id, conv.usage) == (1, None, run.usage)
     assert [a.run_id for a in loop.answers].count(run_id) >= 1
 
@@ -235,9 +244,9 @@ async def test_a_duplicate_of_the_ending_step_or_of_the_query_records_the_end_on
 async def test_a_follow_up_joining_a_running_first_run_queues_and_its_end_starts_it_once(
 ) -> None:
     """The follow-up finds no conversation document: it reads the first run, finds it running,
-    and creates the document with the first run active and itself queued. The first run's end
-    then finds its blind create refused, reads the document with its step and hands the
-    conversation over in the same delivery (the model is not asked again)."""
+    and creates the document with the first run active and itself queued, marking the first
+    run in the same commit. The first run's last step reads the marked run, so its end reads
+    the document too and hands the conversation over."""
     model, tools = reference()
     loop, _, sent = hooked_loop(model, tools)
     first = run_id_for_request("first")
@@ -253,6 +262,7 @@ async def test_a_follow_up_joining_a_running_first_run_queues_and_its_end_starts
     conv = await conversation(loop, first)
     assert (conv.active_run_id, conv.queue, conv.run_count) == (first, [second], 2)
     assert conv.owner == ANONYMOUS
+    assert (await run_of(loop, first)).conversation_document
 
     await loop.run_until_idle()
 
@@ -276,8 +286,8 @@ class CrashAtHit(FaultPoints):
 
 
 async def test_a_crash_after_the_end_that_started_the_follow_up_starts_it_once() -> None:
-    """The first run's ending commit (refused once, committed again from the follow-up's
-    document) lands, then its process dies before publishing: the redelivery finds the step
+    """The first run's ending commit (which read the follow-up's document) lands, then its
+    process dies before publishing: the redelivery finds the step
     completed and re-sends its outbox, the follow-up's first step included; the follow-up runs
     once."""
     model, tools = reference()
@@ -301,9 +311,10 @@ async def test_a_crash_after_the_end_that_started_the_follow_up_starts_it_once()
 
 
 async def test_a_follow_up_created_between_the_ending_steps_read_and_its_commit() -> None:
-    """The follow-up's create lands after the first run's last step read everything and before
-    its commit: that commit is refused, the step reads the conversation and commits the end
-    again, handing the conversation to the follow-up."""
+    """The follow-up lands after the first run's last step read everything and before its
+    commit: it marked the run, so that commit (fenced on the run as read) is refused; the step
+    reads the run and the conversation again and commits the same end, handing the
+    conversation to the follow-up."""
     model, tools = reference()
     loop, db, sent = hooked_loop(model, tools)
     first, last = await up_to_its_last_step(loop, "first")
@@ -312,9 +323,9 @@ async def test_a_follow_up_created_between_the_ending_steps_read_and_its_commit(
     async def join() -> None:
         joined.append(await ingest(loop, "second", "then", conversation_id=first))
 
-    conv_path = loop.deps.store.conversation_path(first)
-    db.before_commit.append((lambda writes: any(w.op == "create" and w.path == conv_path
-                                                for w in writes), join))
+    run_path = loop.deps.store.run_path(first)
+    db.before_commit.append((lambda writes: any(
+        w.path == run_path and "finished_at" in (w.data or {}) for w in writes), join))
     assert (await deliver(loop, last)).acknowledged
 
     assert [o.acknowledged for o in joined] == [True]
@@ -327,9 +338,10 @@ async def test_a_follow_up_created_between_the_ending_steps_read_and_its_commit(
 
 
 async def test_the_first_runs_end_landing_between_a_follow_ups_read_and_its_commit() -> None:
-    """The follow-up read the first run as running; the first run's end creates the
-    conversation's document before the follow-up commits. The follow-up's create is refused,
-    it reads again, finds the conversation free and starts at once."""
+    """The follow-up read the first run as running; the first run's end lands before the
+    follow-up commits. The follow-up's mark of the first run is refused (the run changed), it
+    reads again, finds the conversation free and starts at once, creating its document with
+    the first run's figures."""
     model, tools = reference()
     loop, db, sent = hooked_loop(model, tools)
     first, last = await up_to_its_last_step(loop, "first")
@@ -425,11 +437,11 @@ async def test_the_conversation_list_checks_the_first_runs_owner_while_it_has_no
 # -- every other way the first run ends ------------------------------------------------------------
 
 
-async def test_a_dead_lettered_first_run_creates_its_conversation_and_fences_its_transcript(
+async def test_a_dead_lettered_first_run_fences_its_transcript_and_leaves_no_conversation(
 ) -> None:
     """A run ended outside a step while it is its conversation's only run: the transaction
-    that ends it creates the conversation's document (its figures from its steps) and the
-    transcript's fence, so its step in flight cannot append; a later follow-up starts at once."""
+    that ends it writes the transcript's fence, so its step in flight cannot append, and no
+    conversation document (the run stands for it); a later follow-up starts at once."""
     model, tools = reference()
     loop, _, sent = hooked_loop(model, tools)
     assert (await ingest(loop, "first")).acknowledged
@@ -439,7 +451,7 @@ async def test_a_dead_lettered_first_run_creates_its_conversation_and_fences_its
 
     run = await run_of(loop, first)
     assert run.status is RunStatus.FAILED and (run.error or "").startswith("dead_lettered")
-    conv = await conversation(loop, first)
+    conv = await sole_run_conversation(loop, first)
     assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
         None, [], 1, ANONYMOUS)
     transcript = await loop.deps.store.load_transcript(first)

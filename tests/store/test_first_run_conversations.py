@@ -1,14 +1,13 @@
 """A conversation with no document while its first run is its only run, on memory and on the
-Firestore emulator: the first run's creation writes the run alone, its end creates the
-conversation's document unread, a follow-up creates it to queue behind the run, and each
-create's precondition makes one of the two win."""
+Firestore emulator: the first run's creation writes the run alone, and so does its end; a
+follow-up creates the document (queued behind the run while it is active, marking it), and the
+preconditions on the first run make exactly one of the follow-up and the end go first."""
 
 from __future__ import annotations
 
 import pytest
 
-from ackloop.cost import Cost
-from ackloop.errors import ConversationNotStarted, PermanentError
+from ackloop.errors import ConversationNotStarted, PermanentError, StaleRead
 from ackloop.keys import StepKey, is_run_id, run_id_for_request
 from ackloop.records import ConversationRecord, RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.store import AgentStore, Basis, Decision, RunEnd
@@ -39,19 +38,23 @@ async def conversation(store: AgentStore, conversation_id: str) -> ConversationR
     return ConversationRecord.model_validate(snap.data)
 
 
-async def end_by_its_step(store: AgentStore, run_id: str, now: float) -> None:
-    """End ``run_id`` by the commit of a model step (unclaimed), as its last step does."""
-    read = await store.read_run(run_id)
-    assert read is not None
+async def end_by_its_step(store: AgentStore, run_id: str, now: float,
+                          basis: Basis | None = None) -> None:
+    """End ``run_id`` by the commit of a model step (unclaimed), as its last step does, from
+    ``basis`` (default: the run read now)."""
+    if basis is None:
+        read = await store.read_run(run_id)
+        assert read is not None
+        basis = Basis(read)
     claim = store.unclaimed(run_id, StepKey.model(0), "model", owner="a", now=now)
-    committed = await store.commit_step(claim, Basis(read), Decision(result={}, end=answered()),
+    committed = await store.commit_step(claim, basis, Decision(result={}, end=answered()),
                                         now=now, price=free)
     assert committed.end is not None
 
 
-async def test_the_first_run_is_created_alone_and_its_end_creates_the_conversation(
-    store: AgentStore,
-) -> None:
+async def test_the_first_run_is_created_alone_and_ends_alone(store: AgentStore) -> None:
+    """Neither the run's creation nor its end writes a conversation document: before and after
+    the end, the run stands for its conversation."""
     run, created = await store.create_run(run_record("first"))
     assert created and run.new_conversation and is_run_id(run.run_id)
     assert await store.get_conversation_snapshot(run.run_id) is None
@@ -63,26 +66,38 @@ async def test_the_first_run_is_created_alone_and_its_end_creates_the_conversati
 
     await end_by_its_step(store, run.run_id, T0 + 5)
 
-    conv = await conversation(store, run.run_id)
+    assert await store.get_conversation_snapshot(run.run_id) is None
+    conv = await store.get_conversation(run.run_id)
+    assert conv is not None
     assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
         None, [], 1, "alice")
     assert conv.usage == Usage(model_calls=1) and conv.updated_at == T0 + 5
     ended = await store.get_run(run.run_id)
     assert ended is not None and ended.status is RunStatus.COMPLETED
-    assert conv.cost == ended.cost == Cost.total([ended.cost])
+    assert ended.cost is not None and conv.cost == ended.cost
 
 
 async def test_a_follow_up_queues_behind_the_running_first_run_and_its_end_hands_over(
     store: AgentStore,
 ) -> None:
-    """The end's create is refused in a batch with its other writes (nothing of it lands);
-    the same call reads the conversation with its step and commits the end again from it."""
+    """The follow-up creates the document and marks the first run in one commit; the first
+    run's end, from a read made before that, is refused whole (nothing of it lands); read
+    again, the marked run's end reads the conversation and hands it over."""
     first, _ = await store.create_run(run_record("first"))
+    before = await store.read_run(first.run_id)
+    assert before is not None and not before.record.conversation_document
     follow, created = await store.create_run(run_record("second", first.run_id))
     assert created and follow.status is RunStatus.QUEUED and not follow.new_conversation
     conv = await conversation(store, first.run_id)
     assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
         first.run_id, [follow.run_id], 2, "alice")
+    marked = await store.get_run(first.run_id)
+    assert marked is not None and marked.conversation_document
+
+    with pytest.raises(StaleRead):
+        await end_by_its_step(store, first.run_id, T0 + 5, Basis(before))
+    assert (await store.get_run(first.run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]
+    assert await store.get_steps(first.run_id, [str(StepKey.model(0))]) == [None]
 
     await end_by_its_step(store, first.run_id, T0 + 5)
 
@@ -100,14 +115,19 @@ async def test_a_follow_up_after_the_first_runs_end_is_active_at_once(store: Age
     assert follow.status is RunStatus.RUNNING
     conv = await conversation(store, first.run_id)
     assert (conv.active_run_id, conv.queue, conv.run_count) == (follow.run_id, [], 2)
+    ended = await store.get_run(first.run_id)
+    assert ended is not None and not ended.conversation_document  # it had ended: not marked
+    assert conv.usage == Usage(model_calls=1) and conv.cost == ended.cost  # the first run's
 
 
-async def test_the_end_of_a_first_run_outside_a_step_creates_its_conversation_and_fence(
+async def test_the_end_of_a_first_run_outside_a_step_writes_its_fence_and_no_conversation(
     store: AgentStore,
 ) -> None:
     first, _ = await store.create_run(run_record("first"))
     assert await store.fail_run(first.run_id, "dead_lettered: boom", T0 + 5)
-    conv = await conversation(store, first.run_id)
+    assert await store.get_conversation_snapshot(first.run_id) is None
+    conv = await store.get_conversation(first.run_id)
+    assert conv is not None
     assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
         None, [], 1, "alice")
     transcript = await store.load_transcript(first.run_id)
@@ -153,12 +173,15 @@ async def test_a_follow_up_before_its_first_run_exists_waits_for_it(store: Agent
 async def test_a_redriven_first_run_takes_its_conversation_back_and_its_end_hands_it_on(
     store: AgentStore,
 ) -> None:
-    """A dead-lettered first run created its conversation's document; re-driven, it is its
-    active run again, and its end finds the document its blind create would duplicate."""
+    """A dead-lettered first run left its conversation without a document; re-driven, it is
+    active again and the conversation still has none. A follow-up queues behind it (marking
+    it), and its end hands the conversation on."""
     first, _ = await store.create_run(run_record("first"))
     assert await store.fail_run(first.run_id, "dead_lettered: step 0000-model: boom", T0 + 5)
     assert await store.reopen_dead_lettered_run(first.run_id, None, T0 + 10) == "reopened"
-    assert (await conversation(store, first.run_id)).active_run_id == first.run_id
+    assert await store.get_conversation_snapshot(first.run_id) is None
+    seen = await store.get_conversation(first.run_id)
+    assert seen is not None and seen.active_run_id == first.run_id
     follow, _ = await store.create_run(run_record("second", first.run_id, at=T0 + 11))
     assert follow.status is RunStatus.QUEUED
 

@@ -205,12 +205,13 @@ async def test_without_retention_nothing_expires(store: AgentStore, prefix: str)
 async def test_every_document_of_a_run_through_the_engine_expires(db: DocumentDB,
                                                                    prefix: str) -> None:
     """A whole run (a tool call, then the answer) with the shipped settings: the run, each of
-    its steps, its conversation and its transcript carry expire_at, from the engine's clock."""
+    its steps and its transcript carry expire_at, from the engine's clock, and so does its
+    conversation's document once a follow-up has created it."""
     settings = Settings(lease_seconds=10.0)
     retention = Retention.from_settings(settings)
     assert retention == Retention(30 * DAY_SECONDS, settings.max_seconds_ceiling)
     loop = make_loop(ScriptedModel.from_turns([calls_turn([("lookup", {"q": "x"})]),
-                                               text_turn("done")]),
+                                               text_turn("done"), text_turn("again")]),
                      CountingToolbox({"lookup": "found"}), settings=settings)
     loop.deps.store = store = AgentStore(db, prefix, retention)
     now = loop.deps.clock.now()
@@ -229,8 +230,18 @@ async def test_every_document_of_a_run_through_the_engine_expires(db: DocumentDB
         expires = await expiry(store, snap.path)
         assert expires is not None and live(now) - 1 <= expires <= live(run.finished_at) + 1, (
             snap.path)
+    # The conversation it started has no document of its own: the run stands for it.
+    (conversation,) = await db.get_all([store.conversation_path(run.conversation_id)])
+    assert conversation is None
+
+    # A follow-up gives the conversation its document, which expires a day after its chunks.
+    await loop.submit(QueryMessage(request_id=f"{prefix}q2", text="and then",
+                                   conversation_id=run.conversation_id))
+    await loop.run_until_idle()
+    second = await store.get_run(run_id_for_request(f"{prefix}q2"))
+    assert second is not None and second.status is RunStatus.COMPLETED and second.finished_at
     assert await expiry(store, store.conversation_path(run.conversation_id)) == pytest.approx(
-        live(run.finished_at) + DAY_SECONDS)
+        live(second.finished_at) + DAY_SECONDS)
 
 
 def test_the_retention_setting() -> None:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from ackloop import outgoing
 from ackloop.cost import Cost
@@ -104,7 +104,9 @@ class Retention:
       conversation in use keeps all of its history, at most one extra write per chunk a day;
     * a conversation: on every write, :meth:`conversation` (a day past its chunks, so a
       transcript is deleted before the record that says whose it is); a conversation whose
-      first run is its only run has no record until that run ends: its run says whose it is;
+      first run is its only run has no record (its run says whose it is), so it can be
+      continued until that run expires, and its chunks go at most a day and the longest run
+      after that;
     * poison and dead letters: ``seconds`` after they were recorded.
     """
 
@@ -369,17 +371,21 @@ class AgentStore:
         A run that starts a conversation of its own (the default: the conversation id is the
         run id) is one commit of one document and no read: a conversation has no document
         while its first run is its only run (:meth:`get_conversation`), and that run's end
-        creates it (:meth:`_end_writes`). Its precondition (the run does not exist) sends a
+        leaves it so (:meth:`_end_writes`). Its precondition (the run does not exist) sends a
         redelivered query to the reads below, which find the run.
 
         A run that continues a conversation reads, in one round trip, the run, the
         conversation's document and the conversation's first run (``runs/{conversation_id}``):
-        where the document is missing, that run stands for it (its owner, and whether it is
-        still active, in which case the new run queues behind it and creates the document with
-        that queue). A conversation named by a run id whose run does not exist yet (its query
-        has not arrived) raises :class:`ConversationNotStarted`: the follow-up is redelivered
-        until the run exists, since that run's creation reads nothing and could not see a
-        conversation made before it.
+        where the document is missing, that run stands for it (its owner, its usage and cost
+        once ended, and whether it is still active), and the follow-up creates the document.
+        If the first run is still active, the new run queues behind it, and the same commit
+        marks the first run (``conversation_document``), fenced on the version read: the first
+        run's end, fenced on its own read of the run, is then refused and reads the document
+        it must hand on, or it ended first and the mark is refused, and this reads again. A
+        conversation named by a run id whose run does not exist yet (its query has not arrived)
+        raises :class:`ConversationNotStarted`: the follow-up is redelivered until the run
+        exists, since that run's creation reads nothing and could not see a conversation made
+        before it.
 
         No transaction: the run and the conversation are written in one atomic commit whose
         preconditions (the run does not exist; the conversation is still at the version read,
@@ -449,16 +455,20 @@ class AgentStore:
                     }
                 )
             conv_doc = conv.to_doc() | self._conversation_expiry(run.created_at)
-            # Where the document is missing, it is created: that fails if the first run ended
-            # (its end creates it) or another follow-up joined meanwhile, and this reads again.
-            conv_write = (
-                Write("update", conv_path, conv_doc, if_version=conv_snap.version)
-                if conv_snap
-                else Write("create", conv_path, conv_doc)
-            )
+            # Where the document is missing, it is created: that fails if another follow-up
+            # joined meanwhile, and this reads again. A first run still active learns that its
+            # conversation now has a document (it fails if that run ended meanwhile).
+            writes = [Write("create", run_path, run.to_doc()),
+                      Write("update", conv_path, conv_doc, if_version=conv_snap.version)
+                      if conv_snap else Write("create", conv_path, conv_doc)]
+            first_snap = first[0] if first else None
+            if (conv_snap is None and first_snap is not None
+                    and conv.active_run_id == first_snap.data.get("run_id")):
+                writes.append(Write("update", first_snap.path, {"conversation_document": True},
+                                    if_version=first_snap.version))
             try:
-                run = _costed(run, costed, 2)
-                await self.db.commit([Write("create", run_path, run.to_doc()), conv_write])
+                run = _costed(run, costed, len(writes))
+                await self.db.commit(writes)
                 return run, True
             except (AlreadyExists, PreconditionFailed):
                 continue  # written concurrently: read again
@@ -521,7 +531,7 @@ class AgentStore:
     def _end_plan(run: RunRecord, conv_snapshot: Snapshot | None) -> tuple[str | None, int]:
         """The queued run a run's end starts, and how many documents the end writes."""
         if conv_snapshot is None:
-            return None, 2 if run.conversation_id == run.run_id else 1
+            return None, 1
         conv = ConversationRecord.model_validate(conv_snapshot.data)
         if conv.active_run_id == run.run_id:
             next_run_id = conv.queue[0] if conv.queue else None
@@ -536,9 +546,11 @@ class AgentStore:
         The run is fenced on its version, the conversation too: the same commit hands the
         conversation to the first queued run (which becomes ``running``), so a follow-up that
         arrived during the run starts exactly when it ends, and never twice. A run that is its
-        conversation's only run (``conv_snapshot`` None: the conversation has no document, or
-        the caller did not read it) creates the document, which no follow-up has then: one
-        that joined meanwhile created it, and the create fails.
+        conversation's only run (``conv_snapshot`` None: the conversation has no document, or,
+        for a run that started it and was not marked ``conversation_document``, the caller did
+        not read it) writes only itself: the conversation goes on having no document. A
+        follow-up that joined after the caller read the run marked the run, so the run's
+        version fence refuses the commit.
         """
         run = RunRecord.model_validate(run_snapshot.data)
         update = {
@@ -556,15 +568,6 @@ class AgentStore:
             update["cost"] = end.cost.model_dump(mode="json")
         writes = [Write("update", run_snapshot.path, update, if_version=run_snapshot.version)]
         if conv_snapshot is None:
-            if run.conversation_id == run.run_id:
-                # The conversation's only run ends: its document is created, with this run's
-                # figures, and fails if a follow-up created it meanwhile (to queue behind this
-                # run): the caller then reads it and ends the run the way above.
-                conv = ConversationRecord(
-                    conversation_id=run.conversation_id, run_count=1, owner=run.owner,
-                    updated_at=now, usage=end.usage, cost=Cost.total([end.cost]))
-                writes.append(Write("create", self.conversation_path(run.conversation_id),
-                                    conv.to_doc() | self._conversation_expiry(now)))
             return EndWrites(writes, None)
         conv = ConversationRecord.model_validate(conv_snapshot.data)
         next_run_id: str | None = None
@@ -1049,11 +1052,12 @@ class AgentStore:
         step that ends the run, which records that total there.
 
         A run's end reads its conversation first (to hand it to the next queued run), except
-        for a run that started its own conversation (``new_conversation``): that one creates
-        the conversation's document without reading it, which fails only if a follow-up joined
-        meanwhile (:meth:`create_run`). The refused commit's check then reads the conversation
-        with the step, and the end is committed again from it, as for any other run, in the
-        same call (the decision stands: no model call is made again).
+        for a run that started its own conversation (``new_conversation``) whose conversation
+        has no document (``conversation_document`` unset): that one writes nothing but itself.
+        A follow-up that joined after ``basis`` was read marked the run (:meth:`create_run`),
+        so the run's version fence refuses the commit: :class:`StaleRead`, and the caller reads
+        the run again and commits the same decision (no model call is made again), now reading
+        the conversation.
 
         Raises :class:`LeaseLost` (nothing written) if the lease was taken over, and
         :class:`StaleRead` (nothing written) if the step is still ours but another document the
@@ -1061,22 +1065,16 @@ class AgentStore:
         """
         run = basis.run.record
         conv: Snapshot | None = None
-        blind = decision.end is not None and run.new_conversation
-        if decision.end is not None and not blind:
+        if decision.end is not None and not (run.new_conversation
+                                             and not run.conversation_document):
             conv = await self.get_conversation_snapshot(run.conversation_id)
-        while True:
-            writes, committed = self._step_commit(claim, basis, decision, conv, now=now,
-                                                  price=price, rolls_up=rolls_up,
-                                                  carried=carried)
-            try:
-                await self.db.commit(writes)
-                return committed
-            except (PreconditionFailed, AlreadyExists) as exc:
-                # A blind end refused: a follow-up may have created the conversation to queue
-                # behind this run. Its document, read with the step, is what the end needs.
-                joined = self.conversation_path(run.conversation_id) if blind else None
-                conv = await self._raise_conflict(claim, exc, joined)
-                blind = False
+        writes, committed = self._step_commit(claim, basis, decision, conv, now=now,
+                                              price=price, rolls_up=rolls_up, carried=carried)
+        try:
+            await self.db.commit(writes)
+        except (PreconditionFailed, AlreadyExists) as exc:
+            await self._raise_conflict(claim, exc)
+        return committed
 
     def _step_commit(
         self, claim: Claim, basis: Basis, decision: Decision, conv: Snapshot | None, *,
@@ -1158,19 +1156,13 @@ class AgentStore:
             return Basis(run)
         return Basis(run, await self.load_transcript(basis.transcript.conversation_id))
 
-    async def _raise_conflict(self, claim: Claim, exc: Exception,
-                              also: str | None = None) -> Snapshot:
-        """Tell a lost lease from a stale read after a commit was refused. ``also``: a document
-        read with the step, returned if it exists (what refused the commit may be its create)
-        while the step is still ours; every other case raises."""
-        paths = [self.step_path(claim.run_id, claim.key), *([also] if also else [])]
-        snap, *other = await self.db.get_all(paths)
+    async def _raise_conflict(self, claim: Claim, exc: Exception) -> NoReturn:
+        """Tell a lost lease from a stale read after a commit was refused."""
+        (snap,) = await self.db.get_all([self.step_path(claim.run_id, claim.key)])
         if claim.version is None and snap is not None:
             raise StepTaken(StepRecord.model_validate(snap.data)) from exc
         if claim.version is not None and (snap is None or snap.version != claim.version):
             raise LeaseLost(f"step {claim.key} of {claim.run_id} lost its lease") from exc
-        if other and other[0] is not None:
-            return other[0]
         raise StaleRead(f"step {claim.key} of {claim.run_id}: {exc}") from exc
 
     async def get_steps(self, run_id: str, keys: Sequence[str]) -> list[StepRecord | None]:
@@ -1415,13 +1407,17 @@ class AgentStore:
                 txn.write(Write("update", snap.path, {
                     "status": RunStatus.RUNNING.value, "stop_reason": None, "error": None,
                     "finished_at": None, "started_at": now, "progress_at": now,
-                } | ({EXPIRE_AT: None} if self.retention else {})))
-                stored = (conv.data if conv else
-                          _sole_run_conversation(run).to_doc() if run.conversation_id == run_id
-                          else {"conversation_id": run.conversation_id, "owner": run.owner})
-                txn.write(Write("set", conv_path, {
-                    **stored, "active_run_id": run_id, "updated_at": now,
-                } | self._conversation_expiry(now)))
+                } | ({"conversation_document": True} if conv is not None else {})
+                  | ({EXPIRE_AT: None} if self.retention else {})))
+                # A conversation that has no document goes on without one (the run stands
+                # for it); one that has a document names the run active again, and a run that
+                # started it is told so (its end reads and updates it).
+                if conv is not None or run.conversation_id != run_id:
+                    stored = conv.data if conv else {"conversation_id": run.conversation_id,
+                                                     "owner": run.owner}
+                    txn.write(Write("set", conv_path, {
+                        **stored, "active_run_id": run_id, "updated_at": now,
+                    } | self._conversation_expiry(now)))
                 outcome = "reopened"
             if step is not None and step.data.get("status") != StepStatus.COMPLETED.value:
                 txn.write(Write("update", step.path, {"attempts": 0, "not_before": 0.0}
