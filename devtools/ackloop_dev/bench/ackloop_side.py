@@ -177,12 +177,14 @@ async def _sequential(side: _Side) -> dict[str, Any]:
         STEPS_PER_REFERENCE_RUN,
     )
     per_run = phase["per_run"]
-    # The client publishes each query; a consumer receives each answer.
+    # The client publishes each query; a consumer of the caller's receives each answer (a
+    # Pub/Sub delivery, not a request to a function).
     billed = {
         "docs_read": per_run["docs_read"],
         "docs_written": per_run["docs_written"],
         "published": per_run["published"] + 1,
         "deliveries": per_run["deliveries"] + 1,
+        "function_requests": per_run["deliveries"],
         "function_cpu_s": phase["function_cpu_ms_per_run"] / 1000,
     }
     phase["cost_per_1000_runs"] = cost_per_1000_runs(billed)

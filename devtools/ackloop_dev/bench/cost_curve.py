@@ -92,6 +92,7 @@ def per_run_from_bench(result: dict[str, Any]) -> dict[str, float]:
     per_run = seq["per_run"]
     return {"docs_read": per_run["docs_read"], "docs_written": per_run["docs_written"],
             "published": per_run["published"] + 1, "deliveries": per_run["deliveries"] + 1,
+            "function_requests": per_run["deliveries"],
             "function_cpu_s": seq["function_cpu_ms_per_run"] / 1000}
 
 

@@ -20,16 +20,21 @@ def cost_per_1000_runs(
     """Cost in USD of 1,000 runs from per-run counts.
 
     ``per_run`` holds ``docs_read``, ``docs_written``, ``published`` (messages published by the
-    functions and the client's query), ``deliveries`` (push requests) and ``function_cpu_s``.
-    Every message is small (well under 1,000 bytes), so each publish and each delivery is billed
-    the 1,000-byte minimum.
+    functions and the client's query), ``deliveries`` (every delivery Pub/Sub makes: the pushes
+    to the functions and the answer to its consumer), ``function_requests`` (the pushes to the
+    functions: what Cloud Run bills as requests; default ``deliveries``) and
+    ``function_cpu_s``. The answer's consumer is the caller's own subscriber, not a function of
+    the deployment, so its delivery is Pub/Sub throughput but no Cloud Run request. Every
+    message is small (well under 1,000 bytes), so each publish and each delivery is billed the
+    1,000-byte minimum.
     """
     runs = 1000
     firestore = runs * (per_run["docs_read"] * prices.firestore_read
                         + per_run["docs_written"] * prices.firestore_write)
     pubsub_requests = per_run["published"] + per_run["deliveries"]
     pubsub = runs * pubsub_requests * PUBSUB_MIN_BYTES * prices.pubsub_byte
-    run_requests = runs * per_run["deliveries"] * prices.run_request
+    function_requests = per_run.get("function_requests", per_run["deliveries"])
+    run_requests = runs * function_requests * prices.run_request
     run_cpu = runs * per_run["function_cpu_s"] * prices.run_vcpu_second
     total = firestore + pubsub + run_requests + run_cpu
     return {
