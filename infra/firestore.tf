@@ -48,6 +48,7 @@ locals {
     conversations = "${var.collection_prefix}conversations"
     transcript    = "transcript" # conversations/{conversation_id}/transcript
     deltas        = "deltas"     # runs/{run_id}/deltas: a streamed model call's text
+    events        = "events"     # runs/{run_id}/events: a named event's payload
     poison        = "${var.collection_prefix}poison"
     dead_letters  = "${var.collection_prefix}dead_letters"
   }

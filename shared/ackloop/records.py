@@ -78,7 +78,11 @@ class RunLimits(Record):
 
 
 class ReceivedEvent(Record):
-    """A named event delivered to a run: what it carried, who sent it and when."""
+    """A named event delivered to a run: what it carried, who sent it and when.
+
+    The run document keeps one per name without its payload (``digest`` set): the payload is
+    in ``runs/{run_id}/events/{name}``, so no number or size of events can grow the run past
+    what Firestore stores in one document, and the run can always be ended."""
 
     payload: JsonDict = Field(default_factory=dict)
     by: str
@@ -87,6 +91,9 @@ class ReceivedEvent(Record):
     id: str | None = None
     """The sender's id for it: the same event sent again is recognised by it (and its
     payload), a different one under the same name is refused."""
+    digest: str | None = None
+    """On the run document: the SHA-256 of the payload (its canonical JSON), which is kept
+    apart; None where the payload is here."""
 
 
 class RunRecord(Record):

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from ackloop import patterns
+from ackloop.docdb.sizes import depth, unstorable, value_size
 from ackloop.keys import MAX_INDEX, MAX_TURN
 
 # Ids that end up in Firestore document paths: no "/", no leading "__", bounded length.
@@ -41,15 +42,6 @@ def check_schema(schema: dict[str, Any]) -> None:
         raise ValueError("output_schema: patternProperties is not supported (use properties)")
     for pattern in patterns.schema_patterns(schema):
         patterns.compiled(pattern)  # ValueError says why RE2 refuses it
-
-
-def _depth(value: Any) -> int:
-    # Firestore refuses maps nested deeper than 20 levels: bound what a client may send.
-    if isinstance(value, dict):
-        return 1 + max((_depth(v) for v in value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max((_depth(v) for v in value), default=0)
-    return 0
 
 
 def storable_text(value: str) -> str:
@@ -116,7 +108,7 @@ class RunOptions(WireModel):
             except UnicodeEncodeError as exc:  # a lone surrogate: Firestore cannot store it
                 raise ValueError("output_schema holds text that is not valid Unicode (a lone "
                                  "surrogate such as \\ud800)") from exc
-            if len(str(value)) > 32_000 or _depth(value) > 12:
+            if len(str(value)) > 32_000 or depth(value) > 12:
                 raise ValueError("output_schema is too large or too deeply nested")
             check_schema(value)
         return value
@@ -142,15 +134,35 @@ class QueryMessage(WireModel):
 
 
 MAX_EVENT_PAYLOAD_BYTES = 16 * 1024
-"""An event's payload as compact JSON: it is kept on the run document and read by the tool."""
+"""The most an event's payload may be, measured as Firestore stores it
+(:func:`ackloop.docdb.sizes.value_size`: a number is 8 bytes, not its digits)."""
+MAX_PAYLOAD_DEPTH = 16
+"""How deep the maps and arrays of a caller's JSON value (an event's payload, an approval's
+edited arguments) may nest: it is stored a few levels down in a document, and Firestore refuses
+a document nested deeper than 20."""
+
+
+def check_json_value(value: Any, what: str, max_bytes: int) -> None:
+    """ValueError when ``value`` nests deeper than :data:`MAX_PAYLOAD_DEPTH`, holds what
+    Firestore cannot store (an array directly in an array), or is larger than ``max_bytes`` as
+    Firestore sizes it (or as compact JSON, whichever is more)."""
+    levels = depth(value)
+    if levels > MAX_PAYLOAD_DEPTH:
+        raise ValueError(f"{what} nests {levels} levels of objects and arrays; at most "
+                         f"{MAX_PAYLOAD_DEPTH}")
+    if (why := unstorable({"value": value})) is not None:
+        raise ValueError(f"{what} cannot be stored: {why}")
+    size = max(value_size(value),
+               len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()))
+    if size > max_bytes:
+        raise ValueError(f"{what} is {size} bytes as stored (a number counts 8); at most "
+                         f"{max_bytes}")
 
 
 def check_event_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """``payload`` when it fits an event (:data:`MAX_EVENT_PAYLOAD_BYTES`), else ValueError."""
-    size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
-    if size > MAX_EVENT_PAYLOAD_BYTES:
-        raise ValueError(f"the payload is {size} bytes as JSON; an event carries at most "
-                         f"{MAX_EVENT_PAYLOAD_BYTES}")
+    """``payload`` when it fits an event (:data:`MAX_EVENT_PAYLOAD_BYTES`, nested at most
+    :data:`MAX_PAYLOAD_DEPTH`), else ValueError."""
+    check_json_value(payload, "the payload", MAX_EVENT_PAYLOAD_BYTES)
     return payload
 
 

@@ -9,7 +9,7 @@ import asyncio
 from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.keys import StepKey
-from ackloop.records import RunLimits, RunRecord
+from ackloop.records import ReceivedEvent, RunLimits, RunRecord
 from ackloop.settings import Settings
 from ackloop.store import EXPIRE_AT, AgentStore, Retention
 from tests.infra.terraform import TerraformConfig, block, expression
@@ -31,6 +31,7 @@ async def _write_every_kind(store: AgentStore) -> None:
                          flush_seconds=0.05, expire_at=delta_expiry(store, 1.0))
     deltas.add("a piece of text")
     await deltas.close()
+    await store.receive_event("r", "signed", ReceivedEvent(payload={"ok": True}, by="o", at=1.0))
 
 
 def collection_groups_the_store_writes() -> dict[str, bool]:
@@ -56,7 +57,7 @@ def test_every_collection_group_the_store_writes_has_a_ttl_policy(
     assert set(written) >= {"${var.collection_prefix}runs", "steps",
                             "${var.collection_prefix}conversations", "transcript",
                             "${var.collection_prefix}poison",
-                            "${var.collection_prefix}dead_letters", "deltas"}, written
+                            "${var.collection_prefix}dead_letters", "deltas", "events"}, written
     # Runs carry expire_at once they end; every other kind from its first write.
     assert all(has for group, has in written.items() if not group.endswith("runs")), written
 

@@ -27,6 +27,7 @@ from ackloop.docdb.base import (
 )
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.docdb.sizes import MAX_DEPTH, depth, value_size
 from ackloop.keys import run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
@@ -166,3 +167,50 @@ async def test_a_poison_record_refused_by_contention_is_retried_not_dropped(
     store = AgentStore(contended_db(standin, grpc.StatusCode.ABORTED))
     with pytest.raises(StorageUnavailable):
         await store.record_poison("m-1", {"reason": "poison_message"})
+
+
+# -- Firestore's own measure: numbers are 8 bytes, nesting stops at 20 ---------------------------
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """A document whose field ``n`` nests maps ``levels`` deep."""
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels - 1):
+        value = {"n": value}
+    return {"n": value}
+
+
+async def test_numbers_are_sized_as_firestore_stores_them_not_as_their_json(
+    db: DocumentDB, prefix: str
+) -> None:
+    """140,000 zeros are 280 kB of JSON and 1.12 MB in Firestore: refused, on memory as on the
+    emulator; 120,000 (960 kB) are stored."""
+    assert len(json.dumps({"n": [0] * 140_000}, separators=(",", ":"))) < MAX_DOCUMENT_BYTES // 3
+    assert value_size({"n": [0] * 140_000}) > MAX_DOCUMENT_BYTES
+    with pytest.raises(InvalidWrite):
+        await db.create(f"{prefix}c/zeros", {"n": [0] * 140_000})
+    await db.create(f"{prefix}c/fewer", {"n": [0] * 120_000})
+    zeros, fewer = await db.get_all([f"{prefix}c/zeros", f"{prefix}c/fewer"])
+    assert zeros is None and fewer is not None and len(fewer.data["n"]) == 120_000
+
+
+async def test_maps_nested_deeper_than_twenty_levels_are_refused(
+    db: DocumentDB, prefix: str
+) -> None:
+    assert depth(nested(MAX_DEPTH)["n"]) == MAX_DEPTH
+    await db.create(f"{prefix}c/twenty", nested(MAX_DEPTH))
+    with pytest.raises(InvalidWrite):
+        await db.create(f"{prefix}c/deeper", nested(MAX_DEPTH + 1))
+    with pytest.raises(InvalidWrite):  # arrays count as levels too
+        await db.create(f"{prefix}c/mixed", {"n": [nested(MAX_DEPTH - 1)]})
+    twenty, deeper, mixed = await db.get_all(
+        [f"{prefix}c/twenty", f"{prefix}c/deeper", f"{prefix}c/mixed"])
+    assert twenty is not None and twenty.data == nested(MAX_DEPTH)
+    assert deeper is None and mixed is None
+
+
+async def test_an_array_directly_in_an_array_is_refused(db: DocumentDB, prefix: str) -> None:
+    for n, value in enumerate(({"a": [[1]]}, {"a": [1, [2]]})):
+        with pytest.raises(InvalidWrite):
+            await db.create(f"{prefix}c/arrays-{n}", value)
+    await db.create(f"{prefix}c/maps-between", {"a": [{"b": [1]}]})

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi import Path as PathParam
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError
@@ -22,6 +22,10 @@ from ackloop.engine import approval
 from ackloop.records import StepDecision
 from ackloop.store import DecisionRefused
 from ackloop.tools.arguments import InvalidArguments, parse_arguments
+from ackloop.wire import check_json_value
+
+MAX_DECISION_ARGS_BYTES = 64 * 1024
+"""The most a decision's edited arguments may be, as Firestore sizes them."""
 
 StepKeyParam = Annotated[str, PathParam(pattern=r"^\d{4}-tool-\d{3}$",
                                         description="The waiting step's key (0000-tool-000).")]
@@ -40,6 +44,13 @@ class DecisionBody(BaseModel):
         "(validated against the tool's parameters).")
     comment: str | None = Field(default=None, max_length=2000,
                                 description="Shown to the model with a rejection.")
+
+    @field_validator("args")
+    @classmethod
+    def _storable(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            check_json_value(value, "args", MAX_DECISION_ARGS_BYTES)
+        return value
 
 
 class DecisionView(BaseModel):

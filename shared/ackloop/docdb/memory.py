@@ -1,11 +1,12 @@
-"""An in-memory DocumentDB with Firestore's semantics, for unit tests and the contract suite."""
+"""An in-memory DocumentDB with Firestore's semantics, for unit tests and the contract suite:
+its preconditions, its batch limit, and its document limits measured as Firestore measures them
+(:mod:`ackloop.docdb.sizes`)."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import itertools
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -19,16 +20,10 @@ from ackloop.docdb.base import (
     Version,
     Write,
 )
+from ackloop.docdb.sizes import document_size, unstorable
 from ackloop.jsondict import JsonDict
 
 T = TypeVar("T")
-
-
-def _document_size(path: str, data: JsonDict) -> int:
-    """Close to Firestore's own count (UTF-8 strings plus a little per field and value); a
-    timestamp (a datetime, such as ``expire_at``) counts as its ISO text."""
-    return len(path.encode()) + 32 + len(json.dumps(data, ensure_ascii=False,
-                                                    default=str).encode())
 
 
 def _parent(path: str) -> str:
@@ -77,9 +72,11 @@ class MemoryDocumentDB:
                     raise PreconditionFailed(f"{w.path} changed since it was read")
         for w in writes:
             merged = (_merged(self._docs[w.path][0], w) if w.op == "update" else w.data)
-            if (size := _document_size(w.path, merged)) > MAX_DOCUMENT_BYTES:
+            if (size := document_size(w.path, merged)) > MAX_DOCUMENT_BYTES:
                 raise InvalidWrite(f"{w.path}: document of {size} bytes exceeds "
                                    f"{MAX_DOCUMENT_BYTES}")
+            if (why := unstorable(merged)) is not None:
+                raise InvalidWrite(f"{w.path}: {why}")
         versions: list[Version] = []
         for w in writes:
             version = next(self._versions)

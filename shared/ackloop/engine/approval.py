@@ -118,7 +118,7 @@ async def wait_for_decision(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
     for _ in range(WAIT_COMMIT_ATTEMPTS):
         run = read.record
         if wait.event is not None and (arrived := run.received.get(wait.event)) is not None:
-            return arrived
+            return await deps.store.event_payload(claim.run_id, wait.event, arrived)
         waiting = Waiting(kind=wait.kind, event=wait.event, tool=wait.tool.name,
                           args=call.args, since=now, deadline=now + wait_timeout(deps, run, wait))
         notice = _notice(run, claim.key, waiting)

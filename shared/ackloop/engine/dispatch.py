@@ -217,8 +217,12 @@ async def _record_rejection(
             "received_at": deps.clock.now(),
         },
     )
-    # A different step recorded at this step's key: the run named by the message's body (which
-    # its ledger checks have read), never by its attributes, which nothing checked.
-    if isinstance(exc, StepConflict) and isinstance(message, ModelStepMessage | ToolStepMessage):
+    # A different step recorded at this step's key, or a step whose record Firestore cannot
+    # store (a value nested too deep, an array in an array): the run cannot go on, so it ends
+    # now, failed with the reason, instead of staying running with nothing to move it. The run
+    # is the one named by the message's body (which its ledger checks have read), never by its
+    # attributes, which nothing checked.
+    if ((isinstance(exc, StepConflict) or exc.reason == "invalid_write")
+            and isinstance(message, ModelStepMessage | ToolStepMessage)):
         await end_run_now(deps, message.run_id, run_end(StopReason.FAILED, Usage(),
                                                         error=f"{exc.reason}: {exc}"))

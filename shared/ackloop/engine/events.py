@@ -1,7 +1,10 @@
 """Named events delivered to a run: ``POST /runs/{id}/events/{name}`` or the queries topic.
 
 An event is kept on the run first (:meth:`AgentStore.receive_event`, one transaction: the
-first event of a name wins, the same one again is recognised), then every step waiting for
+first event of a name wins, the same one again is recognised; the run document records who
+sent it and its payload's digest, the payload goes to ``runs/{run_id}/events/{name}``, so no
+number or size of events can grow the run document past Firestore's limit and leave the run
+impossible to end), then every step waiting for
 it is decided ``received`` with its payload and its message re-sent, exactly as a person's
 approval resumes a step (:mod:`ackloop.engine.approval`). Either half may be lost to a crash:
 
@@ -86,6 +89,10 @@ async def decide_arrived(deps: Deps, run: RunRecord, steps: list[StepRecord]) ->
              and s.waiting.event is not None and s.waiting.event in run.received}
     resumed: list[str] = []
     for name in sorted(names):
-        resumed += await resume_waiting(deps, run.run_id, name, run.received[name],
+        try:
+            event = await deps.store.event_payload(run.run_id, name, run.received[name])
+        except DecisionRefused:
+            continue  # its payload is gone: the waiting call's deadline rejects it
+        resumed += await resume_waiting(deps, run.run_id, name, event,
                                         [s for s in steps if s.decision is None])
     return resumed

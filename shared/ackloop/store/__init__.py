@@ -34,6 +34,7 @@ from ackloop.docdb.base import (
     Write,
 )
 from ackloop.docdb.counting import DocumentCounters, delivery_counters
+from ackloop.docdb.sizes import value_size
 from ackloop.errors import (
     ConversationBusy,
     ConversationNotStarted,
@@ -107,6 +108,7 @@ class Retention:
       first run is its only run has no record (its run says whose it is), so it can be
       continued until that run expires, and its chunks go at most a day and the longest run
       after that;
+    * an event's payload (``runs/{run_id}/events/{name}``): :meth:`live` from its arrival;
     * poison and dead letters: ``seconds`` after they were recorded.
     """
 
@@ -246,8 +248,16 @@ def _pointer(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
             "chunks": max(indexes, default=-1) + 1}
 
 
+def payload_digest(payload: JsonDict) -> str:
+    """SHA-256 of ``payload``'s canonical JSON (sorted keys, compact)."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":")))
+    """What ``value`` adds to a transcript chunk: its compact JSON or its size in Firestore,
+    whichever is more (:mod:`ackloop.docdb.sizes`)."""
+    return max(len(json.dumps(value, separators=(",", ":"))), value_size(value))
 
 
 def _costed(run: RunRecord, costed: Callable[[RunRecord, int], Cost] | None,
@@ -346,6 +356,9 @@ class AgentStore:
 
     def step_path(self, run_id: str, key: str) -> str:
         return f"{self.steps_collection(run_id)}/{key}"
+
+    def event_path(self, run_id: str, name: str) -> str:
+        return f"{self.run_path(run_id)}/events/{name}"
 
     def conversation_path(self, conversation_id: str) -> str:
         return f"{self._conversations}/{conversation_id}"
@@ -919,6 +932,8 @@ class AgentStore:
         Raises :class:`DecisionRefused` for a missing or ended run, a name already received
         with another payload or id, or a run that has received too many names."""
 
+        digest = payload_digest(event.payload)
+
         async def body(txn: Transaction) -> tuple[ReceivedEvent, bool, RunRecord]:
             snap = await txn.get(self.run_path(run_id))
             if snap is None:
@@ -926,8 +941,11 @@ class AgentStore:
             run = RunRecord.model_validate(snap.data)
             kept = run.received.get(name)
             if kept is not None:
-                if (kept.payload, kept.id) == (event.payload, event.id):
-                    return kept, False, run
+                same = (kept.digest == digest if kept.digest is not None
+                        else kept.payload == event.payload)
+                if same and kept.id == event.id:
+                    return kept.model_copy(update={"payload": event.payload,
+                                                   "digest": None}), False, run
                 raise DecisionRefused(409, "already_received", (
                     f"run {run_id} already received an event {name!r} (from {kept.by}) with "
                     "another payload or id: each name is received once per run"))
@@ -937,13 +955,25 @@ class AgentStore:
                 raise DecisionRefused(409, "too_many_events", (
                     f"run {run_id} has received {len(run.received)} events, the most a run "
                     "keeps"))
-            received = {k: v.to_doc() for k, v in run.received.items()} | {
-                name: event.to_doc()}
-            txn.write(Write("update", snap.path, {"received": received,
-                                                  "progress_at": event.at}))
+            # The payload goes to a document of its own; the run keeps who sent what, when.
+            mark = event.model_copy(update={"payload": {}, "digest": digest})
+            txn.write(Write("update", snap.path, {"progress_at": event.at},
+                            into={"received": {name: mark.to_doc()}}))
+            txn.write(Write("set", self.event_path(run_id, name),
+                            event.to_doc() | self._live_expiry(event.at)))
             return event, True, run
 
         return await self.db.transact(body)
+
+    async def event_payload(self, run_id: str, name: str, event: ReceivedEvent) -> ReceivedEvent:
+        """``event`` as the run keeps it under ``name``, with its payload (read from its own
+        document where the run keeps only its digest)."""
+        if event.digest is None:
+            return event
+        (snap,) = await self.db.get_all([self.event_path(run_id, name)])
+        if snap is None:  # expired with its run's retention: nothing left to resume with
+            raise DecisionRefused(409, "event_gone", f"run {run_id}: event {name!r} is gone")
+        return ReceivedEvent.model_validate(snap.data)
 
     async def sweep_run_at(self, run_id: str, at: float) -> None:
         """Set when the sweeper looks at the run next (a waiting run: its earliest deadline)."""

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
+from ackloop.docdb.sizes import depth, unstorable, value_size
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.masking import mask_json, mask_secrets
 
@@ -23,7 +24,22 @@ def success_outcome(
     Raises ``TypeError``/``ValueError`` when ``value`` cannot be turned into JSON.
     """
     result = mask_json(to_json_value(value), known)
+    if not storable(result):
+        # Firestore stores no array directly in an array and no value nested deeper than 20
+        # levels (this one sits 8 levels down in a transcript): the model reads it as JSON text.
+        result = json.dumps(result, ensure_ascii=False)
     return ToolOutcome(response={"result": cap_result(result, max_bytes)}, final=final)
+
+
+RESULT_DEPTH = 10
+"""The deepest a tool's result may nest maps and arrays and be kept as it is: it is stored in
+the transcript 8 levels down (turn, contents, parts, function response...), and Firestore
+stores 20."""
+
+
+def storable(result: Any) -> bool:
+    """Whether Firestore can keep ``result`` as it is, where a tool's result is kept."""
+    return depth(result) <= RESULT_DEPTH and unstorable({"result": result}) is None
 
 
 def error_outcome(message: str, *, known: Iterable[str] = ()) -> ToolOutcome:
@@ -45,7 +61,8 @@ def to_json_value(value: Any) -> Any:
 
 
 def cap_result(result: Any, max_bytes: int) -> Any:
-    """``result`` unchanged when ``{"result": result}`` fits in ``max_bytes`` of JSON; otherwise
+    """``result`` unchanged when ``{"result": result}`` fits in ``max_bytes`` (of JSON, and as
+    Firestore sizes it); otherwise
     the longest prefix of its text that fits once JSON-escaped, ending with a marker that tells
     the model how much was left out (text that escapes heavily keeps fewer characters, never
     none while one fits)."""
@@ -71,4 +88,7 @@ def cap_result(result: Any, max_bytes: int) -> Any:
 
 
 def _json_size(result: Any) -> int:
-    return len(json.dumps({"result": result}, ensure_ascii=False).encode())
+    """``{"result": result}``'s size: its JSON bytes or its size in Firestore (where a number is
+    8 bytes), whichever is more, so a capped result also fits where it is stored."""
+    wrapped = {"result": result}
+    return max(len(json.dumps(wrapped, ensure_ascii=False).encode()), value_size(wrapped))
