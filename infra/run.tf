@@ -84,6 +84,7 @@ locals {
     ACKLOOP_API_AUTH                        = var.api.auth
     ACKLOOP_API_QUERY_TIMEOUT_SECONDS       = tostring(var.api.query_timeout_seconds)
     ACKLOOP_API_MAX_BODY_BYTES              = tostring(var.api.max_body_bytes)
+    ACKLOOP_API_DOCS                        = tostring(var.api.docs)
     ACKLOOP_API_STREAM_POLL_SECONDS         = tostring(var.api.stream_poll_seconds)
     ACKLOOP_API_STREAM_MAX_SECONDS          = tostring(var.api.stream_max_seconds)
     ACKLOOP_API_STREAM_MAX_OPEN             = tostring(var.api.stream_max_open)

@@ -408,13 +408,14 @@ variable "api_invoker_members" {
 
 variable "api" {
   type = object({
-    auth                   = optional(string, "none")
+    auth                   = optional(string, "cloud_run_iam")
     bearer_token_secret_id = optional(string, null)
     id_token_audience      = optional(string, null)
     id_token_emails        = optional(string, null)
     operators              = optional(string, null)
     query_timeout_seconds  = optional(number, 50)
     max_body_bytes         = optional(number, 262144)
+    docs                   = optional(bool, false)
     stream_poll_seconds    = optional(number, 0.5)
     stream_max_seconds     = optional(number, 300)
     stream_max_open        = optional(number, 200)
@@ -424,17 +425,12 @@ variable "api" {
     keep_alive_seconds     = optional(number, 5)
     request_read_seconds   = optional(number, 30)
   })
-  description = "HTTP API service settings (ACKLOOP_API_*). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"cloud_run_iam\" (the token Cloud Run verified must name one of the comma-separated id_token_emails, and carry id_token_audience when set), \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file; callers send the IAM token in X-Serverless-Authorization) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails; the app verifies the signature, so callers send the IAM token in X-Serverless-Authorization). The scheduled sweeper passes every mode on POST /sweep (ACKLOOP_API_SWEEPER_EMAIL). operators: comma-separated callers as the API names them (\"bearer\", \"google:<subject>\") who may list dead letters and poison and re-drive dead letters (GET /dead-letters, GET /poison, the inspector at /ui; ACKLOOP_API_OPERATORS); unset, no caller may unless auth is \"none\". Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api. Against hostile callers: stream_max_open event streams per instance (then 503), stream_send_timeout_s for a client that stops reading, stream_page_size step documents per stream read, max_connections per instance (uvicorn limit_concurrency), keep_alive_seconds, request_read_seconds to send a request (then 408)."
+  description = "HTTP API service settings (ACKLOOP_API_*). docs: serve /docs and /redoc (ACKLOOP_API_DOCS; off: their pages load scripts from a CDN on the run inspector's origin). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"cloud_run_iam\" (the default: the token Cloud Run verified names each caller by their own Google subject, so each invoker sees and acts on only their own runs; when id_token_emails is set it must name one of those comma-separated emails, and carry id_token_audience when set), \"none\" (no check: every invoker is the same anonymous caller, sees every run and is an operator; the service warns at start-up), \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file; callers send the IAM token in X-Serverless-Authorization) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails; the app verifies the signature, so callers send the IAM token in X-Serverless-Authorization). The scheduled sweeper passes every mode on POST /sweep (ACKLOOP_API_SWEEPER_EMAIL). operators: comma-separated callers as the API names them (\"bearer\", \"google:<subject>\") who may list dead letters and poison and re-drive dead letters (GET /dead-letters, GET /poison, the inspector at /ui; ACKLOOP_API_OPERATORS); unset, no caller may unless auth is \"none\". Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api. Against hostile callers: stream_max_open event streams per instance (then 503), stream_send_timeout_s for a client that stops reading, stream_page_size step documents per stream read, max_connections per instance (uvicorn limit_concurrency), keep_alive_seconds, request_read_seconds to send a request (then 408)."
   default     = {}
 
   validation {
     condition     = contains(["none", "bearer", "google_id_token", "cloud_run_iam"], var.api.auth)
     error_message = "api.auth must be none, bearer, google_id_token or cloud_run_iam."
-  }
-
-  validation {
-    condition     = var.api.auth != "cloud_run_iam" || var.api.id_token_emails != null
-    error_message = "api.auth = \"cloud_run_iam\" needs api.id_token_emails (who may call)."
   }
 
   validation {

@@ -77,6 +77,10 @@ class RunLimits(Record):
     approval_timeout_seconds: float | None = None
 
 
+DEADLINE = "deadline"
+"""Who decided a step whose deadline passed with no decision."""
+
+
 class ReceivedEvent(Record):
     """A named event delivered to a run: what it carried, who sent it and when.
 
@@ -220,7 +224,8 @@ class Waiting(Record):
     args: JsonDict = Field(default_factory=dict)
     since: float
     deadline: float
-    """Past it, the sweeper decides the step as rejected ("no decision before the deadline")."""
+    """Past it, the step is decided as rejected ("no decision before the deadline"), by the
+    sweeper or by the first decision that comes too late; no later decision is accepted."""
 
 
 class StepDecision(Record):

@@ -136,10 +136,12 @@ class Settings(BaseSettings):
 
     api_auth: ApiAuth = Field(
         default="none",
-        description="HTTP API authentication in the app: 'none' (local, or Cloud Run IAM in "
-        "front), 'bearer' (a shared token from api_bearer_token_file), 'google_id_token' (a "
-        "token the app verifies) or 'cloud_run_iam' (the token Cloud Run IAM verified in front "
-        "must name one of api_id_token_emails).",
+        description="HTTP API authentication in the app: 'none' (local only: every caller is "
+        "'anonymous', sees every run and is an operator; warned about at start-up), 'bearer' (a "
+        "shared token from api_bearer_token_file), 'google_id_token' (a token the app "
+        "verifies) or 'cloud_run_iam' (the deployment's default: the token Cloud Run IAM "
+        "verified in front names each caller, and must name one of api_id_token_emails when "
+        "that is set).",
     )
     api_bearer_token_file: str | None = Field(
         default=None,
@@ -167,6 +169,12 @@ class Settings(BaseSettings):
     )
     api_query_timeout_seconds: float = Field(
         default=50.0, gt=0, description="How long a synchronous query waits for its run."
+    )
+    api_docs: bool = Field(
+        default=False,
+        description="Serve the interactive API pages /docs and /redoc. Their HTML loads Swagger "
+        "UI's and ReDoc's scripts from a CDN, on the same origin as the run inspector, so they "
+        "are off unless asked for (locally); /openapi.json is always served.",
     )
     api_max_body_bytes: int = Field(
         default=262_144, ge=1024, description="Largest request body the HTTP API accepts."

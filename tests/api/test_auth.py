@@ -23,10 +23,13 @@ from ackloop.api.app import create_app
 from ackloop.api.errors import ApiError
 from ackloop.engine.deps import Deps
 from ackloop.http_push import authenticate_push
+from ackloop.model.scripted import ScriptedModel
+from ackloop.model.turns import text_turn
 from ackloop.settings import Settings
 from ackloop.telemetry.metrics import PUSH_ANSWERS
 from ackloop.telemetry.metrics_file import Series
 from tests.api.tokens_support import Issuer, as_forwarded_by_cloud_run
+from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.stack import RunningStack
 
 TOKEN = "a-long-enough-shared-token-0123456789"
@@ -124,12 +127,50 @@ async def _past_auth() -> Deps:
     raise ApiError(418, "past_auth", "authenticated")
 
 
-async def test_cloud_run_iam_mode_checks_who_the_checked_token_names() -> None:
-    """The API behind Cloud Run IAM, with one token per caller (as gcloud prints it): the app
-    reads the claims Cloud Run verified and lets only the configured emails through."""
+async def test_cloud_run_iam_without_emails_names_each_invoker_apart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """S2, the deployment's default: every invoker Cloud Run IAM lets in is a caller of their
+    own (by subject), so one invoker's run is not another's to read or list; a request without
+    the checked token is refused. ``none`` is still possible, and warned about at start-up."""
     issuer = Issuer()
-    with pytest.raises(ValueError, match="ACKLOOP_API_ID_TOKEN_EMAILS"):
-        create_app(Settings(api_auth="cloud_run_iam"))
+    loop = make_loop(ScriptedModel.from_turns([text_turn("hi")]), CountingToolbox())
+
+    async def deps() -> Deps:
+        return loop.deps
+
+    app = create_app(Settings(api_auth="cloud_run_iam"), deps=deps)
+
+    def as_invoker(email: str, subject: str) -> dict[str, str]:
+        token = as_forwarded_by_cloud_run(issuer.token(
+            "32555940559.apps.googleusercontent.com", email=email, sub=subject))
+        return {"Authorization": f"Bearer {token}"}
+
+    ada, bo = as_invoker("ada@example.com", "111"), as_invoker("bo@example.com", "222")
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        created = await client.post("/runs", json={"text": "hello"}, headers=ada)
+        assert created.status_code == 202, created.text
+        run_id = created.json()["run_id"]
+        mine = await client.get(f"/runs/{run_id}", headers=ada)
+        theirs = await client.get(f"/runs/{run_id}", headers=bo)
+        listed_for_bo = await client.get("/runs", headers=bo)
+        nobody = await client.get("/runs")
+    assert mine.status_code == 200 and mine.json()["run_id"] == run_id
+    assert theirs.status_code == 404
+    assert run_id not in listed_for_bo.text and listed_for_bo.status_code == 200
+    assert nobody.status_code == 401
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.owner == "google:111"
+    with caplog.at_level("WARNING", logger="ackloop.api.auth"):
+        create_app(Settings(api_auth="none"))
+    assert any("ACKLOOP_API_AUTH=none" in r.getMessage() and "every run" in r.getMessage()
+               for r in caplog.records)
+
+
+async def test_cloud_run_iam_mode_checks_who_the_checked_token_names() -> None:
+    """The API behind Cloud Run IAM, with one token per caller (as gcloud prints it): with
+    emails set, the app reads the claims Cloud Run verified and lets only those through."""
+    issuer = Issuer()
     app = create_app(Settings(api_auth="cloud_run_iam", api_id_token_emails=API_CALLER),
                      deps=_past_auth)
 
@@ -184,6 +225,34 @@ async def test_the_scheduled_sweeper_passes_every_auth_mode(tmp_path: Path) -> N
             assert sweep.status_code == (418 if sweeper_passes else 401), (mode, sweep.text)
             assert intruder.status_code == 401, mode
             assert elsewhere.status_code == 401, mode
+
+
+async def test_a_sweep_is_for_operators_and_the_sweeper_with_bounded_parameters(
+    tmp_path: Path,
+) -> None:
+    """S3: any authenticated caller could sweep every owner's runs (and read their ids in the
+    answer) with any stale_seconds. Now a caller who is not an operator gets 403 and reaches
+    nothing; an operator reaches the sweep; an idle time under half a second is a 422."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    as_bearer = {"Authorization": f"Bearer {TOKEN}"}
+    plain = Settings(api_auth="bearer", api_bearer_token_file=str(token_file))
+    operator = plain.model_copy(update={"api_operators": "bearer"})
+    for settings, expected in ((plain, 403), (operator, 418)):
+        app = create_app(settings, deps=_past_auth)
+        async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+            sweep = await client.post("/sweep", headers=as_bearer)
+            tiny = await client.post("/sweep", params={"stale_seconds": 0.001},
+                                     headers=as_bearer)
+        assert sweep.status_code == expected, (settings.api_operators, sweep.text)
+        assert tiny.status_code == 422 and "stale_seconds" in tiny.text
+    assert "ACKLOOP_API_OPERATORS" in (await _forbidden(plain, as_bearer))
+
+
+async def _forbidden(settings: Settings, headers: dict[str, str]) -> str:
+    async with serving(create_app(settings, deps=_past_auth)) as url, \
+            httpx.AsyncClient(base_url=url) as client:
+        return (await client.post("/sweep", headers=headers)).text
 
 
 def _push_app(settings: Settings, issuer: Issuer) -> Starlette:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import BaseModel
 
+from ackloop.api.app import create_app
 from ackloop.engine import approval
+from ackloop.engine.deps import Deps
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
@@ -161,6 +164,45 @@ async def test_a_wait_past_its_deadline_is_rejected_by_the_sweeper() -> None:
     run = await loop.deps.store.get_run(run_id)
     # The run's max_seconds (300 s) does not count the hour it waited for a person.
     assert run is not None and run.status is RunStatus.COMPLETED and run.answer == "done"
+
+
+async def test_an_approval_after_the_deadline_rejects_the_call_instead_of_running_it() -> None:
+    """R7: an approval posted after the wait's deadline (before any sweep) ran the call. Now
+    it is not recorded: the step is rejected as at its deadline, the call never runs, the run's
+    waited time stops at the deadline, and the API says why (409 deadline_passed)."""
+    sent: list[dict[str, Any]] = []
+    loop, run_id = await transfer_run("late", sent, timeout=600)
+    (waiting,) = await tool_result(loop, run_id)
+    assert waiting.waiting is not None
+    loop.deps.clock.advance(601)  # type: ignore[attr-defined]
+    step, _ = await approval.decide(loop.deps, run_id, waiting.key, StepDecision(
+        decision="approve", by="alice", at=loop.deps.clock.now()))
+    assert step.decision is not None
+    assert (step.decision.decision, step.decision.by, step.decision.at) == (
+        "reject", "deadline", waiting.waiting.deadline)
+    await loop.run_until_idle()
+    (step,) = await tool_result(loop, run_id)
+    assert sent == [] and step.result is not None
+    assert step.result["response"] == {"error": "not run: no decision before the deadline"}
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
+    assert run.waited_seconds == pytest.approx(waiting.waiting.deadline - waiting.waiting.since)
+
+    loop2, run2 = await transfer_run("late-api", sent, timeout=600)
+    (waiting2,) = await tool_result(loop2, run2)
+    loop2.deps.clock.advance(601)  # type: ignore[attr-defined]
+
+    async def deps() -> Deps:
+        return loop2.deps
+
+    app = create_app(Settings(api_auth="none"), deps=deps)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+        late = await api.post(f"/runs/{run2}/approvals/{waiting2.key}",
+                              json={"decision": "approve"})
+    assert late.status_code == 409 and late.json()["code"] == "deadline_passed", late.text
+    await loop2.run_until_idle()
+    assert sent == []
 
 
 async def test_a_decision_whose_resend_was_lost_is_resent_by_the_sweeper() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from ackloop.engine import approval, events
+from ackloop.engine.ingest import start_run
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
@@ -232,6 +233,39 @@ async def test_an_event_message_for_no_run_is_acknowledged_and_recorded() -> Non
     assert entry.outcome.acknowledged and entry.outcome.body["reason"] == "not_found"
     poison = await loop.deps.store.list_poison()
     assert [p["reason"] for p in poison] == ["not_found"]
+
+
+async def test_a_published_event_reaches_only_runs_of_the_topics_own_caller() -> None:
+    """S7: an event published to the queries topic resumed the waiting call of a run an API
+    caller owns, with the publisher's payload. The topic's publishers act as ``anonymous`` (as
+    their queries do): another owner's run is missing for them, the event is poison, the call
+    keeps waiting, and the owner's own event resumes it."""
+    seen: list[dict[str, Any]] = []
+    loop = make_loop(model(("await_shipment", {"order": "A7"})), shipping_tools(seen),
+                     settings=SETTINGS)
+    run, _ = await start_run(loop.deps, QueryMessage(request_id="ada", text="ship A7"),
+                             owner="google:ada")
+    await loop.run_until_idle()
+    (step,) = await loop.deps.store.get_steps(run.run_id, [STEP])
+    assert step is not None and step.status is StepStatus.WAITING
+
+    forged = EventMessage(type="event", run_id=run.run_id, name="shipped:A7",
+                          payload={"tracking": "FORGED"})
+    await loop.publisher.publish(loop.deps.settings.queries_topic,
+                                 forged.model_dump_json().encode())
+    await loop.run_until_idle()
+    refused = loop.deliveries("query")[-1].outcome
+    assert refused.acknowledged and refused.body["reason"] == "not_found"
+    (step,) = await loop.deps.store.get_steps(run.run_id, [STEP])
+    assert step is not None and step.status is StepStatus.WAITING and seen == []
+    kept = await loop.deps.store.get_run(run.run_id)
+    assert kept is not None and kept.received == {}
+
+    delivered = await events.deliver(loop.deps, run.run_id, "shipped:A7",
+                                     shipped(loop, by="google:ada"), owner="google:ada")
+    assert delivered.resumed == [STEP]
+    await loop.run_until_idle()
+    assert seen == [{"order": "A7", "event": {"tracking": "T-1"}}]
 
 
 def test_a_tool_cannot_wait_for_both_an_approval_and_an_event() -> None:

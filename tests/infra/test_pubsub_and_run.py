@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ackloop.api.app import create_app
+from ackloop.settings import Settings
 from tests.infra.terraform import TerraformConfig, block, delivery_numbers, expression
 
 PUSH_SERVICES = {"ingest", "model_step", "tool_step", "dead_letter"}
@@ -199,3 +201,14 @@ def test_answers_topic_has_only_an_optional_pull_subscription(terraform: Terrafo
     assert expression(pull["count"]) == "var.answers_pull_subscription ? 1 : 0"
     assert "push_config" not in pull
     assert terraform.variable_default("answers_pull_subscription") is False
+
+
+def test_the_deployed_api_names_each_caller_apart_by_default(terraform: TerraformConfig) -> None:
+    """S2: the API's default auth was "none", under which every invoker is the same anonymous
+    caller, sees every run and is an operator. The default is now "cloud_run_iam", which names
+    each invoker by the token Cloud Run IAM checked and needs no email list, and the app that
+    Terraform configures that way starts."""
+    assert terraform.variable_default("api", "auth") == "cloud_run_iam"
+    conditions = [v["condition"] for v in terraform.variables["api"]["validation"]]
+    assert not [c for c in conditions if "id_token_emails" in c], conditions
+    assert create_app(Settings(api_auth="cloud_run_iam")) is not None

@@ -27,6 +27,8 @@ DELIBERATE_DIFFERENCES = {
     "project_id": "no default: the project is always given",
     "push_auth": "deployed step services sit behind Cloud Run IAM and check the claims it "
     "forwards (cloud_run_iam); locally nothing sends a push token",
+    "api_auth": "the deployed API names each invoker by the token Cloud Run IAM checked "
+    "(cloud_run_iam); locally nothing sends one, and 'none' says so with a warning",
 }
 
 # Settings whose Terraform value is derived rather than a plain variable; checked one by one below.

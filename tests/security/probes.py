@@ -248,14 +248,21 @@ def ledger_problems(steps: list[StepRecord]) -> list[str]:
 
 def secret_hits(stack: RunningStack, secrets: Iterable[str],
                 answers: Iterable[Mapping[str, Any]] = ()) -> list[str]:
-    """Where any of ``secrets`` appears: log lines of every process of the stack, every
-    document of its collections, the answers given."""
+    """Where any of ``secrets`` appears: log lines of every process of the stack, the spans
+    it exported (traces: attributes, events, status) and its metric points, every document of
+    its collections, the answers given."""
     secrets = [s for s in secrets if s]
     hits: list[str] = []
-    for log in sorted(Path(stack.state.directory, "logs").glob("*.log")):
+    root = Path(stack.state.directory)
+    outputs = [*sorted((root / "logs").glob("*.log")), *sorted((root / "traces").glob("*")),
+               *sorted((root / "metrics").glob("*"))]
+    assert any(p.parent.name == "traces" for p in outputs), "the stack exported no spans"
+    for log in outputs:
+        if not log.is_file():
+            continue
         for number, line in enumerate(log.read_text(errors="replace").splitlines(), 1):
             if any(s in line for s in secrets):
-                hits.append(f"{log.name}:{number}: {line[:200]}")
+                hits.append(f"{log.parent.name}/{log.name}:{number}: {line[:200]}")
     for path, data in documents(stack, with_data=True).items():
         text = json.dumps(data, default=str)
         if any(s in text for s in secrets):

@@ -1,6 +1,7 @@
 """A model upstream that echoes the API key in its errors (503, then 400): the key appears in
-no log line of any process of the stack, no document and no answer. Runs after the fuzz and the
-poison tests of the tier, so every line they made the stack log is scanned too."""
+no log line of any process of the stack, no exported span (S9: span status and exception text
+carried it into the trace files), no metric point, no document and no answer. Runs after the
+fuzz and the poison tests of the tier, so every line they made the stack log is scanned too."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from ackloop.docdb.base import Write
 from ackloop.errors import ConversationNotStarted, PermanentError, StaleRead
 from ackloop.keys import StepKey, is_run_id, run_id_for_request
 from ackloop.records import ConversationRecord, RunLimits, RunRecord, RunStatus, StopReason
@@ -189,3 +190,19 @@ async def test_a_redriven_first_run_takes_its_conversation_back_and_its_end_hand
 
     conv = await conversation(store, first.run_id)
     assert (conv.active_run_id, conv.queue, conv.run_count) == (follow.run_id, [], 2)
+
+
+async def test_a_redrive_restarts_the_runs_clock_and_the_time_it_waited(
+    store: AgentStore,
+) -> None:
+    """R4: a redrive restarted ``max_seconds`` from the redrive but kept ``waited_seconds``, which
+    that budget excludes: the re-driven run got its budget plus every second it ever waited.
+    Both start over."""
+    first, _ = await store.create_run(run_record("waited"))
+    await store.db.commit([Write("update", store.run_path(first.run_id), {
+        "waited_seconds": 5_000.0, "wait_ended_at": T0 + 5_000})])
+    assert await store.fail_run(first.run_id, "dead_lettered: step 0000-model: boom", T0 + 6_000)
+    assert await store.reopen_dead_lettered_run(first.run_id, None, T0 + 7_000) == "reopened"
+    run = await store.get_run(first.run_id)
+    assert run is not None and run.status is RunStatus.RUNNING
+    assert (run.started_at, run.waited_seconds, run.wait_ended_at) == (T0 + 7_000, 0.0, T0 + 7_000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from ackloop.push import Delivery
 from ackloop.records import RunStatus
 from ackloop.store import AgentStore
 from ackloop.telemetry import tracing
-from ackloop.telemetry.trace_files import read_trace
+from ackloop.telemetry.trace_files import of_run, read_trace
 from ackloop.wire import QueryMessage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.emulators import EmulatorSession
@@ -117,3 +118,21 @@ async def test_a_redelivered_step_records_a_second_span_marked_as_a_redelivery(
     assert {s["trace_id"] for s in spans} == {tracing.run_trace_id(run_id)}
     assert first["parent_span_id"] == again["parent_span_id"], "the same message, one parent"
     assert first["span_id"] != again["span_id"]
+
+
+def test_a_runs_spans_are_found_by_the_run_not_by_the_trace_id_alone() -> None:
+    """S4: two runs in one caller's trace; each run's spans are its root (ackloop.run), the
+    spans naming it and those under them; the caller's span and the other run's are not."""
+    def span(span_id: str, parent: str | None, run_id: str | None = None) -> dict[str, Any]:
+        attributes = {"ackloop.run_id": run_id} if run_id else {}
+        return {"span_id": span_id, "parent_span_id": parent, "attributes": attributes}
+
+    a_root, b_root = tracing.run_root_span_id("run-a"), tracing.run_root_span_id("run-b")
+    spans = [span("caller", None), span(a_root, "caller", "run-a"),
+             span(b_root, "caller", "run-b"), span("a-ingest", a_root, "run-a"),
+             span("b-ingest", b_root, "run-b"), span("a-sweep", a_root),
+             span("a-sweep-child", "a-sweep"), span("b-step", "b-ingest", "run-b")]
+    assert [s["span_id"] for s in of_run(spans, "run-a", a_root)] == [
+        a_root, "a-ingest", "a-sweep", "a-sweep-child"]
+    assert [s["span_id"] for s in of_run(spans, "run-b", b_root)] == [
+        b_root, "b-ingest", "b-step"]

@@ -104,3 +104,26 @@ async def test_a_run_without_a_caller_trace_gets_one_derived_from_its_id(
     assert (await api.get(f"/runs/{run_id}")).json()["trace_id"] == derived
     missing = await api.get("/runs/run-00000000000000000000000000000000/trace")
     assert missing.status_code == 404
+
+
+async def test_a_run_sharing_a_trace_id_is_not_in_another_runs_trace(
+    api: httpx.AsyncClient, api_stack: RunningStack,  # noqa: F811
+) -> None:
+    """S4: a run's trace was every span with its trace id, which a caller chooses (a
+    ``traceparent`` naming another run's trace, derivable from its id, showed that run's spans:
+    agent, tools, timings, tokens). A run's trace is now found by the run: two runs started in
+    one trace each show only their own spans."""
+    shared = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    ids = []
+    for text in ("What is 2+2?", "hello"):
+        created = await api.post("/runs", json={"text": text}, headers={"traceparent": shared})
+        assert created.status_code == 202, created.text
+        ids.append(created.json()["run_id"])
+    for run_id in ids:
+        await api_stack.wait_run(run_id)
+    for run_id, other in (tuple(ids), tuple(ids[::-1])):
+        steps = {s.key for s in await api_stack.store().list_steps(run_id)}
+        traced = await _whole_trace(api, run_id, steps)
+        assert traced["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
+        assert traced["spans"] and other not in json.dumps(traced)
+        assert {s["attributes"].get("ackloop.run_id") for s in traced["spans"]} <= {run_id, None}

@@ -65,7 +65,10 @@ def create_app(
         await auth.check(request)
 
     guarded = [Depends(authenticate)] if auth.mode != "none" else []
-    app = FastAPI(title="ackloop", version="0.1.0", description=DESCRIPTION)
+    # /docs and /redoc load third-party scripts from a CDN: only when asked for (S1).
+    docs = settings.api_docs
+    app = FastAPI(title="ackloop", version="0.1.0", description=DESCRIPTION,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None)
     app.state.deps = deps
     app.state.settings = settings
     app.state.streams = StreamSlots(settings.api_stream_max_open)

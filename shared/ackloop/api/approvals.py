@@ -19,7 +19,7 @@ from ackloop.api.errors import ApiError
 from ackloop.api.models import ErrorBody
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
 from ackloop.engine import approval
-from ackloop.records import StepDecision
+from ackloop.records import DEADLINE, StepDecision
 from ackloop.store import DecisionRefused
 from ackloop.tools.arguments import InvalidArguments, parse_arguments
 from ackloop.wire import check_json_value
@@ -96,5 +96,10 @@ async def decide(request: Request, run_id: RunId, step: StepKeyParam, body: Deci
     except DecisionRefused as exc:
         raise ApiError(exc.status, exc.reason, str(exc)) from exc
     final = recorded.decision or decision
+    if final.by == DEADLINE:
+        # Decided after the deadline: the call was rejected as at its deadline (and re-sent so),
+        # not as asked.
+        raise ApiError(409, "deadline_passed", f"step {step} waited past its deadline "
+                       f"({final.at:.0f}): the call is rejected, not {body.decision}d")
     return DecisionView(run_id=run_id, step=step, decision=final.decision, args=final.args,
                         comment=final.comment, by=final.by, at=final.at, recorded=decided)

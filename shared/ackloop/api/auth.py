@@ -1,17 +1,19 @@
 """Who may call the HTTP API, per ``ACKLOOP_API_AUTH``.
 
-- ``none``: no check in the app. Local development, or Cloud Run IAM in front (the deployed
-  default: only ``api_invoker_members`` may invoke the service).
+- ``none``: no check in the app: every caller is ``anonymous``, sees and acts on every run and
+  is an operator. For local development; the app warns about it at start-up.
 - ``bearer``: ``Authorization: Bearer <token>`` must equal the token in
   ``ACKLOOP_API_BEARER_TOKEN_FILE`` (a Secret Manager secret mounted as a file).
 - ``google_id_token``: a Google-signed ID token for ``ACKLOOP_API_ID_TOKEN_AUDIENCE``, from one
   of ``ACKLOOP_API_ID_TOKEN_EMAILS`` when set. Behind Cloud Run IAM, send the IAM token in
   ``X-Serverless-Authorization`` so that ``Authorization`` reaches the app intact (Cloud Run
   strips the signature of a token it has checked itself).
-- ``cloud_run_iam``: behind Cloud Run IAM (the deployment), the token Cloud Run verified must
-  name one of ``ACKLOOP_API_ID_TOKEN_EMAILS`` (and carry ``ACKLOOP_API_ID_TOKEN_AUDIENCE`` when
-  set). One token, as ``gcloud auth print-identity-token`` gives it; the app reads its claims,
-  since Cloud Run removed its signature.
+- ``cloud_run_iam`` (the deployment's default): behind Cloud Run IAM, the token Cloud Run
+  verified names the caller, each invoker by their own subject, so each sees only their own
+  runs; when ``ACKLOOP_API_ID_TOKEN_EMAILS`` is set it must name one of them (and carry
+  ``ACKLOOP_API_ID_TOKEN_AUDIENCE`` when set). One token, as ``gcloud auth
+  print-identity-token`` gives it; the app reads its claims, since Cloud Run removed its
+  signature.
 
 The check names the caller (:func:`caller_of`): ``bearer`` for the holder of the shared token,
 ``google:<subject>`` for an ID token, ``anonymous`` when the app checks no one. Runs and
@@ -58,6 +60,23 @@ def caller_of(request: Request) -> str:
     return caller
 
 
+OPERATORS_SETTING = "ACKLOOP_API_OPERATORS"
+
+
+def is_operator(request: Request) -> bool:
+    """Whether the caller may act deployment-wide (dead letters, poison, redrive, sweep): one
+    of ``ACKLOOP_API_OPERATORS``, or anyone when the app checks no one (``none``: whoever
+    reaches it was let in by that choice)."""
+    settings = request.app.state.settings
+    return settings.api_auth == "none" or caller_of(request) in split_emails(
+        settings.api_operators)
+
+
+def is_the_sweeper(request: Request) -> bool:
+    """Whether ``request`` came from the scheduled sweeper (``ACKLOOP_API_SWEEPER_EMAIL``)."""
+    return bool(getattr(request.state, "sweeper", False))
+
+
 def google_caller(claims: Mapping[str, Any]) -> str:
     """The caller an ID token names: its subject (stable for an account, unlike its email)."""
     subject = str(claims.get("sub") or "")
@@ -84,10 +103,8 @@ class ApiAuth:
         """Validated at start-up: a mode without what it needs fails loudly here."""
         sweeper = settings.api_sweeper_email or None
         if settings.api_auth == "cloud_run_iam":
+            # Without emails, every invoker Cloud Run IAM lets in is a caller of their own.
             callers = tuple(split_emails(settings.api_id_token_emails))
-            if not callers:
-                raise ValueError("ACKLOOP_API_AUTH=cloud_run_iam needs ACKLOOP_API_ID_TOKEN_EMAILS "
-                                 "(who may call: Cloud Run IAM lets any invoker through)")
             return cls("cloud_run_iam", audience=settings.api_id_token_audience, emails=callers,
                        sweeper=sweeper)
         if settings.api_auth == "bearer":
@@ -109,6 +126,9 @@ class ApiAuth:
                             settings.api_id_token_audience)
             return cls("google_id_token", audience=settings.api_id_token_audience,
                        verifier=verifier or IdTokenVerifier(emails=emails), sweeper=sweeper)
+        log.warning("ACKLOOP_API_AUTH=none: the API checks no caller, so every caller is "
+                    "'anonymous', sees and acts on every run and is an operator (dead letters, "
+                    "poison, redrive, sweep). Use it only locally; deployed, use cloud_run_iam")
         return cls("none")
 
     def _is_the_sweeper(self, request: Request) -> bool:
@@ -122,13 +142,16 @@ class ApiAuth:
         return True
 
     async def check(self, request: Request) -> None:
-        if self.mode == "none" or self._is_the_sweeper(request):
+        if self._is_the_sweeper(request):
+            request.state.sweeper = True
+            return
+        if self.mode == "none":
             return
         try:
             if self.mode == "cloud_run_iam":
                 claims = cloud_run_checked_claims(cloud_run_checked_token(request.headers),
-                                                  emails=self.emails, audience=self.audience,
-                                                  now=time.time())
+                                                  emails=self.emails or None,
+                                                  audience=self.audience, now=time.time())
                 request.state.caller = google_caller(claims)
                 return
             token = bearer_token(request.headers.get("authorization"))

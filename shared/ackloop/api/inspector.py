@@ -17,18 +17,16 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
 
-from ackloop.api.auth import caller_of
+from ackloop.api.auth import OPERATORS_SETTING, caller_of, is_operator
 from ackloop.api.errors import ApiError
 from ackloop.api.models import ErrorBody, RunSummary
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
-from ackloop.api.tokens import split_emails
 from ackloop.records import RunStatus
 from ackloop.redrive import redrive
 from ackloop.wire import ID_PATTERN
 
 router = APIRouter(tags=["inspector"])
 
-OPERATORS_SETTING = "ACKLOOP_API_OPERATORS"
 PREVIEW_BYTES = 2048
 """How much of a dead or poisoned message's data a listing shows (decoded as text)."""
 
@@ -97,12 +95,11 @@ class RedriveResult(BaseModel):
 
 def require_operator(request: Request) -> None:
     """403, naming the setting that grants it, unless the caller is an operator."""
-    settings = request.app.state.settings
-    caller = caller_of(request)
-    if settings.api_auth == "none" or caller in split_emails(settings.api_operators):
+    if is_operator(request):
         return
-    raise ApiError(403, "forbidden", f"dead letters and poison are for operators: add {caller!r} "
-                   f"to {OPERATORS_SETTING} (comma-separated callers) to grant it")
+    raise ApiError(403, "forbidden", f"dead letters and poison are for operators: add "
+                   f"{caller_of(request)!r} to {OPERATORS_SETTING} (comma-separated callers) "
+                   "to grant it")
 
 
 def preview(data: object) -> str:

@@ -76,7 +76,7 @@ async def send_event(request: Request, run_id: RunId, name: EventName, body: Eve
     await existing_run(deps, run_id, caller)
     event = ReceivedEvent(payload=body.payload, by=caller, at=deps.clock.now(), id=body.id)
     try:
-        delivered = await events.deliver(deps, run_id, name, event)
+        delivered = await events.deliver(deps, run_id, name, event, owner=caller)
     except DecisionRefused as exc:
         raise ApiError(exc.status, exc.reason, str(exc)) from exc
     kept = delivered.event

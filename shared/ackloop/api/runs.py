@@ -19,7 +19,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ackloop.api import events, trace_context
-from ackloop.api.auth import caller_of
+from ackloop.api.auth import OPERATORS_SETTING, caller_of, is_operator, is_the_sweeper
 from ackloop.api.errors import ApiError
 from ackloop.api.models import (
     CURSOR_PATTERN,
@@ -49,6 +49,9 @@ RunId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=128,
 ConversationId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=128)]
 Cursor = Annotated[str | None, Query(pattern=CURSOR_PATTERN,
                                      description="Resume after this cursor (an event's cursor).")]
+
+MIN_SWEEP_STALE_SECONDS = 0.5
+"""The shortest idle time a sweep may be asked for: below it, every step in flight is re-sent."""
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text} for code, text in {
@@ -258,17 +261,27 @@ async def list_runs(
                             runs=[RunSummary.of(r) for r in runs])
 
 
-@router.post("/sweep", response_model=SweepReport, responses=ERRORS,
+@router.post("/sweep", response_model=SweepReport,
+             responses={**ERRORS, 403: {"model": ErrorBody, "description": "Operators and the "
+                                        "scheduled sweeper only."}},
              summary="Resume stalled runs (for Cloud Scheduler)")
 async def sweep_runs(
     request: Request,
-    stale_seconds: Annotated[float | None, Query(gt=0, le=86_400, description=(
+    stale_seconds: Annotated[float | None, Query(ge=MIN_SWEEP_STALE_SECONDS, le=86_400,
+                                                 description=(
         "Idle time after which a running run is resumed; default ACKLOOP_SWEEP_STALE_SECONDS."
     ))] = None,
 ) -> SweepReport:
     """Find running runs that made no progress for a while and resume each from its ledger
     (re-publishing the step message it needs; the step's claim absorbs duplicates), fail
-    those that cannot be resumed, and start queued runs whose conversation is free."""
+    those that cannot be resumed, and start queued runs whose conversation is free.
+
+    Deployment-wide (every caller's runs, hundreds of reads and publishes a pass), so only the
+    scheduled sweeper (``ACKLOOP_API_SWEEPER_EMAIL``) and operators (``ACKLOOP_API_OPERATORS``)
+    may call it; anyone else gets 403."""
+    if not (is_the_sweeper(request) or is_operator(request)):
+        raise ApiError(403, "forbidden", f"a sweep is for the scheduled sweeper and operators: "
+                       f"add {caller_of(request)!r} to {OPERATORS_SETTING} to grant it")
     deps = await deps_of(request)
     swept = await sweep(deps, stale_after=stale_seconds)
     return SweepReport(swept=[SweptRun(run_id=s.run_id, action=s.action, detail=s.detail)

@@ -81,15 +81,16 @@ def unverified_claims(token: str) -> dict[str, Any]:
 def cloud_run_checked_claims(
     token: str,
     *,
-    emails: Collection[str],
+    emails: Collection[str] | None,
     audience: str | None,
     now: float,
     issuers: Sequence[str] = GOOGLE_ISSUERS,
 ) -> dict[str, Any]:
     """The claims of a token Cloud Run IAM verified (signature already removed), if they name one
-    of ``emails`` (verified), are for ``audience`` (when given), come from Google's issuer and
-    have not expired; else :class:`InvalidToken` saying what was wrong. The signature is not
-    checked: see the module docstring for when that is sound."""
+    of ``emails`` (verified; None: whoever Cloud Run IAM let in), are for ``audience`` (when
+    given), come from Google's issuer and have not expired; else :class:`InvalidToken` saying
+    what was wrong. The signature is not checked: see the module docstring for when that is
+    sound."""
     claims = unverified_claims(token)
     if claims.get("iss") not in issuers:
         raise InvalidToken(f"token issuer {claims.get('iss')!r} is not Google")
@@ -102,6 +103,8 @@ def cloud_run_checked_claims(
         audiences = claims.get("aud")
         if audience != audiences and not (isinstance(audiences, list) and audience in audiences):
             raise InvalidToken(f"token is for {audiences!r}, not {audience!r}")
+    if emails is None:
+        return claims
     allowed = {e.strip().lower() for e in emails if e.strip()}
     email = str(claims.get("email", "")).lower()
     if email not in allowed or claims.get("email_verified") is not True:

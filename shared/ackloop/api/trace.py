@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from ackloop.api.auth import caller_of
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
 from ackloop.telemetry import tracing
-from ackloop.telemetry.trace_files import read_trace
+from ackloop.telemetry.trace_files import of_run, read_trace
 
 router = APIRouter(tags=["runs"])
 
@@ -26,7 +26,8 @@ CONSOLE = "https://console.cloud.google.com/traces/list?tid={trace_id}&project={
 
 @router.get("/runs/{run_id}/trace", responses=ERRORS, summary="Get a run's trace")
 async def get_trace(request: Request, run_id: RunId) -> JSONResponse:
-    """The run's spans in start order, each with ``trace_id``, ``span_id``,
+    """The run's own spans in start order (only those of this run, whatever else shares its
+    trace id), each with ``trace_id``, ``span_id``,
     ``parent_span_id``, ``name``, ``service``, ``start``/``end`` (Unix seconds),
     ``attributes``, ``events`` and ``status``. 404 ``no_trace_files`` (with ``trace_id`` and
     ``console_url``) where the deployment sends its spans to Cloud Trace instead."""
@@ -42,4 +43,6 @@ async def get_trace(request: Request, run_id: RunId) -> JSONResponse:
                      f"{trace_id} in Cloud Trace: {console}",
             "code": "no_trace_files", "trace_id": trace_id, "console_url": console})
     spans: list[dict[str, Any]] = await asyncio.to_thread(read_trace, Path(directory), trace_id)
+    # Found by the run, not by the trace id alone, which a caller may have chosen (S4).
+    spans = of_run(spans, run_id, tracing.run_root_span_id(run_id))
     return JSONResponse({"run_id": run_id, "trace_id": trace_id, "spans": spans})

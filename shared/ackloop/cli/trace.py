@@ -16,7 +16,7 @@ import typer
 from ackloop.cli.errors import CliError
 from ackloop.cli.target import DIRECTORY, connect
 from ackloop.telemetry import tracing
-from ackloop.telemetry.trace_files import read_trace, render
+from ackloop.telemetry.trace_files import of_run, read_trace, render
 
 
 def trace_command(
@@ -32,7 +32,8 @@ def trace_command(
         raise CliError(f"no run {run_id} in project {target.settings.project_id}")
     trace_id = run.trace_id or tracing.run_trace_id(run_id)
     traces = Path(target.settings.trace_dir) if target.settings.trace_dir else directory / "traces"
-    spans = read_trace(traces, trace_id) if traces.is_dir() else []
+    spans = (of_run(read_trace(traces, trace_id), run_id, tracing.run_root_span_id(run_id))
+             if traces.is_dir() else [])
     if not spans:
         raise CliError(f"no spans of run {run_id} (trace {trace_id}) in {traces}: traces are "
                        "written by a stack started with this version (`ackloop dev up`); a "

@@ -29,6 +29,7 @@ from ackloop.engine.outbox import send
 from ackloop.errors import StaleRead
 from ackloop.keys import StepKey
 from ackloop.records import (
+    DEADLINE,
     Outgoing,
     ReceivedEvent,
     RunRecord,
@@ -44,8 +45,6 @@ from ackloop.wire import FunctionCall, WaitingNotice
 
 log = logging.getLogger(__name__)
 
-DEADLINE = "deadline"
-"""Who decided a step whose deadline passed with no decision (the sweeper)."""
 CANCEL = "cancel"
 """Who decided the waiting steps of a run whose cancel was requested."""
 WAIT_COMMIT_ATTEMPTS = 4

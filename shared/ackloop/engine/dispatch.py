@@ -33,7 +33,7 @@ from ackloop.errors import (
 )
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.push import Delivery
-from ackloop.records import ReceivedEvent, StopReason
+from ackloop.records import ANONYMOUS, ReceivedEvent, StopReason
 from ackloop.store import DecisionRefused
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import log_context, update_log_context
@@ -188,7 +188,8 @@ async def _deliver_event(deps: Deps, message: EventMessage) -> dict[str, Any]:
     event = ReceivedEvent(payload=message.payload, by=events.PUBSUB, at=deps.clock.now(),
                           id=message.id)
     try:
-        delivered = await events.deliver(deps, message.run_id, message.name, event)
+        delivered = await events.deliver(deps, message.run_id, message.name, event,
+                                         owner=ANONYMOUS)
     except DecisionRefused as exc:
         raise PermanentError(str(exc), reason=exc.reason) from exc
     return {"run_id": message.run_id, "event": message.name, "recorded": delivered.recorded,

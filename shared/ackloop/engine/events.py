@@ -34,7 +34,9 @@ from ackloop.telemetry import tracing
 log = logging.getLogger(__name__)
 
 PUBSUB = "pubsub"
-"""Who sent an event published to the queries topic (its publishers are trusted by IAM)."""
+"""Who sent an event published to the queries topic. Its publishers act as ``anonymous``, as
+the queries they publish do, so such an event reaches only the runs of ``anonymous`` (those
+started on the topic); a run that an API caller owns is missing for it."""
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,14 @@ class Delivered:
     """The keys of the steps the event resumed (or re-sent, for a repeat)."""
 
 
-async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent) -> Delivered:
-    """Keep the event on the run, then resume the steps waiting for it.
+async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
+                  owner: str | None = None) -> Delivered:
+    """Keep the event on the run, then resume the steps waiting for it. ``owner``: the caller
+    the sender acts as; another owner's run is missing for them.
 
-    Raises :class:`DecisionRefused` (404 missing run; 409 ended run, another event of the
-    name, or too many names)."""
-    kept, recorded, run = await deps.store.receive_event(run_id, name, event)
+    Raises :class:`DecisionRefused` (404 missing run, or another owner's; 409 ended run,
+    another event of the name, or too many names)."""
+    kept, recorded, run = await deps.store.receive_event(run_id, name, event, owner)
     log.info("run %s %s event %r from %s", run_id, "received" if recorded else
              "received again", name, kept.by)
     with tracing.run_context(run_id, run.trace_id):

@@ -49,6 +49,7 @@ from ackloop.errors import (
 from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey, is_run_id, message_doc_id
 from ackloop.records import (
+    DEADLINE,
     ConversationRecord,
     ReceivedEvent,
     RunRecord,
@@ -887,6 +888,9 @@ class AgentStore:
         Returns the step and whether this call decided it; the same decision again returns
         the recorded one.
 
+        A decision made after the step's deadline is not recorded: the step is rejected as at
+        its deadline (``by`` ``deadline``), which is what the returned step carries.
+
         Raises :class:`DecisionRefused` for a step that is missing, not waiting (for
         ``kind``), or decided otherwise."""
 
@@ -912,25 +916,34 @@ class AgentStore:
                 raise DecisionRefused(409, "not_waiting", f"step {key} waits for {what}")
             if run.status.terminal:
                 raise DecisionRefused(409, "run_ended", f"run {run_id} is {run.status}")
-            txn.write(Write("update", snap.path, {"decision": decision.to_doc()}))
-            waited = decision.at - max(step.waiting.since, run.wait_ended_at)
+            made = decision
+            if made.by != DEADLINE and made.at > step.waiting.deadline:
+                # Too late: the step is rejected as at its deadline, as the sweeper would have
+                # (the caller sees that decision instead of theirs).
+                made = StepDecision(decision="reject", by=DEADLINE, at=step.waiting.deadline)
+            txn.write(Write("update", snap.path, {"decision": made.to_doc()}))
+            waited = made.at - max(step.waiting.since, run.wait_ended_at)
             txn.write(Write("update", run_snap.path, {
-                "progress_at": decision.at, "wait_ended_at": decision.at,
+                "progress_at": made.at, "wait_ended_at": made.at,
                 "waited_seconds": run.waited_seconds + max(0.0, waited)}))
-            return step.model_copy(update={"decision": decision}), True
+            return step.model_copy(update={"decision": made}), True
 
         return await self.db.transact(body)
 
-    async def receive_event(self, run_id: str, name: str, event: ReceivedEvent
-                            ) -> tuple[ReceivedEvent, bool, RunRecord]:
+    async def receive_event(self, run_id: str, name: str, event: ReceivedEvent,
+                            owner: str | None = None) -> tuple[ReceivedEvent, bool, RunRecord]:
         """Keep ``event`` on the run under ``name``, in one transaction that rewrites the run
         document (which makes a concurrent waiting commit fail and read it again: see
         :func:`ackloop.engine.approval.wait_for_decision`). Returns the event kept, whether
         this call kept it (the same event again, same payload and id, returns the kept one),
         and the run as the transaction read it.
 
-        Raises :class:`DecisionRefused` for a missing or ended run, a name already received
-        with another payload or id, or a run that has received too many names."""
+        ``owner``: the sender acts as this caller, and a run of another owner is missing for
+        them (None: the sender may reach every run, as the CLI with the database's rights).
+
+        Raises :class:`DecisionRefused` for a missing (or another owner's) or ended run, a name
+        already received with another payload or id, or a run that has received too many
+        names."""
 
         digest = payload_digest(event.payload)
 
@@ -939,6 +952,8 @@ class AgentStore:
             if snap is None:
                 raise DecisionRefused(404, "not_found", f"run {run_id} not found")
             run = RunRecord.model_validate(snap.data)
+            if owner is not None and run.owner != owner:
+                raise DecisionRefused(404, "not_found", f"run {run_id} not found")
             kept = run.received.get(name)
             if kept is not None:
                 same = (kept.digest == digest if kept.digest is not None
@@ -1432,11 +1447,14 @@ class AgentStore:
                         f"conversation {run.conversation_id!r} moved on to run {active}"
                     )
                 # A redrive is an operator's decision to try again: the run's time budget
-                # starts over, or a run failed late would stop again at its first claim.
+                # starts over, or a run failed late would stop again at its first claim; so
+                # does the time it waited for people and events, which that budget excludes
+                # (kept, it would add every second waited before the redrive to the budget).
                 # Running again: it no longer expires until it ends again.
                 txn.write(Write("update", snap.path, {
                     "status": RunStatus.RUNNING.value, "stop_reason": None, "error": None,
                     "finished_at": None, "started_at": now, "progress_at": now,
+                    "waited_seconds": 0.0, "wait_ended_at": now,
                 } | ({"conversation_document": True} if conv is not None else {})
                   | ({EXPIRE_AT: None} if self.retention else {})))
                 # A conversation that has no document goes on without one (the run stands

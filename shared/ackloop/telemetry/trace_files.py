@@ -39,6 +39,33 @@ def read_trace(directory: Path, trace_id: str) -> list[Span]:
     return sorted(spans, key=lambda s: (s.get("start", 0), s.get("end", 0)))
 
 
+def of_run(spans: list[Span], run_id: str, root_span_id: str) -> list[Span]:
+    """The spans of ``spans`` (one trace) that belong to ``run_id``: those that name it
+    (``ackloop.run_id``), its root span (``root_span_id``) and every span under one of those.
+    A trace may hold other runs' spans (a caller can start several runs in one trace of theirs,
+    or name another's trace id): those are left out, so a run's trace shows only its own."""
+    by_id = {s.get("span_id"): s for s in spans}
+    mine: dict[str, bool] = {}
+
+    def belongs(span: Span, seen: frozenset[str] = frozenset()) -> bool:
+        span_id = str(span.get("span_id"))
+        if span_id in mine:
+            return mine[span_id]
+        attributes = span.get("attributes") or {}
+        named = attributes.get("ackloop.run_id")
+        if named is not None or span_id == root_span_id:
+            verdict = named == run_id or (named is None and span_id == root_span_id)
+        else:
+            parent = by_id.get(span.get("parent_span_id"))
+            verdict = (span.get("parent_span_id") == root_span_id
+                       or (parent is not None and span_id not in seen
+                           and belongs(parent, seen | {span_id})))
+        mine[span_id] = verdict
+        return verdict
+
+    return [s for s in spans if belongs(s)]
+
+
 def tree(spans: list[Span]) -> list[tuple[int, Span]]:
     """The spans depth first, each with its depth; a span whose parent is not among them (the
     root, or a caller's span) starts a tree of its own."""
