@@ -110,6 +110,12 @@ class Cost(BaseModel):
         return Cost(**summed, price_table=self.price_table,
                     unpriced_models=sorted({*self.unpriced_models, *other.unpriced_models}))
 
+    def minus(self, other: Cost) -> Cost:
+        """What is left of this roll-up once ``other`` (a part of it) is taken out; no count or
+        amount goes below 0."""
+        left = {name: max(0, getattr(self, name) - getattr(other, name)) for name in _SUMMED}
+        return Cost(**left, price_table=self.price_table, unpriced_models=self.unpriced_models)
+
     @staticmethod
     def total(costs: list[Cost | None]) -> Cost:
         """The roll-up of ``costs`` (None counts as nothing spent)."""

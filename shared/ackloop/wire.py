@@ -79,6 +79,11 @@ class Usage(WireModel):
             total_tokens=self.total_tokens + other.total_tokens,
         )
 
+    def minus(self, other: Usage) -> Usage:
+        """What is left of this once ``other`` (a part of it) is taken out; never below 0."""
+        return Usage(**{name: max(0, getattr(self, name) - getattr(other, name))
+                        for name in Usage.model_fields})
+
 
 class RunOptions(WireModel):
     """Optional per-run settings; anything left out takes the deployment's default."""

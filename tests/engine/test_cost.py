@@ -264,3 +264,43 @@ def test_a_runs_roll_up_counts_a_step_without_cost_as_nothing() -> None:
                     limits=RunLimits(max_steps=1, max_seconds=1, max_tool_calls=1),
                     ingest_cost=Cost(usd=0.5, requests=1))
     assert rolled_up(run, steps).usd == 1.5 and rolled_up(run, steps).requests == 2
+
+
+@pytest.mark.parametrize("conversation_id", [None, "c-redrive"])
+async def test_a_redriven_run_counts_each_step_once_in_its_cost_and_its_conversation(
+    conversation_id: str | None,
+) -> None:
+    """R3: the dead letter ends the run, writing its cost and adding it to the conversation;
+    after the redrive, the run's end wrote its total and added it to the conversation again.
+    Now the run's cost is its ingest and its steps, each once, and the conversation's is the
+    run's (for a conversation of its own, which has no document, and a named one, which has)."""
+    from ackloop.redrive import redrive
+    from tests.engine.test_guarantees import deliver_all, take
+    from tests.engine.test_holes import dead_letter
+
+    loop = loop_on(MemoryDocumentDB(), tool_then_answer())
+    await loop.submit(QueryMessage(request_id="redriven", text="go",
+                                   conversation_id=conversation_id))
+    pending = take(loop)
+    while [m.attributes.get("step") for m in pending] != ["0001-model"]:
+        pending = await deliver_all(loop, pending)  # the query (if queued), model, tool
+    assert (await dead_letter(loop, pending[0], "dl-redrive")).acknowledged
+    store = loop.deps.store
+    run_id = run_id_for_request("redriven")
+    failed = await store.get_run(run_id)
+    assert failed is not None and failed.status is RunStatus.FAILED
+
+    done = await redrive(store, loop.publisher, loop.deps.settings, loop.deps.clock)
+    assert [d.outcome for d in done] == ["redriven"]
+    await loop.run_until_idle()
+
+    run = await store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED and run.cost is not None
+    steps = await store.list_steps(run_id)
+    assert [s.key for s in steps] == ["0000-model", "0000-tool-000", "0001-model"]
+    assert_sum(run.cost, [run.ingest_cost, *(s.cost for s in steps)])
+    assert run.cost.requests == 4 and run.usage.model_calls == 2
+    conversation = await store.get_conversation(run.conversation_id)
+    assert conversation is not None and conversation.cost is not None
+    assert conversation.usage == run.usage
+    assert_sum(conversation.cost, [run.cost])

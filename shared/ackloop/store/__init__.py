@@ -472,8 +472,7 @@ class AgentStore:
             # Where the document is missing, it is created: that fails if another follow-up
             # joined meanwhile, and this reads again. A first run still active learns that its
             # conversation now has a document (it fails if that run ended meanwhile).
-            writes = [Write("create", run_path, run.to_doc()),
-                      Write("update", conv_path, conv_doc, if_version=conv_snap.version)
+            writes = [Write("update", conv_path, conv_doc, if_version=conv_snap.version)
                       if conv_snap else Write("create", conv_path, conv_doc)]
             first_snap = first[0] if first else None
             if (conv_snap is None and first_snap is not None
@@ -481,8 +480,8 @@ class AgentStore:
                 writes.append(Write("update", first_snap.path, {"conversation_document": True},
                                     if_version=first_snap.version))
             try:
-                run = _costed(run, costed, len(writes))
-                await self.db.commit(writes)
+                run = _costed(run, costed, 1 + len(writes))  # priced before it is written
+                await self.db.commit([Write("create", run_path, run.to_doc()), *writes])
                 return run, True
             except (AlreadyExists, PreconditionFailed):
                 continue  # written concurrently: read again
@@ -1463,6 +1462,15 @@ class AgentStore:
                 if conv is not None or run.conversation_id != run_id:
                     stored = conv.data if conv else {"conversation_id": run.conversation_id,
                                                      "owner": run.owner}
+                    if conv is not None:
+                        # The dead letter's end added the run's figures to the conversation;
+                        # its next end adds them again, whole: take them out meanwhile.
+                        record = ConversationRecord.model_validate(conv.data)
+                        stored = stored | {
+                            "usage": record.usage.minus(run.usage).model_dump(mode="json"),
+                            "cost": (record.cost.minus(run.cost).model_dump(mode="json")
+                                     if record.cost is not None and run.cost is not None
+                                     else stored.get("cost"))}
                     txn.write(Write("set", conv_path, {
                         **stored, "active_run_id": run_id, "updated_at": now,
                     } | self._conversation_expiry(now)))
