@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from ackloop.api.app import create_app
 from ackloop.engine import approval
 from ackloop.engine.deps import Deps
+from ackloop.engine.ending import cancel_run
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
@@ -203,6 +204,37 @@ async def test_an_approval_after_the_deadline_rejects_the_call_instead_of_runnin
     assert late.status_code == 409 and late.json()["code"] == "deadline_passed", late.text
     await loop2.run_until_idle()
     assert sent == []
+
+
+async def test_a_cancel_between_the_read_and_the_waiting_commit_is_not_dropped() -> None:
+    """R1: a cancel that landed while a tool step was recording its wait was dropped: the
+    waiting commit failed on the run's new version, its retry waited anyway, and the cancel's
+    rejection pass had found the step still running. The run waited until its deadline. Now
+    the step reads the cancel, does not wait, the call is not made, and the run ends
+    cancelled at once."""
+    sent: list[dict[str, Any]] = []
+    loop = make_loop(model(("transfer", {"to": "bob", "amount": 500})), transfer_tools(sent),
+                     settings=SETTINGS)
+    store = loop.deps.store
+    wait_step = store.wait_step
+    raced: list[bool] = []
+
+    async def racing_wait_step(*args: Any, **kwargs: Any) -> None:
+        if not raced:
+            raced.append(True)
+            await cancel_run(loop.deps, run_id_for_request("cancel-race"))
+        await wait_step(*args, **kwargs)
+
+    store.wait_step = racing_wait_step  # type: ignore[method-assign]
+    await loop.submit(QueryMessage(request_id="cancel-race", text="pay Bob"))
+    await loop.run_until_idle()
+    assert raced and sent == [] and not loop.notices
+    run = await store.get_run(run_id_for_request("cancel-race"))
+    assert run is not None and run.status is RunStatus.CANCELLED, run
+    (step,) = await tool_result(loop, run.run_id)
+    assert step is not None and step.waiting is None
+    assert step.result is not None
+    assert step.result["response"] == {"error": "not run: the run was cancelled"}
 
 
 async def test_a_decision_whose_resend_was_lost_is_resent_by_the_sweeper() -> None:

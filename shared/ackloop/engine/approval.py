@@ -45,6 +45,11 @@ from ackloop.wire import FunctionCall, WaitingNotice
 
 log = logging.getLogger(__name__)
 
+class WaitCancelled(Exception):
+    """The run's cancel was requested before the step could record its wait: it does not
+    wait, and its call is not made."""
+
+
 CANCEL = "cancel"
 """Who decided the waiting steps of a run whose cancel was requested."""
 WAIT_COMMIT_ATTEMPTS = 4
@@ -116,6 +121,11 @@ async def wait_for_decision(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
     now = deps.clock.now()
     for _ in range(WAIT_COMMIT_ATTEMPTS):
         run = read.record
+        if run.cancel_requested:
+            # A cancel landed after this step read the run (its commit refused the wait): the
+            # cancel's own pass found the step running, not waiting, so it is the step that
+            # must not wait (R1), or the run would wait for its deadline.
+            raise WaitCancelled(f"run {claim.run_id} was cancelled")
         if wait.event is not None and (arrived := run.received.get(wait.event)) is not None:
             return await deps.store.event_payload(claim.run_id, wait.event, arrived)
         waiting = Waiting(kind=wait.kind, event=wait.event, tool=wait.tool.name,

@@ -124,7 +124,10 @@ async def _run_claimed(
         except ValueError as exc:
             return _error(f"not run: {exc}"), None
         if wait is not None:
-            arrived = await approval.wait_for_decision(deps, claim, run_read, wait, call)
+            try:
+                arrived = await approval.wait_for_decision(deps, claim, run_read, wait, call)
+            except approval.WaitCancelled:
+                return _error("not run: the run was cancelled"), None
             if arrived is None:
                 return None, None
             context = context.model_copy(update={"event": arrived.payload})
