@@ -89,14 +89,16 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
         # again stale_after from the newest step's activity, not at every sweep.
         newest = max(max(s.started_at, s.completed_at or 0.0) for s in steps)
         if newest > (run.progress_at or run.created_at):
-            await deps.store.sweep_run_at(run.run_id, min(newest, now))
+            await deps.store.sweep_run_at(run.run_id, min(newest, now),
+                                          if_progress_at=run.progress_at)
         return Swept(run.run_id, "progressing", f"step {busy[-1]} is live")
     needed = next_messages(run, steps)
     waiting = [s for s in steps if _undecided(s)]
     if not needed and waiting:
         # Nothing to do before a decision or the earliest deadline: look again then.
         deadline = min(s.waiting.deadline for s in waiting if s.waiting is not None)
-        await deps.store.sweep_run_at(run.run_id, approval.sweep_at(deps, deadline, now))
+        await deps.store.sweep_run_at(run.run_id, approval.sweep_at(deps, deadline, now),
+                                      if_progress_at=run.progress_at)
         return Swept(run.run_id, "waiting", f"{', '.join(s.key for s in waiting)} wait(s) "
                      "for a decision")
     if not needed:

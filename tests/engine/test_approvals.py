@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from ackloop.api.app import create_app
+from ackloop.docdb.base import Write
 from ackloop.engine import approval
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import cancel_run
@@ -251,6 +252,46 @@ async def test_a_decision_whose_resend_was_lost_is_resent_by_the_sweeper() -> No
     await loop.run_until_idle()
     assert sent == [{"to": "bob", "amount": 500}]
     assert loop.answers[0].status == "completed"
+
+
+async def test_a_decision_made_while_the_sweeper_reschedules_a_waiting_run_is_not_pushed_back(
+) -> None:
+    """R2: the sweeper's waiting pass wrote ``progress_at`` (to the wait's deadline) whatever
+    had happened since its read: a decision made in between, whose re-send was lost, was put
+    off to the deadline (an hour here). The write is now fenced on the ``progress_at`` the
+    sweeper read, so the decision keeps its time and the next sweep re-sends it."""
+    sent: list[dict[str, Any]] = []
+    loop, run_id = await transfer_run("r2", sent, timeout=3600)
+    store, key = loop.deps.store, str(StepKey.tool(0, 0))
+    stale = SETTINGS.sweep_stale_seconds
+    loop.deps.clock.advance(stale + 20)  # type: ignore[attr-defined]
+    now = loop.deps.clock.now()
+    # An idle run whose wait's deadline is far: the sweeper's waiting pass reschedules it.
+    await store.db.commit([Write("update", store.run_path(run_id),
+                                 {"progress_at": now - stale - 10})])
+    list_steps = store.list_steps
+    decided: list[bool] = []
+
+    async def deciding_meanwhile(run: str) -> Any:
+        steps = await list_steps(run)
+        if not decided:  # after the sweeper read the steps, before it writes
+            decided.append(True)
+            await store.decide_step(run_id, key, StepDecision(
+                decision="approve", by="alice", at=loop.deps.clock.now()))  # re-send lost
+        return steps
+
+    store.list_steps = deciding_meanwhile  # type: ignore[method-assign]
+    (first,) = await sweep(loop.deps)
+    store.list_steps = list_steps  # type: ignore[method-assign]
+    assert decided and first.action == "waiting", first
+    run = await store.get_run(run_id)
+    assert run is not None and run.progress_at == now  # the decision's time, kept
+
+    loop.deps.clock.advance(stale + 1)  # type: ignore[attr-defined]
+    (second,) = await sweep(loop.deps)
+    assert second.action == "resumed" and key in second.detail
+    await loop.run_until_idle()
+    assert sent == [{"to": "bob", "amount": 500}]
 
 
 async def test_a_resent_waiting_step_runs_nothing_and_says_it_waits_again() -> None:

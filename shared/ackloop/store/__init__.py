@@ -989,9 +989,21 @@ class AgentStore:
             raise DecisionRefused(409, "event_gone", f"run {run_id}: event {name!r} is gone")
         return ReceivedEvent.model_validate(snap.data)
 
-    async def sweep_run_at(self, run_id: str, at: float) -> None:
-        """Set when the sweeper looks at the run next (a waiting run: its earliest deadline)."""
-        await self.db.commit([Write("update", self.run_path(run_id), {"progress_at": at})])
+    async def sweep_run_at(self, run_id: str, at: float, *, if_progress_at: float | None
+                           ) -> bool:
+        """Set when the sweeper looks at the run next (a waiting run: its earliest deadline),
+        only if the run's ``progress_at`` is still ``if_progress_at``, as the sweeper read it:
+        a decision or an event that moved it meanwhile (R2) keeps its time, so the sweeper
+        finds the run again soon and re-sends what that decision needs. True if written."""
+
+        async def body(txn: Transaction) -> bool:
+            snap = await txn.get(self.run_path(run_id))
+            if snap is None or snap.data.get("progress_at") != if_progress_at:
+                return False
+            txn.write(Write("update", snap.path, {"progress_at": at}))
+            return True
+
+        return await self.db.transact(body)
 
     async def run_and_steps(
         self, run_id: str, keys: Sequence[str]
