@@ -26,11 +26,17 @@ def answer(run: RunRecord, end: RunEnd) -> Outgoing:
     return Outgoing(topic="answers", data=message.model_dump(mode="json"))
 
 
-def first_step(run_id: str, *, other_run: bool = False) -> Outgoing:
-    """The message that starts ``run_id`` (its model step of turn 0)."""
+def first_step(run_id: str, *, other_run: bool = False, trace_id: str | None = None
+               ) -> Outgoing:
+    """The message that starts ``run_id`` (its model step of turn 0). Sent by another run's end
+    (``other_run``: a queued run whose turn has come), it carries ``run_id``'s own trace context
+    (its root span, in its trace ``trace_id``, else the one derived from its id), never the
+    sender's: the queued run's steps are traced in its own trace (R5)."""
     message = ModelStepMessage(run_id=run_id, turn=0)
     return Outgoing(topic="model_steps", data=message.model_dump(mode="json"),
-                    target_step=str(StepKey.model(0)), target_run=run_id if other_run else None)
+                    target_step=str(StepKey.model(0)), target_run=run_id if other_run else None,
+                    traceparent=(tracing.run_traceparent(run_id, trace_id) if other_run
+                                 else None))
 
 
 def after_tools(message: ToolStepMessage, model_result: Mapping[str, Any] | None = None

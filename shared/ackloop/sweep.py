@@ -183,5 +183,6 @@ async def _start_if_free(deps: Deps, run: RunRecord) -> Swept | None:
     started = await deps.store.promote_queued(run.run_id, deps.clock.now())
     if not started:
         return None
-    await send(deps, run.run_id, [first_step(run.run_id)])
+    # In the run's own trace, not the sweeper's.
+    await send(deps, run.run_id, [first_step(run.run_id, other_run=True, trace_id=run.trace_id)])
     return Swept(run.run_id, "started", "its conversation was free")

@@ -136,3 +136,27 @@ def test_a_runs_spans_are_found_by_the_run_not_by_the_trace_id_alone() -> None:
         a_root, "a-ingest", "a-sweep", "a-sweep-child"]
     assert [s["span_id"] for s in of_run(spans, "run-b", b_root)] == [
         b_root, "b-ingest", "b-step"]
+
+
+async def test_a_queued_follow_up_is_traced_in_its_own_trace(traces: Path) -> None:
+    """R5: a queued follow-up's first step was sent by the previous run's end with that run's
+    trace context, so every step of the follow-up was traced in the previous run's trace and
+    its own held only its ingest. Its first step now carries its own run's context."""
+    loop = make_loop(ScriptedModel.from_turns([
+        calls_turn([("lookup", {"key": "a"})]), text_turn("first done"),
+        calls_turn([("lookup", {"key": "b"})]), text_turn("second done")]),
+        CountingToolbox({"lookup": "42"}))
+    await loop.submit(QueryMessage(request_id="first", text="go"))
+    first = run_id_for_request("first")
+    await loop.submit(QueryMessage(request_id="second", text="then", conversation_id=first))
+    await loop.run_until_idle()
+    second = run_id_for_request("second")
+    runs = [await loop.deps.store.get_run(r) for r in (first, second)]
+    assert [r.status for r in runs if r] == [RunStatus.COMPLETED] * 2
+    spans = all_spans(traces)
+    for run in runs:
+        assert run is not None
+        mine = [s for s in spans if s["attributes"].get("ackloop.run_id") == run.run_id]
+        assert {s["name"] for s in mine} >= {"ackloop.ingest", "ackloop.model_step",
+                                             "ackloop.tool_step"}, run.run_id
+        assert {s["trace_id"] for s in mine} == {run.trace_id}, run.run_id

@@ -57,7 +57,9 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     log_finished(run, end, now)
     outbox = [outgoing.answer(run, end)]
     if next_run_id is not None:
-        outbox.append(outgoing.first_step(next_run_id, other_run=True))
+        queued = await deps.store.get_run(next_run_id)  # its trace: the message carries it
+        outbox.append(outgoing.first_step(next_run_id, other_run=True,
+                                          trace_id=queued.trace_id if queued else None))
     await send(deps, run_id, outbox)
     return run
 

@@ -1121,11 +1121,17 @@ class AgentStore:
         """
         run = basis.run.record
         conv: Snapshot | None = None
+        next_trace: str | None = None
         if decision.end is not None and not (run.new_conversation
                                              and not run.conversation_document):
             conv = await self.get_conversation_snapshot(run.conversation_id)
+            next_run_id, _ = self._end_plan(run, conv)
+            if next_run_id is not None:  # the queued run it starts: its first step's trace
+                queued = await self.get_run(next_run_id)
+                next_trace = queued.trace_id if queued is not None else None
         writes, committed = self._step_commit(claim, basis, decision, conv, now=now,
-                                              price=price, rolls_up=rolls_up, carried=carried)
+                                              price=price, rolls_up=rolls_up, carried=carried,
+                                              next_trace=next_trace)
         try:
             await self.db.commit(writes)
         except (PreconditionFailed, AlreadyExists) as exc:
@@ -1135,6 +1141,7 @@ class AgentStore:
     def _step_commit(
         self, claim: Claim, basis: Basis, decision: Decision, conv: Snapshot | None, *,
         now: float, price: Pricer, rolls_up: Sequence[Cost | None], carried: Cost | None,
+        next_trace: str | None = None,
     ) -> tuple[list[Write], Committed]:
         """The writes of :meth:`commit_step` (the step's first), made from ``basis`` and, for a
         run's end, the conversation as read (``conv``; None: it has no document, or, for a run
@@ -1160,7 +1167,8 @@ class AgentStore:
             next_run_id, run_writes = self._end_plan(run, conv)
             outbox.append(outgoing.answer(run, end))
             if next_run_id is not None:
-                outbox.append(outgoing.first_step(next_run_id, other_run=True))
+                outbox.append(outgoing.first_step(next_run_id, other_run=True,
+                                                  trace_id=next_trace))
         cost = price(1 + len(writes) + run_writes, outbox)
         if claim.step.wait_cost is not None:  # the delivery that recorded its wait
             cost = cost.plus(claim.step.wait_cost)
