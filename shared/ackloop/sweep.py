@@ -86,11 +86,15 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
             or max(s.started_at, s.completed_at or 0.0) > threshold]
     if busy:
         # Steps do not move the run's progress_at (a model step does not write the run): look
-        # again stale_after from the newest step's activity, not at every sweep.
+        # again stale_after from the newest step's activity, not at every sweep; from now when
+        # a call is still in flight (a live lease, a retry to come), whose start may be long
+        # past. Either way the run leaves the front of the sweeper's queue, so runs with long
+        # calls never hide a stalled run behind them (R6).
         newest = max(max(s.started_at, s.completed_at or 0.0) for s in steps)
-        if newest > (run.progress_at or run.created_at):
-            await deps.store.sweep_run_at(run.run_id, min(newest, now),
-                                          if_progress_at=run.progress_at)
+        in_flight = any(s.lease_expires_at > now or s.not_before > now for s in steps)
+        at = now if in_flight else min(newest, now)
+        if at > (run.progress_at or run.created_at):
+            await deps.store.sweep_run_at(run.run_id, at, if_progress_at=run.progress_at)
         return Swept(run.run_id, "progressing", f"step {busy[-1]} is live")
     needed = next_messages(run, steps)
     waiting = [s for s in steps if _undecided(s)]

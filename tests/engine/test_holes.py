@@ -22,11 +22,11 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Outcome
 from ackloop.errors import ModelPermanentError, ModelRetryableError
 from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
+from ackloop.keys import StepKey, run_id_for_request
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunStatus, StepStatus, StopReason
+from ackloop.records import RunLimits, RunRecord, RunStatus, StepStatus, StopReason
 from ackloop.redrive import redrive
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
@@ -655,3 +655,36 @@ async def test_a_follow_up_queued_behind_a_long_run_keeps_its_own_wall_clock_bud
     assert first.status is RunStatus.COMPLETED and first.answer == "ok"
     assert follow_up.stop_reason is StopReason.ANSWERED and follow_up.answer == "ok"
 
+
+
+async def test_runs_with_long_calls_in_flight_do_not_hide_a_stalled_run_from_the_sweeper(
+) -> None:
+    """R6: the sweeper reads the oldest runs first, a page at a time, and left a run whose call
+    was still in flight where it was (its call's start was long past, so nothing moved its
+    clock): a page of such runs hid every stalled run behind them, pass after pass. A run seen
+    busy now goes to the back, so the next pass reaches the stalled one."""
+    loop = make_loop(ScriptedModel.from_turns([text_turn("hi")]), CountingToolbox(),
+                     settings=Settings(lease_seconds=10.0))
+    store, clock = loop.deps.store, loop.deps.clock
+    start = clock.now()
+
+    def run(name: str, progress_at: float) -> RunRecord:
+        return RunRecord(run_id=name, request_id=name, request_hash="h", conversation_id=name,
+                         agent="default", text="hi", model="m", created_at=start,
+                         started_at=start, progress_at=progress_at,
+                         limits=RunLimits(max_steps=5, max_seconds=86_400, max_tool_calls=5))
+
+    for n in range(3):  # calls of an hour, started long ago, their leases kept alive; the
+        # run moved last after the call started (an event, a decision of another call)
+        await store.db.commit([Write("create", store.run_path(f"busy-{n}"),
+                                     run(f"busy-{n}", start + 20 + n).to_doc())])
+        await store.claim_step(f"busy-{n}", StepKey.model(0), "model", owner="o",
+                               now=start + 10, lease_seconds=3600)
+    await store.db.commit([Write("create", store.run_path("stalled"),
+                                 run("stalled", start + 30).to_doc())])
+    advance(loop, STALE + 100)
+
+    first = [(s.run_id, s.action) for s in await sweep(loop.deps, limit=3)]
+    assert first == [(f"busy-{n}", "progressing") for n in range(3)]
+    second = [(s.run_id, s.action) for s in await sweep(loop.deps, limit=3)]
+    assert ("stalled", "resumed") in second, second
