@@ -111,6 +111,10 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
         ended = await end_run_now(deps, run.run_id, run_end(
             StopReason.FAILED, Usage(), error=f"swept: {cause}"), only_active=True)
         return Swept(run.run_id, "failed" if ended else "progressing", cause)
+    if not steps:
+        # Its first step was never sent (the API's publish failed after its commit): the run
+        # starts now, and the time it sat unsent is not taken from its max_seconds.
+        await deps.store.start_clock_again(run.run_id, now, if_progress_at=run.progress_at)
     with tracing.run_context(run.run_id, run.trace_id):  # the re-sent steps join the run's trace
         await send(deps, run.run_id, needed)
     targets = ", ".join(str(o.target_step) for o in needed)

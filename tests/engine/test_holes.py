@@ -343,11 +343,36 @@ class FailingPublisher:
                 for data, attributes in messages]
 
 
-async def test_h6_the_api_accepts_a_committed_run_whose_first_publish_failed_and_it_completes(
-) -> None:
+async def test_the_api_tries_a_failed_first_publish_again_within_its_request() -> None:
+    """The publish after the API's commit fails twice: the request tries again (its answer is
+    not redelivered, so nothing else would before the sweeper, minutes later), the run starts
+    at once and completes, and the client is answered 202."""
     model, tools = one_call_then_answer(), CountingToolbox({"lookup": "42"})
     loop = make_loop(model, tools)
-    loop.deps.publisher = FailingPublisher(loop.publisher, failures=1)
+    loop.deps.publisher = FailingPublisher(loop.publisher, failures=2)
+
+    async def deps() -> Deps:
+        return loop.deps
+
+    app = create_app(loop.deps.settings, deps=deps)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+        created = await api.post("/runs", json={"text": "go"}, headers={"Idempotency-Key": "r"})
+    assert created.status_code == 202, created.text
+    assert len(loop.publisher.messages) == 1  # the first step, on the third try
+    await loop.run_until_idle()
+    run = await run_of(loop, created.json()["run_id"])
+    assert run.status is RunStatus.COMPLETED and (model.calls, tools.executed["lookup"]) == (2, 1)
+
+
+async def test_h6_the_api_accepts_a_committed_run_whose_first_publish_failed_and_it_completes(
+) -> None:
+    """Every try of the first publish fails: the run is committed and answered 202, and the
+    sweeper sends its first step, starting the run's clock then (the minutes it sat unsent are
+    not taken from its max_seconds)."""
+    model, tools = one_call_then_answer(), CountingToolbox({"lookup": "42"})
+    loop = make_loop(model, tools)
+    loop.deps.publisher = FailingPublisher(loop.publisher, failures=5)
 
     async def deps() -> Deps:
         return loop.deps
@@ -364,11 +389,13 @@ async def test_h6_the_api_accepts_a_committed_run_whose_first_publish_failed_and
         assert early.status_code == 200 and early.json()["swept"] == []
 
         advance(loop, STALE + 1)
+        swept_at = loop.deps.clock.now()
         swept = await api.post("/sweep")
 
     assert swept.status_code == 200, swept.text
     assert swept.json()["swept"] == [{"run_id": run_id, "action": "resumed",
                                       "detail": "re-sent 0000-model"}]
+    assert (await run_of(loop, run_id)).started_at == swept_at
     await loop.run_until_idle()
     run = await run_of(loop, run_id)
     assert run.status is RunStatus.COMPLETED and run.answer == "Reference workload done."

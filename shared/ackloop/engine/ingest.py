@@ -81,8 +81,9 @@ async def start_run(
     A run for a busy conversation is stored ``queued`` (the active run's end starts it). A
     duplicate query whose first publish may have been lost (a crash right after the run was
     created) re-sends the first step unless that step has already been claimed.
-    ``publish_failure_ok``: a run committed but not yet published is still a success (the
-    sweeper publishes its first step); otherwise the failure is raised, for a redelivery.
+    ``publish_failure_ok``: a run committed but not yet published is still a success: the first
+    step is tried again a few times in the request (:data:`FIRST_PUBLISH_RETRIES`), then left
+    to the sweeper; otherwise the failure is raised, for a redelivery.
     ``owner``: the caller, who alone may continue the run's conversation (see
     :func:`~ackloop.keys.run_id_for_request`).
     """
@@ -100,13 +101,28 @@ async def start_run(
                  "queued" if run.status is RunStatus.QUEUED else "started", run.request_id)
     if run.status is not RunStatus.RUNNING:
         return run, created
-    try:
-        if created:
-            await send(deps, run.run_id, [first_step(run.run_id)])
-        else:
-            await resend(deps, run.run_id, [first_step(run.run_id)])
-    except Exception:
-        if not publish_failure_ok:
-            raise
-        log.exception("run %s: first step not published; the sweeper will send it", run.run_id)
+    # A request that answers success is not redelivered (the API): it re-sends its own first
+    # step a few times, within the request (Cloud Run gives a request CPU only until it
+    # answers), before leaving it to the sweeper. A Pub/Sub delivery raises at once instead:
+    # its redelivery is the retry.
+    pauses = FIRST_PUBLISH_RETRIES if publish_failure_ok else ()
+    for attempt in range(len(pauses) + 1):
+        try:
+            if created and attempt == 0:
+                await send(deps, run.run_id, [first_step(run.run_id)])
+            else:
+                await resend(deps, run.run_id, [first_step(run.run_id)])
+            return run, created
+        except Exception:
+            if not publish_failure_ok:
+                raise
+            if attempt < len(pauses):
+                log.warning("run %s: first step not published; trying again in %.1f s",
+                            run.run_id, pauses[attempt])
+                await deps.clock.sleep(pauses[attempt])
+    log.exception("run %s: first step not published; the sweeper will send it", run.run_id)
     return run, created
+
+
+FIRST_PUBLISH_RETRIES = (0.2, 0.5, 1.0, 2.0)
+"""Pauses between the API's tries of a run's first publish (3.7 s in all, in the request)."""

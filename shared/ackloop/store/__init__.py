@@ -989,6 +989,22 @@ class AgentStore:
             raise DecisionRefused(409, "event_gone", f"run {run_id}: event {name!r} is gone")
         return ReceivedEvent.model_validate(snap.data)
 
+    async def start_clock_again(self, run_id: str, now: float, *,
+                                if_progress_at: float | None) -> bool:
+        """Start a run's ``max_seconds`` over at ``now`` (its first step was never sent: the
+        time until then was not the run's), if its ``progress_at`` is still as read. True if
+        written."""
+
+        async def body(txn: Transaction) -> bool:
+            snap = await txn.get(self.run_path(run_id))
+            if (snap is None or snap.data.get("progress_at") != if_progress_at
+                    or snap.data.get("status") != RunStatus.RUNNING.value):
+                return False
+            txn.write(Write("update", snap.path, {"started_at": now, "progress_at": now}))
+            return True
+
+        return await self.db.transact(body)
+
     async def sweep_run_at(self, run_id: str, at: float, *, if_progress_at: float | None
                            ) -> bool:
         """Set when the sweeper looks at the run next (a waiting run: its earliest deadline),
