@@ -26,8 +26,9 @@ from ackloop.settings import Settings
 from ackloop.store import DecisionRefused
 from ackloop.sweep import sweep
 from ackloop.tools import ToolSet, text_tool, tool, typed_tool
-from ackloop.wire import QueryMessage
+from ackloop.wire import QueryMessage, RunOptions
 from tests.engine.fakes import make_loop
+from tests.engine.test_guarantees import deliver_all, take
 
 SETTINGS = Settings()
 
@@ -380,3 +381,82 @@ async def test_the_delivery_that_recorded_the_wait_is_in_the_steps_cost() -> Non
         plain_run)
     assert run is not None and other is not None and run.cost and other.cost
     assert run.cost.usd > other.cost.usd
+
+
+# -- rules the suite did not pin (each test fails if its rule is broken) ---------------------------
+
+
+async def test_no_decision_is_recorded_on_a_run_that_has_ended() -> None:
+    sent: list[dict[str, Any]] = []
+    loop, run_id = await transfer_run("ended", sent)
+    assert await loop.deps.store.fail_run(run_id, "dead_lettered: gone", loop.deps.clock.now())
+    with pytest.raises(DecisionRefused) as refused:
+        await loop.deps.store.decide_step(run_id, str(StepKey.tool(0, 0)), StepDecision(
+            decision="approve", by="alice", at=loop.deps.clock.now()))
+    assert refused.value.reason == "run_ended"
+    (step,) = await tool_result(loop, run_id)
+    assert step is not None and step.decision is None and sent == []
+
+
+async def test_the_sweeper_leaves_a_wait_alone_before_its_deadline() -> None:
+    """An idle run whose only call waits, an hour before its deadline: the sweeper reports it
+    waiting and decides nothing."""
+    sent: list[dict[str, Any]] = []
+    loop, run_id = await transfer_run("not-yet", sent, timeout=7200)
+    loop.deps.clock.advance(SETTINGS.sweep_stale_seconds + 60)  # type: ignore[attr-defined]
+    store = loop.deps.store
+    await store.db.commit([Write("update", store.run_path(run_id), {"progress_at": 0.0})])
+    (swept,) = await sweep(loop.deps)
+    assert swept.action == "waiting", swept
+    (step,) = await tool_result(loop, run_id)
+    assert step is not None and step.status is StepStatus.WAITING and step.decision is None
+
+
+@pytest.mark.parametrize(("tool_timeout", "run_timeout"), [(600.0, 300.0), (300.0, 600.0)])
+async def test_a_wait_lasts_the_shorter_of_the_tools_and_the_runs_timeout(
+    tool_timeout: float, run_timeout: float,
+) -> None:
+    sent: list[dict[str, Any]] = []
+    loop = make_loop(model(("transfer", {"to": "bob", "amount": 500})),
+                     transfer_tools(sent, timeout=tool_timeout), settings=SETTINGS)
+    await loop.submit(QueryMessage(request_id="short", text="pay Bob",
+                                   options=RunOptions(approval_timeout_seconds=run_timeout)))
+    await loop.run_until_idle()
+    (step,) = await tool_result(loop, run_id_for_request("short"))
+    assert step is not None and step.waiting is not None
+    assert step.waiting.deadline - step.waiting.since == pytest.approx(300.0)
+
+
+async def test_overlapping_waits_count_once_and_a_later_wait_keeps_the_earlier_deadline(
+) -> None:
+    """Two calls of one turn wait, the second one 100 s after the first: the run's clock (its
+    ``progress_at``, when the sweeper looks) stays at the first deadline; decided 100 s and 150 s
+    later, the run has waited 250 s of wall time in all, not the sum of both waits (400 s)."""
+    sent: list[dict[str, Any]] = []
+    loop = make_loop(model(("transfer", {"to": "bob", "amount": 500}),
+                           ("transfer", {"to": "ada", "amount": 700})),
+                     transfer_tools(sent, timeout=3600), settings=SETTINGS)
+    await loop.submit(QueryMessage(request_id="overlap", text="pay both"))
+    pending = take(loop)
+    while not any(m.attributes.get("step") == "0000-tool-000" for m in pending):
+        pending = await deliver_all(loop, pending)
+    first, second = sorted(pending, key=lambda m: m.attributes["step"])
+    await deliver_all(loop, [first])
+    run_id = run_id_for_request("overlap")
+    store = loop.deps.store
+    after_first = (await store.get_run(run_id)).progress_at  # type: ignore[union-attr]
+    loop.deps.clock.advance(100)  # type: ignore[attr-defined]
+    await deliver_all(loop, [second])
+    assert (await store.get_run(run_id)).progress_at == after_first  # type: ignore[union-attr]
+    waits = await store.get_steps(run_id, ["0000-tool-000", "0000-tool-001"])
+    assert all(s is not None and s.status is StepStatus.WAITING for s in waits)
+    assert waits[1].waiting.since - waits[0].waiting.since == 100  # type: ignore[union-attr]
+
+    loop.deps.clock.advance(100)  # type: ignore[attr-defined]
+    await store.decide_step(run_id, "0000-tool-000", StepDecision(
+        decision="approve", by="alice", at=loop.deps.clock.now()))
+    loop.deps.clock.advance(50)  # type: ignore[attr-defined]
+    await store.decide_step(run_id, "0000-tool-001", StepDecision(
+        decision="approve", by="alice", at=loop.deps.clock.now()))
+    run = await store.get_run(run_id)
+    assert run is not None and run.waited_seconds == pytest.approx(250.0)
