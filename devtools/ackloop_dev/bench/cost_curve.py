@@ -24,11 +24,12 @@ from typing import Any
 from ackloop.cost import PRICES
 from ackloop_dev.bench.pricing import cost_per_1000_runs
 
-REFERENCE_RUN = {"docs_read": 15.0, "docs_written": 17.0, "published": 6.0, "deliveries": 6.0,
-                 "function_cpu_s": 0.085}
+REFERENCE_RUN = {"docs_read": 15.0, "docs_written": 17.0, "published": 6.0, "deliveries": 7.0,
+                 "function_requests": 6.0, "function_cpu_s": 0.085}
 """One reference run (5 steps), from the step profile of the engine at afdfc06 (11-step runs:
 3.0 documents read, 3.36 written and 17 ms of function CPU per step; one publish and one push
-per step, plus the client's query and ingest's push)."""
+per step, plus the client's query and ingest's push; and the answer's delivery to the caller's
+consumer, which is no function's request)."""
 
 HOURS_PER_MONTH = 730.0
 
