@@ -210,7 +210,7 @@ async def stream_reasoning_engine(request: Request, body: ReasoningEngineRequest
 
     async def lines() -> AsyncIterator[str]:
         yield json.dumps(started, separators=(",", ":")) + "\n"
-        async for event in run_events(deps, run.run_id, None):
+        async for event in run_events(request, deps, run.run_id, None):
             if event is not None:
                 yield events.ndjson(event)
 

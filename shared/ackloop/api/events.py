@@ -7,7 +7,9 @@ the tool steps it started) has completed too, so a cursor (the last key sent) ne
 step that completes later.
 
 A stream reads incrementally: one run read per poll, then the step documents past its cursor,
-at most ``page_size`` at a time, so what one stream holds does not grow with the run. The
+at most ``page_size`` at a time, so what one stream holds does not grow with the run; a page is
+read and sent in one of the process's few turns (:attr:`StreamSlots.turns`), so many streams
+catching up on a long run at once leave the process free for its other requests. The
 steps announced by the steps already sent are remembered (only keys past the cursor). A
 process keeps at most ``api_stream_max_open`` streams (:class:`StreamSlots`), each for at most
 ``api_stream_max_seconds``, and closes a stream whose client stops reading
@@ -26,6 +28,7 @@ deltas are never read again (a stream that starts after it completed sends its e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -124,10 +127,14 @@ async def run_events(
     max_seconds: float,
     page_size: int = 20,
     clock: Callable[[], float] = time.monotonic,
+    turns: asyncio.Semaphore | None = None,
 ) -> AsyncIterator[Event | None]:
     """Events of ``run_id`` after cursor ``after``, until the run ends or ``max_seconds`` pass.
 
     Yields ``None`` when nothing happened for :data:`HEARTBEAT_SECONDS` (a keep-alive tick).
+    ``turns``: held while a page of steps is read and sent (:attr:`StreamSlots.turns`), so
+    however many streams catch up on a long run at once, only a few of them use the process
+    at a time and its other requests are still answered.
     """
     if after == END:
         return
@@ -145,24 +152,25 @@ async def run_events(
             return
         terminal = run.status.terminal  # read before the steps: all of them are in by then
         while start is not None:
-            page = await store.steps_in_range(run_id, start, LAST_KEY, limit=page_size)
-            full, last_read = len(page) >= page_size, page[-1].key if page else None
-            ready, blocked = deliverable(page, cursor, terminal, announced)
-            waiting = waits(page, told)
-            page = []
-            for step in ready:
-                if step.key == live:  # the rest of its text first
-                    for delta_id, delta in await read_deltas(store, run_id, deltas_from, None,
-                                                             end_id=after_step(step.key)):
-                        deltas_from = next_id(delta_id)
-                        yield DeltaEvent(run_id=run_id, **delta.model_dump())
-                cursor = step.key
-                quiet_since = clock()
-                yield StepEvent(cursor=step.key, run_id=run_id, step=StepView.of(step))
-            ready = []
-            for view in waiting:  # after the steps before it, as the run went
-                quiet_since = clock()
-                yield WaitingEvent(run_id=run_id, waiting=view)
+            async with turns or contextlib.nullcontext():
+                page = await store.steps_in_range(run_id, start, LAST_KEY, limit=page_size)
+                full, last_read = len(page) >= page_size, page[-1].key if page else None
+                ready, blocked = deliverable(page, cursor, terminal, announced)
+                waiting = waits(page, told)
+                page = []
+                for step in ready:
+                    if step.key == live:  # the rest of its text first
+                        for delta_id, delta in await read_deltas(
+                                store, run_id, deltas_from, None, end_id=after_step(step.key)):
+                            deltas_from = next_id(delta_id)
+                            yield DeltaEvent(run_id=run_id, **delta.model_dump())
+                    cursor = step.key
+                    quiet_since = clock()
+                    yield StepEvent(cursor=step.key, run_id=run_id, step=StepView.of(step))
+                ready = []
+                for view in waiting:  # after the steps before it, as the run went
+                    quiet_since = clock()
+                    yield WaitingEvent(run_id=run_id, waiting=view)
             if cursor is not None:
                 past = StepKey.parse(cursor)
                 announced = {k for k in announced if StepKey.parse(k) > past}
@@ -205,12 +213,18 @@ def sse(event: Event | None) -> str:
     return f"id: {event.cursor}\nevent: {event.type}\ndata: {data}\n\n"
 
 
+TURNS = 4
+"""How many streams of a process read and send a page of steps at once (the others wait)."""
+
+
 class StreamSlots:
-    """How many event streams this process has open, and the most it accepts."""
+    """How many event streams this process has open, and the most it accepts; and the turns
+    they take to read and send pages of steps (:data:`TURNS` at a time)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.open = 0
+        self.turns = asyncio.Semaphore(TURNS)
 
     def check(self) -> None:
         """503 (with ``Retry-After``) when no slot is free."""

@@ -149,12 +149,13 @@ def stream_response(request: Request, deps: Deps, lines: AsyncIterator[str], med
         max_seconds=settings.api_stream_max_seconds)
 
 
-def run_events(deps: Deps, run_id: str, after: str | None
+def run_events(request: Request, deps: Deps, run_id: str, after: str | None
                ) -> AsyncIterator[Event | None]:
     settings = deps.settings
     return events.run_events(
         deps.store, run_id, after, poll_seconds=settings.api_stream_poll_seconds,
-        max_seconds=settings.api_stream_max_seconds, page_size=settings.api_stream_page_size)
+        max_seconds=settings.api_stream_max_seconds, page_size=settings.api_stream_page_size,
+        turns=request.app.state.streams.turns)
 
 
 def event_stream(request: Request, deps: Deps, run_id: str, after: str | None, sse: bool
@@ -162,7 +163,7 @@ def event_stream(request: Request, deps: Deps, run_id: str, after: str | None, s
     """The run's events as ndjson, or as Server-Sent Events."""
 
     async def body() -> AsyncIterator[str]:
-        async for event in run_events(deps, run_id, after):
+        async for event in run_events(request, deps, run_id, after):
             if sse:
                 yield events.sse(event)
             elif event is not None:
