@@ -8,8 +8,7 @@ would see: the run's status and error, the transcript, the messages published, t
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -344,19 +343,6 @@ class FailingPublisher:
                 for data, attributes in messages]
 
 
-@contextlib.asynccontextmanager
-async def api_of(loop: InProcessLoop) -> AsyncIterator[httpx.AsyncClient]:
-    """The HTTP API in-process over ``loop``'s engine. An error escaping the app answers 500,
-    as a server would (not raised into the test)."""
-    async def deps() -> Deps:
-        return loop.deps
-
-    app = create_app(loop.deps.settings, deps=deps)
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
-        yield api
-
-
 async def test_the_api_tries_a_failed_first_publish_again_within_its_request() -> None:
     """The publish after the API's commit fails twice: the request tries again (its answer is
     not redelivered, so nothing else would before the sweeper, minutes later), the run starts
@@ -364,7 +350,13 @@ async def test_the_api_tries_a_failed_first_publish_again_within_its_request() -
     model, tools = one_call_then_answer(), CountingToolbox({"lookup": "42"})
     loop = make_loop(model, tools)
     loop.deps.publisher = FailingPublisher(loop.publisher, failures=2)
-    async with api_of(loop) as api:
+
+    async def deps() -> Deps:
+        return loop.deps
+
+    app = create_app(loop.deps.settings, deps=deps)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
         created = await api.post("/runs", json={"text": "go"}, headers={"Idempotency-Key": "r"})
     assert created.status_code == 202, created.text
     assert len(loop.publisher.messages) == 1  # the first step, on the third try
@@ -381,7 +373,14 @@ async def test_h6_the_api_accepts_a_committed_run_whose_first_publish_failed_and
     model, tools = one_call_then_answer(), CountingToolbox({"lookup": "42"})
     loop = make_loop(model, tools)
     loop.deps.publisher = FailingPublisher(loop.publisher, failures=5)
-    async with api_of(loop) as api:
+
+    async def deps() -> Deps:
+        return loop.deps
+
+    app = create_app(loop.deps.settings, deps=deps)
+    # An error escaping the app answers 500, as a server would (not raised into the test).
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
         created = await api.post("/runs", json={"text": "go"}, headers={"Idempotency-Key": "h6"})
         assert created.status_code == 202, created.text
         run_id = created.json()["run_id"]

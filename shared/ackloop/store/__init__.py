@@ -992,30 +992,31 @@ class AgentStore:
     async def start_clock_again(self, run_id: str, now: float, *,
                                 if_progress_at: float | None) -> bool:
         """Start a run's ``max_seconds`` over at ``now`` (its first step was never sent: the
-        time until then was not the run's), if it has not moved since the sweeper read it
-        (:meth:`_update_if_unmoved`). True if written."""
-        return await self._update_if_unmoved(run_id, if_progress_at,
-                                             {"started_at": now, "progress_at": now})
-
-    async def sweep_run_at(self, run_id: str, at: float, *, if_progress_at: float | None
-                           ) -> bool:
-        """Set when the sweeper looks at the run next (a waiting run: its earliest deadline),
-        if it has not moved since the sweeper read it: a decision or an event that moved it
-        meanwhile (R2) keeps its time, so the sweeper finds the run again soon and re-sends
-        what that decision needs. True if written."""
-        return await self._update_if_unmoved(run_id, if_progress_at, {"progress_at": at})
-
-    async def _update_if_unmoved(self, run_id: str, if_progress_at: float | None,
-                                 fields: JsonDict) -> bool:
-        """Write ``fields`` on a running run whose ``progress_at`` is still ``if_progress_at``
-        (one transaction: the sweeper's records carry no version to fence a commit on)."""
+        time until then was not the run's), if its ``progress_at`` is still as read. True if
+        written."""
 
         async def body(txn: Transaction) -> bool:
             snap = await txn.get(self.run_path(run_id))
             if (snap is None or snap.data.get("progress_at") != if_progress_at
                     or snap.data.get("status") != RunStatus.RUNNING.value):
                 return False
-            txn.write(Write("update", snap.path, fields))
+            txn.write(Write("update", snap.path, {"started_at": now, "progress_at": now}))
+            return True
+
+        return await self.db.transact(body)
+
+    async def sweep_run_at(self, run_id: str, at: float, *, if_progress_at: float | None
+                           ) -> bool:
+        """Set when the sweeper looks at the run next (a waiting run: its earliest deadline),
+        only if the run's ``progress_at`` is still ``if_progress_at``, as the sweeper read it:
+        a decision or an event that moved it meanwhile (R2) keeps its time, so the sweeper
+        finds the run again soon and re-sends what that decision needs. True if written."""
+
+        async def body(txn: Transaction) -> bool:
+            snap = await txn.get(self.run_path(run_id))
+            if snap is None or snap.data.get("progress_at") != if_progress_at:
+                return False
+            txn.write(Write("update", snap.path, {"progress_at": at}))
             return True
 
         return await self.db.transact(body)
