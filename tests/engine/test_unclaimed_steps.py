@@ -171,3 +171,52 @@ async def test_a_follow_up_that_arrives_before_its_conversations_run_waits_for_i
     users = [c["parts"][0]["text"] for c in transcript.contents
              if c["role"] == "user" and "text" in c["parts"][0]]
     assert users == ["go", "then"]
+
+
+async def test_a_duplicate_that_reads_the_transcript_after_its_step_was_recorded_calls_nothing(
+) -> None:
+    """A follow-up's first model step reads its own document and the conversation's transcript
+    in two round trips. When the other delivery of the step records it in between, the
+    transcript read already holds the step's turn: the late delivery does not call the model
+    (on a context that repeats the question after its answer) and, as a duplicate whose commit
+    loses, sends nothing (the delivery that recorded the step sent its outbox)."""
+    contexts: list[list[str]] = []
+
+    async def answer(request: ModelRequest) -> ModelTurn:
+        contexts.append([c["role"] for c in request.contents])
+        return text_turn(f"answer {len(contexts)}", request=request)
+
+    model = ScriptedModel()
+    model.generate = answer  # type: ignore[method-assign]
+    loop = make_loop(model, CountingToolbox(), settings=AUTO)
+    await loop.submit(QueryMessage(request_id="first", text="hi"))
+    await loop.run_until_idle()
+    first = run_id_for_request("first")
+    kind, step = await first_model_step(
+        loop, QueryMessage(request_id="then", text="then", conversation_id=first))
+    answers_before = len(loop.answers)
+
+    store = loop.deps.store
+    load = store.load_transcript
+    late_reads, recorded = asyncio.Event(), asyncio.Event()
+
+    async def after_the_other(conversation_id: str):  # type: ignore[no-untyped-def]
+        if not late_reads.is_set():  # the late delivery: its step is recorded meanwhile
+            late_reads.set()
+            await recorded.wait()
+        return await load(conversation_id)
+
+    store.load_transcript = after_the_other  # type: ignore[method-assign]
+    late = asyncio.create_task(loop.deliver(kind, step))
+    await asyncio.wait_for(late_reads.wait(), timeout=10)
+    assert (await loop.deliver(kind, step)).acknowledged
+    recorded.set()
+    assert (await asyncio.wait_for(late, timeout=10)).acknowledged
+
+    assert contexts == [["user"], ["user", "model", "user"]]  # one call per run
+    run = await loop.deps.store.get_run(run_id_for_request("then"))
+    assert run is not None and run.status is RunStatus.COMPLETED and run.answer == "answer 2"
+    (recorded_step,) = await loop.deps.store.list_steps(run.run_id)
+    assert recorded_step.status is StepStatus.COMPLETED
+    loop._collect()
+    assert [a.run_id for a in loop.answers[answers_before:]] == [run.run_id]

@@ -141,6 +141,7 @@ def _scenarios(f: dict[str, Any]) -> list[str]:
         _row("asked / transcript order", f"{fu.get('runs')} / {fu.get('transcript_order')}", 2),
         _row("queued on arrival / saw the earlier turns",
              f"{fu.get('queued_on_arrival')} / {fu.get('history_seen')}", 2),
+        _row("history lengths carried / expected", f"{fu.get('history_lengths')}", 2),
         _row("status / answer ok / ends published",
              f"{fu.get('statuses')} / {fu.get('answers_ok')} / {fu.get('ends_published')}", 2),
         f"Gemini 429 storm ({storm.get('storm_s')} s, retry-after {storm.get('retry_after_s')} s)",

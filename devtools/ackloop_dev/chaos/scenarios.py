@@ -75,6 +75,9 @@ class FollowUpResult:
     ends_published: dict[str, int] = field(default_factory=dict)
     history_seen: dict[str, bool] = field(default_factory=dict)
     """Whether the run's first model call carried every earlier turn of the conversation."""
+    history_lengths: dict[str, str] = field(default_factory=dict)
+    """Per run: the history lengths its first model calls carried, and the length expected
+    (the transcript's contents before the run), as ``seen/expected``."""
     transcript_order: list[str | None] = field(default_factory=list)
     order_problems: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -157,7 +160,9 @@ async def _check_followups(stack: ChaosStack, store: AgentStore, result: FollowU
         result.statuses[item.ref] = run.status.value if run else "lost"
         result.ends_published[item.ref] = len(answers.by_run.get(item.run_id, []))
         mine = [p for p in parts if p.ref == item.ref]
-        result.history_seen[item.ref] = evidence.history.get((item.ref, 0)) == {before}
+        seen = evidence.history.get((item.ref, 0))
+        result.history_seen[item.ref] = seen == {before}
+        result.history_lengths[item.ref] = f"{sorted(seen or ())}/{before}"
         before += sum(len(p.contents) for p in mine)
         if run is None or run.status is not RunStatus.COMPLETED:
             result.answers_ok[item.ref] = False

@@ -170,6 +170,13 @@ async def _claim_and_read(
     if own is None and found is not None and found.record.status is RunStatus.RUNNING:
         if transcript is None or transcript.conversation_id != found.record.conversation_id:
             transcript = await deps.store.load_transcript(found.record.conversation_id)
+        if recorded_since(transcript, run_id, message.turn):
+            # A duplicate delivery recorded this step between the read of its document and
+            # this read of the transcript: the call is not made again (on a context that
+            # already holds its answer). As for a duplicate whose commit loses (StepTaken),
+            # nothing is sent: the delivery that recorded the step sends its outbox.
+            log.info("run %s: step %s was recorded by another delivery", run_id, key)
+            return None
         prompt_bytes = sum(c.size for c in transcript.chunks) + len(found.record.text)
         # A streamed call that starts unclaimed claims at its first text (ClaimAtFirstText).
         unclaimed = not claims.model_call_claims(deps.settings, found.record.model, prompt_bytes)
@@ -182,6 +189,18 @@ async def _claim_and_read(
     if run_read is not found:
         transcript = None  # the claim waited: read the transcript again
     return message, run_read, claim, Inputs(transcript, previous)
+
+
+def recorded_since(transcript: Transcript, run_id: str, turn: int) -> bool:
+    """Whether ``transcript`` already holds the model turn ``turn`` of ``run_id`` (or a later
+    one): a step whose own document was read missing just before was recorded meanwhile."""
+    owner, _, key = (transcript.tail or "").partition("/")
+    if owner != run_id:
+        return False
+    try:
+        return StepKey.parse(key).turn >= turn
+    except ValueError:
+        return False
 
 
 async def _read_as_hinted(deps: Deps, message: ModelStepMessage, scope: RequestScope
