@@ -12,6 +12,7 @@ import pytest
 
 from ackloop.bus.memory import Published
 from ackloop.engine.ending import cancel_run
+from ackloop.engine.lease import COMMIT_MARGIN_S
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
@@ -88,6 +89,28 @@ async def test_a_duplicate_of_a_live_step_is_acknowledged_after_the_bounded_wait
     assert model.calls == 0
     run = await loop.deps.store.get_run(run_id)
     assert run is not None and run.status is RunStatus.RUNNING
+
+
+async def test_the_wait_for_a_held_step_leaves_its_call_room_before_the_request_deadline(
+) -> None:
+    """A request of 80 s keeps 5 s for its commit and 60 s for the model call: a delivery that
+    finds its step held waits 15 s, not the 25 s ``claim_wait_seconds`` allows, so a takeover
+    at the end of the wait still has the whole call's time before the request is cut off."""
+    settings = Settings(request_timeout_seconds=80.0)
+    room = (settings.request_timeout_seconds - COMMIT_MARGIN_S
+            - settings.model_timeout_seconds)
+    assert room < settings.claim_wait_seconds
+    model = CountingModel()
+    loop = make_loop(model, CountingToolbox(), settings=settings)
+    run_id, step = await first_model_step(loop, "little-room")
+    await hold(loop, run_id, message_id="the-other-delivery", lease_seconds=3600)
+    started = loop.deps.clock.now()
+
+    outcome = await loop.deliver("model", step)
+
+    assert outcome.acknowledged and "held by message the-other-delivery" in str(outcome.body)
+    assert loop.deps.clock.now() - started == pytest.approx(room, abs=0.01)
+    assert model.calls == 0
 
 
 async def test_the_same_message_still_held_live_is_nacked_so_it_survives_its_holder() -> None:
