@@ -161,6 +161,14 @@ def test_derived_settings_keep_the_code_defaults(terraform: TerraformConfig) -> 
     assert "var.firestore_database" in expression(terraform.locals["firestore_database"])
 
 
+def test_the_deployed_api_serves_no_cdn_pages_by_default(terraform: TerraformConfig) -> None:
+    """S1: /docs and /redoc load their scripts from a CDN on the inspector's origin; a
+    deployment turns them off unless its configuration asks for them (the code's default
+    serves them, for a local stack)."""
+    assert terraform.variable_default("api", "docs") is False
+    assert expression(terraform_env(terraform)["ACKLOOP_API_DOCS"]) == "tostring(var.api.docs)"
+
+
 def test_topic_env_names_point_at_the_topics_with_the_code_default_names(
     terraform: TerraformConfig,
 ) -> None:

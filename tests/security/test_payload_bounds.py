@@ -16,9 +16,11 @@ from ackloop.bus.memory import Published
 from ackloop.engine.deps import Deps
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
+from ackloop.records import StepStatus
 from ackloop.settings import Settings
 from ackloop.wire import MAX_PAYLOAD_DEPTH
 from tests.engine.fakes import CountingToolbox, make_loop
+from tests.engine.test_events import STEP, shipping_run
 
 
 def nested(levels: int) -> dict[str, Any]:
@@ -90,3 +92,28 @@ async def test_a_published_event_with_such_a_payload_is_poison(api: Any, case: s
     assert outcome.acknowledged and outcome.status == 200
     record = await loop.deps.store.get_poison(f"m-{case}")
     assert record is not None and says in record["error"]
+
+
+async def test_a_thirty_level_event_payload_to_a_waiting_run_is_refused_and_resumes_nothing(
+) -> None:
+    """S6 on a run that exists and waits for the event: the payload too deep for Firestore is
+    answered 422 before anything is kept, and the waiting call stays waiting (it was accepted,
+    and its tool ran, before the bound)."""
+    seen: list[dict[str, Any]] = []
+    loop, run_id = await shipping_run("deep", seen)
+
+    async def deps() -> Deps:
+        return loop.deps
+
+    app = create_app(Settings(api_auth="none"), deps=deps)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+        answer = await api.post(f"/runs/{run_id}/events/shipped:A7",
+                                json={"payload": nested(30)})
+    await loop.run_until_idle()
+    assert answer.status_code == 422, answer.text
+    assert "deep" in answer.text or "depth" in answer.text or "nest" in answer.text, answer.text
+    (step,) = await loop.deps.store.get_steps(run_id, [STEP])
+    assert step is not None and step.status is StepStatus.WAITING and seen == []
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.received == {}

@@ -112,7 +112,7 @@ async def test_a_run_sharing_a_trace_id_is_not_in_another_runs_trace(
     """S4: a run's trace was every span with its trace id, which a caller chooses (a
     ``traceparent`` naming another run's trace, derivable from its id, showed that run's spans:
     agent, tools, timings, tokens). A run's trace is now found by the run: two runs started in
-    one trace each show only their own spans."""
+    one trace each show only their own spans, in the API and in ``ackloop runs trace``."""
     shared = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     ids = []
     for text in ("What is 2+2?", "hello"):
@@ -127,3 +127,6 @@ async def test_a_run_sharing_a_trace_id_is_not_in_another_runs_trace(
         assert traced["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
         assert traced["spans"] and other not in json.dumps(traced)
         assert {s["attributes"].get("ackloop.run_id") for s in traced["spans"]} <= {run_id, None}
+        cli = await _runs_trace(run_id, "--json", "--directory", api_stack.state.directory)
+        assert cli.returncode == 0, cli.stderr
+        assert json.loads(cli.stdout)["spans"] and other not in cli.stdout  # the CLI too
