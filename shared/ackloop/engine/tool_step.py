@@ -35,7 +35,7 @@ from ackloop.outgoing import after_tools
 from ackloop.records import RunStatus, StepStatus
 from ackloop.store import RunRead
 from ackloop.telemetry import tracing
-from ackloop.tools.base import ToolContext, ToolOutcome, prepare_toolbox
+from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome, prepare_toolbox
 from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,10 @@ async def _run_claimed(
         context = context.model_copy(update={"event": decision.payload or {}})
     else:
         call = approval.decided_call(call, decision)
+    if claim.state == "taken_over" and not _declared(agent.tools, message.call.name):
+        # Started by a deployment that had the tool, which may have acted before it died.
+        return _error("this call was interrupted and may or may not have taken effect; "
+                      f"it is not retried: this deployment has no tool {call.name!r}"), None
     if claim.state == "taken_over" and not _retry_safe(agent.tools, message.call.name):
         # The previous holder may have acted before it died: do not act twice.
         return _error("this call was interrupted and may or may not have taken effect; "
@@ -167,6 +171,10 @@ async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessag
 
 def _error(text: str) -> ToolOutcome:
     return ToolOutcome(response={"error": text}, is_error=True)
+
+
+def _declared(toolbox: Toolbox, name: str) -> bool:
+    return any(d.get("name") == name for d in toolbox.declarations())
 
 
 def _retry_safe(toolbox: object, name: str) -> bool:
