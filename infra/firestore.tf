@@ -117,12 +117,13 @@ resource "google_firestore_index" "runs_newest_by" {
   }
 }
 
-# The sweeper's queries (sweep.py, through store.runs_in_status): runs in a status, oldest
-# first by a timestamp. Key = the status, value = the field ordered on.
+# The sweeper's queries (sweep.py, through store.runs_in_status): runs in a status, the one it
+# looked at longest ago first (progress_at). Value = the field ordered on; one index serves
+# every status: running runs no step has moved lately, and queued runs (whose start message
+# may have been lost). The key keeps the index's address from when each status had its own.
 locals {
   sweeper_run_orders = {
-    running = "progress_at" # runs no step has moved lately
-    queued  = "created_at"  # queued runs whose start message was lost
+    running = "progress_at"
   }
 }
 

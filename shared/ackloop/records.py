@@ -146,6 +146,9 @@ class RunRecord(Record):
     """Time the run spent waiting for people, which its ``max_seconds`` does not count."""
     wait_ended_at: float = 0.0
     """When the last decision was recorded (overlapping waits are counted once)."""
+    wait_turn: int | None = None
+    """The turn whose waiting call last set ``progress_at``: another call of that turn that
+    starts waiting keeps the earlier of the two times the sweeper should look."""
     received: dict[str, ReceivedEvent] = Field(default_factory=dict)
     """The named events delivered to the run (``POST /runs/{id}/events/{name}`` or the queries
     topic), by name: each name once per run. A call that waits for one finds it here when it

@@ -127,7 +127,8 @@ class Settings(BaseSettings):
     approval_timeout_seconds: float = Field(
         default=604_800.0, gt=0, le=2_592_000,
         description="Longest a tool call waits for a person's approval when neither its tool "
-        "nor its run says: past it, the sweeper rejects the call.",
+        "nor its run says: past it, the sweeper rejects the call. No wait lasts longer than "
+        "retention_days, whatever its tool or run says.",
     )
     default_max_steps: int = Field(default=20, ge=1, description="Model steps per run.")
     default_max_seconds: float = Field(default=300.0, gt=0, description="Wall clock per run.")

@@ -65,11 +65,17 @@ async def sweep(deps: Deps, *, stale_after: float | None = None, limit: int = 20
         if (run.progress_at or run.created_at) > threshold:
             break  # oldest first: the rest moved recently
         swept.append(await resume_run(deps, run, threshold))
-    for run in await deps.store.runs_in_status(RunStatus.QUEUED, "created_at", limit):
-        if run.created_at > threshold:
+    # Queued runs the sweeper has not looked at yet (progress_at null) first, then the ones it
+    # looked at longest ago: a run still waiting its turn goes to the back (progress_at = now),
+    # so a page of them never hides a queued run whose start was lost behind them.
+    for run in await deps.store.runs_in_status(RunStatus.QUEUED, "progress_at", limit):
+        if (run.progress_at or run.created_at) > threshold:
             break
         if (started := await _start_if_free(deps, run)) is not None:
             swept.append(started)
+        else:
+            await deps.store.sweep_run_at(run.run_id, deps.clock.now(),
+                                          if_progress_at=run.progress_at)
     for item in swept:
         log.warning("sweeper: run %s %s (%s)", item.run_id, item.action, item.detail)
     return swept

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
+
 from ackloop.agents import Agent, AgentRegistry
+from ackloop.api.app import create_app
 from ackloop.bus.memory import MemoryPublisher
 from ackloop.clock import Clock, ManualClock
 from ackloop.deltas import read_deltas
@@ -109,3 +114,17 @@ async def first_model_step(loop: InProcessLoop, query: QueryMessage) -> tuple[An
     (kind, step), = list(loop._queue)
     loop._queue.clear()
     return kind, step
+
+
+@asynccontextmanager
+async def api_of(loop: InProcessLoop, settings: Settings | None = None
+                 ) -> AsyncIterator[httpx.AsyncClient]:
+    """The HTTP API over ``loop``'s engine, in process (``auth=none`` unless ``settings`` say)."""
+
+    async def deps() -> Deps:
+        return loop.deps
+
+    app = create_app(settings or Settings(api_auth="none"), deps=deps)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+        yield api

@@ -7,27 +7,25 @@ Driven through the real dispatch on the in-memory store, with a manual clock.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import pytest
 from pydantic import BaseModel
 
-from ackloop.api.app import create_app
 from ackloop.docdb.base import Write
 from ackloop.engine import approval
-from ackloop.engine.deps import Deps
 from ackloop.engine.ending import cancel_run
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunStatus, StepDecision, StepStatus
 from ackloop.settings import Settings
-from ackloop.store import DecisionRefused
+from ackloop.store import DAY_SECONDS, EXPIRE_AT, AgentStore, DecisionRefused, Retention
 from ackloop.sweep import sweep
 from ackloop.tools import ToolSet, text_tool, tool, typed_tool
 from ackloop.wire import QueryMessage, RunOptions
-from tests.engine.fakes import make_loop
+from tests.engine.fakes import api_of, make_loop
 from tests.engine.test_guarantees import deliver_all, take
 
 SETTINGS = Settings()
@@ -194,13 +192,7 @@ async def test_an_approval_after_the_deadline_rejects_the_call_instead_of_runnin
     loop2, run2 = await transfer_run("late-api", sent, timeout=600)
     (waiting2,) = await tool_result(loop2, run2)
     loop2.deps.clock.advance(601)  # type: ignore[attr-defined]
-
-    async def deps() -> Deps:
-        return loop2.deps
-
-    app = create_app(Settings(api_auth="none"), deps=deps)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+    async with api_of(loop2) as api:
         late = await api.post(f"/runs/{run2}/approvals/{waiting2.key}",
                               json={"decision": "approve"})
     assert late.status_code == 409 and late.json()["code"] == "deadline_passed", late.text
@@ -460,3 +452,110 @@ async def test_overlapping_waits_count_once_and_a_later_wait_keeps_the_earlier_d
         decision="approve", by="alice", at=loop.deps.clock.now()))
     run = await store.get_run(run_id)
     assert run is not None and run.waited_seconds == pytest.approx(250.0)
+
+
+async def test_a_late_decision_does_not_count_again_time_an_overlapping_wait_counted() -> None:
+    """Three calls of one turn wait from the same moment; the first one's deadline is 600 s
+    away. The second is decided at +1000 s; the first one late, at +1200 s (recorded as at its
+    deadline, +600 s); the third at +1500 s. The waits overlap: the run waited 1500 s of wall
+    time, not 1900 (the late decision must not move back the point up to which time was
+    counted)."""
+    sent: list[dict[str, Any]] = []
+
+    @tool(requires_approval=True, approval_timeout_seconds=600)
+    def quick(to: str) -> str:
+        """Short wait."""
+        sent.append({"to": to})
+        return "ok"
+
+    @tool(requires_approval=True, approval_timeout_seconds=36_000)
+    def slow(to: str) -> str:
+        """Long wait."""
+        sent.append({"to": to})
+        return "ok"
+
+    loop = make_loop(model(("quick", {"to": "a"}), ("slow", {"to": "b"}), ("slow", {"to": "c"})),
+                     ToolSet([quick, slow]), settings=SETTINGS)
+    await loop.submit(QueryMessage(request_id="late-overlap", text="x"))
+    await loop.run_until_idle()
+    run_id, store = run_id_for_request("late-overlap"), loop.deps.store
+    clock = loop.deps.clock
+    waits = await store.get_steps(run_id, ["0000-tool-000", "0000-tool-001", "0000-tool-002"])
+    assert all(s is not None and s.status is StepStatus.WAITING for s in waits)
+    assert len({s.waiting.since for s in waits if s and s.waiting}) == 1
+    start = clock.now()
+
+    def approve() -> StepDecision:
+        return StepDecision(decision="approve", by="alice", at=clock.now())
+
+    clock.advance(1000)  # type: ignore[attr-defined]
+    await store.decide_step(run_id, "0000-tool-001", approve())
+    clock.advance(200)  # type: ignore[attr-defined]
+    late, _ = await store.decide_step(run_id, "0000-tool-000", approve())
+    assert late.decision is not None and late.decision.by == "deadline"
+    clock.advance(300)  # type: ignore[attr-defined]
+    await store.decide_step(run_id, "0000-tool-002", approve())
+    run = await store.get_run(run_id)
+    assert run is not None
+    assert run.waited_seconds == pytest.approx(clock.now() - start) == pytest.approx(1500.0)
+
+
+async def test_a_near_deadline_is_swept_on_time_when_another_call_of_the_turn_waits_longer(
+) -> None:
+    """Two calls of one turn wait: the first for 60 s (nearer than ``sweep_stale_seconds``, so
+    it asks the sweeper to look at once), the second for 7 days. The second waiting commit
+    keeps the earlier time: a sweep 200 s later rejects the first call at its deadline (it was
+    put off by 7 days), and the second call keeps waiting."""
+    sent: list[dict[str, Any]] = []
+
+    @tool(requires_approval=True, approval_timeout_seconds=60)
+    def quick(to: str) -> str:
+        """Short wait."""
+        sent.append({"to": to})
+        return "ok"
+
+    @tool(requires_approval=True, approval_timeout_seconds=7 * 86_400)
+    def slow(to: str) -> str:
+        """Long wait."""
+        sent.append({"to": to})
+        return "ok"
+
+    loop = make_loop(model(("quick", {"to": "a"}), ("slow", {"to": "b"})),
+                     ToolSet([quick, slow]), settings=SETTINGS)
+    await loop.submit(QueryMessage(request_id="near-deadline", text="x"))
+    await loop.run_until_idle()
+    run_id, store = run_id_for_request("near-deadline"), loop.deps.store
+    waits = await store.get_steps(run_id, ["0000-tool-000", "0000-tool-001"])
+    assert all(s is not None and s.status is StepStatus.WAITING for s in waits)
+
+    loop.deps.clock.advance(200)  # type: ignore[attr-defined]
+    swept = await sweep(loop.deps)
+    assert [(s.run_id, s.action) for s in swept] == [(run_id, "resumed")], swept
+    quick_step, slow_step = await store.get_steps(run_id, ["0000-tool-000", "0000-tool-001"])
+    assert quick_step is not None and quick_step.decision is not None
+    assert (quick_step.decision.decision, quick_step.decision.by) == ("reject", "deadline")
+    assert slow_step is not None and slow_step.decision is None and sent == []
+
+
+async def test_a_wait_never_outlasts_the_documents_it_resumes_with() -> None:
+    """With a retention of one day, a call whose tool would wait seven days waits one: at its
+    deadline the turn's model step (and the transcript) that the resumed call needs still exist,
+    since Firestore's TTL deletes them only a day and the longest run after their last write.
+    A seven-day wait would resume a turn whose documents were deleted."""
+    sent: list[dict[str, Any]] = []
+    settings = Settings(retention_days=1)
+    loop = make_loop(model(("transfer", {"to": "bob", "amount": 500})),
+                     transfer_tools(sent, timeout=7 * 86_400), settings=settings)
+    counting = loop.deps.store.db
+    loop.deps.store = AgentStore(counting, retention=Retention.from_settings(settings))
+    await loop.submit(QueryMessage(request_id="short-retention", text="pay"))
+    await loop.run_until_idle()
+    run_id = run_id_for_request("short-retention")
+    (waiting,) = await loop.deps.store.get_steps(run_id, ["0000-tool-000"])
+    assert waiting is not None and waiting.waiting is not None
+    assert waiting.waiting.deadline - waiting.waiting.since == DAY_SECONDS
+    deadline = datetime.fromtimestamp(waiting.waiting.deadline, UTC)
+    model_step = await counting.get_all([loop.deps.store.step_path(run_id, "0000-model")])
+    chunks = await counting.list_all(loop.deps.store.transcript_collection(run_id))
+    expiries = [s.data[EXPIRE_AT] for s in [*model_step, *chunks] if s is not None]
+    assert len(expiries) == 2 and all(e > deadline for e in expiries), (expiries, deadline)

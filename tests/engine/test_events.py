@@ -23,7 +23,7 @@ from ackloop.store import DecisionRefused
 from ackloop.sweep import sweep
 from ackloop.tools import ToolContext, ToolSet, tool
 from ackloop.wire import EventMessage, QueryMessage
-from tests.engine.fakes import make_loop
+from tests.engine.fakes import api_of, make_loop
 
 SETTINGS = Settings()
 STEP = str(StepKey.tool(0, 0))
@@ -142,6 +142,12 @@ async def test_the_same_event_again_is_a_repeat_and_another_one_is_refused() -> 
     assert (refused.value.status, refused.value.reason) == (409, "already_received")
     await loop.run_until_idle()
     assert len(seen) == 1 and loop.answers[0].status == "completed"
+    # The kept event once more, after the run ended (a sender unsure it got through): still a
+    # repeat, not a refusal, and nothing runs again.
+    repeat = await events.deliver(loop.deps, run_id, "shipped:A7", shipped(loop))
+    assert not repeat.recorded and repeat.event.payload == {"tracking": "T-1"}
+    await loop.run_until_idle()
+    assert len(seen) == 1
     with pytest.raises(DecisionRefused) as ended:
         await events.deliver(loop.deps, run_id, "late", shipped(loop))
     assert (ended.value.status, ended.value.reason) == (409, "run_ended")
@@ -277,3 +283,25 @@ def test_a_tool_cannot_wait_for_both_an_approval_and_an_event() -> None:
         @tool(waits_for="a b")
         def spaced() -> None:
             """Spaced."""
+
+
+async def test_an_event_after_the_deadline_is_answered_409_and_runs_nothing() -> None:
+    """The call waited 600 s for its event; the event comes at 601 s: the call is rejected as at
+    its deadline (the model reads that no event came before it), the tool does not run, and the
+    API says so with 409 ``deadline_passed`` instead of answering that the event resumed it."""
+    seen: list[dict[str, Any]] = []
+    loop, run_id = await shipping_run("late-event", seen, timeout=600)
+    loop.deps.clock.advance(601)  # type: ignore[attr-defined]
+    async with api_of(loop) as api:
+        late = await api.post(f"/runs/{run_id}/events/shipped:A7",
+                              json={"payload": {"tracking": "T-9"}})
+    assert late.status_code == 409, late.text
+    assert late.json()["code"] == "deadline_passed" and STEP in late.text
+    await loop.run_until_idle()
+    assert seen == []
+    (step,) = await loop.deps.store.get_steps(run_id, [STEP])
+    assert step is not None and step.decision is not None
+    assert (step.decision.decision, step.decision.by) == ("reject", "deadline")
+    assert step.result is not None and "before the deadline" in str(step.result)
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED

@@ -468,15 +468,18 @@ async def test_a_run_failed_by_a_dead_letter_publishes_its_end_at_least_once() -
     assert (await deliver(loop, first)).status == 503
 
     await dead_letter(loop, first, "dl-a")
-    await dead_letter(loop, first, "dl-a")  # the dead letter's own redelivery
+    first_end = answers(loop, take(loop))
+    # The dead letter's own redelivery (its first delivery may have died before its publish
+    # went out): the run has ended, and its end is published again.
+    await dead_letter(loop, first, "dl-a")
+    again = answers(loop, take(loop))
 
     run = await run_of(loop, run_id)
     assert run.status is RunStatus.FAILED
     assert (run.error or "").startswith("dead_lettered: step 0000-model")
     assert "429 quota" in (run.error or "")
-    ended = answers(loop, take(loop))
-    assert ended and {(a.run_id, a.status, a.error) for a in ended} == {
-        (run_id, "failed", run.error)}
+    for ended in (first_end, again):
+        assert [(a.run_id, a.status, a.error) for a in ended] == [(run_id, "failed", run.error)]
 
 
 async def test_a_cancel_during_the_model_call_wins_over_its_fan_out_and_is_published() -> None:
@@ -660,6 +663,37 @@ async def test_sweeper_starts_a_queued_run_whose_conversation_is_free() -> None:
     assert [a.run_id for a in loop.answers] == [queued]
     conversation = await store.get_conversation_snapshot("conv-sweep-q")
     assert conversation is not None and conversation.data["active_run_id"] is None
+
+
+async def test_queued_runs_waiting_their_turn_do_not_hide_a_free_one_from_the_sweeper() -> None:
+    """The sweeper reads queued runs a page at a time. Three conversations each have a run
+    going and one queued behind it (rightly waiting); a fourth conversation's queued run has
+    become free, its start lost. With a page of three, the three waiting runs came first on
+    every pass and the free one was never started; a run seen waiting its turn now goes to the
+    back, so the next pass starts the free one."""
+    model = ScriptedModel(lambda request: text_turn("ok", request=request))
+    loop = make_loop(model, CountingToolbox())
+    store, clock = loop.deps.store, loop.deps.clock
+    for conversation in ("a", "b", "c", "d"):
+        for n in (1, 2):
+            await loop.submit(QueryMessage(request_id=f"{conversation}{n}", text="x",
+                                           conversation_id=f"conv-{conversation}",
+                                           options=RunOptions(max_seconds=3600)))
+            clock.advance(1)  # type: ignore[attr-defined]
+    await deliver_all(loop, take(loop))  # the queries; the first steps are then lost
+    take(loop)
+    free = run_id_for_request("d2")
+    await store.db.commit([Write("update", store.run_path(run_id_for_request("d1")),
+                                 {"status": "failed"})])  # ended without handing on
+    advance(loop, STALE + 1)
+
+    first = await sweep(loop.deps, limit=3)
+    assert {s.action for s in first} == {"resumed"} and len(first) == 3  # the running a1..c1
+    take(loop)
+    second = [(s.run_id, s.action) for s in await sweep(loop.deps, limit=3)]
+    assert (free, "started") in second, second
+    await loop.run_until_idle()
+    assert (await run_of(loop, free)).status is RunStatus.COMPLETED
 
 
 async def test_a_follow_up_queued_behind_a_long_run_keeps_its_own_wall_clock_budget() -> None:

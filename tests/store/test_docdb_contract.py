@@ -64,6 +64,16 @@ async def test_list_where_orders(db: DocumentDB, prefix: str) -> None:
     assert [s.id for s in found] == ["r2", "r0"]
 
 
+async def test_list_where_orders_a_null_value_first(db: DocumentDB, prefix: str) -> None:
+    """The sweeper's queued pass: a run it has not looked at yet (progress_at null) comes
+    before the ones it looked at, oldest look first, as Firestore orders null before numbers."""
+    col = f"{prefix}runs"
+    for name, progress_at in (("seen-late", 30.0), ("unseen", None), ("seen-early", 20.0)):
+        await db.create(f"{col}/{name}", {"status": "queued", "progress_at": progress_at})
+    found = await db.list_where(col, "status", "queued", "progress_at")
+    assert [s.id for s in found] == ["unseen", "seen-early", "seen-late"]
+
+
 async def test_transactions_serialise_read_modify_write(db: DocumentDB, prefix: str) -> None:
     path = f"{prefix}c/counter"
     await db.create(path, {"n": 0})

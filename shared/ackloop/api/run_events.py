@@ -64,8 +64,9 @@ class EventView(BaseModel):
 
 
 @router.post("/runs/{run_id}/events/{name}", response_model=EventView,
-             responses={409: {"model": ErrorBody, "description": "The run has ended, or has "
-                              "received another event of that name."}, **ERRORS},
+             responses={409: {"model": ErrorBody, "description": "The run has ended, has "
+                              "received another event of that name, or every call waiting for "
+                              "it waited past its deadline (deadline_passed)."}, **ERRORS},
              summary="Send a named event to a run")
 async def send_event(request: Request, run_id: RunId, name: EventName, body: EventBody
                      ) -> EventView:
@@ -79,6 +80,11 @@ async def send_event(request: Request, run_id: RunId, name: EventName, body: Eve
         delivered = await events.deliver(deps, run_id, name, event, owner=caller)
     except DecisionRefused as exc:
         raise ApiError(exc.status, exc.reason, str(exc)) from exc
+    if delivered.too_late and delivered.too_late == delivered.resumed:
+        # Every call that waited for it had waited past its deadline: each is rejected as at
+        # its deadline (and re-sent so), not run with the event.
+        raise ApiError(409, "deadline_passed", f"the calls waiting for {name!r} waited past "
+                       f"their deadline: {', '.join(delivered.too_late)} rejected, not run")
     kept = delivered.event
     return EventView(run_id=run_id, name=name, payload=kept.payload, id=kept.id, by=kept.by,
                      at=kept.at, recorded=delivered.recorded, resumed=delivered.resumed)

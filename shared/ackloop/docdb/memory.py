@@ -105,8 +105,9 @@ class MemoryDocumentDB:
         self, collection: str, field_name: str, value: Any, order_by: str, limit: int = 100
     ) -> list[Snapshot]:
         hits = [s for s in self._children(collection) if s.data.get(field_name) == value]
-        # Documents without the field sort first, as Firestore orders null before values.
-        return sorted(hits, key=lambda s: (order_by in s.data, s.data.get(order_by)))[:limit]
+        # A null (or missing) value sorts first, as Firestore orders null before values.
+        return sorted(hits, key=lambda s: (s.data.get(order_by) is not None,
+                                           s.data.get(order_by) or 0))[:limit]
 
     async def list_newest(
         self, collection: str, equal: Mapping[str, Any], order_by: str, limit: int = 100,

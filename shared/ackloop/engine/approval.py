@@ -38,7 +38,7 @@ from ackloop.records import (
     StepStatus,
     Waiting,
 )
-from ackloop.store import Claim, DecisionRefused, RunRead
+from ackloop.store import DAY_SECONDS, Claim, DecisionRefused, RunRead
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import Tool
 from ackloop.wire import FunctionCall, WaitingNotice
@@ -87,11 +87,17 @@ class Wait:
 
 
 def wait_timeout(deps: Deps, run: RunRecord, wait: Wait) -> float:
-    """The wait's length: the shorter of the tool's and the run's, else the deployment's."""
+    """The wait's length: the shorter of the tool's and the run's, else the deployment's; never
+    longer than the deployment's retention (``retention_days``), which every document the run
+    resumes with outlives by at least a day and the longest run (a wait outlasting it would
+    resume a turn whose model step and transcript Firestore had deleted meanwhile)."""
     own = (wait.tool.approval_timeout_seconds if wait.kind == "approval"
            else wait.tool.event_timeout_seconds)
     given = [t for t in (own, run.limits.approval_timeout_seconds) if t is not None]
-    return min(given) if given else deps.settings.approval_timeout_seconds
+    length = min(given) if given else deps.settings.approval_timeout_seconds
+    if deps.settings.retention_days > 0:
+        length = min(length, deps.settings.retention_days * DAY_SECONDS)
+    return length
 
 
 def wait_of(toolbox: object, call: FunctionCall) -> Wait | None:

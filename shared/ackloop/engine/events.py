@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ackloop.engine import approval
 from ackloop.engine.deps import Deps
-from ackloop.records import ReceivedEvent, RunRecord, StepDecision, StepRecord, StepStatus
+from ackloop.records import DEADLINE, ReceivedEvent, RunRecord, StepDecision, StepRecord, StepStatus
 from ackloop.store import DecisionRefused
 from ackloop.telemetry import tracing
 
@@ -47,6 +47,9 @@ class Delivered:
     """False when the run had received this very event already."""
     resumed: list[str]
     """The keys of the steps the event resumed (or re-sent, for a repeat)."""
+    too_late: list[str] = field(default_factory=list)
+    """Those of them that waited past their deadline before it came: they are rejected as at
+    their deadline (:meth:`AgentStore.decide_step`), not run with it."""
 
 
 async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
@@ -60,16 +63,18 @@ async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
     log.info("run %s %s event %r from %s", run_id, "received" if recorded else
              "received again", name, kept.by)
     with tracing.run_context(run_id, run.trace_id):
-        resumed = await resume_waiting(deps, run_id, name, kept,
+        decided = await resume_waiting(deps, run_id, name, kept,
                                        await deps.store.list_steps(run_id))
-    return Delivered(kept, recorded, resumed)
+    return Delivered(kept, recorded, [s.key for s in decided],
+                     [s.key for s in decided if s.decision and s.decision.by == DEADLINE])
 
 
 async def resume_waiting(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
-                         steps: list[StepRecord]) -> list[str]:
+                         steps: list[StepRecord]) -> list[StepRecord]:
     """Decide the steps waiting for ``name`` as received (a step decided already keeps its
-    decision) and re-send their messages; their keys."""
-    resumed = []
+    decision; one past its deadline is rejected as at it) and re-send their messages; those
+    steps, with their decisions."""
+    resumed: list[StepRecord] = []
     for step in steps:
         waiting = step.waiting
         if (step.status is not StepStatus.WAITING or waiting is None
@@ -81,7 +86,7 @@ async def resume_waiting(deps: Deps, run_id: str, name: str, event: ReceivedEven
             with contextlib.suppress(DecisionRefused):  # decided meanwhile: that one stands
                 step, _ = await deps.store.decide_step(run_id, step.key, decision, "event")
         await approval.resume(deps, run_id, step)
-        resumed.append(step.key)
+        resumed.append(step)
     return resumed
 
 
@@ -97,6 +102,6 @@ async def decide_arrived(deps: Deps, run: RunRecord, steps: list[StepRecord]) ->
             event = await deps.store.event_payload(run.run_id, name, run.received[name])
         except DecisionRefused:
             continue  # its payload is gone: the waiting call's deadline rejects it
-        resumed += await resume_waiting(deps, run.run_id, name, event,
-                                        [s for s in steps if s.decision is None])
+        resumed += [s.key for s in await resume_waiting(
+            deps, run.run_id, name, event, [s for s in steps if s.decision is None])]
     return resumed

@@ -865,15 +865,20 @@ class AgentStore:
 
         Raises :class:`LeaseLost` or :class:`StaleRead` (nothing written)."""
         record, run = read.record, read.snapshot
-        if (record.progress_at or 0.0) > waiting.since:  # another call of the turn waits
-            sweep_at = min(sweep_at, record.progress_at or sweep_at)
+        turn = claim.step.turn
+        if record.wait_turn == turn and record.progress_at is not None:
+            # Another call of the turn waits (or was decided): the sweeper looks at the
+            # earliest time any of them asked for, which may already have come (a deadline
+            # nearer than sweep_stale_seconds); it then reschedules to the earliest deadline.
+            sweep_at = min(sweep_at, record.progress_at)
         step_write = Write("update", self.step_path(claim.run_id, claim.key), {
             "status": StepStatus.WAITING.value, "waiting": waiting.to_doc(),
             "lease_expires_at": 0.0,
             "wait_cost": cost.model_dump(mode="json") if cost is not None else None,
             } | self._live_expiry(waiting.deadline),
             if_version=claim.version)
-        run_write = Write("update", run.path, {"progress_at": sweep_at}, if_version=run.version)
+        run_write = Write("update", run.path, {"progress_at": sweep_at, "wait_turn": turn},
+                          if_version=run.version)
         try:
             await self.db.commit([step_write, run_write])
         except (PreconditionFailed, AlreadyExists) as exc:
@@ -922,8 +927,10 @@ class AgentStore:
                 made = StepDecision(decision="reject", by=DEADLINE, at=step.waiting.deadline)
             txn.write(Write("update", snap.path, {"decision": made.to_doc()}))
             waited = made.at - max(step.waiting.since, run.wait_ended_at)
+            # A late decision is made as at its deadline, which may be before an overlapping
+            # wait's decision already counted: the time counted so far never moves back.
             txn.write(Write("update", run_snap.path, {
-                "progress_at": made.at, "wait_ended_at": made.at,
+                "progress_at": made.at, "wait_ended_at": max(run.wait_ended_at, made.at),
                 "waited_seconds": run.waited_seconds + max(0.0, waited)}))
             return step.model_copy(update={"decision": made}), True
 
