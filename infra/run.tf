@@ -66,6 +66,7 @@ locals {
     ACKLOOP_STREAM_FLUSH_SECONDS            = tostring(var.model_stream.flush_seconds)
     ACKLOOP_TOOL_TIMEOUT_SECONDS            = tostring(var.tool_timeout_seconds)
     ACKLOOP_APPROVAL_TIMEOUT_SECONDS        = tostring(var.approval_timeout_seconds)
+    ACKLOOP_MAX_AGENT_DEPTH                 = tostring(var.max_agent_depth)
     ACKLOOP_NWS_BASE_URL                    = var.tool_endpoints.nws_base_url
     ACKLOOP_IP_ECHO_URL                     = var.tool_endpoints.ip_echo_url
     ACKLOOP_IPAPI_BASE_URL                  = var.tool_endpoints.ipapi_base_url

@@ -137,6 +137,17 @@ variable "approval_timeout_seconds" {
   }
 }
 
+variable "max_agent_depth" {
+  type        = number
+  description = "ACKLOOP_MAX_AGENT_DEPTH: how deep sub-agents (Agent.as_tool) may nest; a call that would start a child run deeper is refused with an error the model reads."
+  default     = 3
+
+  validation {
+    condition     = var.max_agent_depth >= 1 && var.max_agent_depth <= 16
+    error_message = "max_agent_depth must be between 1 and 16."
+  }
+}
+
 variable "tool_timeout_seconds" {
   type        = number
   description = "ACKLOOP_TOOL_TIMEOUT_SECONDS: limit on one tool call."

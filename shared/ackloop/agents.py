@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ackloop.errors import PermanentError
 from ackloop.tools.base import Toolbox
@@ -89,6 +89,32 @@ class Agent:
         self.max_tokens = max_tokens
         self.output = output
         self.script = script
+
+    def as_tool(
+        self, description: str | None = None, *, name: str | None = None,
+        max_steps: int | None = None, max_seconds: float | None = None,
+        max_tool_calls: int | None = None, max_tokens: int | None = None,
+    ) -> Tool:
+        """This agent as a tool another agent calls: each call is a durable child run of this
+        agent, asked the call's ``question`` (:mod:`ackloop.engine.children`). The budgets cap
+        the child's (never more than the calling run has left)."""
+        from ackloop.tools.definition import SubAgent, Tool
+
+        class Question(BaseModel):
+            question: str = Field(description=f"What to ask agent {self.name!r}: the whole "
+                                  "task, with everything it needs to know.")
+
+        async def not_called(args: BaseModel, context: object) -> None:
+            raise RuntimeError(f"the engine runs a call of agent {self.name!r} as a child run")
+
+        tool_name = name or f"ask_{re.sub(r'[^A-Za-z0-9_]', '_', self.name)}"[:64]
+        return Tool(
+            name=tool_name,
+            description=description or (f"Ask agent {self.name!r} to do a task and answer; "
+                                        f"its instructions begin: {self.instructions[:200]}"),
+            args_model=Question, call=not_called, arg_name=None, retry_safe=False,
+            sub_agent=SubAgent(self.name, max_steps, max_seconds, max_tool_calls, max_tokens),
+        )
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"

@@ -10,7 +10,13 @@ from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey
 from ackloop.records import Outgoing, RunRecord
 from ackloop.telemetry import tracing
-from ackloop.wire import AnswerMessage, ModelStepMessage, ToolStepMessage, Usage
+from ackloop.wire import (
+    AnswerMessage,
+    ChildEndedMessage,
+    ModelStepMessage,
+    ToolStepMessage,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from ackloop.store import RunEnd
@@ -24,6 +30,16 @@ def answer(run: RunRecord, end: RunEnd) -> Outgoing:
         output=end.output, error=end.error, usage=end.usage,
     )
     return Outgoing(topic="answers", data=message.model_dump(mode="json"))
+
+
+def ends(run: RunRecord, end: RunEnd) -> list[Outgoing]:
+    """What a run's end sends: its answer, and for a child run the notice its parent's waiting
+    call resumes on (:mod:`ackloop.engine.children`)."""
+    sent = [answer(run, end)]
+    if run.parent_run_id is not None:
+        notice = ChildEndedMessage(type="child_ended", run_id=run.run_id)
+        sent.append(Outgoing(topic="queries", data=notice.model_dump(mode="json")))
+    return sent
 
 
 def first_step(run_id: str, *, other_run: bool = False, trace_id: str | None = None

@@ -155,7 +155,17 @@ class RunRecord(Record):
     arrived first (:mod:`ackloop.engine.approval`)."""
     trace_id: str | None = None
     """The run's trace (32 lowercase hex): the caller's when the query carried a trace context,
-    else derived from the run id (:mod:`ackloop.telemetry.tracing`)."""
+    else derived from the run id (:mod:`ackloop.telemetry.tracing`); a child run's is its
+    parent's, so a tree of runs is one trace."""
+    parent_run_id: str | None = None
+    """A child run (:mod:`ackloop.engine.children`): the run whose call started it."""
+    parent_step: str | None = None
+    """A child run: the key of the parent's tool step that waits for it."""
+    depth: int = 0
+    """How many runs up the tree this one is started from (0: a caller's run)."""
+    lineage: list[str] = Field(default_factory=list)
+    """The agents of the runs above this one, the top one first: a call of one of them, or of
+    this run's own agent, is a cycle and is refused."""
 
     @property
     def budget_stop(self) -> str | None:
@@ -192,7 +202,7 @@ class StepStatus(StrEnum):
     at the deadline."""
 
 
-Topic = Literal["model_steps", "tool_steps", "answers"]
+Topic = Literal["model_steps", "tool_steps", "answers", "queries"]
 
 
 class Outgoing(Record):

@@ -130,6 +130,11 @@ class Settings(BaseSettings):
         "nor its run says: past it, the sweeper rejects the call. No wait lasts longer than "
         "retention_days, whatever its tool or run says.",
     )
+    max_agent_depth: int = Field(
+        default=3, ge=1, le=16,
+        description="How deep sub-agents may nest (Agent.as_tool): a call that would start a "
+        "child run deeper than this is refused with an error the model reads.",
+    )
     default_max_steps: int = Field(default=20, ge=1, description="Model steps per run.")
     default_max_seconds: float = Field(default=300.0, gt=0, description="Wall clock per run.")
     default_max_tool_calls: int = Field(default=50, ge=0, description="Tool calls per run.")

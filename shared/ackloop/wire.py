@@ -191,6 +191,17 @@ class EventMessage(WireModel):
         return check_event_payload(value)
 
 
+class ChildEndedMessage(WireModel):
+    """A child run has ended (:mod:`ackloop.engine.children`), published to the queries topic
+    by the commit that ended it; told from a query by ``type``. It names the child and carries
+    nothing else: its handler reads the child's end from the child's record and delivers it to
+    the parent's waiting call."""
+
+    v: Literal[1] = 1
+    type: Literal["child_ended"]
+    run_id: Identifier
+
+
 class FunctionCall(WireModel):
     """One function call the model asked for, as Gemini returned it."""
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from ackloop.engine import events
+from ackloop.engine import children, events
 from ackloop.engine.dead_letter import handle_dead_letter
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
@@ -37,7 +37,14 @@ from ackloop.records import ANONYMOUS, ReceivedEvent, StopReason
 from ackloop.store import DecisionRefused
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import log_context, update_log_context
-from ackloop.wire import EventMessage, ModelStepMessage, QueryMessage, ToolStepMessage, Usage
+from ackloop.wire import (
+    ChildEndedMessage,
+    EventMessage,
+    ModelStepMessage,
+    QueryMessage,
+    ToolStepMessage,
+    Usage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +79,9 @@ class Outcome:
 
 
 def decode(kind: Kind, data: bytes) -> BaseModel:
-    model = EventMessage if kind == "query" and _is_event(data) else _MODELS[kind]
+    typed = _type_of(data) if kind == "query" else None
+    model: type[BaseModel] = (EventMessage if typed == "event" else ChildEndedMessage
+                              if typed == "child_ended" else _MODELS[kind])
     try:
         return model.model_validate_json(data)
     except ValidationError as exc:
@@ -84,15 +93,21 @@ def decode(kind: Kind, data: bytes) -> BaseModel:
         raise PoisonMessage(f"not a valid {what} message: {problems}") from exc
 
 
-def _is_event(data: bytes) -> bool:
-    """Whether a queries-topic message is an event (``"type": "event"``) rather than a query."""
+def _type_of(data: bytes) -> str | None:
+    """A queries-topic message's ``type`` (``event``, ``child_ended``), None for a query."""
     if b'"type"' not in data:
-        return False
+        return None
     try:
         value = json.loads(data)
     except ValueError:
-        return False
-    return isinstance(value, dict) and value.get("type") == "event"
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _is_event(data: bytes) -> bool:
+    """Whether a queries-topic message is an event (``"type": "event"``) rather than a query."""
+    return _type_of(data) == "event"
 
 
 async def dispatch(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
@@ -115,8 +130,10 @@ def _run_of(kind: Kind, delivery: Delivery) -> str | None:
         return run_id
     if kind == "query":
         try:
-            if _is_event(delivery.data):
-                return EventMessage.model_validate_json(delivery.data).run_id
+            if _type_of(delivery.data) is not None:
+                return ChildEndedMessage.model_validate_json(delivery.data).run_id if (
+                    _type_of(delivery.data) == "child_ended") else (
+                    EventMessage.model_validate_json(delivery.data).run_id)
             return run_id_for_request(QueryMessage.model_validate_json(delivery.data).request_id)
         except ValidationError:
             return None
@@ -151,6 +168,8 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
             return Outcome(200, {"run_id": run.run_id, "created": created})
         if isinstance(message, EventMessage):
             return Outcome(200, await _deliver_event(deps, message))
+        if isinstance(message, ChildEndedMessage):
+            return Outcome(200, await children.deliver_end(deps, message.run_id))
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
                                        delivery.attributes.get("reads"))
         if isinstance(message, ModelStepMessage):

@@ -55,7 +55,7 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     run, next_run_id = ended
     metrics.run_finished(run.agent, end.status.value, end.stop_reason.value)
     log_finished(run, end, now)
-    outbox = [outgoing.answer(run, end)]
+    outbox = outgoing.ends(run, end)
     if next_run_id is not None:
         queued = await deps.store.get_run(next_run_id)  # its trace: the message carries it
         outbox.append(outgoing.first_step(next_run_id, other_run=True,
@@ -82,7 +82,7 @@ async def publish_end(deps: Deps, run: RunRecord) -> None:
     if run.status.terminal and run.stop_reason is not None:
         end = RunEnd(run.status, run.stop_reason, run.usage, answer=run.answer,
                      output=run.output, error=run.error)
-        await send(deps, run.run_id, [outgoing.answer(run, end)])
+        await send(deps, run.run_id, outgoing.ends(run, end))
 
 
 async def cancel_run(deps: Deps, run_id: str) -> RunRecord | None:
@@ -96,4 +96,7 @@ async def cancel_run(deps: Deps, run_id: str) -> RunRecord | None:
     requested = await deps.store.request_cancel(run_id)
     if requested is not None and requested.status is RunStatus.RUNNING:
         await approval.reject_on_cancel(deps, run_id)
+        from ackloop.engine.children import cancel_children
+
+        await cancel_children(deps, run_id)  # its sub-agents' runs stop too
     return requested

@@ -25,7 +25,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from ackloop.engine import approval
+from ackloop.engine import approval, children
 from ackloop.engine.deps import Deps
 from ackloop.records import DEADLINE, ReceivedEvent, RunRecord, StepDecision, StepRecord, StepStatus
 from ackloop.store import DecisionRefused
@@ -53,12 +53,17 @@ class Delivered:
 
 
 async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
-                  owner: str | None = None) -> Delivered:
+                  owner: str | None = None, *, internal: bool = False) -> Delivered:
     """Keep the event on the run, then resume the steps waiting for it. ``owner``: the caller
-    the sender acts as; another owner's run is missing for them.
+    the sender acts as; another owner's run is missing for them. ``internal``: the engine's
+    own event (a child run's end), whose names no caller may use.
 
     Raises :class:`DecisionRefused` (404 missing run, or another owner's; 409 ended run,
-    another event of the name, or too many names)."""
+    another event of the name, or too many names; 422 a name reserved for the engine)."""
+    if not internal and children.is_reserved(name):
+        raise DecisionRefused(422, "reserved_event", (
+            f"event names starting with {children.EVENT_PREFIX!r} are the engine's (a child "
+            "run's end): choose another name"))
     kept, recorded, run = await deps.store.receive_event(run_id, name, event, owner)
     log.info("run %s %s event %r from %s", run_id, "received" if recorded else
              "received again", name, kept.by)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ackloop.engine import approval, claims, outbox
+from ackloop.cost import Cost
+from ackloop.engine import approval, children, claims, outbox
 from ackloop.engine.commit import Basis, Decision, commit
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import (
@@ -36,6 +37,7 @@ from ackloop.records import RunStatus, StepStatus
 from ackloop.store import RunRead
 from ackloop.telemetry import tracing
 from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome, prepare_toolbox
+from ackloop.tools.definition import Tool
 from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -70,9 +72,10 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
         return
     if claim.state != "completed":
         ref = ClaimRef(claim)
+        child: Cost | None = None
         try:
             async with released_on_failure(deps.store, deps.clock, ref):
-                outcome, seconds = await _run_claimed(deps, message, ref, run_read)
+                outcome, seconds, child = await _run_claimed(deps, message, ref, run_read)
         except PermanentError as exc:
             # The run must not stall: the failure becomes this call's result for the model.
             log.warning("run %s tool step %s failed: %s", message.run_id, key, exc)
@@ -80,7 +83,7 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
             seconds = None
         if outcome is None:
             return  # the run has ended, or the call waits: nothing more is recorded
-        await commit(deps, ref, _decision(message, outcome, seconds, model_result),
+        await commit(deps, ref, _decision(message, outcome, seconds, model_result, child),
                      Basis(run_read), kind="tool")
         if message.call_count == 1:
             return  # the follow-up went out with the commit
@@ -89,20 +92,21 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
 
 async def _run_claimed(
     deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_read: RunRead
-) -> tuple[ToolOutcome | None, float | None]:
-    """Run the call, or say why not. ``(None, None)``: the run has ended, or the call now
-    waits for a decision or an event (recorded by :mod:`ackloop.engine.approval`): record
-    nothing more."""
+) -> tuple[ToolOutcome | None, float | None, Cost | None]:
+    """Run the call, or say why not: its outcome, how long the call took and, for a
+    sub-agent's call, what its child run cost. No outcome: the run has ended, or the call now
+    waits for a decision, an event or a child run (recorded by :mod:`ackloop.engine.approval`):
+    record nothing more."""
     claim = ref.claim
     run = run_read.record
     if run.status is not RunStatus.RUNNING:
         if claim.state != "unclaimed":
             await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
-        return None, None
+        return None, None, None
     if run.cancel_requested:
         # Cancelled after the fan-out: the call is not made; the join still completes the
         # turn so that the next model step ends the run as cancelled.
-        return _error("not run: the run was cancelled"), None
+        return _error("not run: the run was cancelled"), None, None
     agent = deps.agents.get(run.agent)
     tracing.note(agent=agent.name)
     context = ToolContext(
@@ -114,25 +118,28 @@ async def _run_claimed(
     )
     if claim.step.attempts > deps.settings.max_step_attempts:
         return _error(f"the tool did not complete after {claim.step.attempts - 1} attempts "
-                      f"(last error: {claim.step.last_error})"), None
+                      f"(last error: {claim.step.last_error})"), None, None
     await prepare_tools(deps, ref, agent.tools)  # what is_retry_safe reads, for MCP tools
     decision = claim.step.decision
     call = message.call
+    if (sub := children.sub_agent_tool(agent.tools, call.name)) is not None:
+        outcome, child = await _run_sub_agent(deps, ref, run_read, sub, message)
+        return outcome, None, child
     if decision is None:
         try:
             wait = approval.wait_of(agent.tools, call)
         except ValueError as exc:
-            return _error(f"not run: {exc}"), None
+            return _error(f"not run: {exc}"), None, None
         if wait is not None:
             try:
                 arrived = await approval.wait_for_decision(deps, claim, run_read, wait, call)
             except approval.WaitCancelled:
-                return _error("not run: the run was cancelled"), None
+                return _error("not run: the run was cancelled"), None, None
             if arrived is None:
-                return None, None
+                return None, None, None
             context = context.model_copy(update={"event": arrived.payload})
     elif decision.decision == "reject":
-        return approval.rejection(decision, claim.step.waiting), None
+        return approval.rejection(decision, claim.step.waiting), None, None
     elif decision.decision == "received":
         context = context.model_copy(update={"event": decision.payload or {}})
     else:
@@ -140,17 +147,45 @@ async def _run_claimed(
     if claim.state == "taken_over" and not _declared(agent.tools, message.call.name):
         # Started by a deployment that had the tool, which may have acted before it died.
         return _error("this call was interrupted and may or may not have taken effect; "
-                      f"it is not retried: this deployment has no tool {call.name!r}"), None
+                      f"it is not retried: this deployment has no tool {call.name!r}"), None, None
     if claim.state == "taken_over" and not _retry_safe(agent.tools, message.call.name):
         # The previous holder may have acted before it died: do not act twice.
-        return _error("this call was interrupted and may or may not have taken effect; "
-                      "it is not retried automatically because it is not safe to repeat"), None
+        return _error("this call was interrupted and may or may not have taken effect; it "
+                      "is not retried automatically because it is not safe to repeat"), None, None
     started = time.monotonic()
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         with tracing.span(f"tool {message.call.name}", {"ackloop.tool": message.call.name}):
             outcome = await agent.tools.execute(call, context)
     beat.check()
-    return outcome, time.monotonic() - started
+    return outcome, time.monotonic() - started, None
+
+
+async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Tool,
+                         message: ToolStepMessage) -> tuple[ToolOutcome | None, Cost | None]:
+    """A sub-agent's call (:mod:`ackloop.engine.children`): start its child run and wait for
+    its end; resumed by that end, what the parent's model reads of it, and what it cost."""
+    claim = ref.claim
+    decision = claim.step.decision
+    if decision is None:
+        used = message.usage.plus(Usage(tool_calls=message.call_count))  # this turn's too
+        refused = await children.start_child(deps, run_read.record, claim.key, tool,
+                                             message.call, used)
+        if refused is not None:
+            return refused, None
+        wait = approval.Wait(tool, children.event_name(claim.key))
+        try:
+            arrived = await approval.wait_for_decision(deps, claim, run_read, wait, message.call)
+        except approval.WaitCancelled:
+            await children.cancel_child(deps, run_read.record, claim.key)
+            return _error("not run: the run was cancelled"), None
+        if arrived is None:
+            return None, None
+        return children.outcome(arrived.payload), children.child_cost(arrived.payload)
+    if decision.decision == "received":
+        return children.outcome(decision.payload or {}), children.child_cost(decision.payload)
+    # Rejected: the run was cancelled, or the child outlasted the wait's deadline; it stops.
+    await children.cancel_child(deps, run_read.record, claim.key)
+    return approval.rejection(decision, claim.step.waiting), None
 
 
 async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessage) -> bool:
@@ -162,7 +197,8 @@ async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessag
     try:
         tools = deps.agents.get(run.agent).tools
         await prepare_toolbox(tools)  # what is_retry_safe reads, for MCP tools; kept once done
-        waits = approval.wait_of(tools, message.call) is not None
+        waits = (approval.wait_of(tools, message.call) is not None
+                 or children.sub_agent_tool(tools, message.call.name) is not None)
     except Exception:  # the claimed path reports it as it always did
         return False
     return not claims.tool_call_claims(deps.settings, waits=waits,
@@ -183,8 +219,9 @@ def _retry_safe(toolbox: object, name: str) -> bool:
 
 
 def _decision(message: ToolStepMessage, outcome: ToolOutcome, seconds: float | None,
-              model_result: JsonDict | None) -> Decision:
+              model_result: JsonDict | None, child: Cost | None = None) -> Decision:
     return Decision(
+        child_cost=child,
         result=outcome.model_dump(mode="json"),
         outbox=[after_tools(message, model_result)] if message.call_count == 1 else [],
         step_usage=Usage(tool_calls=1),

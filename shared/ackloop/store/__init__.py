@@ -1188,13 +1188,15 @@ class AgentStore:
         model = claim.step.kind == "model"
         if end is not None:
             next_run_id, run_writes = self._end_plan(run, conv)
-            outbox.append(outgoing.answer(run, end))
+            outbox += outgoing.ends(run, end)
             if next_run_id is not None:
                 outbox.append(outgoing.first_step(next_run_id, other_run=True,
                                                   trace_id=next_trace))
         cost = price(1 + len(writes) + run_writes, outbox)
         if claim.step.wait_cost is not None:  # the delivery that recorded its wait
             cost = cost.plus(claim.step.wait_cost)
+        if decision.child_cost is not None:  # a sub-agent's call: its child run's cost
+            cost = cost.plus(decision.child_cost)
         total = Cost.total([carried if carried is not None else run.cost, *rolls_up, cost])
         if end is not None:
             end = replace(end, cost=total)

@@ -77,6 +77,9 @@ class Decision:
     error: str | None = None
     deltas: tuple[DeltaRecord, ...] = ()
     """A streamed call's last text, not written yet: written with the step (model steps)."""
+    child_cost: Cost | None = None
+    """A sub-agent's call: what its child run cost, counted in this step's cost (so in its
+    run's)."""
 
 
 Pricer = Callable[[int, Sequence[Outgoing]], Cost]

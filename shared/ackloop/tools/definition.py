@@ -47,6 +47,19 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$")
 
 
 @dataclass(frozen=True)
+class SubAgent:
+    """What makes a tool a sub-agent's (``Agent.as_tool``): its call is a child run of
+    ``agent`` (:mod:`ackloop.engine.children`), with these budgets at most (None: the agent's,
+    else the deployment's; never more than the calling run has left)."""
+
+    agent: str
+    max_steps: int | None = None
+    max_seconds: float | None = None
+    max_tool_calls: int | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
 class Tool:
     """One tool: its declaration for the model and how to run it.
 
@@ -81,6 +94,9 @@ class Tool:
     event_timeout_seconds: float | None = None
     """How long a call waits for its event before it fails for the model ("no event before
     the deadline"); None: the run's ``approval_timeout_seconds``, else the deployment's."""
+    sub_agent: SubAgent | None = None
+    """Set by ``Agent.as_tool``: a call starts a child run of that agent and waits for its end
+    (the engine runs it; ``call`` is not used)."""
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):

@@ -1,0 +1,295 @@
+"""Agents that call agents: a call of an agent's tool (``Agent.as_tool``) is a child run.
+
+A call of a sub-agent's tool starts a **child run** of that agent, with the call's ``question``
+as its text, then waits for it exactly as a call waits for a named event
+(:mod:`ackloop.engine.approval`): the tool step records itself ``waiting`` for the event
+``child.<its step key>``, gives its lease back and is acknowledged, so nothing runs or is
+held while the child works, for seconds or days. The child is a run like any other (its own
+ledger, transcript, budgets, cost, answer), in the parent's trace.
+
+- **One child per call.** The child's request id is derived from the parent's run and step
+  key (``<parent run>.<step key>``), so its run id is too: a redelivered or taken-over parent
+  step finds the child it started (the create is conditional on the run not existing) and
+  re-sends its first step only if that step was never claimed; a crash between starting the
+  child and recording the wait starts no second child and loses none.
+- **The child's end is an event for its parent.** Every end of a run that has a parent (its
+  last step's commit, or an end outside a step: a dead letter, the sweeper, a cancel) carries
+  a :class:`~ackloop.wire.ChildEndedMessage` in its outbox, on the queries topic. Its handler
+  reads the child (the message names it and carries nothing else, so it cannot be forged into
+  a result), and delivers the event to the parent with the child's outcome as its payload
+  (:func:`ackloop.engine.events.deliver`): kept on the parent's run first, then the waiting
+  call decided and re-sent. If the child ended before the parent recorded its wait, the
+  parent's waiting commit, conditional on the run document the event rewrote, finds it and
+  runs at once.
+- **What the parent's model reads.** An answer (or a structured output) is the call's result;
+  any other end (failed, cancelled, stopped by a budget) is an error naming the cause.
+- **Limits across the tree.** A child's budgets are at most what its parent has left (steps,
+  tool calls, tokens, seconds) when the call starts. A call that would go deeper than
+  ``max_agent_depth`` (3) or call an agent already in its chain of callers is refused with an
+  error the model reads, before anything is written.
+- **Cancel both ways.** Cancelling a parent rejects its waiting calls (``cancel``) and cancels
+  their children; a child cancelled on its own ends its call with an error. A call rejected at
+  its deadline cancels its child.
+
+Names starting with ``child.`` are the engine's: a caller cannot send such an event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ackloop.agents import UnknownAgent
+from ackloop.cost import Cost
+from ackloop.engine.deps import Deps
+from ackloop.engine.outbox import resend, send
+from ackloop.engine.spend import spent
+from ackloop.jsondict import JsonDict
+from ackloop.keys import run_id_for_request
+from ackloop.outgoing import first_step
+from ackloop.records import ReceivedEvent, RunLimits, RunRecord, RunStatus, StopReason
+from ackloop.telemetry import tracing
+from ackloop.tools.base import ToolOutcome
+from ackloop.tools.definition import SubAgent, Tool
+from ackloop.wire import FunctionCall, Usage
+
+log = logging.getLogger(__name__)
+
+EVENT_PREFIX = "child."
+"""Events named so are a child run's end: the engine's own, refused from callers."""
+MAX_RESULT_CHARS = 8_000
+"""The most of a child's answer (or error) its parent's event keeps."""
+CHILD = "child"
+"""Who sent a child's end event."""
+
+
+def event_name(step_key: str) -> str:
+    """The event the call at ``step_key`` waits for: its child's end."""
+    return f"{EVENT_PREFIX}{step_key}"
+
+
+def is_reserved(name: str) -> bool:
+    return name.startswith(EVENT_PREFIX)
+
+
+def child_request_id(parent_run_id: str, step_key: str) -> str:
+    return f"{parent_run_id}.{step_key}"
+
+
+def child_run_id(parent: RunRecord, step_key: str) -> str:
+    return run_id_for_request(child_request_id(parent.run_id, step_key), parent.owner)
+
+
+def sub_agent_tool(toolbox: object, name: str) -> Tool | None:
+    """The tool called ``name`` when it is a sub-agent's (``Agent.as_tool``)."""
+    from ackloop.engine.approval import find_tool
+
+    found = find_tool(toolbox, name)
+    return found if found is not None and found.sub_agent is not None else None
+
+
+def _error(text: str) -> ToolOutcome:
+    return ToolOutcome(response={"error": text}, is_error=True)
+
+
+@dataclass(frozen=True)
+class Left:
+    """What a run has left of its budgets when a call of one of its turns starts."""
+
+    steps: int
+    tool_calls: int
+    tokens: int | None
+    seconds: float
+
+
+def left(deps: Deps, run: RunRecord, usage: Usage) -> Left:
+    """``run``'s budgets less what it used (``usage``: as the call's message carries it, the
+    turn's own calls included) and the time it ran (not counting its waits)."""
+    limits = run.limits
+    elapsed = deps.clock.now() - (run.started_at or run.created_at) - run.waited_seconds
+    return Left(
+        steps=limits.max_steps - usage.model_calls,
+        tool_calls=limits.max_tool_calls - usage.tool_calls,
+        tokens=(None if limits.max_tokens is None
+                else limits.max_tokens - usage.prompt_tokens - usage.output_tokens),
+        seconds=limits.max_seconds - elapsed,
+    )
+
+
+def refusal(deps: Deps, parent: RunRecord, sub: SubAgent, budget: Left) -> str | None:
+    """Why the call may not start its child (the model reads it), or None."""
+    depth = parent.depth + 1
+    if depth > deps.settings.max_agent_depth:
+        return (f"not run: calling agent {sub.agent!r} would nest sub-agents {depth} deep; "
+                f"this deployment allows {deps.settings.max_agent_depth}")
+    chain = [*parent.lineage, parent.agent]
+    if sub.agent in chain:
+        return (f"not run: agent {sub.agent!r} is already working on this request "
+                f"({' -> '.join([*chain, sub.agent])}); an agent may not call itself")
+    if sub.agent not in deps.agents:
+        return f"not run: this deployment has no agent {sub.agent!r}"
+    spent_out = [name for name, value in (("steps", budget.steps), ("seconds", budget.seconds),
+                                          ("tokens", budget.tokens)) if value is not None
+                 and value <= 0]
+    if spent_out:
+        return (f"not run: this run has no {spent_out[0]} left for a sub-agent "
+                f"(its {spent_out[0]} budget is spent)")
+    return None
+
+
+def child_limits(deps: Deps, sub: SubAgent, budget: Left) -> RunLimits:
+    """The child's budgets: its tool's, else its agent's, else the deployment's; never more
+    than what the parent has left."""
+    agent = deps.agents.get(sub.agent)
+    settings = deps.settings
+
+    def first(*values: Any) -> Any:
+        return next(v for v in values if v is not None)
+
+    steps = first(sub.max_steps, agent.max_steps, settings.default_max_steps)
+    seconds = first(sub.max_seconds, agent.max_seconds, settings.default_max_seconds)
+    calls = first(sub.max_tool_calls, agent.max_tool_calls, settings.default_max_tool_calls)
+    tokens = next((v for v in (sub.max_tokens, agent.max_tokens, settings.default_max_tokens)
+                   if v is not None), None)
+    if budget.tokens is not None:
+        tokens = budget.tokens if tokens is None else min(tokens, budget.tokens)
+    return RunLimits(max_steps=max(1, min(steps, budget.steps)),
+                     max_seconds=max(1.0, min(seconds, budget.seconds)),
+                     max_tool_calls=max(0, min(calls, budget.tool_calls)),
+                     max_tokens=tokens)
+
+
+async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
+                      call: FunctionCall, usage: Usage) -> ToolOutcome | None:
+    """Start the child run of the call at ``step_key`` (or find it: one per call), and send
+    its first step if it was never claimed. A :class:`ToolOutcome` when the call may not
+    start one (the model reads why); None once the child exists."""
+    sub = tool.sub_agent
+    assert sub is not None
+    question = call.args.get("question")
+    if not isinstance(question, str) or not question.strip():
+        return _error(f"{tool.name} needs a 'question': the text to ask agent {sub.agent!r}")
+    budget = left(deps, parent, usage)
+    if (why := refusal(deps, parent, sub, budget)) is not None:
+        return _error(why)
+    try:
+        agent = deps.agents.get(sub.agent)
+    except UnknownAgent as exc:
+        return _error(f"not run: {exc}")
+    run_id = child_run_id(parent, step_key)
+    now = deps.clock.now()
+    request_id = child_request_id(parent.run_id, step_key)
+    asked = json.dumps([parent.run_id, step_key, agent.name, question])
+    child = RunRecord(
+        run_id=run_id, request_id=request_id,
+        request_hash=hashlib.sha256(asked.encode()).hexdigest()[:32],
+        conversation_id=run_id, agent=agent.name, text=question[:32_000],
+        model=agent.model or deps.settings.model, created_at=now,
+        limits=child_limits(deps, sub, budget), owner=parent.owner,
+        trace_id=parent.trace_id or tracing.run_trace_id(parent.run_id),
+        parent_run_id=parent.run_id, parent_step=step_key, depth=parent.depth + 1,
+        lineage=[*parent.lineage, parent.agent],
+    )
+
+    def costed(run: RunRecord, writes: int) -> Cost:
+        return spent(deps, model=None, usage=None, commit_writes=writes,
+                     outbox=[first_step(run.run_id, other_run=True, trace_id=run.trace_id)])
+
+    run, created = await deps.store.create_run(child, costed)
+    entry = first_step(run.run_id, other_run=True, trace_id=run.trace_id)
+    if created:
+        tracing.record_run_root(run.run_id, run.trace_id or tracing.run_trace_id(run.run_id))
+        log.info("run %s step %s started child run %s of agent %s", parent.run_id, step_key,
+                 run.run_id, run.agent)
+        await send(deps, parent.run_id, [entry])
+    elif run.status is RunStatus.RUNNING:
+        await resend(deps, parent.run_id, [entry])
+    return None
+
+
+def end_payload(child: RunRecord) -> JsonDict:
+    """What the parent's event carries of its child's end: read from the child's record."""
+    return {
+        "run_id": child.run_id, "agent": child.agent, "status": child.status.value,
+        "stop_reason": child.stop_reason.value if child.stop_reason else None,
+        "answer": (child.answer or "")[:MAX_RESULT_CHARS] if child.answer is not None else None,
+        "output": child.output if len(repr(child.output)) <= MAX_RESULT_CHARS else None,
+        "error": (child.error or "")[:MAX_RESULT_CHARS] if child.error is not None else None,
+        "usage": child.usage.model_dump(mode="json"),
+        "cost": child.cost.model_dump(mode="json") if child.cost is not None else None,
+    }
+
+
+def outcome(payload: JsonDict) -> ToolOutcome:
+    """What the parent's model reads of its child's end."""
+    agent, status = payload.get("agent"), payload.get("status")
+    stop = payload.get("stop_reason")
+    if status == RunStatus.COMPLETED.value and stop in (StopReason.ANSWERED.value,
+                                                        StopReason.FINAL_TOOL.value):
+        result = payload.get("output") if payload.get("output") is not None else (
+            payload.get("answer"))
+        return ToolOutcome(response={"result": result})
+    if status == RunStatus.COMPLETED.value:
+        partial = payload.get("answer")
+        text = f"agent {agent!r} stopped by its {stop} budget before it answered"
+        return _error(text + (f"; its last words: {partial}" if partial else ""))
+    if status == RunStatus.CANCELLED.value:
+        return _error(f"agent {agent!r} was cancelled before it answered")
+    return _error(f"agent {agent!r} failed: {payload.get('error') or 'no cause given'}")
+
+
+def child_cost(payload: JsonDict | None) -> Cost | None:
+    raw = (payload or {}).get("cost")
+    return Cost.model_validate(raw) if isinstance(raw, dict) else None
+
+
+async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
+    """The handler of a :class:`~ackloop.wire.ChildEndedMessage`: the child's end, read from
+    its record, delivered to its parent as the event its call waits for."""
+    from ackloop.engine import events
+    from ackloop.store import DecisionRefused
+
+    child = await deps.store.get_run(child_id)
+    if child is None or child.parent_run_id is None or child.parent_step is None:
+        return {"run_id": child_id, "ignored": "not a child run"}
+    if not child.status.terminal:
+        return {"run_id": child_id, "ignored": f"the child is {child.status.value}"}
+    event = ReceivedEvent(payload=end_payload(child), by=CHILD, at=deps.clock.now(),
+                          id=child.run_id)
+    name = event_name(child.parent_step)
+    try:
+        delivered = await events.deliver(deps, child.parent_run_id, name, event, internal=True)
+    except DecisionRefused as exc:  # the parent ended (or is gone): nobody waits for it
+        log.info("child run %s ended; its parent %s did not take it: %s", child_id,
+                 child.parent_run_id, exc)
+        return {"run_id": child_id, "parent": child.parent_run_id, "refused": exc.reason}
+    return {"run_id": child_id, "parent": child.parent_run_id, "event": name,
+            "recorded": delivered.recorded, "resumed": delivered.resumed}
+
+
+async def cancel_child(deps: Deps, parent: RunRecord, step_key: str) -> bool:
+    """Cancel the child of the call at ``step_key`` if it is still active: True if it was."""
+    from ackloop.engine.ending import cancel_run
+
+    child = await deps.store.get_run(child_run_id(parent, step_key))
+    if child is None or child.status.terminal:
+        return False
+    await cancel_run(deps, child.run_id)
+    return True
+
+
+async def cancel_children(deps: Deps, run_id: str) -> list[str]:
+    """Cancel the children of ``run_id`` still active (a cancel of the parent); their ids."""
+    run = await deps.store.get_run(run_id)
+    if run is None:
+        return []
+    cancelled = []
+    for step in await deps.store.list_steps(run_id):
+        if (step.waiting is not None and step.waiting.event is not None
+                and is_reserved(step.waiting.event)
+                and await cancel_child(deps, run, step.key)):
+            cancelled.append(child_run_id(run, step.key))
+    return cancelled

@@ -1,0 +1,376 @@
+"""Agents that call agents (ackloop.engine.children): a sub-agent's call is a durable child run,
+on the in-memory engine with the real dispatch, a manual clock and no sleeps.
+
+The scripted model plays each agent from what its request shows: a planner asks each of its
+sub-agents once (all in one turn), then answers with what they said; a sub-agent answers its
+question, or asks its own sub-agents first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from ackloop.agents import Agent, AgentRegistry
+from ackloop.bus.memory import MemoryPublisher, Published
+from ackloop.clock import ManualClock
+from ackloop.docdb.counting import CountingDocumentDB
+from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.engine import children, events
+from ackloop.engine.deps import Deps
+from ackloop.engine.ending import cancel_run
+from ackloop.inprocess import InProcessLoop
+from ackloop.keys import run_id_for_request
+from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.scripted import ScriptedModel
+from ackloop.model.turns import calls_turn, text_turn
+from ackloop.records import ReceivedEvent, RunRecord, RunStatus, StepStatus
+from ackloop.settings import Settings
+from ackloop.store import AgentStore, DecisionRefused
+from ackloop.tools import ToolSet, tool
+from ackloop.wire import QueryMessage, RunOptions
+from tests.engine.fakes import SimulatedCrash
+from tests.engine.test_guarantees import deliver_all, take
+
+SETTINGS = Settings(lease_seconds=10.0)
+
+
+def _responses(request: ModelRequest) -> dict[str, Any]:
+    """The function responses the request carries, by function name."""
+    found: dict[str, Any] = {}
+    for content in request.contents:
+        for part in content.get("parts", []):
+            if "function_response" in part:
+                body = part["function_response"]
+                found[body["name"]] = body["response"]
+    return found
+
+
+def _question(request: ModelRequest) -> str:
+    return next(p["text"] for c in request.contents if c["role"] == "user"
+                for p in c.get("parts", []) if "text" in p)
+
+
+class Team:
+    """A scripted model for agents that call agents: ``asks`` says which sub-agent tools each
+    agent calls (all at once, in its first turn); ``fails`` names agents that never answer
+    (they call a tool that does not exist, forever)."""
+
+    def __init__(self, asks: dict[str, Sequence[str]], fails: Sequence[str] = ()) -> None:
+        self.asks = asks
+        self.fails = set(fails)
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, request: ModelRequest) -> ModelTurn:
+        agent = request.agent or "default"
+        self.calls.append((agent, _question(request)))
+        if agent in self.fails:
+            return calls_turn([("missing_tool", {})], request=request)
+        answers = _responses(request)
+        wanted = [t for t in self.asks.get(agent, ()) if t not in answers]
+        if wanted:
+            return calls_turn([(t, {"question": f"{agent} asks {t}"}) for t in wanted],
+                              request=request)
+        said = "; ".join(f"{t}={answers[t].get('result', answers[t].get('error'))}"
+                         for t in self.asks.get(agent, ()))
+        return text_turn(f"{agent} answers ({said})" if said else f"{agent} answers",
+                         request=request)
+
+
+def team_loop(agents: Sequence[Agent], model: Team, settings: Settings = SETTINGS
+              ) -> InProcessLoop:
+    publisher = MemoryPublisher()
+    deps = Deps(settings=settings, store=AgentStore(CountingDocumentDB(MemoryDocumentDB())),
+                publisher=publisher, model=ScriptedModel(model), agents=AgentRegistry(agents),
+                clock=ManualClock(), owner="test-owner")
+    return InProcessLoop(deps, publisher)
+
+
+def planner_team(**caps: Any) -> list[Agent]:
+    """planner -> (researcher, critic) in parallel."""
+    researcher = Agent("researcher", "Find facts.")
+    critic = Agent("critic", "Find faults.")
+    return [Agent("planner", "Plan.", [researcher.as_tool(**caps), critic.as_tool()]),
+            researcher, critic]
+
+
+async def ask(loop: InProcessLoop, agent: str, request_id: str = "q",
+              **options: Any) -> RunRecord:
+    await loop.submit(QueryMessage(request_id=request_id, text="plan a trip", agent=agent,
+                                   options=RunOptions(**options)))
+    await loop.run_until_idle()
+    run = await loop.deps.store.get_run(run_id_for_request(request_id))
+    assert run is not None
+    return run
+
+
+def steps_of(loop: InProcessLoop, messages: list[Published]) -> list[Published]:
+    """The step messages among ``messages`` (not the answers)."""
+    return [m for m in messages if m.topic != loop.deps.settings.answers_topic]
+
+
+async def drain(loop: InProcessLoop, pending: list[Published]) -> None:
+    """Deliver ``pending`` and every step message that follows, until none is left."""
+    while pending := steps_of(loop, pending):
+        pending = await deliver_all(loop, pending)
+
+
+async def child_of(loop: InProcessLoop, parent: RunRecord, step: str) -> RunRecord:
+    child = await loop.deps.store.get_run(children.child_run_id(parent, step))
+    assert child is not None, f"no child run for {step}"
+    return child
+
+
+async def test_a_sub_agent_call_is_a_child_run_whose_answer_the_parent_reads() -> None:
+    """Two sub-agents called in one turn run as two child runs, in parallel: each is a run of
+    its own (its ledger, answer, cost, the parent's trace and owner), the parent's call waits
+    holding nothing, and the next model step reads both answers."""
+    model = Team({"planner": ["ask_researcher", "ask_critic"]})
+    loop = team_loop(planner_team(), model)
+
+    run = await ask(loop, "planner")
+
+    assert run.status is RunStatus.COMPLETED, run
+    assert run.answer == ("planner answers (ask_researcher=researcher answers; "
+                          "ask_critic=critic answers)")
+    kids = [await child_of(loop, run, "0000-tool-000"), await child_of(loop, run, "0000-tool-001")]
+    for kid, agent in zip(kids, ("researcher", "critic"), strict=True):
+        assert (kid.agent, kid.status, kid.parent_run_id, kid.depth) == (
+            agent, RunStatus.COMPLETED, run.run_id, 1)
+        assert kid.text == f"planner asks ask_{agent}" and kid.lineage == ["planner"]
+        assert kid.trace_id == run.trace_id and kid.owner == run.owner
+        assert kid.cost is not None and kid.cost.usd >= 0
+    steps = await loop.deps.store.list_steps(run.run_id)
+    tools = [s for s in steps if s.kind == "tool"]
+    assert [s.status for s in tools] == [StepStatus.COMPLETED] * 2
+    assert all(s.decision is not None and s.decision.decision == "received" for s in tools)
+    # The parent's cost counts its children's (each call's step carries its child's cost).
+    assert run.cost is not None and kids[0].cost is not None and kids[1].cost is not None
+    assert run.cost.requests >= kids[0].cost.requests + kids[1].cost.requests
+    # Every run's end was published once, the children's included.
+    assert sorted(a.run_id for a in loop.answers) == sorted([run.run_id, *(k.run_id for k in kids)])
+
+
+async def test_nested_sub_agents_two_deep_complete_bottom_up() -> None:
+    """planner -> researcher -> librarian: a child that calls its own sub-agent waits in turn;
+    the grandchild answers first and its answer travels up."""
+    librarian = Agent("librarian", "Find books.")
+    researcher = Agent("researcher", "Find facts.", [librarian.as_tool()])
+    planner = Agent("planner", "Plan.", [researcher.as_tool()])
+    loop = team_loop([planner, researcher, librarian],
+                     Team({"planner": ["ask_researcher"], "researcher": ["ask_librarian"]}))
+
+    run = await ask(loop, "planner")
+
+    assert run.answer == ("planner answers (ask_researcher=researcher answers "
+                          "(ask_librarian=librarian answers))")
+    child = await child_of(loop, run, "0000-tool-000")
+    grandchild = await child_of(loop, child, "0000-tool-000")
+    assert (grandchild.depth, grandchild.lineage) == (2, ["planner", "researcher"])
+    assert grandchild.trace_id == run.trace_id
+
+
+async def test_a_failed_child_is_an_error_the_parent_reads_and_the_parent_goes_on() -> None:
+    model = Team({"planner": ["ask_researcher", "ask_critic"]}, fails=["critic"])
+    loop = team_loop(planner_team(), model, Settings(lease_seconds=10.0, default_max_steps=3))
+
+    run = await ask(loop, "planner", max_steps=10)
+
+    critic = await child_of(loop, run, "0000-tool-001")
+    assert critic.status is RunStatus.COMPLETED and critic.stop_reason is not None
+    assert critic.stop_reason.value == "max_steps"  # 3 steps of unknown tools
+    assert run.status is RunStatus.COMPLETED
+    assert run.answer is not None and "ask_researcher=researcher answers" in run.answer
+    assert "ask_critic=agent 'critic' stopped by its max_steps budget" in run.answer
+
+
+async def test_a_childs_budgets_are_at_most_what_its_parent_has_left() -> None:
+    loop = team_loop(planner_team(max_steps=50), Team({"planner": ["ask_researcher"]}))
+    run = await ask(loop, "planner", max_steps=4, max_seconds=100, max_tool_calls=9)
+    child = await child_of(loop, run, "0000-tool-000")
+    # The parent had used 1 step and 1 tool call when the call started.
+    assert (child.limits.max_steps, child.limits.max_tool_calls) == (3, 8)
+    assert child.limits.max_seconds <= 100
+
+
+async def test_the_depth_limit_and_a_cycle_are_refused_with_an_error_the_model_reads() -> None:
+    """An agent that calls itself is a cycle; a chain deeper than ``max_agent_depth`` is
+    refused. Nothing is started for either, and the calling run goes on."""
+    alice_tool = Agent("alice", "Delegate.").as_tool()  # a tool for the agent made below
+    bob = Agent("bob", "Delegate back.", [alice_tool])
+    alice = Agent("alice", "Delegate.", [bob.as_tool()])
+    loop = team_loop([alice, bob], Team({"alice": ["ask_bob"], "bob": ["ask_alice"]}))
+    run = await ask(loop, "alice")
+    assert run.status is RunStatus.COMPLETED
+    bob_run = await child_of(loop, run, "0000-tool-000")
+    assert bob_run.status is RunStatus.COMPLETED
+    assert "already working on this request (alice -> bob -> alice)" in (bob_run.answer or "")
+    assert await loop.deps.store.get_run(children.child_run_id(bob_run, "0000-tool-000")) is None
+
+    chain = [Agent("a3", "Leaf.")]
+    for name in ("a2", "a1", "a0"):
+        chain.insert(0, Agent(name, "Pass it on.", [chain[0].as_tool(name="ask_next")]))
+    loop = team_loop(chain, Team({n: ["ask_next"] for n in ("a0", "a1", "a2")}),
+                     Settings(lease_seconds=10.0, max_agent_depth=2))
+    run = await ask(loop, "a0")
+    depth_1 = await child_of(loop, run, "0000-tool-000")
+    depth_2 = await child_of(loop, depth_1, "0000-tool-000")
+    assert depth_2.answer is not None and "would nest sub-agents 3 deep" in depth_2.answer
+    assert run.status is RunStatus.COMPLETED and "a1 answers" in (run.answer or "")
+
+
+async def test_cancelling_the_parent_cancels_its_children_and_a_child_cancelled_alone_is_an_error(
+) -> None:
+    slow = Team({"planner": ["ask_researcher", "ask_critic"]})
+    loop = team_loop(planner_team(), slow)
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(3):  # the query; the planner's turn; its two calls (each starts a child)
+        pending = await deliver_all(loop, steps_of(loop, pending))
+    run_id = run_id_for_request("q")
+    parent = await loop.deps.store.get_run(run_id)
+    assert parent is not None
+    researcher = await child_of(loop, parent, "0000-tool-000")
+    critic = await child_of(loop, parent, "0000-tool-001")
+    assert researcher.status is critic.status is RunStatus.RUNNING
+
+    # A child cancelled on its own: the parent's call ends with an error its model reads.
+    await cancel_run(loop.deps, critic.run_id)
+    await drain(loop, pending)  # the children's first steps, and all that follows
+    parent = await loop.deps.store.get_run(run_id)
+    assert parent is not None and parent.status is RunStatus.COMPLETED
+    assert "ask_critic=agent 'critic' was cancelled before it answered" in (parent.answer or "")
+
+    # Cancelling a parent whose child is still working cancels the child too.
+    loop2 = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
+    await loop2.submit(QueryMessage(request_id="q2", text="plan", agent="planner"))
+    pending = take(loop2)
+    for _ in range(3):
+        pending = await deliver_all(loop2, steps_of(loop2, pending))
+    parent2 = await loop2.deps.store.get_run(run_id_for_request("q2"))
+    assert parent2 is not None
+    child2 = await child_of(loop2, parent2, "0000-tool-000")
+    assert child2.status is RunStatus.RUNNING
+    await cancel_run(loop2.deps, parent2.run_id)
+    await drain(loop2, pending)
+    assert (await child_of(loop2, parent2, "0000-tool-000")).status is RunStatus.CANCELLED
+    ended = await loop2.deps.store.get_run(parent2.run_id)
+    assert ended is not None and ended.status is RunStatus.CANCELLED
+
+
+async def test_a_crash_between_starting_the_child_and_recording_the_wait_starts_one_child(
+) -> None:
+    """The parent's tool step dies after it created the child (and sent its first step), before
+    it recorded its wait; the redelivery, taking the step over, finds the child it started: one
+    child, one first step, and the run completes."""
+    team = Team({"planner": ["ask_researcher"]})
+    loop = team_loop(planner_team(), team)
+    created = 0
+    create_run = loop.deps.store.create_run
+
+    async def create_then_die(run: RunRecord, costed: Any) -> Any:
+        nonlocal created
+        found = await create_run(run, costed)
+        if run.parent_run_id is not None:
+            created += 1
+            if created == 1:
+                raise SimulatedCrash("after the child was created")
+        return found
+
+    loop.deps.store.create_run = create_then_die  # type: ignore[method-assign]
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(2):
+        pending = await deliver_all(loop, pending)
+    (call,) = pending
+    with pytest.raises(SimulatedCrash):
+        await loop.deliver("tool", call)
+    sent = steps_of(loop, take(loop))  # the child's first step went out before the crash
+    loop.deps.clock.advance(SETTINGS.lease_seconds + 1)  # type: ignore[attr-defined]
+    await drain(loop, [call, *sent])  # the redelivery takes the step over
+
+    parent = await loop.deps.store.get_run(run_id_for_request("q"))
+    assert parent is not None and parent.status is RunStatus.COMPLETED
+    assert parent.answer == "planner answers (ask_researcher=researcher answers)"
+    children_runs = [r for r in await loop.deps.store.recent_runs(limit=10)
+                     if r.parent_run_id == parent.run_id]
+    assert len(children_runs) == 1 and created == 2
+    assert [agent for agent, _ in team.calls].count("researcher") == 1  # one child, run once
+
+
+async def test_a_parent_step_redelivered_after_its_child_ended_changes_nothing() -> None:
+    model = Team({"planner": ["ask_researcher"]})
+    loop = team_loop(planner_team(), model)
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(2):
+        pending = await deliver_all(loop, pending)
+    (call,) = pending
+    await drain(loop, [call])
+    parent = await loop.deps.store.get_run(run_id_for_request("q"))
+    assert parent is not None and parent.status is RunStatus.COMPLETED
+    before = (list(model.calls), await loop.deps.store.list_steps(parent.run_id),
+              await loop.deps.store.recent_runs(limit=10))
+    await drain(loop, [call])  # the call's message once more
+    after = (list(model.calls), await loop.deps.store.list_steps(parent.run_id),
+             await loop.deps.store.recent_runs(limit=10))
+    assert after == before  # no model call, no step, no run: nothing changed
+
+
+async def test_a_caller_cannot_send_the_event_a_child_run_ends_with() -> None:
+    loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(3):
+        pending = await deliver_all(loop, pending)
+    run_id = run_id_for_request("q")
+    forged = ReceivedEvent(payload={"status": "completed", "stop_reason": "answered",
+                                    "answer": "forged"}, by="mallory", at=1.0)
+    with pytest.raises(DecisionRefused) as refused:
+        await events.deliver(loop.deps, run_id, "child.0000-tool-000", forged)
+    assert (refused.value.status, refused.value.reason) == (422, "reserved_event")
+    await loop.run_until_idle()
+    parent = await loop.deps.store.get_run(run_id)
+    assert parent is not None and "forged" not in (parent.answer or "")
+
+
+async def test_a_childs_approval_wait_keeps_the_whole_tree_waiting_at_no_cost() -> None:
+    """A child whose call waits for a person: the child and its parent both wait, nothing is
+    queued or held; the approval resumes the child, whose end resumes the parent."""
+    sent: list[str] = []
+
+    @tool(requires_approval=True)
+    def book(place: str) -> str:
+        """Book a place."""
+        sent.append(place)
+        return f"booked {place}"
+
+    booker = Agent("booker", "Book things.", ToolSet([book]))
+    planner = Agent("planner", "Plan.", [booker.as_tool()])
+
+    def play(request: ModelRequest) -> ModelTurn:
+        answers = _responses(request)
+        if request.agent == "booker":
+            if "book" not in answers:
+                return calls_turn([("book", {"place": "Lisbon"})], request=request)
+            return text_turn(str(answers["book"].get("result")), request=request)
+        if "ask_booker" not in answers:
+            return calls_turn([("ask_booker", {"question": "book Lisbon"})], request=request)
+        return text_turn(f"done: {answers['ask_booker'].get('result')}", request=request)
+
+    loop = team_loop([planner, booker], play)  # type: ignore[arg-type]
+    parent = await ask(loop, "planner")
+    child = await child_of(loop, parent, "0000-tool-000")
+    assert parent.status is child.status is RunStatus.RUNNING and not loop.queued()
+    (waiting,) = [s for s in await loop.deps.store.list_steps(child.run_id)
+                  if s.status is StepStatus.WAITING]
+    from ackloop.engine import approval
+    from ackloop.records import StepDecision
+
+    await approval.decide(loop.deps, child.run_id, waiting.key, StepDecision(
+        decision="approve", by="alice", at=loop.deps.clock.now()), "approval")
+    await loop.run_until_idle()
+    parent = await loop.deps.store.get_run(parent.run_id)  # type: ignore[assignment]
+    assert parent is not None and parent.answer == "done: booked Lisbon" and sent == ["Lisbon"]
