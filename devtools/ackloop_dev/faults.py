@@ -10,7 +10,10 @@ its process group the first time it reaches a point named in ``ACKLOOP_FAULT_CRA
 
 - ``model:after_call``: the model answered, nothing is committed yet;
 - ``tool:after_call``: the tool returned, nothing is committed yet;
-- ``model:after_commit`` / ``tool:after_commit``: the step is committed, its outbox not sent.
+- ``model:after_commit`` / ``tool:after_commit``: the step is committed, its outbox not sent;
+- ``tool:after_child``: a sub-agent's call created its child run, and neither sent the child's
+  first step nor recorded its wait (not among the chaos run's :data:`FAULT_POINTS`: its
+  workload calls no sub-agent).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ FAULT_POINTS = (
     "tool:after_call",
     "tool:after_commit",
 )
+"""The points the chaos run kills at."""
+KNOWN_POINTS = (*FAULT_POINTS, "tool:after_child")
 
 
 @dataclass
@@ -58,9 +63,9 @@ class FaultPoints:
     def from_environment(cls) -> FaultPoints:
         names = os.environ.get("ACKLOOP_FAULT_CRASH_AT", "")
         points = frozenset(n.strip() for n in names.split(",") if n.strip())
-        unknown = points - set(FAULT_POINTS)
+        unknown = points - set(KNOWN_POINTS)
         if unknown:
-            raise ValueError(f"unknown fault points {sorted(unknown)}; known: {FAULT_POINTS}")
+            raise ValueError(f"unknown fault points {sorted(unknown)}; known: {KNOWN_POINTS}")
         marker = os.environ.get("ACKLOOP_FAULT_MARKER_DIR")
         return cls(points, Path(marker) if marker else None)
 
@@ -80,9 +85,17 @@ class FaultPoints:
 
 
 class _CrashingStore(AgentStore):
-    """The store, with ``<kind>:after_commit`` reached once a step's commit has landed."""
+    """The store, with ``<kind>:after_commit`` reached once a step's commit has landed, and
+    ``tool:after_child`` once a child run is created."""
 
     faults: FaultPoints
+
+    async def create_run(self, run: Any, costed: Any = None, *,
+                         continue_agent: bool = False) -> Any:
+        created = await super().create_run(run, costed, continue_agent=continue_agent)
+        if run.parent_run_id is not None and created[1]:
+            self.faults.hit("tool:after_child")
+        return created
 
     async def commit_step(self, claim: Claim, basis: Basis, decision: Decision, *,
                           now: float, price: Pricer, rolls_up: Any = (),

@@ -116,6 +116,28 @@ class Agent:
             sub_agent=SubAgent(self.name, max_steps, max_seconds, max_tool_calls, max_tokens),
         )
 
+    def as_handoff(self, description: str | None = None, *, name: str | None = None) -> Tool:
+        """A tool that hands the conversation over to this agent: the run's next turn is this
+        agent's (its instructions and tools, the whole conversation so far), and so are the
+        conversation's later runs, until an agent hands it on again (recorded on the tool
+        step, the model step, the run and the conversation)."""
+        from ackloop.tools.definition import Tool
+
+        class Note(BaseModel):
+            note: str = Field(default="", description="What the next agent should know.")
+
+        async def not_called(args: BaseModel, context: object) -> None:
+            raise RuntimeError(f"the engine runs a hand-off to agent {self.name!r}")
+
+        tool_name = name or f"transfer_to_{re.sub(r'[^A-Za-z0-9_]', '_', self.name)}"[:64]
+        return Tool(
+            name=tool_name,
+            description=description or (f"Hand the conversation over to agent {self.name!r}, "
+                                        f"who continues it; its instructions begin: "
+                                        f"{self.instructions[:200]}"),
+            args_model=Note, call=not_called, handoff=self.name,
+        )
+
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"
 

@@ -157,6 +157,9 @@ class RunRecord(Record):
     """The run's trace (32 lowercase hex): the caller's when the query carried a trace context,
     else derived from the run id (:mod:`ackloop.telemetry.tracing`); a child run's is its
     parent's, so a tree of runs is one trace."""
+    handed_to: str | None = None
+    """The agent a hand-off gave the conversation to, when the run ended in its turn: the
+    conversation's next runs are that agent's."""
     parent_run_id: str | None = None
     """A child run (:mod:`ackloop.engine.children`): the run whose call started it."""
     parent_step: str | None = None
@@ -191,6 +194,9 @@ class ConversationRecord(Record):
     """The ended runs' usage and cost, added by the commit that ends each run."""
     owner: str = ANONYMOUS
     """The caller whose run created the conversation: only their runs may continue it."""
+    agent: str | None = None
+    """The agent a hand-off gave the conversation to (its last run's ``handed_to``): a run
+    that continues it without naming an agent is that agent's. None: no hand-off yet."""
 
 
 class StepStatus(StrEnum):

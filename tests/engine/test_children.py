@@ -149,6 +149,8 @@ async def test_a_sub_agent_call_is_a_child_run_whose_answer_the_parent_reads() -
     # The parent's cost counts its children's (each call's step carries its child's cost).
     assert run.cost is not None and kids[0].cost is not None and kids[1].cost is not None
     assert run.cost.requests >= kids[0].cost.requests + kids[1].cost.requests
+    # A call waiting for its child is not announced as waiting for a person or an event.
+    assert loop.notices == []
     # Every run's end was published once, the children's included.
     assert sorted(a.run_id for a in loop.answers) == sorted([run.run_id, *(k.run_id for k in kids)])
 
@@ -270,9 +272,9 @@ async def test_a_crash_between_starting_the_child_and_recording_the_wait_starts_
     created = 0
     create_run = loop.deps.store.create_run
 
-    async def create_then_die(run: RunRecord, costed: Any) -> Any:
+    async def create_then_die(run: RunRecord, costed: Any, **options: Any) -> Any:
         nonlocal created
-        found = await create_run(run, costed)
+        found = await create_run(run, costed, **options)
         if run.parent_run_id is not None:
             created += 1
             if created == 1:

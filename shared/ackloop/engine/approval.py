@@ -136,8 +136,10 @@ async def wait_for_decision(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
             return await deps.store.event_payload(claim.run_id, wait.event, arrived)
         waiting = Waiting(kind=wait.kind, event=wait.event, tool=wait.tool.name,
                           args=call.args, since=now, deadline=now + wait_timeout(deps, run, wait))
-        notice = _notice(run, claim.key, waiting)
-        cost = spend.spent(deps, model=None, usage=None, commit_writes=2, outbox=[notice])
+        # A person or a sender is told of the wait; a call waiting for its child run is not
+        # (nobody outside acts on it: the child's end resumes it).
+        notices = [] if _for_child(waiting) else [_notice(run, claim.key, waiting)]
+        cost = spend.spent(deps, model=None, usage=None, commit_writes=2, outbox=notices)
         try:
             await deps.store.wait_step(claim, waiting, read,
                                        sweep_at(deps, waiting.deadline, now), cost)
@@ -152,13 +154,22 @@ async def wait_for_decision(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
     log.info("run %s step %s waits for %s of %s until %.0f", claim.run_id, claim.key,
              f"event {wait.event!r}" if wait.event else "approval", wait.tool.name,
              waiting.deadline)
-    await send(deps, claim.run_id, [notice])
+    if notices:
+        await send(deps, claim.run_id, notices)
     return None
 
 
 async def announce(deps: Deps, run: RunRecord, step_key: str, waiting: Waiting) -> None:
-    """Publish the wait on the answers topic (again on every delivery that finds it)."""
-    await send(deps, run.run_id, [_notice(run, step_key, waiting)])
+    """Publish the wait on the answers topic (again on every delivery that finds it), unless
+    it waits for a child run."""
+    if not _for_child(waiting):
+        await send(deps, run.run_id, [_notice(run, step_key, waiting)])
+
+
+def _for_child(waiting: Waiting) -> bool:
+    from ackloop.engine.children import is_reserved
+
+    return waiting.event is not None and is_reserved(waiting.event)
 
 
 def _notice(run: RunRecord, step_key: str, waiting: Waiting) -> Outgoing:

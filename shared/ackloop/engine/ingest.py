@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 
+from ackloop.agents import DEFAULT_AGENT
 from ackloop.cost import Cost
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import resend, send
@@ -92,7 +93,9 @@ async def start_run(
         return spent(deps, model=None, usage=None, commit_writes=writes, outbox=starts)
 
     with metered(deps):  # a run created through the API: its request is the ingest
-        run, created = await deps.store.create_run(new_run(deps, query, owner), costed)
+        run, created = await deps.store.create_run(
+            new_run(deps, query, owner), costed,
+            continue_agent=query.agent == DEFAULT_AGENT and query.conversation_id is not None)
     update_log_context(run_id=run.run_id, agent=run.agent, conversation_id=run.conversation_id)
     if created:
         metrics.run_started(run.agent)

@@ -191,6 +191,21 @@ async def _claim_and_read(
     return message, run_read, claim, Inputs(transcript, previous)
 
 
+def turn_agent(run: RunRecord, turn: int, previous: list[StepRecord]) -> str:
+    """The agent whose turn ``turn`` is: the run's at turn 0; then the previous model step's
+    (recorded on it when a hand-off made it another agent's), or the one a hand-off call of
+    the previous turn handed over to (the last one, in call order)."""
+    if turn == 0:
+        return run.agent
+    model_step = next((s for s in previous if s.kind == "model"), None)
+    name = str((model_step.result or {}).get("agent") or run.agent) if model_step else run.agent
+    for step in sorted((s for s in previous if s.kind == "tool"), key=lambda s: s.index):
+        handed = ((step.result or {}).get("response") or {}).get("handoff")
+        if isinstance(handed, str) and handed:
+            name = handed
+    return name
+
+
 def recorded_since(transcript: Transcript, run_id: str, turn: int) -> bool:
     """Whether ``transcript`` already holds the model turn ``turn`` of ``run_id`` (or a later
     one): a step whose own document was read missing just before was recorded meanwhile."""
@@ -226,7 +241,7 @@ async def _run_claimed(
         if claim.state != "unclaimed":
             await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
         return
-    agent = deps.agents.get(run.agent)
+    agent = deps.agents.get(turn_agent(run, message.turn, inputs.previous))
     tracing.note(agent=agent.name)
     transcript = await _transcript(deps, run, message, inputs)
     new_contents, final_output = _turn_input(run, message, inputs.previous)
@@ -263,7 +278,7 @@ async def _run_claimed(
             await prepare_tools(deps, ref, agent.tools)  # an MCP server's listing, once
             tools = agent.tools.declarations()
             request = ModelRequest(
-                model=run.model,
+                model=agent.model or run.model,
                 agent=agent.name,
                 system_instruction=agent.instructions,
                 contents=conversation.answer_dangling_calls([*transcript.contents,
@@ -283,6 +298,9 @@ async def _run_claimed(
     except PermanentError as exc:
         log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
         decision = _failure(exc, message.usage, new_contents)
+    if agent.name != run.agent:  # a hand-off's turn: the ledger says whose it was
+        decision = replace(decision, result=(decision.result or {}) | {"agent": agent.name},
+                           end=replace(decision.end, agent=agent.name) if decision.end else None)
     await commit(deps, ref, decision, basis, kind="model", rolls_up=inputs.previous,
                  redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
 

@@ -107,7 +107,7 @@ async def _run_claimed(
         # Cancelled after the fan-out: the call is not made; the join still completes the
         # turn so that the next model step ends the run as cancelled.
         return _error("not run: the run was cancelled"), None, None
-    agent = deps.agents.get(run.agent)
+    agent = deps.agents.get(message.agent if message.agent in deps.agents else run.agent)
     tracing.note(agent=agent.name)
     context = ToolContext(
         run_id=run.run_id,
@@ -122,6 +122,11 @@ async def _run_claimed(
     await prepare_tools(deps, ref, agent.tools)  # what is_retry_safe reads, for MCP tools
     decision = claim.step.decision
     call = message.call
+    if (target := _handoff_to(agent.tools, call.name)) is not None:
+        # A hand-off runs nothing: its result says who takes over (the next model step
+        # reads it from this step's record and becomes that agent's turn).
+        return ToolOutcome(response={"result": f"agent {target!r} takes over the conversation",
+                                     "handoff": target}), None, None
     if (sub := children.sub_agent_tool(agent.tools, call.name)) is not None:
         outcome, child = await _run_sub_agent(deps, ref, run_read, sub, message)
         return outcome, None, child
@@ -195,7 +200,8 @@ async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessag
     if run.status is not RunStatus.RUNNING or run.cancel_requested:
         return False
     try:
-        tools = deps.agents.get(run.agent).tools
+        tools = deps.agents.get(message.agent if message.agent in deps.agents
+                                else run.agent).tools
         await prepare_toolbox(tools)  # what is_retry_safe reads, for MCP tools; kept once done
         waits = (approval.wait_of(tools, message.call) is not None
                  or children.sub_agent_tool(tools, message.call.name) is not None)
@@ -207,6 +213,11 @@ async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessag
 
 def _error(text: str) -> ToolOutcome:
     return ToolOutcome(response={"error": text}, is_error=True)
+
+
+def _handoff_to(toolbox: object, name: str) -> str | None:
+    found = approval.find_tool(toolbox, name)
+    return found.handoff if found is not None else None
 
 
 def _declared(toolbox: Toolbox, name: str) -> bool:

@@ -152,6 +152,9 @@ class RunEnd:
     cost: Cost | None = None
     """The run's total cost (its ingest and steps), written on the run and added to its
     conversation's."""
+    agent: str | None = None
+    """The agent whose turn ended the run, when a hand-off made it another than the run's:
+    the conversation's later runs continue with it (``handed_to``)."""
 
     def __post_init__(self) -> None:
         # Every error a run ends with is stored and published: never with a credential in it.
@@ -277,7 +280,7 @@ def _sole_run_conversation(run: RunRecord) -> ConversationRecord:
     ended = run.status.terminal
     return ConversationRecord(
         conversation_id=run.conversation_id, active_run_id=None if ended else run.run_id,
-        run_count=1, owner=run.owner,
+        run_count=1, owner=run.owner, agent=run.handed_to,
         updated_at=(run.finished_at or run.created_at) if ended else run.created_at,
         usage=run.usage if ended else Usage(), cost=run.cost if ended else None)
 
@@ -370,7 +373,8 @@ class AgentStore:
     # -- runs ----------------------------------------------------------------------------
 
     async def create_run(
-        self, run: RunRecord, costed: Callable[[RunRecord, int], Cost] | None = None
+        self, run: RunRecord, costed: Callable[[RunRecord, int], Cost] | None = None, *,
+        continue_agent: bool = False,
     ) -> tuple[RunRecord, bool]:
         """Create ``run`` unless its id exists; return the stored run and whether it is new.
 
@@ -438,6 +442,10 @@ class AgentStore:
                     retry_after=10.0)
             conv = found or ConversationRecord(conversation_id=run.conversation_id,
                                                owner=run.owner)
+            if continue_agent and conv.agent and conv.agent != run.agent:
+                # A hand-off gave the conversation to another agent: a run that names none
+                # is that agent's.
+                run = run.model_copy(update={"agent": conv.agent})
             if conv.owner != run.owner:
                 # Another caller's conversation: it does not exist for this one (no history
                 # planted, nothing written, and its id is not confirmed either).
@@ -579,6 +587,8 @@ class AgentStore:
         } | self._expiry(now)
         if end.cost is not None:
             update["cost"] = end.cost.model_dump(mode="json")
+        if end.agent is not None:
+            update["handed_to"] = end.agent
         writes = [Write("update", run_snapshot.path, update, if_version=run_snapshot.version)]
         if conv_snapshot is None:
             return EndWrites(writes, None)
@@ -592,6 +602,8 @@ class AgentStore:
             conv_update = {"queue": [r for r in conv.queue if r != run.run_id], "updated_at": now}
         else:
             return EndWrites(writes, None)
+        if end.agent is not None:  # a hand-off: the conversation goes on with that agent
+            conv_update["agent"] = end.agent
         conv_update |= self._conversation_expiry(now) | {
             "usage": conv.usage.plus(end.usage).model_dump(mode="json"),
             "cost": Cost.total([conv.cost, end.cost]).model_dump(mode="json")}

@@ -97,6 +97,10 @@ class Tool:
     sub_agent: SubAgent | None = None
     """Set by ``Agent.as_tool``: a call starts a child run of that agent and waits for its end
     (the engine runs it; ``call`` is not used)."""
+    handoff: str | None = None
+    """Set by ``Agent.as_handoff``: a call hands the conversation to that agent, whose
+    instructions and tools the run's next turns (and the conversation's later runs) use (the
+    engine runs it; ``call`` is not used)."""
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
