@@ -376,3 +376,25 @@ async def test_a_childs_approval_wait_keeps_the_whole_tree_waiting_at_no_cost() 
     await loop.run_until_idle()
     parent = await loop.deps.store.get_run(parent.run_id)  # type: ignore[assignment]
     assert parent is not None and parent.answer == "done: booked Lisbon" and sent == ["Lisbon"]
+
+
+async def test_a_child_ended_by_its_dead_letter_tells_its_parent_which_goes_on() -> None:
+    """The child's first step exhausted its deliveries: the dead letter fails the child (with
+    the cause), and that end reaches the parent's waiting call like any other end: the
+    parent's model reads that the sub-agent failed, and the parent completes."""
+    from tests.engine.test_holes import dead_letter
+
+    loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(3):  # the query; the planner's turn; its call (which starts the child)
+        pending = await deliver_all(loop, steps_of(loop, pending))
+    (child_step,) = steps_of(loop, pending)  # the child's first step, never run
+    assert (await dead_letter(loop, child_step, "dl-child")).acknowledged
+    await drain(loop, take(loop))
+
+    parent = await loop.deps.store.get_run(run_id_for_request("q"))
+    assert parent is not None and parent.status is RunStatus.COMPLETED
+    child = await child_of(loop, parent, "0000-tool-000")
+    assert child.status is RunStatus.FAILED and "dead_lettered" in (child.error or "")
+    assert "ask_researcher=agent 'researcher' failed: dead_lettered" in (parent.answer or "")
