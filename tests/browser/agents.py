@@ -4,7 +4,8 @@ Offline scripts only. ``surveyor`` takes several turns of a slow tool, so that a
 run while it is live; ``fragile`` answers its tool's result with something no model could say,
 so its run fails with a cause; ``echo`` answers at once; ``narrator`` answers with a paragraph
 (streamed by the fake model in chunks, for the live text); ``approval-demo`` is the built-in
-agent whose payments wait for a person.
+agent whose payments wait for a person; ``lead`` asks two sub-agents at once, ``scout`` (one slow
+survey) and ``checker``, each call a child run, then answers with what they said.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from pydantic import BaseModel, Field
 
 from ackloop.agents import Agent
 from ackloop.approval_demo import approval_demo_agent
-from ackloop.model.function_model import Conversation, FunctionModel, Reply, call, text
+from ackloop.model.function_model import (
+    Conversation,
+    FunctionModel,
+    Reply,
+    call,
+    calls,
+    text,
+)
 from ackloop.tools.definition import tool
 
 SURVEYS = 3
@@ -57,4 +65,28 @@ STORY = ("The harbour was quiet at dusk. Gulls settled on the posts, the ferry's
          "on one by one, and the water held the last of the sky.")
 narrator = Agent("narrator", "You tell a short story about the harbour.",
                  script=FunctionModel(lambda _: STORY))
-catalog = [surveyor, fragile, echo, narrator, approval_demo_agent()]
+
+
+def scout_turn(conversation: Conversation) -> Reply:
+    if not conversation.called("survey_site"):
+        return call("survey_site", site="north-field")
+    found = conversation.result("survey_site")
+    return text(f"Scouted: {found['finding'] if isinstance(found, dict) else found}.")
+
+
+def lead_turn(conversation: Conversation) -> Reply:
+    asked = ("ask_scout", "ask_checker")
+    if not all(conversation.called(name) for name in asked):
+        return calls(call("ask_scout", question=f"Survey for: {conversation.question}"),
+                     call("ask_checker", question=f"Check the plan: {conversation.question}"))
+    said = {r.name: r.result if r.error is None else r.error for r in conversation.results}
+    return text(f"Scout: {said['ask_scout']} Checker: {said['ask_checker']}")
+
+
+scout = Agent("scout", "You survey the one site you are asked about and say what you found.",
+              [survey_site], script=FunctionModel(scout_turn))
+checker = Agent("checker", "You check a plan and name its faults.",
+                script=FunctionModel(lambda c: "No faults found."))
+lead = Agent("lead", "You send a scout and a checker at once, then report what they said.",
+             [scout.as_tool(), checker.as_tool()], script=FunctionModel(lead_turn))
+catalog = [surveyor, fragile, echo, narrator, approval_demo_agent(), lead, scout, checker]

@@ -507,3 +507,71 @@ def test_a_wait_for_an_event_is_named_and_gets_no_decision_panel(
     assert sent.status_code < 300, sent.text
     wait_status(driver, "completed", "the run to complete once the event came")
     assert "got it" in text_of(driver, "#answer")
+
+
+def child_lanes(driver: Any) -> list[dict[str, Any]]:
+    """The timeline's child runs, each with the step of the lane just above it, in one go."""
+    lanes: list[dict[str, Any]] = driver.execute_script("""
+        return [...document.querySelectorAll('#timeline .lane.child-run')].map(lane => {
+          const above = lane.previousElementSibling?.querySelector('.bar');
+          const link = lane.querySelector('a.child-link');
+          return {run: lane.dataset.childRun, step: lane.dataset.parentStep,
+                  above: above ? above.dataset.step : null, agent: link.textContent,
+                  href: link.getAttribute('href'), status: lane.dataset.status,
+                  badge: lane.querySelector('.badge').textContent,
+                  cost: lane.querySelector('.child-cost').textContent};
+        });""")
+    return lanes
+
+
+def test_a_parent_run_shows_its_child_runs_under_their_steps_and_a_child_links_back(
+    driver: Any, inspector: Inspector, screenshot: Screenshot
+) -> None:
+    """``lead`` asks ``scout`` and ``checker`` at once: each call is a child run, shown under
+    the step that started it with its agent, status and cost (the children's sum apart in the
+    cost); a child's link opens its page, which links back to its parent."""
+    run_id = inspector.start_run("survey the north field", "lead")
+    open_run(driver, inspector, run_id)
+    wait_for(driver, lambda d: len(child_lanes(d)) == 2, "two child runs in the timeline")
+    wait_status(driver, "completed", "the lead's run to complete")
+    view = inspector.run(run_id)
+    assert view["answer"] == ("Scout: Scouted: north-field is dry. Checker: No faults found.")
+    children = {c["agent"]: c for c in view["children"]}
+    assert [c["agent"] for c in view["children"]] == ["scout", "checker"]
+    # Each child shows as it ended (the page re-read the run as the children went on).
+    lanes = wait_for(driver, lambda d: (found := child_lanes(d))
+                     and all(lane["status"] == "completed" for lane in found) and found,
+                     "both child runs shown completed")
+    for lane, step in zip(lanes, ("0000-tool-000", "0000-tool-001"), strict=True):
+        child = children[lane["agent"]]
+        assert (lane["run"], lane["step"], lane["above"], lane["badge"]) == (
+            child["run_id"], step, step, "completed"), lane
+        assert lane["href"] == f"#/runs/{child['run_id']}"
+        assert float(lane["cost"].lstrip("$")) == pytest.approx(child["cost"]["usd"], abs=1e-6)
+    apart = view["children_cost"]["usd"]
+    assert apart == pytest.approx(sum(c["cost"]["usd"] for c in view["children"]))
+    wait_for(driver, lambda d: "Child runs" in text_of(d, "#cost")
+             and "2 child runs" in text_of(d, "#cost"), "the children's cost, apart")
+    assert not driver.find_element(By.ID, "parent-run").is_displayed()  # a run of its own
+    # The cost (the children's apart) and the timeline (the children under their steps).
+    driver.execute_script("document.getElementById('cost').previousElementSibling"
+                          ".scrollIntoView()")
+    screenshot("run-with-child-runs")
+
+    scout = children["scout"]
+    driver.find_element(By.CSS_SELECTOR, f'a.child-link[href="#/runs/{scout["run_id"]}"]').click()
+    wait_for(driver, lambda d: d.current_url.endswith(f"#/runs/{scout['run_id']}"),
+             "the scout's page")
+    wait_status(driver, "completed", "the scout's run view")
+    wait_for(driver, lambda d: run_id in text_of(d, "#parent-run"), "the link to its parent")
+    assert "started by its step 0000-tool-000" in text_of(driver, "#parent-run")
+    assert not child_lanes(driver)
+    wait_for(driver, lambda d: "Scouted: north-field is dry." in text_of(d, "#answer"),
+             "the scout's answer")
+    driver.find_element(By.ID, "parent-link").click()
+    wait_for(driver, lambda d: d.current_url.endswith(f"#/runs/{run_id}")
+             and len(child_lanes(d)) == 2, "back on the lead's page")
+
+    on_phone(driver)
+    wait_for(driver, lambda d: len(child_lanes(d)) == 2, "the child runs on a phone")
+    assert_fits(driver)

@@ -15,6 +15,7 @@ from google.cloud import pubsub_v1
 from ackloop.cost import Cost
 from ackloop.deltas import DeltaRecord, delta_id, deltas_collection
 from ackloop.docdb.base import Write
+from ackloop.engine.children import child_run_id, event_name
 from ackloop.records import (
     RunLimits,
     RunRecord,
@@ -22,6 +23,7 @@ from ackloop.records import (
     StepRecord,
     StepStatus,
     StopReason,
+    Waiting,
 )
 from ackloop.wire import Usage
 from tests.cli.conftest import Cli, FakeStack
@@ -376,3 +378,82 @@ def test_follow_in_json_prints_no_text(cli: Cli, fake_stack: FakeStack) -> None:
     assert followed.returncode == 0, followed.stderr
     assert [json.loads(line)["type"] for line in followed.stdout.splitlines()] == [
         "step", "finished"]
+
+
+def _call_step(index: int, agent: str) -> StepRecord:
+    """A completed call of a sub-agent's tool: it waited for its child run's end."""
+    key = f"0000-tool-{index:03d}"
+    return StepRecord(key=key, kind="tool", name=f"ask_{agent}", turn=0, index=index,
+                      status=StepStatus.COMPLETED, created_at=11.0, started_at=11.0,
+                      completed_at=12.0, result={"response": {"result": "ok"}},
+                      waiting=Waiting(kind="event", event=event_name(key), tool=f"ask_{agent}",
+                                      since=11.0, deadline=99.0))
+
+
+def test_show_prints_the_tree_of_child_runs_and_json_nests_them(cli: Cli, fake_stack: FakeStack
+                                                                ) -> None:
+    """planner -> (researcher -> librarian, critic): ``show`` of the planner lists its children
+    and its grandchild, indented, one line each; ``show`` of a child names its parent."""
+    now = time.time()
+    planner = _run("run-planner", created=now - 10, agent="planner", stop=StopReason.ANSWERED,
+                   answer="A plan.", cost=Cost(usd=0.003, requests=3))
+
+    def child(parent: RunRecord, index: int, agent: str, usd: float, **fields: object
+              ) -> RunRecord:
+        step = f"0000-tool-{index:03d}"
+        fields = {"stop": StopReason.ANSWERED, "answer": "ok"} | fields
+        return _run(child_run_id(parent, step), created=now - 5, agent=agent,
+                    parent_run_id=parent.run_id, parent_step=step, depth=parent.depth + 1,
+                    cost=Cost(usd=usd, requests=1), **fields)  # type: ignore[arg-type]
+
+    researcher = child(planner, 0, "researcher", 0.001)
+    critic = child(planner, 1, "critic", 0.0002, status=RunStatus.FAILED, stop=StopReason.FAILED,
+                   answer=None, error="boom")
+    librarian = child(researcher, 0, "librarian", 0.0004)
+    _seed(fake_stack, [planner, researcher, critic, librarian], {
+        planner.run_id: [_model_step(0), _call_step(0, "researcher"), _call_step(1, "critic"),
+                         _model_step(1, text="A plan.")],
+        researcher.run_id: [_model_step(0), _call_step(0, "librarian"),
+                            _model_step(1, text="ok")],
+        critic.run_id: [_model_step(0, text="boom")],
+        librarian.run_id: [_model_step(0, text="ok")],
+    })
+    d = str(fake_stack.directory)
+    shown = cli("runs", "show", planner.run_id, "--directory", d)
+    assert shown.returncode == 0, shown.stderr
+    head, steps, tree = shown.stdout.split("\n\n")
+    fields = dict(line.split(None, 1) for line in head.splitlines())
+    assert fields["children"] == "2 child run(s), $0.001200 of the cost (their trees included)"
+    assert "parent" not in fields
+    assert len(steps.splitlines()) == 5  # the header and the planner's own 4 steps
+    assert tree.splitlines() == [
+        "child runs (agent, run, status, cost):",
+        f"  researcher  {researcher.run_id}  completed (answered)  $0.001000",
+        f"    librarian  {librarian.run_id}  completed (answered)  $0.000400",
+        f"  critic  {critic.run_id}  failed (failed)  $0.000200",
+    ]
+
+    as_json = json.loads(cli("runs", "show", planner.run_id, "--json", "--directory", d).stdout)
+    assert as_json["children_cost"]["usd"] == pytest.approx(0.0012)
+
+    def tree_of(children: list[dict[str, object]]) -> list[object]:
+        return [(c["agent"], c["run_id"], c["step"], c["status"], tree_of(c["children"]))  # type: ignore[arg-type]
+                for c in children]
+
+    assert tree_of(as_json["children"]) == [
+        ("researcher", researcher.run_id, "0000-tool-000", "completed",
+         [("librarian", librarian.run_id, "0000-tool-000", "completed", [])]),
+        ("critic", critic.run_id, "0000-tool-001", "failed", [])]
+    assert as_json["children"][0]["cost"]["usd"] == pytest.approx(0.001)
+
+    of_child = cli("runs", "show", researcher.run_id, "--directory", d)
+    assert of_child.returncode == 0, of_child.stderr
+    child_fields = dict(line.split(None, 1) for line in of_child.stdout.split("\n\n")[0]
+                        .splitlines())
+    assert child_fields["parent"] == f"{planner.run_id} (its step 0000-tool-000)"
+    assert of_child.stdout.rstrip().splitlines()[-1] == (
+        f"  librarian  {librarian.run_id}  completed (answered)  $0.000400")
+    child_json = json.loads(cli("runs", "show", researcher.run_id, "--json",
+                                "--directory", d).stdout)
+    assert (child_json["parent_run_id"], child_json["parent_step"]) == (planner.run_id,
+                                                                       "0000-tool-000")

@@ -18,6 +18,15 @@ process keeps at most ``api_stream_max_open`` streams (:class:`StreamSlots`), ea
 A step that waits for a person's decision is sent as a ``waiting`` event once per stream (it
 is not a cursor); its step event follows when it completes.
 
+The child runs under the run (its sub-agents' calls, theirs, and so on: :mod:`ackloop.api.tree`)
+are streamed too: their step and waiting events carry the child's ``run_id``. A stream follows a
+child from the step that started it (its wait for the child names it) until the child has ended,
+reading it the same way, a page a turn, its record in one batch with its siblings' each poll; a
+child's steps completed before the step that waited for it go out before that step. A child's
+step event carries the stream's cursor (its run's last step sent), so a stream resumed after
+it sends again the steps of the children whose calls had not completed by then (keep, per
+``run_id``, each step key once). Deltas are the stream's run's only.
+
 While the run goes on, each poll also reads the deltas (:mod:`ackloop.deltas`) past the last
 one sent, of the steps past the cursor only. A step's deltas are all written by its commit,
 so once its completion is read, one more read finds the rest of them: a stream that sent some
@@ -34,6 +43,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
@@ -48,7 +58,9 @@ from ackloop.api.models import (
     WaitingEvent,
     WaitingView,
 )
+from ackloop.api.tree import read_runs, starts_child
 from ackloop.deltas import after_step, next_id, read_deltas
+from ackloop.engine.children import child_run_id
 from ackloop.keys import StepKey
 from ackloop.records import RunRecord, StepRecord, StepStatus
 from ackloop.store import AgentStore
@@ -118,6 +130,148 @@ def waits(steps: list[StepRecord], told: set[str]) -> list[WaitingView]:
     return views
 
 
+@dataclass(eq=False)
+class Followed:
+    """A run of the tree a stream follows (the stream's run, or a child run under it), and how
+    far the stream has sent it."""
+
+    run_id: str
+    cursor: str | None = None
+    """The key of its last step sent."""
+    start: str | None = field(init=False)
+    """Where its next page of steps starts (None: past its last step)."""
+    announced: set[str] = field(default_factory=set)
+    """Keys past its cursor announced by its steps read so far."""
+    told: set[str] = field(default_factory=set)
+    """Its waiting steps sent as a waiting event."""
+    children: dict[str, Followed] = field(default_factory=dict)
+    """Its child runs seen started, by the key of the step whose call started each."""
+    flushed: set[str] = field(default_factory=set)
+    """Keys of its completed steps whose child had a pass since they were read completed."""
+    ended: bool = False
+    """It had ended when its last pass read it (so each of its steps was sent), and so had
+    every child of it."""
+
+    def __post_init__(self) -> None:
+        self.start = _range_start(self.cursor)
+
+
+class _Tree:
+    """The passes of a stream over its run and the child runs under it (one pass a poll)."""
+
+    def __init__(self, store: AgentStore, root: Followed, page_size: int,
+                 turns: asyncio.Semaphore | None) -> None:
+        self.store = store
+        self.root = root
+        self.page_size = page_size
+        self.turns = turns
+        self.deltas_from = "0" if root.cursor is None else after_step(root.cursor)
+        """The next delta id of the stream's run to read."""
+        self.live: str | None = None
+        """The step of the last delta sent."""
+
+    async def follow(self, node: Followed, run: RunRecord) -> AsyncIterator[Event]:
+        """One pass over ``node`` (``run``: its record, read before its steps): its steps that
+        can be sent, then its children's."""
+        terminal = run.status.terminal
+        async for event in self._steps(node, run, terminal):
+            yield event
+        # A child's step event carries the stream's cursor: none before the first step sent.
+        if self.root.cursor is not None:
+            async for event in self._children(node):
+                yield event
+        node.ended = terminal and all(c.ended for c in node.children.values())
+
+    def _held(self, node: Followed, key: str) -> bool:
+        """Whether the completed step ``key`` of ``node`` waits for a pass over its child (whose
+        steps completed by now then go out first)."""
+        child = node.children.get(key)
+        return (child is not None and not child.ended and key not in node.flushed
+                and self.root.cursor is not None)
+
+    def _discover(self, node: Followed, run: RunRecord, page: list[StepRecord]) -> None:
+        """Follow the children the steps of ``page`` past the cursor started."""
+        past = None if node.cursor is None else StepKey.parse(node.cursor)
+        for step in page:
+            if (step.key not in node.children and starts_child(step)
+                    and (past is None or StepKey.parse(step.key) > past)):
+                node.children[step.key] = Followed(child_run_id(run, step.key))
+
+    def _step_event(self, node: Followed, step: StepRecord) -> StepEvent:
+        if node is self.root:
+            return StepEvent(cursor=step.key, run_id=node.run_id, step=StepView.of(step))
+        assert self.root.cursor is not None  # children are followed only once it is set
+        return StepEvent(cursor=self.root.cursor, run_id=node.run_id, step=StepView.of(step))
+
+    async def _steps(self, node: Followed, run: RunRecord, terminal: bool
+                     ) -> AsyncIterator[Event]:
+        """``node``'s steps past its cursor that can be sent now, a page a turn."""
+        while node.start is not None:
+            held: str | None = None
+            async with self.turns or contextlib.nullcontext():
+                page = await self.store.steps_in_range(node.run_id, node.start, LAST_KEY,
+                                                       limit=self.page_size)
+                full, last_read = len(page) >= self.page_size, page[-1].key if page else None
+                ready, blocked = deliverable(page, node.cursor, terminal, node.announced)
+                waiting = waits(page, node.told)
+                self._discover(node, run, page)
+                page = []
+                for step in ready:
+                    if self._held(node, step.key):
+                        held = step.key
+                        break
+                    if node is self.root and step.key == self.live:  # the rest of its text
+                        for delta_id, delta in await read_deltas(
+                                self.store, node.run_id, self.deltas_from, None,
+                                end_id=after_step(step.key)):
+                            self.deltas_from = next_id(delta_id)
+                            yield DeltaEvent(run_id=node.run_id, **delta.model_dump())
+                    node.cursor = step.key
+                    yield self._step_event(node, step)
+                ready = []
+                for view in waiting:  # after the steps before it, as the run went
+                    yield WaitingEvent(run_id=node.run_id, waiting=view)
+            if held is not None:
+                # The child's steps first (outside this turn: its pages take their own), then
+                # this page again from the held step.
+                child = node.children[held]
+                found = await self.store.get_run(child.run_id)
+                if found is None:
+                    child.ended = True
+                else:
+                    async for event in self.follow(child, found):
+                        yield event
+                node.flushed.add(held)
+                node.start = (_range_start(None) if node.cursor is None
+                              else key_after(node.cursor))
+                continue
+            if node.cursor is not None:
+                past = StepKey.parse(node.cursor)
+                node.announced = {k for k in node.announced if StepKey.parse(k) > past}
+            if blocked or not full or last_read is None:
+                break
+            node.start = key_after(last_read)  # every step of a full page sent: read the next one
+        if node.cursor is not None:
+            node.start = key_after(node.cursor)  # steps up to the cursor are never read again
+
+    async def _children(self, node: Followed) -> AsyncIterator[Event]:
+        """A pass over each child of ``node`` still going (their records in one read)."""
+        if node.cursor is not None:  # forget the ended children of the steps sent
+            past = StepKey.parse(node.cursor)
+            for key in [k for k, c in node.children.items()
+                        if c.ended and StepKey.parse(k) <= past]:
+                del node.children[key]
+                node.flushed.discard(key)
+        going = [c for c in node.children.values() if not c.ended]
+        for child, found in zip(going, await read_runs(self.store, [c.run_id for c in going]),
+                                strict=True):
+            if found is None:
+                child.ended = True
+                continue
+            async for event in self.follow(child, found):
+                yield event
+
+
 async def run_events(
     store: AgentStore,
     run_id: str,
@@ -129,7 +283,8 @@ async def run_events(
     clock: Callable[[], float] = time.monotonic,
     turns: asyncio.Semaphore | None = None,
 ) -> AsyncIterator[Event | None]:
-    """Events of ``run_id`` after cursor ``after``, until the run ends or ``max_seconds`` pass.
+    """Events of ``run_id`` and of the child runs under it after cursor ``after``, until the
+    run ends or ``max_seconds`` pass.
 
     Yields ``None`` when nothing happened for :data:`HEARTBEAT_SECONDS` (a keep-alive tick).
     ``turns``: held while a page of steps is read and sent (:attr:`StreamSlots.turns`), so
@@ -138,54 +293,24 @@ async def run_events(
     """
     if after == END:
         return
-    cursor = after
-    deltas_from = "0" if cursor is None else after_step(cursor)  # the next delta id to read
-    live: str | None = None  # the step of the last delta sent
-    announced: set[str] = set()
-    told: set[str] = set()  # the waiting steps this stream has sent a waiting event for
-    start: str | None = _range_start(cursor)  # the cursor's turn: what its model step announced
+    root = Followed(run_id, after)
+    tree = _Tree(store, root, page_size, turns)
     began = clock()
     quiet_since = began
     while True:
         run: RunRecord | None = await store.get_run(run_id)
         if run is None:
             return
-        terminal = run.status.terminal  # read before the steps: all of them are in by then
-        while start is not None:
-            async with turns or contextlib.nullcontext():
-                page = await store.steps_in_range(run_id, start, LAST_KEY, limit=page_size)
-                full, last_read = len(page) >= page_size, page[-1].key if page else None
-                ready, blocked = deliverable(page, cursor, terminal, announced)
-                waiting = waits(page, told)
-                page = []
-                for step in ready:
-                    if step.key == live:  # the rest of its text first
-                        for delta_id, delta in await read_deltas(
-                                store, run_id, deltas_from, None, end_id=after_step(step.key)):
-                            deltas_from = next_id(delta_id)
-                            yield DeltaEvent(run_id=run_id, **delta.model_dump())
-                    cursor = step.key
-                    quiet_since = clock()
-                    yield StepEvent(cursor=step.key, run_id=run_id, step=StepView.of(step))
-                ready = []
-                for view in waiting:  # after the steps before it, as the run went
-                    quiet_since = clock()
-                    yield WaitingEvent(run_id=run_id, waiting=view)
-            if cursor is not None:
-                past = StepKey.parse(cursor)
-                announced = {k for k in announced if StepKey.parse(k) > past}
-            if blocked or not full or last_read is None:
-                break
-            start = key_after(last_read)  # every step of a full page sent: read the next one
-        if cursor is not None:
-            start = key_after(cursor)  # steps up to the cursor are never read again
-        if terminal:
+        async for event in tree.follow(root, run):  # the run read before its steps
+            quiet_since = clock()
+            yield event
+        if run.status.terminal:
             yield FinishedEvent.of(run)
             return
-        if cursor is not None:
-            deltas_from = max(deltas_from, after_step(cursor))
-        for delta_id, delta in await read_deltas(store, run_id, deltas_from, page_size):
-            deltas_from, live = next_id(delta_id), delta.step
+        if root.cursor is not None:
+            tree.deltas_from = max(tree.deltas_from, after_step(root.cursor))
+        for delta_id, delta in await read_deltas(store, run_id, tree.deltas_from, page_size):
+            tree.deltas_from, tree.live = next_id(delta_id), delta.step
             quiet_since = clock()
             yield DeltaEvent(run_id=run_id, **delta.model_dump())
         now = clock()

@@ -7,6 +7,7 @@ client sends can name a document path or make a write fail.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -27,6 +28,9 @@ RUN_COST = (
 )
 STEP_COST = ("What the delivery that completed the step spent, up to its commit (null while "
              "the step runs).")
+
+CHILD_COST = ("What the child run spent (its own children's included): its total once it has "
+              "ended; while it runs, what its record holds so far (its start).")
 
 BUDGET_STOP = (
     "The budget that stopped the run (max_steps, max_seconds, max_tool_calls or max_tokens), "
@@ -161,23 +165,61 @@ class WaitingView(BaseModel):
                    args=w.args, since=w.since, deadline=w.deadline)
 
 
+class ChildView(BaseModel):
+    """A child run: a run of a sub-agent that one of this run's tool calls started
+    (``Agent.as_tool``), and that call waits for. ``GET /runs/{run_id}`` of it has the rest."""
+
+    run_id: str
+    agent: str
+    step: str = Field(description="The key of the tool step whose call started it.")
+    status: str
+    stop_reason: str | None
+    budget_stop: str | None = Field(default=None, description=BUDGET_STOP)
+    usage: Usage
+    cost: Cost | None = Field(default=None, description=CHILD_COST)
+
+    @classmethod
+    def of(cls, step: str, child: RunRecord) -> ChildView:
+        return cls(run_id=child.run_id, agent=child.agent, step=step, status=child.status.value,
+                   stop_reason=child.stop_reason.value if child.stop_reason else None,
+                   budget_stop=child.budget_stop, usage=child.usage, cost=child.cost)
+
+
 class RunView(RunSummary):
-    """A run with its steps, in execution order."""
+    """A run with its steps, in execution order, and its child runs."""
 
     model: str
     steps: list[StepView]
     waiting: list[WaitingView] = Field(
         default_factory=list, description="Tool calls waiting for a decision or an event.")
+    parent_run_id: str | None = Field(
+        default=None, description="A child run: the run whose sub-agent call started it "
+        "(null for a run a caller started).")
+    parent_step: str | None = Field(
+        default=None, description="A child run: the parent's tool step that waits for it.")
+    children: list[ChildView] = Field(
+        default_factory=list, description="The child runs its sub-agent calls started, in "
+        "the order of their steps (each one's own children are in its GET /runs/{run_id}).")
+    children_cost: Cost | None = Field(
+        default=None, description="What the child runs spent (each one's whole tree), apart: "
+        "the run's `cost` counts each child's once its call has completed. Null without "
+        "children.")
 
     @classmethod
-    def of_run(cls, run: RunRecord, steps: list[StepRecord]) -> RunView:
+    def of_run(cls, run: RunRecord, steps: list[StepRecord],
+               children: Sequence[tuple[str, RunRecord]] = ()) -> RunView:
+        """``children``: ``(step key, child run)`` of each of its child runs
+        (:func:`ackloop.api.tree.children_of`)."""
         summary = RunSummary.of(run)
         if not run.status.terminal:  # in flight: what the steps have recorded so far
             summary = summary.model_copy(update={"usage": steps_usage(steps),
                                                  "cost": rolled_up(run, steps)})
         waiting = [w for s in steps if (w := WaitingView.of(s)) is not None]
+        kids = [ChildView.of(key, child) for key, child in children]
         return cls(**dict(summary), model=run.model, steps=[StepView.of(s) for s in steps],
-                   waiting=waiting)
+                   waiting=waiting, parent_run_id=run.parent_run_id, parent_step=run.parent_step,
+                   children=kids,
+                   children_cost=Cost.total([k.cost for k in kids]) if kids else None)
 
 
 class ConversationRuns(BaseModel):
@@ -221,11 +263,17 @@ class ErrorBody(BaseModel):
 
 
 class StepEvent(BaseModel):
-    """A step that completed (each step once, in key order, however often it was retried)."""
+    """A step that completed (each step once, in key order, however often it was retried), of
+    the run or of a child run under it (``run_id`` says which): a child's steps completed before
+    the call that waited for it completed come before that call's step."""
 
     type: Literal["step"] = "step"
-    cursor: str = Field(description="Resume after this event with ?after=CURSOR.")
-    run_id: str
+    cursor: str = Field(description="Resume after this event with ?after=CURSOR. A child "
+                        "run's step carries the stream's cursor when it was sent: resumed "
+                        "after it, the stream sends the steps of the children still going "
+                        "again.")
+    run_id: str = Field(description="The run the step is of: the streamed run, or a child "
+                        "run under it (a sub-agent's call, at any depth).")
     step: StepView
 
 

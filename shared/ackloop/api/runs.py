@@ -18,7 +18,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ackloop.api import events, trace_context
+from ackloop.api import events, trace_context, tree
 from ackloop.api.auth import OPERATORS_SETTING, caller_of, is_operator, is_the_sweeper
 from ackloop.api.errors import ApiError
 from ackloop.api.models import (
@@ -201,10 +201,12 @@ async def create_run(
 
 @router.get("/runs/{run_id}", response_model=RunView, responses=ERRORS, summary="Get a run")
 async def get_run(request: Request, run_id: RunId) -> RunView:
-    """The run's status, stop reason, answer and usage, and each step with its timing."""
+    """The run's status, stop reason, answer and usage, each step with its timing, and its
+    child runs (its sub-agents' calls: status, cost and usage each), read in one batch."""
     deps = await deps_of(request)
     run = await existing_run(deps, run_id, caller_of(request))
-    return RunView.of_run(run, await deps.store.list_steps(run_id))
+    steps = await deps.store.list_steps(run_id)
+    return RunView.of_run(run, steps, await tree.children_of(deps.store, run, steps))
 
 
 @router.get("/runs/{run_id}/events", responses={200: {"content": STREAM_CONTENT,
@@ -218,9 +220,10 @@ async def stream_run(
                                         description="Overrides the Accept header.")] = None,
     last_event_id: Annotated[str | None, Header(pattern=CURSOR_PATTERN)] = None,
 ) -> StreamingResponse:
-    """Each completed step once (in execution order), then ``finished``: ndjson by default,
-    Server-Sent Events with ``Accept: text/event-stream`` or ``format=sse``. Resume with
-    ``after`` (or ``Last-Event-ID``) set to the last cursor received."""
+    """Each completed step once (in execution order), each step of the child runs under it
+    too (its sub-agents' calls, tagged with the child's ``run_id``), then ``finished``: ndjson
+    by default, Server-Sent Events with ``Accept: text/event-stream`` or ``format=sse``.
+    Resume with ``after`` (or ``Last-Event-ID``) set to the last cursor received."""
     deps = await deps_of(request)
     await existing_run(deps, run_id, caller_of(request))
     return event_stream(request, deps, run_id, after or last_event_id, wants_sse(request, format))

@@ -4,7 +4,8 @@ redrive, stalled runs.
 Every command talks to the local stack in ``--directory`` (its ``state.json``) or, without one,
 to the deployment the environment names (``ACKLOOP_*``, the emulator variables, or Google
 Cloud's default credentials). ``--json`` prints one JSON document (``follow``: JSON lines); the
-JSON of a run is the HTTP API's (``GET /runs/{id}``), of a step event and the end its stream's.
+JSON of a run is the HTTP API's (``GET /runs/{id}``; ``show`` adds each child's own children
+under it), of a step event and the end its stream's.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ackloop.cli.trace import trace_command
 from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus
 
 if TYPE_CHECKING:
+    from ackloop.api.tree import Node
     from ackloop.engine.deps import Deps
     from ackloop.model.base import ModelRequest, ModelTurn
     from ackloop.redrive import Redriven
@@ -115,12 +117,22 @@ def show(
     as_json: bool = JSON_OPTION,
     directory: Path = DIRECTORY,
 ) -> None:
-    """A run (status, stop reason, answer or error, usage, timings) and each of its steps."""
-    run, steps = asyncio.run(_existing(connect(directory), run_id))
+    """A run (status, stop reason, answer or error, usage, timings), each of its steps, and
+    the tree of its child runs (its sub-agents' calls, theirs, and so on)."""
+    from ackloop.api.tree import tree
+
+    target = connect(directory)
+
+    async def read() -> tuple[RunRecord, list[StepRecord], list[Node]]:
+        run, steps = await _existing(target, run_id)
+        return run, steps, await tree(target.store(), run, steps)
+
+    run, steps, children = asyncio.run(read())
     if as_json:
         from ackloop.api.models import RunView
 
-        _emit(RunView.of_run(run, steps).model_dump(mode="json"))
+        view = RunView.of_run(run, steps, [(n.step, n.run) for n in children])
+        _emit(view.model_dump(mode="json") | {"children": _children_json(children)})
         return
     followed = Followed(run.run_id, run, steps)
     took = f"{run.finished_at - run.created_at:.2f} s" if run.finished_at else "-"
@@ -137,6 +149,14 @@ def show(
         ("created", _when(run.created_at)), ("started", _when(run.started_at)),
         ("finished", _when(run.finished_at)), ("took", took),
     ]
+    if run.parent_run_id is not None:
+        fields.append(("parent", f"{run.parent_run_id} (its step {run.parent_step})"))
+    if children:
+        from ackloop.cost import Cost
+
+        spent = Cost.total([n.run.cost for n in children])
+        fields.append(("children", f"{len(children)} child run(s), ${spent.usd:.6f} of the "
+                       "cost (their trees included)"))
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
         typer.echo(f"{name:<{width}}  {value}")
@@ -146,6 +166,30 @@ def show(
          f"{s.completed_at - s.created_at:.3f} s" if s.completed_at else "-",
          f"${s.cost.usd:.6f}" if s.cost else "-",
          (s.last_error or "-").replace("\n", " ")[:ERROR_CHARS]) for s in steps], "no steps")
+    if children:
+        typer.echo("")
+        typer.echo("child runs (agent, run, status, cost):")
+        for line in _tree_lines(children, 1):
+            typer.echo(line)
+
+
+def _tree_lines(nodes: list[Node], depth: int) -> list[str]:
+    """One line a child run, indented by its depth, each followed by its own children."""
+    lines = []
+    for node in nodes:
+        child = node.run
+        cost = f"${child.cost.usd:.6f}" if child.cost else "-"
+        lines.append(f"{'  ' * depth}{child.agent}  {child.run_id}  {_status(child)}  {cost}")
+        lines += _tree_lines(node.children, depth + 1)
+    return lines
+
+
+def _children_json(nodes: list[Node]) -> list[dict[str, Any]]:
+    """The API's view of each child run, with its own children under ``children``."""
+    from ackloop.api.models import ChildView
+
+    return [ChildView.of(n.step, n.run).model_dump(mode="json")
+            | {"children": _children_json(n.children)} for n in nodes]
 
 
 @app.command("follow")

@@ -1,7 +1,9 @@
 // The run inspector: three views over the HTTP API, chosen by the URL's hash.
 //   #/               the caller's runs, filterable, refreshed every few seconds
 //   #/runs/<run_id>  one run: status, the calls waiting for a decision, the text being
-//                    written, answer, cost, timeline of its steps, transcript
+//                    written, answer, cost, timeline of its steps (with the child runs its
+//                    sub-agents' calls started, each under its step), transcript; a child
+//                    run links to its parent
 //   #/dead-letters   dead letters (with redrive) and poison, for operators
 // Everything is read with fetch so the bearer token (kept in sessionStorage) goes with it;
 // data is put in the page as text, never as HTML.
@@ -200,6 +202,7 @@ function runView(runId) {
   main.replaceChildren(h("p", {}, h("a", { href: "#/" }, "← All runs")), section);
 
   const parts = {
+    parent: h("p", { id: "parent-run", hidden: true }),
     status: h("p", { id: "run-status" }),
     error: h("p", { id: "run-error", class: "error", hidden: true }),
     cancel: h("button", { id: "cancel", type: "button", disabled: true }, "Cancel run"),
@@ -211,7 +214,7 @@ function runView(runId) {
       "aria-labelledby": "live-label" }),
     answer: h("div", { id: "answer" }),
     cost: h("div", { id: "cost" }),
-    timeline: h("div", { id: "timeline", role: "list", "aria-label": "Steps on a time axis" }),
+    timeline: h("div", { id: "timeline" }),
     transcript: h("ol", { id: "transcript" }),
     trace: h("div", { id: "trace", hidden: true }),
   };
@@ -221,7 +224,7 @@ function runView(runId) {
     await attempt(refresh);
   });
   section.append(
-    h("h1", { id: "run-title" }, "Run ", h("code", {}, runId)),
+    h("h1", { id: "run-title" }, "Run ", h("code", {}, runId)), parts.parent,
     h("div", { class: "run-head" }, parts.status, parts.cancel), parts.error, parts.facts,
     parts.approvals,
     h("h2", {}, "Answer"), parts.liveLabel, parts.liveText, parts.answer,
@@ -261,7 +264,8 @@ function runView(runId) {
     if (stopped || (run && TERMINAL.has(run.status))) return;
     if (run && !following) {
       following = true;
-      // A step, a wait or the end changes the run; a delta (text being written) does not.
+      // A step (the run's or a child run's), a wait or the end changes the run; a delta
+      // (text being written) does not.
       follow(runId, controller.signal, (event) => (event.type === "delta" ? live.add(event)
         : attempt(refresh)));
     }
@@ -453,8 +457,20 @@ function renderRun(run, parts) {
     ...fact("Trace id", h("code", { id: "trace-id" }, run.trace_id || "—")));
   parts.answer.textContent = run.answer ?? (run.output ? JSON.stringify(run.output, null, 2)
     : TERMINAL.has(run.status) ? "No answer." : "Not answered yet.");
+  renderParent(run, parts.parent);
   renderCost(run, parts.cost);
   renderTimeline(run, parts.timeline);
+}
+
+// A child run (a sub-agent's call) links to the run whose call started it; written once, so
+// a refresh never takes the focus from the link.
+function renderParent(run, box) {
+  if (!run.parent_run_id || box.dataset.run === run.parent_run_id) return;
+  box.dataset.run = run.parent_run_id;
+  box.replaceChildren("Child run of ", h("a", { id: "parent-link",
+    href: `#/runs/${encodeURIComponent(run.parent_run_id)}` }, h("code", {}, run.parent_run_id)),
+  run.parent_step ? `, started by its step ${run.parent_step}` : "");
+  box.hidden = false;
 }
 
 // What a live run waits for: a person's decision (a panel each), named events (no panel: they
@@ -462,7 +478,7 @@ function renderRun(run, parts) {
 function waitingFor(run) {
   if (TERMINAL.has(run.status) || !run.waiting?.length) return "";
   const what = new Set(run.waiting.map((w) => (w.waiting_for === "approval" ? "a decision"
-    : `event ${w.event_name}`)));
+    : w.event_name?.startsWith("child.") ? "its child runs" : `event ${w.event_name}`)));
   return ` · waiting for ${[...what].join(", ")}`;
 }
 
@@ -483,13 +499,22 @@ function renderCost(run, box) {
     ["Calls", `${plural(usage.model_calls ?? 0, "model call")}, ${
       plural(usage.tool_calls ?? 0, "tool call")}`],
   ];
+  const children = run.children || [];
+  if (run.children_cost) {
+    // Apart from the total, which counts each child's once its call has completed.
+    rows.push(["Child runs", `${dollars(run.children_cost.usd)} · ${
+      plural(children.length, "child run")} (their own children included)`]);
+  }
   box.replaceChildren(h("table", { class: "cost" }, h("tbody", {},
     rows.map(([name, value]) => h("tr", {}, h("th", { scope: "row" }, name),
       h("td", {}, value))))));
 }
 
 // One bar per step, placed by its times relative to the run's creation; retries, takeovers and
-// waits inside the request are marked on the bar and named in its label.
+// waits inside the request are marked on the bar and named in its label. Under a step whose
+// call started a child run (a sub-agent), that child: its agent (a link to its page), status
+// and cost. Lanes are keyed, so a refresh leaves alone every lane that did not change (a
+// child's link keeps the focus).
 function renderTimeline(run, box) {
   // A step still unfinished ends where the run ended, or now while the run is live.
   const now = TERMINAL.has(run.status) ? run.finished_at ?? run.created_at : Date.now() / 1000;
@@ -498,40 +523,72 @@ function renderTimeline(run, box) {
   const end = Math.max(now, ...ends, start + 0.001);
   const span = end - start;
   const at = (t) => `${Math.max(0, Math.min(100, ((t - start) / span) * 100))}%`;
-  const axis = h("div", { class: "axis", "aria-hidden": "true" },
-    [0, 0.25, 0.5, 0.75, 1].map((f) => {
-      const tick = h("span", { class: "tick" }, secs(f * span));
-      tick.style.left = `${f * 100}%`;
-      return tick;
-    }));
-  const rows = run.steps.map((step) => {
+  let lanes = box.querySelector(".lanes");
+  if (!lanes) {
+    lanes = h("div", { class: "lanes", role: "list", "aria-label": "Steps on a time axis" });
+    box.replaceChildren(h("div", { class: "axis", "aria-hidden": "true" }), lanes);
+  }
+  box.querySelector(".axis").replaceChildren(...[0, 0.25, 0.5, 0.75, 1].map((f) => {
+    const tick = h("span", { class: "tick" }, secs(f * span));
+    tick.style.left = `${f * 100}%`;
+    return tick;
+  }));
+  const started = new Map();  // step key -> the child runs it started
+  for (const child of run.children || []) {
+    started.set(child.step, [...(started.get(child.step) || []), child]);
+  }
+  const items = [];
+  for (const step of run.steps) {
     const finish = step.completed_at ?? now;
-    const notes = [];
-    const retries = step.result?.model_retries ?? 0;
-    if (step.attempts > 1) notes.push(`${step.attempts} attempts (taken over or retried)`);
-    if (retries) notes.push(`waited out ${plural(retries, "model retry")}`);
-    if (step.last_error) notes.push(`last error: ${step.last_error}`);
-    const label = `${step.key} ${step.name}: ${step.status}, ${secs(finish - step.created_at)}` +
-      (notes.length ? `; ${notes.join("; ")}` : "");
-    const bar = h("div", {
-      class: `bar ${step.kind} ${step.status}${step.attempts > 1 ? " retried" : ""}`,
-      role: "img", "aria-label": label, title: label,
-      dataset: { step: step.key, attempts: step.attempts, status: step.status },
-    });
-    bar.style.left = at(step.created_at);
-    bar.style.width = `max(4px, calc(${at(finish)} - ${at(step.created_at)}))`;
-    if (step.attempts > 1) {
-      const mark = h("span", { class: "retry", title: `attempt ${step.attempts} started here` },
-        `×${step.attempts}`);
-      bar.append(mark);
-    }
-    if (retries) bar.append(h("span", { class: "wait" }, `⏳${retries}`));
-    return h("div", { class: "lane", role: "listitem" },
-      h("span", { class: "step-name" }, `${step.key} `, h("small", {}, step.name)),
-      h("div", { class: "track" }, bar));
+    items.push({ step, left: at(step.created_at), right: at(finish),
+      took: secs(finish - step.created_at) });
+    for (const child of started.get(step.key) || []) items.push({ child });
+    started.delete(step.key);
+  }
+  for (const children of started.values()) for (const child of children) items.push({ child });
+  reconcile(lanes, items, (item) => (item.child ? `child:${item.child.run_id}` : item.step.key),
+    (item) => (item.child ? childLane(item.child) : stepLane(item)));
+  if (!items.length) lanes.append(h("p", { class: "empty" }, "No step has started yet."));
+}
+
+function stepLane({ step, left, right, took }) {
+  const notes = [];
+  const retries = step.result?.model_retries ?? 0;
+  if (step.attempts > 1) notes.push(`${step.attempts} attempts (taken over or retried)`);
+  if (retries) notes.push(`waited out ${plural(retries, "model retry")}`);
+  if (step.last_error) notes.push(`last error: ${step.last_error}`);
+  const label = `${step.key} ${step.name}: ${step.status}, ${took}` +
+    (notes.length ? `; ${notes.join("; ")}` : "");
+  const bar = h("div", {
+    class: `bar ${step.kind} ${step.status}${step.attempts > 1 ? " retried" : ""}`,
+    role: "img", "aria-label": label, title: label,
+    dataset: { step: step.key, attempts: step.attempts, status: step.status },
   });
-  box.replaceChildren(axis, ...rows);
-  if (!rows.length) box.append(h("p", { class: "empty" }, "No step has started yet."));
+  bar.style.left = left;
+  bar.style.width = `max(4px, calc(${right} - ${left}))`;
+  if (step.attempts > 1) {
+    const mark = h("span", { class: "retry", title: `attempt ${step.attempts} started here` },
+      `×${step.attempts}`);
+    bar.append(mark);
+  }
+  if (retries) bar.append(h("span", { class: "wait" }, `⏳${retries}`));
+  return h("div", { class: "lane", role: "listitem" },
+    h("span", { class: "step-name" }, `${step.key} `, h("small", {}, step.name)),
+    h("div", { class: "track" }, bar));
+}
+
+// A child run under the step whose call started it.
+function childLane(child) {
+  const stop = child.budget_stop ? `stopped by ${child.budget_stop}` : child.stop_reason;
+  return h("div", { class: "lane child-run", role: "listitem",
+    dataset: { childRun: child.run_id, parentStep: child.step, status: child.status } },
+  h("span", { class: "step-name" }, "↳ child run"),
+  h("div", { class: "child-info" },
+    h("a", { class: "child-link", href: `#/runs/${encodeURIComponent(child.run_id)}`,
+      "aria-label": `${child.agent}: child run ${child.run_id}, ${child.status}` }, child.agent),
+    " ", statusBadge(child.status), stop && stop !== child.status ? ` ${stop}` : "",
+    " · ", h("span", { class: "child-cost" }, dollars(child.cost?.usd)),
+    " · ", h("code", { class: "child-id" }, child.run_id)));
 }
 
 function renderTranscript(transcript, run, list) {
