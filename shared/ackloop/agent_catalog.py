@@ -7,8 +7,11 @@
   measure how the cost of a step grows with the length of the conversation.
 
 - ``approval-demo``: payments that wait for a person's approval (:mod:`ackloop.approval_demo`).
+- ``research-team``: a planner that asks ``researcher`` and ``critic`` at once, each call a
+  durable child run, then answers with what they said (:mod:`ackloop.research_team`); the two
+  sub-agents are agents of the catalog too.
 
-The two benchmark agents and the demo are registered only when ``ACKLOOP_BENCH_AGENTS`` is
+The two benchmark agents and the demos are registered only when ``ACKLOOP_BENCH_AGENTS`` is
 on (the local stack and ``ackloop bench`` set it): a deployment serves ``default`` alone. Each
 carries its offline script, like any user's agent (``Agent(script=...)``).
 
@@ -57,10 +60,11 @@ def builtin_agents(settings: Settings, http: httpx.AsyncClient) -> list[Agent]:
                     script=seed_agent_turn)
     if not settings.bench_agents:
         return [default]
-    # Imported only here: a deployment (bench agents off) never loads the demo's tools.
+    # Imported only here: a deployment (bench agents off) never loads the demos' tools.
     from ackloop.approval_demo import approval_demo_agent
+    from ackloop.research_team import research_team_agents
 
-    return [default, *bench_agents(), approval_demo_agent()]
+    return [default, *bench_agents(), approval_demo_agent(), *research_team_agents()]
 
 
 def bench_agents() -> list[Agent]:

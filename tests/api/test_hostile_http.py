@@ -216,4 +216,5 @@ def test_the_benchmark_agents_are_served_only_when_asked_for() -> None:
     http = httpx.AsyncClient()
     assert [a.name for a in builtin_agents(Settings(), http)] == ["default"]
     served = [a.name for a in builtin_agents(Settings(bench_agents=True), http)]
-    assert served == ["default", "reference", "reference-long", "approval-demo"]
+    assert served == ["default", "reference", "reference-long", "approval-demo", "research-team",
+                      "researcher", "critic"]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ackloop.cost import Cost
 from ackloop.deltas import DeltaRecord, after_step, next_id, read_deltas
+from ackloop.engine.children import is_reserved
 from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.keys import StepKey
 from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus
@@ -49,10 +50,13 @@ class Followed:
 
     @property
     def waiting(self) -> list[StepRecord]:
-        """The tool calls that wait for a person's decision (none once the run has ended)."""
+        """The tool calls that wait for a person's decision or a named event (none once the
+        run has ended); not those waiting for their child run, whose end resumes them."""
         if self.run is None or self.run.status.terminal:
             return []
-        return [s for s in self.steps if s.status is StepStatus.WAITING and s.decision is None]
+        return [s for s in self.steps if s.status is StepStatus.WAITING and s.decision is None
+                and not (s.waiting is not None and s.waiting.event is not None
+                         and is_reserved(s.waiting.event))]
 
     @property
     def settled(self) -> bool:

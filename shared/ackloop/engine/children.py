@@ -261,7 +261,8 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
                           id=child.run_id)
     name = event_name(child.parent_step)
     try:
-        delivered = await events.deliver(deps, child.parent_run_id, name, event, internal=True)
+        delivered = await events.deliver(deps, child.parent_run_id, name, event, internal=True,
+                                         step=child.parent_step)
     except DecisionRefused as exc:  # the parent ended (or is gone): nobody waits for it
         log.info("child run %s ended; its parent %s did not take it: %s", child_id,
                  child.parent_run_id, exc)

@@ -53,10 +53,12 @@ class Delivered:
 
 
 async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
-                  owner: str | None = None, *, internal: bool = False) -> Delivered:
+                  owner: str | None = None, *, internal: bool = False,
+                  step: str | None = None) -> Delivered:
     """Keep the event on the run, then resume the steps waiting for it. ``owner``: the caller
     the sender acts as; another owner's run is missing for them. ``internal``: the engine's
-    own event (a child run's end), whose names no caller may use.
+    own event (a child run's end), whose names no caller may use. ``step``: the one step that
+    can wait for it (a child's call), read alone instead of every step of the run.
 
     Raises :class:`DecisionRefused` (404 missing run, or another owner's; 409 ended run,
     another event of the name, or too many names; 422 a name reserved for the engine)."""
@@ -68,8 +70,9 @@ async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
     log.info("run %s %s event %r from %s", run_id, "received" if recorded else
              "received again", name, kept.by)
     with tracing.run_context(run_id, run.trace_id):
-        decided = await resume_waiting(deps, run_id, name, kept,
-                                       await deps.store.list_steps(run_id))
+        steps = ([s for s in await deps.store.get_steps(run_id, [step]) if s is not None]
+                 if step is not None else await deps.store.list_steps(run_id))
+        decided = await resume_waiting(deps, run_id, name, kept, steps)
     return Delivered(kept, recorded, [s.key for s in decided],
                      [s.key for s in decided if s.decision and s.decision.by == DEADLINE])
 
