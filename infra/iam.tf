@@ -10,13 +10,16 @@ locals {
   # the run of a message Pub/Sub gave up on. The api creates runs itself (never through the
   # queries topic) and sends their first model step; its POST /sweep (sweep.py) re-sends the
   # step message a stalled run needs (model or tool step), fails the runs it cannot resume and
-  # starts queued runs; cancelling a queued run publishes its end.
+  # starts queued runs; cancelling a queued run publishes its end. An event delivered through
+  # the queries topic (ingest) re-sends the tool steps it resumes. A child run's end, wherever
+  # it is committed, publishes a ChildEndedMessage on the queries topic; a tool step that calls
+  # a sub-agent sends the child's first model step.
   publishes = {
-    ingest      = ["model_steps", "answers"]
-    model_step  = ["model_steps", "tool_steps", "answers"]
-    tool_step   = ["model_steps", "answers"]
-    dead_letter = ["model_steps", "answers"]
-    api         = ["model_steps", "tool_steps", "answers"]
+    ingest      = ["model_steps", "tool_steps", "answers", "queries"]
+    model_step  = ["model_steps", "tool_steps", "answers", "queries"]
+    tool_step   = ["model_steps", "answers", "queries"]
+    dead_letter = ["model_steps", "answers", "queries"]
+    api         = ["model_steps", "tool_steps", "answers", "queries"]
   }
 
   publisher_bindings = merge([

@@ -184,7 +184,12 @@ def test_each_service_has_its_own_account_and_least_privilege(terraform: Terrafo
     assert set(publishes) == set(terraform.locals["services"])
     for service, topics in publishes.items():
         assert set(topics) <= set(terraform.locals["topics"]), service
-    assert "queries" not in publishes["api"], "the API creates runs itself, never via queries"
+    # Every service that can end a run can end a child run, whose end is a ChildEndedMessage
+    # on the queries topic (the API still creates runs itself, never through that topic).
+    assert all("queries" in publishes[s] for s in ("api", "model_step", "tool_step",
+                                                      "dead_letter", "ingest"))
+    # ingest resumes the calls an event from the queries topic decides: it re-sends tool steps.
+    assert "tool_steps" in publishes["ingest"]
     binding = terraform.resource("google_pubsub_topic_iam_member", "service_publishes")
     assert binding["role"] == "roles/pubsub.publisher"
     firestore = terraform.resource("google_project_iam_member", "firestore_user")

@@ -37,10 +37,7 @@ def child_ids(run: RunRecord, steps: Sequence[StepRecord]) -> list[tuple[str, st
 
 async def read_runs(store: AgentStore, run_ids: Sequence[str]) -> list[RunRecord | None]:
     """The runs ``run_ids`` (None for one that does not exist), in one batch read."""
-    if not run_ids:
-        return []
-    snaps = await store.db.get_all([store.run_path(r) for r in run_ids])
-    return [RunRecord.model_validate(s.data) if s else None for s in snaps]
+    return await store.get_runs(run_ids)
 
 
 async def children_of(store: AgentStore, run: RunRecord, steps: Sequence[StepRecord]

@@ -501,6 +501,13 @@ class AgentStore:
         (snap,) = await self.db.get_all([self.run_path(run_id)])
         return RunRecord.model_validate(snap.data) if snap else None
 
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
+        """The runs ``run_ids`` (None for one that does not exist), in one batch read."""
+        if not run_ids:
+            return []
+        snaps = await self.db.get_all([self.run_path(r) for r in run_ids])
+        return [RunRecord.model_validate(s.data) if s else None for s in snaps]
+
     async def read_run(self, run_id: str) -> RunRead | None:
         """The run with the version a commit fenced on this read is made against."""
         (snap,) = await self.db.get_all([self.run_path(run_id)])
