@@ -52,7 +52,9 @@ async def test_one_run_and_one_503_in_metrics_and_log_labels(
 
     def complete(series: list[Series]) -> bool:
         counted = sum(s.count for s in series if s.name == names.STEP_DURATION)
-        return _total(series, names.RUNS_FINISHED) == 1 and counted == deliveries
+        # Every process exports on its own second: wait for ingest's count too.
+        return (_total(series, names.RUNS_FINISHED) == 1 and counted == deliveries
+                and _total(series, names.RUNS_STARTED) >= 1)
 
     series = await stack.settled_metrics(complete)
     assert _total(series, names.RUNS_STARTED, agent=run.agent) == 1
