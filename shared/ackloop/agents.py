@@ -104,15 +104,11 @@ class Agent:
             question: str = Field(description=f"What to ask agent {self.name!r}: the whole "
                                   "task, with everything it needs to know.")
 
-        async def not_called(args: BaseModel, context: object) -> None:
-            raise RuntimeError(f"the engine runs a call of agent {self.name!r} as a child run")
-
-        tool_name = name or f"ask_{re.sub(r'[^A-Za-z0-9_]', '_', self.name)}"[:64]
         return Tool(
-            name=tool_name,
+            name=name or self._tool_name("ask_"),
             description=description or (f"Ask agent {self.name!r} to do a task and answer; "
                                         f"its instructions begin: {self.instructions[:200]}"),
-            args_model=Question, call=not_called, arg_name=None, retry_safe=False,
+            args_model=Question, call=_run_by_the_engine, arg_name=None, retry_safe=False,
             sub_agent=SubAgent(self.name, max_steps, max_seconds, max_tool_calls, max_tokens),
         )
 
@@ -126,20 +122,26 @@ class Agent:
         class Note(BaseModel):
             note: str = Field(default="", description="What the next agent should know.")
 
-        async def not_called(args: BaseModel, context: object) -> None:
-            raise RuntimeError(f"the engine runs a hand-off to agent {self.name!r}")
-
-        tool_name = name or f"transfer_to_{re.sub(r'[^A-Za-z0-9_]', '_', self.name)}"[:64]
         return Tool(
-            name=tool_name,
+            name=name or self._tool_name("transfer_to_"),
             description=description or (f"Hand the conversation over to agent {self.name!r}, "
                                         f"who continues it; its instructions begin: "
                                         f"{self.instructions[:200]}"),
-            args_model=Note, call=not_called, handoff=self.name,
+            args_model=Note, call=_run_by_the_engine, handoff=self.name,
         )
+
+    def _tool_name(self, prefix: str) -> str:
+        """``prefix`` and this agent's name, as a function name Gemini accepts."""
+        return f"{prefix}{re.sub(r'[^A-Za-z0-9_]', '_', self.name)}"[:64]
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r})"
+
+
+async def _run_by_the_engine(args: BaseModel, context: object) -> None:
+    """The ``call`` of a sub-agent's or a hand-off's tool: the engine runs such a call itself
+    (:mod:`ackloop.engine.children`, the tool step), never through its tool."""
+    raise RuntimeError("a sub-agent's or a hand-off's call is run by the engine, not its tool")
 
 
 def _toolbox(agent: str, tools: Sequence[Tool | Toolbox] | Toolbox) -> Toolbox:

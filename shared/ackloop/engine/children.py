@@ -42,7 +42,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ackloop.agents import UnknownAgent
 from ackloop.cost import Cost
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import resend, send
@@ -175,10 +174,7 @@ async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
     budget = left(deps, parent, usage)
     if (why := refusal(deps, parent, sub, budget)) is not None:
         return _error(why)
-    try:
-        agent = deps.agents.get(sub.agent)
-    except UnknownAgent as exc:
-        return _error(f"not run: {exc}")
+    agent = deps.agents.get(sub.agent)  # known: refusal() checked it
     run_id = child_run_id(parent, step_key)
     now = deps.clock.now()
     request_id = child_request_id(parent.run_id, step_key)

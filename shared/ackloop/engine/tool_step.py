@@ -122,13 +122,14 @@ async def _run_claimed(
     await prepare_tools(deps, ref, agent.tools)  # what is_retry_safe reads, for MCP tools
     decision = claim.step.decision
     call = message.call
-    if (target := _handoff_to(agent.tools, call.name)) is not None:
+    engine_run = approval.find_tool(agent.tools, call.name)
+    if engine_run is not None and (target := engine_run.handoff) is not None:
         # A hand-off runs nothing: its result says who takes over (the next model step
         # reads it from this step's record and becomes that agent's turn).
         return ToolOutcome(response={"result": f"agent {target!r} takes over the conversation",
                                      "handoff": target}), None, None
-    if (sub := children.sub_agent_tool(agent.tools, call.name)) is not None:
-        outcome, child = await _run_sub_agent(deps, ref, run_read, sub, message)
+    if engine_run is not None and engine_run.sub_agent is not None:
+        outcome, child = await _run_sub_agent(deps, ref, run_read, engine_run, message)
         return outcome, None, child
     if decision is None:
         try:
@@ -213,11 +214,6 @@ async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessag
 
 def _error(text: str) -> ToolOutcome:
     return ToolOutcome(response={"error": text}, is_error=True)
-
-
-def _handoff_to(toolbox: object, name: str) -> str | None:
-    found = approval.find_tool(toolbox, name)
-    return found.handoff if found is not None else None
 
 
 def _declared(toolbox: Toolbox, name: str) -> bool:
