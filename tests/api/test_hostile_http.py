@@ -217,4 +217,4 @@ def test_the_benchmark_agents_are_served_only_when_asked_for() -> None:
     assert [a.name for a in builtin_agents(Settings(), http)] == ["default"]
     served = [a.name for a in builtin_agents(Settings(bench_agents=True), http)]
     assert served == ["default", "reference", "reference-long", "approval-demo", "research-team",
-                      "researcher", "critic"]
+                      "researcher", "critic", "writer"]

@@ -1,6 +1,7 @@
 """Agents that call agents on a stack of real processes on the emulators: the built-in
 ``research-team`` planner (:mod:`ackloop.research_team`) asks ``researcher`` and ``critic`` in
-one turn, each call a durable child run whose end resumes the planner's waiting call.
+one turn, each call a durable child run whose end resumes the planner's waiting call, then
+hands off to ``writer``, whose turn (in the same run) answers.
 
 - ``ackloop ask --agent research-team`` as a user runs it answers, and both children are in
   Firestore, completed, with their parent named;
@@ -32,11 +33,13 @@ from ackloop.research_team import (
     PLANNER_INSTRUCTIONS,
     RESEARCHER,
     RESEARCHER_INSTRUCTIONS,
+    WRITER,
+    WRITER_INSTRUCTIONS,
     critic_answer,
     critic_question,
-    planner_answer,
     researcher_answer,
     researcher_question,
+    team_answer,
 )
 from tests.cli.conftest import Cli
 from tests.e2e.test_crashes import _restart_when_killed
@@ -45,7 +48,8 @@ from tests.support.stack import RunningStack
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 
 RESEARCHER_CALL, CRITIC_CALL = "0000-tool-000", "0000-tool-001"
-KEYS = ["0000-model", RESEARCHER_CALL, CRITIC_CALL, "0001-model"]
+HANDOFF_CALL = "0001-tool-000"
+KEYS = ["0000-model", RESEARCHER_CALL, CRITIC_CALL, "0001-model", HANDOFF_CALL, "0002-model"]
 AFTER_CHILD = "tool:after_child"
 """The fault point between a child's creation and its call's waiting commit
 (:mod:`ackloop_dev.faults`)."""
@@ -57,8 +61,7 @@ def _question(tag: str) -> str:
 
 
 def _answer(question: str) -> str:
-    return planner_answer(researcher_answer(researcher_question(question)),
-                          critic_answer(critic_question(question)))
+    return team_answer(question)
 
 
 async def _children(stack: RunningStack, run: RunRecord) -> list[RunRecord]:
@@ -92,7 +95,7 @@ def _model_calls(stack: RunningStack, question: str) -> dict[str, int]:
     """How many requests the fake Gemini server got for each agent of the team about
     ``question`` (told apart by their system instruction)."""
     agents = {PLANNER_INSTRUCTIONS: NAME, RESEARCHER_INSTRUCTIONS: RESEARCHER,
-              CRITIC_INSTRUCTIONS: CRITIC}
+              CRITIC_INSTRUCTIONS: CRITIC, WRITER_INSTRUCTIONS: WRITER}
     counts = dict.fromkeys(agents.values(), 0)
     for body in stack.model_requests():
         if question in json.dumps(body["contents"]):
@@ -118,12 +121,15 @@ async def test_ackloop_ask_research_team_answers_from_two_child_runs(
     assert [s.key for s in steps] == KEYS
     calls = [s for s in steps if s.kind == "tool"]
     assert [(s.name, s.status) for s in calls] == [
-        ("ask_researcher", StepStatus.COMPLETED), ("ask_critic", StepStatus.COMPLETED)]
+        ("ask_researcher", StepStatus.COMPLETED), ("ask_critic", StepStatus.COMPLETED),
+        ("transfer_to_writer", StepStatus.COMPLETED)]
+    assert (run.agent, run.handed_to) == (NAME, WRITER)
     # Resumed by its child's end (or, had the child ended before the call recorded its wait,
     # run at once by the waiting commit, which found the event).
     assert all(s.decision is None or s.decision.decision == "received" for s in calls)
     called = _model_calls(stack, question)
     assert (called[RESEARCHER], called[CRITIC]) == (1, 1) and called[NAME] >= 2
+    assert called[WRITER] >= 1
     assert asked.returncode == 0, (asked.stdout, asked.stderr)
     assert asked.stdout.strip() == _answer(question)
 
