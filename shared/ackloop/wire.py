@@ -10,7 +10,15 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    field_validator,
+    model_serializer,
+)
 
 from ackloop import patterns
 from ackloop.docdb.sizes import depth, unstorable, value_size
@@ -61,38 +69,97 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+USAGE_COUNTS = ("model_calls", "tool_calls", "prompt_tokens", "output_tokens", "total_tokens")
+"""What a :class:`Usage` counts (its fields but ``children``)."""
+
+
 class Usage(WireModel):
-    """Cumulative resource use of a run. Carried on step messages so budgets need no extra read."""
+    """Cumulative resource use of a run. Carried on step messages so budgets need no extra read.
+
+    A run's usage counts its child runs' (its sub-agents' calls, :mod:`ackloop.engine.children`,
+    each child's whole tree) from the step that records each call's result: ``children`` is
+    that part, apart (one level: what the children's own children used is in their figures, not
+    broken down further). What the run used itself is :meth:`own`."""
 
     model_calls: int = Field(default=0, ge=0)
     tool_calls: int = Field(default=0, ge=0)
     prompt_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     total_tokens: int = Field(default=0, ge=0)
+    children: Usage | None = Field(
+        default=None,
+        description="The part of these figures that the run's child runs used (its sub-agents' "
+        "calls whose results it has, each child's own children included); left out when it "
+        "has none. What the run used itself is these figures less this part.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _no_empty_children(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A run without children carries, stores and shows exactly what it did before.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("children", 0) is None:
+            del data["children"]
+        return data
 
     def plus(self, other: Usage) -> Usage:
-        return Usage(
-            model_calls=self.model_calls + other.model_calls,
-            tool_calls=self.tool_calls + other.tool_calls,
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
-        )
+        return Usage(**{name: getattr(self, name) + getattr(other, name)
+                        for name in USAGE_COUNTS},
+                     children=_some(_counts(self.children).plus(_counts(other.children))
+                                    if self.children is not None or other.children is not None
+                                    else None))
 
     def minus(self, other: Usage) -> Usage:
         """What is left of this once ``other`` (a part of it) is taken out; never below 0."""
         return Usage(**{name: max(0, getattr(self, name) - getattr(other, name))
-                        for name in Usage.model_fields})
+                        for name in USAGE_COUNTS},
+                     children=_some(self.children.minus(_counts(other.children))
+                                    if self.children is not None else None))
+
+    def counts(self) -> Usage:
+        """These figures alone, without the children's part apart."""
+        return self if self.children is None else self.model_copy(update={"children": None})
+
+    def own(self) -> Usage:
+        """What the run used itself: these figures less its children's."""
+        return self.counts() if self.children is None else self.counts().minus(self.children)
+
+    def with_child(self, child: Usage) -> Usage:
+        """These figures with a child run's usage (its whole tree) added, to the totals and to
+        the children's part."""
+        return self.plus(self.child_part(child))
+
+    @staticmethod
+    def child_part(child: Usage) -> Usage:
+        """A child run's usage as its parent counts it: all of it, and all of it its
+        children's."""
+        return child.counts().model_copy(update={"children": _some(child.counts())})
+
+    def children_part(self) -> Usage:
+        """The children's part as a usage of its own: what :meth:`with_child` added."""
+        return Usage() if self.children is None else self.child_part(self.children)
+
+
+def _counts(usage: Usage | None) -> Usage:
+    return Usage() if usage is None else usage.counts()
+
+
+def _some(usage: Usage | None) -> Usage | None:
+    """``usage``, or None when it counts nothing."""
+    if usage is None or not any(getattr(usage, name) for name in USAGE_COUNTS):
+        return None
+    return usage
 
 
 class RunOptions(WireModel):
     """Optional per-run settings; anything left out takes the deployment's default."""
 
-    max_steps: int | None = Field(default=None, ge=1, le=1000, description="Model steps.")
+    max_steps: int | None = Field(default=None, ge=1, le=1000,
+                                  description="Model steps (its child runs' included).")
     max_seconds: float | None = Field(default=None, gt=0, le=86_400, description="Wall clock.")
-    max_tool_calls: int | None = Field(default=None, ge=0, le=10_000, description="Tool calls.")
+    max_tool_calls: int | None = Field(default=None, ge=0, le=10_000,
+                                       description="Tool calls (its child runs' included).")
     max_tokens: int | None = Field(
-        default=None, ge=1, le=1_000_000_000, description="Total tokens."
+        default=None, ge=1, le=1_000_000_000, description="Total tokens (its child runs' included)."
     )
     approval_timeout_seconds: float | None = Field(
         default=None, gt=0, le=2_592_000,

@@ -111,6 +111,32 @@ async def test_a_run_lists_its_children_with_their_costs_apart_and_a_child_names
     assert (leaf_view["children"], leaf_view["children_cost"]) == ([], None)
 
 
+async def test_a_run_shows_its_childrens_usage_apart() -> None:
+    """``GET /runs/{id}``: the run's usage counts its children's (each one's whole tree: the
+    researcher's counts the librarian's), with their part apart in ``usage.children``; the
+    children's usage summed as their records stand is ``children_usage``, beside
+    ``children_cost``. A run without children has neither."""
+    loop, runs = await finished_tree()
+    planner, researcher, critic = runs["planner"], runs["researcher"], runs["critic"]
+    librarian = runs["librarian"]
+    async with api_of(loop) as api:
+        view = (await api.get(f"/runs/{planner.run_id}")).json()
+        child_view = (await api.get(f"/runs/{researcher.run_id}")).json()
+        leaf_view = (await api.get(f"/runs/{critic.run_id}")).json()
+
+    assert researcher.usage.children == librarian.usage  # a child's own children, apart
+    theirs = researcher.usage.counts().plus(critic.usage)
+    assert theirs.model_calls == 4 and theirs.total_tokens > 0  # researcher 2, librarian, critic
+    assert view["usage"]["children"] == view["children_usage"] == theirs.model_dump(mode="json")
+    own = {name: view["usage"][name] - view["usage"]["children"][name]
+           for name in ("model_calls", "tool_calls", "total_tokens")}
+    assert (own["model_calls"], own["tool_calls"]) == (2, 2)  # the planner's turns and calls
+    assert own["total_tokens"] > 0
+    assert child_view["usage"]["children"] == child_view["children_usage"] == (
+        librarian.usage.model_dump(mode="json"))
+    assert "children" not in leaf_view["usage"] and leaf_view["children_usage"] is None
+
+
 async def test_children_still_working_are_listed_running() -> None:
     agents, team = nested_team()
     loop = team_loop(agents, team)

@@ -393,10 +393,15 @@ def _call_step(index: int, agent: str) -> StepRecord:
 def test_show_prints_the_tree_of_child_runs_and_json_nests_them(cli: Cli, fake_stack: FakeStack
                                                                 ) -> None:
     """planner -> (researcher -> librarian, critic): ``show`` of the planner lists its children
-    and its grandchild, indented, one line each; ``show`` of a child names its parent."""
+    and its grandchild, indented, one line each (cost and tokens), and its usage with its own
+    and its children's apart; ``show`` of a child names its parent."""
     now = time.time()
+    researcher_used = Usage(model_calls=3, tool_calls=1, total_tokens=300)  # librarian's too
+    critic_used = Usage(model_calls=1, total_tokens=50)
     planner = _run("run-planner", created=now - 10, agent="planner", stop=StopReason.ANSWERED,
-                   answer="A plan.", cost=Cost(usd=0.003, requests=3))
+                   answer="A plan.", cost=Cost(usd=0.003, requests=3),
+                   usage=Usage(model_calls=2, tool_calls=2, total_tokens=200)
+                   .with_child(researcher_used).with_child(critic_used))
 
     def child(parent: RunRecord, index: int, agent: str, usd: float, **fields: object
               ) -> RunRecord:
@@ -406,10 +411,14 @@ def test_show_prints_the_tree_of_child_runs_and_json_nests_them(cli: Cli, fake_s
                     parent_run_id=parent.run_id, parent_step=step, depth=parent.depth + 1,
                     cost=Cost(usd=usd, requests=1), **fields)  # type: ignore[arg-type]
 
-    researcher = child(planner, 0, "researcher", 0.001)
+    researcher = child(planner, 0, "researcher", 0.001,
+                       usage=Usage(model_calls=2, tool_calls=1, total_tokens=200)
+                       .with_child(Usage(model_calls=1, total_tokens=100)))
+    assert researcher.usage.counts() == researcher_used
     critic = child(planner, 1, "critic", 0.0002, status=RunStatus.FAILED, stop=StopReason.FAILED,
-                   answer=None, error="boom")
-    librarian = child(researcher, 0, "librarian", 0.0004)
+                   answer=None, error="boom", usage=critic_used)
+    librarian = child(researcher, 0, "librarian", 0.0004,
+                      usage=Usage(model_calls=1, total_tokens=100))
     _seed(fake_stack, [planner, researcher, critic, librarian], {
         planner.run_id: [_model_step(0), _call_step(0, "researcher"), _call_step(1, "critic"),
                          _model_step(1, text="A plan.")],
@@ -423,18 +432,25 @@ def test_show_prints_the_tree_of_child_runs_and_json_nests_them(cli: Cli, fake_s
     assert shown.returncode == 0, shown.stderr
     head, steps, tree = shown.stdout.split("\n\n")
     fields = dict(line.split(None, 1) for line in head.splitlines())
-    assert fields["children"] == "2 child run(s), $0.001200 of the cost (their trees included)"
+    assert fields["children"] == ("2 child run(s), $0.001200 of the cost, 350 token(s) (their "
+                                  "trees included)")
+    assert fields["usage"] == (
+        "6 model call(s), 3 tool call(s), 550 token(s): its own 2 model call(s), 2 tool call(s), "
+        "200 token(s); its child runs' 4 model call(s), 1 tool call(s), 350 token(s)")
     assert "parent" not in fields
     assert len(steps.splitlines()) == 5  # the header and the planner's own 4 steps
     assert tree.splitlines() == [
-        "child runs (agent, run, status, cost):",
-        f"  researcher  {researcher.run_id}  completed (answered)  $0.001000",
-        f"    librarian  {librarian.run_id}  completed (answered)  $0.000400",
-        f"  critic  {critic.run_id}  failed (failed)  $0.000200",
+        "child runs (agent, run, status, cost, tokens):",
+        f"  researcher  {researcher.run_id}  completed (answered)  $0.001000  300 token(s)",
+        f"    librarian  {librarian.run_id}  completed (answered)  $0.000400  100 token(s)",
+        f"  critic  {critic.run_id}  failed (failed)  $0.000200  50 token(s)",
     ]
 
     as_json = json.loads(cli("runs", "show", planner.run_id, "--json", "--directory", d).stdout)
     assert as_json["children_cost"]["usd"] == pytest.approx(0.0012)
+    assert as_json["usage"]["children"] == as_json["children_usage"] == {
+        "model_calls": 4, "tool_calls": 1, "prompt_tokens": 0, "output_tokens": 0,
+        "total_tokens": 350}
 
     def tree_of(children: list[dict[str, object]]) -> list[object]:
         return [(c["agent"], c["run_id"], c["step"], c["status"], tree_of(c["children"]))  # type: ignore[arg-type]
@@ -452,7 +468,7 @@ def test_show_prints_the_tree_of_child_runs_and_json_nests_them(cli: Cli, fake_s
                         .splitlines())
     assert child_fields["parent"] == f"{planner.run_id} (its step 0000-tool-000)"
     assert of_child.stdout.rstrip().splitlines()[-1] == (
-        f"  librarian  {librarian.run_id}  completed (answered)  $0.000400")
+        f"  librarian  {librarian.run_id}  completed (answered)  $0.000400  100 token(s)")
     child_json = json.loads(cli("runs", "show", researcher.run_id, "--json",
                                 "--directory", d).stdout)
     assert (child_json["parent_run_id"], child_json["parent_step"]) == (planner.run_id,

@@ -8,6 +8,7 @@ question, or asks its own sub-agents first.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.engine import children, events
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import cancel_run
+from ackloop.engine.spend import steps_usage
 from ackloop.inprocess import InProcessLoop
 from ackloop.keys import run_id_for_request
 from ackloop.model.base import ModelRequest, ModelTurn
@@ -30,7 +32,7 @@ from ackloop.records import ReceivedEvent, RunRecord, RunStatus, StepStatus
 from ackloop.settings import Settings
 from ackloop.store import AgentStore, DecisionRefused
 from ackloop.tools import ToolSet, tool
-from ackloop.wire import QueryMessage, RunOptions
+from ackloop.wire import QueryMessage, RunOptions, Usage
 from tests.engine.fakes import SimulatedCrash
 from tests.engine.test_guarantees import deliver_all, take
 
@@ -195,6 +197,85 @@ async def test_a_childs_budgets_are_at_most_what_its_parent_has_left() -> None:
     # The parent had used 1 step and 1 tool call when the call started.
     assert (child.limits.max_steps, child.limits.max_tool_calls) == (3, 8)
     assert child.limits.max_seconds <= 100
+
+
+async def test_a_parents_usage_counts_its_childrens_with_their_part_apart() -> None:
+    """Each sub-agent call's step records its child's usage and the next model step carries it
+    on: the parent's usage at its end counts its children's model calls, tool calls and tokens,
+    with their part apart (``usage.children``); what it used itself, and its own step count,
+    are what its own steps recorded."""
+    loop = team_loop(planner_team(), Team({"planner": ["ask_researcher", "ask_critic"]}))
+
+    run = await ask(loop, "planner")
+
+    kids = [await child_of(loop, run, "0000-tool-000"), await child_of(loop, run, "0000-tool-001")]
+    assert all(k.usage.model_calls == 1 and k.usage.total_tokens > 0 for k in kids)
+    theirs = kids[0].usage.plus(kids[1].usage)
+    assert run.usage.children == theirs
+    steps = await loop.deps.store.list_steps(run.run_id)
+    own = Usage(tool_calls=2)  # its two calls, and its two model steps
+    for step in steps:
+        if step.kind == "model":
+            own = own.plus(step.usage)
+    assert own.model_calls == 2 and own.total_tokens > 0
+    assert run.usage.own() == own
+    assert (run.usage.model_calls, run.usage.tool_calls, run.usage.total_tokens) == (
+        4, 2, own.total_tokens + theirs.total_tokens)
+    assert run.usage.prompt_tokens == own.prompt_tokens + theirs.prompt_tokens
+    assert run.steps_total == 4  # its own: 2 model steps, 2 tool steps
+    # A run ended outside a step adds its usage up from its steps: the same figures.
+    assert steps_usage(steps) == run.usage
+    (answer,) = [a for a in loop.answers if a.run_id == run.run_id]
+    assert answer.usage == run.usage
+
+
+@pytest.mark.parametrize(("budget", "limit"), [("max_steps", 4), ("max_tokens", 300)])
+async def test_what_a_child_spent_of_its_parents_budget_the_parent_cannot_spend_again(
+    budget: str, limit: int
+) -> None:
+    """The child may spend what its parent has left (its budget is capped so), and spends it:
+    the parent's next model step finds that budget spent and stops by it, without answering."""
+    loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}, fails=["researcher"]))
+
+    run = await ask(loop, "planner", **{budget: limit})
+
+    child = await child_of(loop, run, "0000-tool-000")
+    assert child.stop_reason is not None and child.stop_reason.value == budget
+    own = run.usage.own()
+    if budget == "max_steps":
+        assert child.limits.max_steps == limit - 1  # the parent had made 1 model call
+        assert child.usage.model_calls == limit - 1
+    else:
+        assert child.limits.max_tokens == limit - own.prompt_tokens - own.output_tokens
+        assert own.total_tokens < limit <= run.usage.total_tokens
+    assert run.stop_reason is not None and run.stop_reason.value == budget, run
+    assert run.answer is None and own.model_calls == 1  # its one turn, which made the call
+    assert run.usage.children == child.usage
+
+
+async def test_the_run_finished_line_has_the_childrens_usage_apart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
+    caplog.set_level(logging.INFO, logger="ackloop.engine.ending")
+
+    run = await ask(loop, "planner")
+
+    child = await child_of(loop, run, "0000-tool-000")
+    lines = {r.__dict__["fields"]["run_id"]: r.__dict__["fields"] for r in caplog.records
+             if r.getMessage() == "run finished"}
+    parent, kid = lines[run.run_id], lines[child.run_id]
+    theirs = child.usage.model_dump(mode="json")
+    assert parent["children_usage"] == parent["usage"]["children"] == theirs
+    assert parent["usage"] == run.usage.model_dump(mode="json")
+    assert parent["usage"]["total_tokens"] > theirs["total_tokens"] > 0
+    assert parent["steps"] == 3  # its own: 2 model steps and the call
+    assert "parent_run_id" not in parent
+    # The child's line names its parent (its cost, in the parent's, is on it), and has no
+    # children's part of its own.
+    assert kid["parent_run_id"] == run.run_id and "children_usage" not in kid
+    assert "children" not in kid["usage"]
+    assert kid["cost"]["usd"] == pytest.approx(child.cost.usd if child.cost else 0.0)
 
 
 async def test_the_depth_limit_and_a_cycle_are_refused_with_an_error_the_model_reads() -> None:

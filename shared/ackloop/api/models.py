@@ -29,6 +29,13 @@ RUN_COST = (
 STEP_COST = ("What the delivery that completed the step spent, up to its commit (null while "
              "the step runs).")
 
+RUN_USAGE = (
+    "What the run used: model calls, tool calls and tokens, its child runs' (its sub-agents' "
+    "calls, each child's whole tree) included once each call has its result, and their part "
+    "apart in `usage.children` (left out without any). Its budgets count them too. In flight: "
+    "GET /runs/{run_id} sums what its steps have recorded so far."
+)
+
 CHILD_COST = ("What the child run spent (its own children's included): its total once it has "
               "ended; while it runs, what its record holds so far (its start).")
 
@@ -127,7 +134,7 @@ class RunSummary(BaseModel):
     created_at: float
     finished_at: float | None
     cancel_requested: bool
-    usage: Usage
+    usage: Usage = Field(description=RUN_USAGE)
     cost: Cost | None = Field(default=None, description=RUN_COST)
     trace_id: str | None = Field(default=None, description="The run's trace (32 hex digits).")
 
@@ -204,6 +211,10 @@ class RunView(RunSummary):
         default=None, description="What the child runs spent (each one's whole tree), apart: "
         "the run's `cost` counts each child's once its call has completed. Null without "
         "children.")
+    children_usage: Usage | None = Field(
+        default=None, description="What the child runs used (each one's whole tree), summed "
+        "as their records stand, as `children_cost` is: the run's `usage` counts each child's "
+        "once its call has completed (`usage.children`). Null without children.")
 
     @classmethod
     def of_run(cls, run: RunRecord, steps: list[StepRecord],
@@ -219,7 +230,16 @@ class RunView(RunSummary):
         return cls(**dict(summary), model=run.model, steps=[StepView.of(s) for s in steps],
                    waiting=waiting, parent_run_id=run.parent_run_id, parent_step=run.parent_step,
                    children=kids,
-                   children_cost=Cost.total([k.cost for k in kids]) if kids else None)
+                   children_cost=Cost.total([k.cost for k in kids]) if kids else None,
+                   children_usage=_summed([k.usage for k in kids]) if kids else None)
+
+
+def _summed(usages: Sequence[Usage]) -> Usage:
+    """The figures of ``usages`` added up (without a breakdown of their own children's)."""
+    total = Usage()
+    for usage in usages:
+        total = total.plus(usage.counts())
+    return total
 
 
 class ConversationRuns(BaseModel):

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ackloop.engine.deps import Deps
     from ackloop.model.base import ModelRequest, ModelTurn
     from ackloop.redrive import Redriven
+    from ackloop.wire import Usage
 
 app = typer.Typer(no_args_is_help=True,
                   help="Runs: list, show, follow, cancel, approve, reject, send-event, trace; "
@@ -143,8 +144,7 @@ def show(
         ("question", run.text.replace("\n", " ")),
         ("answer", answer_text(run) if followed.answered else "-"),
         ("error", (run.error or "-").replace("\n", " ")),
-        ("usage", f"{(used := followed.usage()).model_calls} model call(s), "
-                  f"{used.tool_calls} tool call(s), {used.total_tokens} token(s)"),
+        ("usage", usage_line(followed.usage())),
         ("cost", cost_line(followed.cost())),
         ("created", _when(run.created_at)), ("started", _when(run.started_at)),
         ("finished", _when(run.finished_at)), ("took", took),
@@ -155,8 +155,9 @@ def show(
         from ackloop.cost import Cost
 
         spent = Cost.total([n.run.cost for n in children])
+        tokens = sum(n.run.usage.total_tokens for n in children)
         fields.append(("children", f"{len(children)} child run(s), ${spent.usd:.6f} of the "
-                       "cost (their trees included)"))
+                       f"cost, {tokens} token(s) (their trees included)"))
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
         typer.echo(f"{name:<{width}}  {value}")
@@ -168,9 +169,21 @@ def show(
          (s.last_error or "-").replace("\n", " ")[:ERROR_CHARS]) for s in steps], "no steps")
     if children:
         typer.echo("")
-        typer.echo("child runs (agent, run, status, cost):")
+        typer.echo("child runs (agent, run, status, cost, tokens):")
         for line in _tree_lines(children, 1):
             typer.echo(line)
+
+
+def usage_line(used: Usage) -> str:
+    """A run's usage; with child runs, what it used itself and what they used, apart."""
+    line = (f"{used.model_calls} model call(s), {used.tool_calls} tool call(s), "
+            f"{used.total_tokens} token(s)")
+    if used.children is None:
+        return line
+    own, kids = used.own(), used.children
+    return (f"{line}: its own {own.model_calls} model call(s), {own.tool_calls} tool call(s), "
+            f"{own.total_tokens} token(s); its child runs' {kids.model_calls} model call(s), "
+            f"{kids.tool_calls} tool call(s), {kids.total_tokens} token(s)")
 
 
 def _tree_lines(nodes: list[Node], depth: int) -> list[str]:
@@ -179,7 +192,8 @@ def _tree_lines(nodes: list[Node], depth: int) -> list[str]:
     for node in nodes:
         child = node.run
         cost = f"${child.cost.usd:.6f}" if child.cost else "-"
-        lines.append(f"{'  ' * depth}{child.agent}  {child.run_id}  {_status(child)}  {cost}")
+        lines.append(f"{'  ' * depth}{child.agent}  {child.run_id}  {_status(child)}  {cost}  "
+                     f"{child.usage.total_tokens} token(s)")
         lines += _tree_lines(node.children, depth + 1)
     return lines
 

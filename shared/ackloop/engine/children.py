@@ -24,7 +24,9 @@ ledger, transcript, budgets, cost, answer), in the parent's trace.
 - **What the parent's model reads.** An answer (or a structured output) is the call's result;
   any other end (failed, cancelled, stopped by a budget) is an error naming the cause.
 - **Limits across the tree.** A child's budgets are at most what its parent has left (steps,
-  tool calls, tokens, seconds) when the call starts. A call that would go deeper than
+  tool calls, tokens, seconds) when the call starts, and what it used counts in its parent's
+  usage once the call has its result (``Usage.children``, apart): the parent's steps, tool
+  calls and tokens are spent by its children too. A call that would go deeper than
   ``max_agent_depth`` (3) or call an agent already in its chain of callers is refused with an
   error the model reads, before anything is written.
 - **Cancel both ways.** Cancelling a parent rejects its waiting calls (``cancel``) and cancels
@@ -240,6 +242,13 @@ def outcome(payload: JsonDict) -> ToolOutcome:
 def child_cost(payload: JsonDict | None) -> Cost | None:
     raw = (payload or {}).get("cost")
     return Cost.model_validate(raw) if isinstance(raw, dict) else None
+
+
+def child_usage(payload: JsonDict | None) -> Usage | None:
+    """What the child run used (its whole tree), as its end's payload says: the parent's usage
+    counts it, apart (:meth:`Usage.with_child`)."""
+    raw = (payload or {}).get("usage")
+    return Usage.model_validate(raw) if isinstance(raw, dict) else None
 
 
 async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:

@@ -66,15 +66,26 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
 
 def log_finished(run: RunRecord, end: RunEnd, now: float) -> None:
     """The one line a run's end logs, after the commit that ended it (a redelivery finds the
-    run ended and commits nothing, so it logs nothing)."""
-    log.info("run finished", extra={"fields": {
+    run ended and commits nothing, so it logs nothing).
+
+    ``steps`` are the run's own; ``usage`` counts its child runs' too, and a run that has
+    children has their part apart (``usage.children``, ``children_usage``). Their cost is in
+    ``cost`` but not apart (no step carries it): each child's own line has it, and names its
+    parent (``parent_run_id``)."""
+    own = end.usage.own()
+    fields: dict[str, Any] = {
         "run_id": run.run_id, "agent": run.agent, "conversation_id": run.conversation_id,
         "status": end.status.value, "stop_reason": end.stop_reason.value,
         "elapsed_seconds": round(now - (run.started_at or run.created_at), 3),
-        "steps": end.usage.model_calls + end.usage.tool_calls,
+        "steps": own.model_calls + own.tool_calls,
         "usage": end.usage.model_dump(mode="json"),
         "cost": (end.cost or Cost()).model_dump(mode="json"),
-    }})
+    }
+    if end.usage.children is not None:
+        fields["children_usage"] = end.usage.children.model_dump(mode="json")
+    if run.parent_run_id is not None:
+        fields["parent_run_id"] = run.parent_run_id
+    log.info("run finished", extra={"fields": fields})
 
 
 async def publish_end(deps: Deps, run: RunRecord) -> None:

@@ -71,7 +71,9 @@ def budget_stop(deps: Deps, run: RunRecord, message: ModelStepMessage) -> StopRe
     limits, usage = run.limits, message.usage
     if run.cancel_requested:
         return StopReason.CANCELLED
-    if message.turn >= limits.max_steps:
+    # Its own steps (its turn) and those of the child runs its calls waited for: a child
+    # spends from what its parent has left (its tokens and tool calls are in ``usage`` too).
+    if message.turn + (usage.children.model_calls if usage.children else 0) >= limits.max_steps:
         return StopReason.MAX_STEPS
     # Wall clock from when the run became active: time waiting in its conversation's queue,
     # or for a person's decision, is not the run's own.
@@ -166,6 +168,7 @@ async def _claim_and_read(
             found, transcript = await deps.store.run_and_transcript(run_id, pointer)
         else:
             found = await deps.store.read_run(run_id)
+    message = with_children(message, previous)
     unclaimed = False
     if own is None and found is not None and found.record.status is RunStatus.RUNNING:
         if transcript is None or transcript.conversation_id != found.record.conversation_id:
@@ -189,6 +192,19 @@ async def _claim_and_read(
     if run_read is not found:
         transcript = None  # the claim waited: read the transcript again
     return message, run_read, claim, Inputs(transcript, previous)
+
+
+def with_children(message: ModelStepMessage, previous: list[StepRecord]) -> ModelStepMessage:
+    """``message`` with what the child runs of the previous turn's calls used added to its
+    usage, to the totals and to the children's part (``previous``: the previous turn's steps,
+    as read). Each sub-agent's call records its child's usage on its step
+    (:attr:`~ackloop.store.Decision.child_usage`); the ledger's message counts the turn's
+    calls only, so every delivery of this step counts the children alike, from what it read."""
+    usage = message.usage
+    for step in previous:
+        if step.kind == "tool" and step.turn == message.turn - 1:
+            usage = usage.plus(step.usage.children_part())
+    return message if usage == message.usage else message.model_copy(update={"usage": usage})
 
 
 def turn_agent(run: RunRecord, turn: int, previous: list[StepRecord]) -> str:

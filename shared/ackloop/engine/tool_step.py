@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 
-from ackloop.cost import Cost
 from ackloop.engine import approval, children, claims, outbox
 from ackloop.engine.commit import Basis, Decision, commit
 from ackloop.engine.deps import Deps
@@ -72,7 +71,7 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
         return
     if claim.state != "completed":
         ref = ClaimRef(claim)
-        child: Cost | None = None
+        child: JsonDict | None = None
         try:
             async with released_on_failure(deps.store, deps.clock, ref):
                 outcome, seconds, child = await _run_claimed(deps, message, ref, run_read)
@@ -92,11 +91,11 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
 
 async def _run_claimed(
     deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_read: RunRead
-) -> tuple[ToolOutcome | None, float | None, Cost | None]:
+) -> tuple[ToolOutcome | None, float | None, JsonDict | None]:
     """Run the call, or say why not: its outcome, how long the call took and, for a
-    sub-agent's call, what its child run cost. No outcome: the run has ended, or the call now
-    waits for a decision, an event or a child run (recorded by :mod:`ackloop.engine.approval`):
-    record nothing more."""
+    sub-agent's call, its child run's end (what it cost and used). No outcome: the run has
+    ended, or the call now waits for a decision, an event or a child run (recorded by
+    :mod:`ackloop.engine.approval`): record nothing more."""
     claim = ref.claim
     run = run_read.record
     if run.status is not RunStatus.RUNNING:
@@ -167,9 +166,10 @@ async def _run_claimed(
 
 
 async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Tool,
-                         message: ToolStepMessage) -> tuple[ToolOutcome | None, Cost | None]:
+                         message: ToolStepMessage) -> tuple[ToolOutcome | None, JsonDict | None]:
     """A sub-agent's call (:mod:`ackloop.engine.children`): start its child run and wait for
-    its end; resumed by that end, what the parent's model reads of it, and what it cost."""
+    its end; resumed by that end, what the parent's model reads of it, and that end (its
+    payload: what the child cost and used)."""
     claim = ref.claim
     decision = claim.step.decision
     if decision is None:
@@ -186,9 +186,9 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
             return _error("not run: the run was cancelled"), None
         if arrived is None:
             return None, None
-        return children.outcome(arrived.payload), children.child_cost(arrived.payload)
+        return children.outcome(arrived.payload), arrived.payload
     if decision.decision == "received":
-        return children.outcome(decision.payload or {}), children.child_cost(decision.payload)
+        return children.outcome(decision.payload or {}), decision.payload or {}
     # Rejected: the run was cancelled, or the child outlasted the wait's deadline; it stops.
     await children.cancel_child(deps, run_read.record, claim.key)
     return approval.rejection(decision, claim.step.waiting), None
@@ -226,9 +226,12 @@ def _retry_safe(toolbox: object, name: str) -> bool:
 
 
 def _decision(message: ToolStepMessage, outcome: ToolOutcome, seconds: float | None,
-              model_result: JsonDict | None, child: Cost | None = None) -> Decision:
+              model_result: JsonDict | None, child: JsonDict | None = None) -> Decision:
+    """``child``: a sub-agent's call's child run's end, whose cost and usage the step counts
+    (the next model step carries its usage on: :func:`ackloop.engine.model_step.with_children`)."""
     return Decision(
-        child_cost=child,
+        child_cost=children.child_cost(child),
+        child_usage=children.child_usage(child),
         result=outcome.model_dump(mode="json"),
         outbox=[after_tools(message, model_result)] if message.call_count == 1 else [],
         step_usage=Usage(tool_calls=1),

@@ -590,7 +590,7 @@ class AgentStore:
             "finished_at": now,
             "progress_at": now,
             "usage": end.usage.model_dump(mode="json"),
-            "steps_total": end.usage.model_calls + end.usage.tool_calls,
+            "steps_total": (own := end.usage.own()).model_calls + own.tool_calls,  # its own
         } | self._expiry(now)
         if end.cost is not None:
             update["cost"] = end.cost.model_dump(mode="json")
@@ -1243,8 +1243,11 @@ class AgentStore:
         }
         if model:
             update["run_cost"] = total.model_dump(mode="json")
-        if decision.step_usage is not None:
-            update["usage"] = decision.step_usage.model_dump(mode="json")
+        usage = decision.step_usage
+        if decision.child_usage is not None:  # a sub-agent's call: its child run's usage
+            usage = (usage or Usage()).with_child(decision.child_usage)
+        if usage is not None:
+            update["usage"] = usage.model_dump(mode="json")
         if decision.call_seconds is not None:
             update["call_seconds"] = decision.call_seconds
         path = self.step_path(claim.run_id, claim.key)

@@ -80,6 +80,10 @@ class Decision:
     child_cost: Cost | None = None
     """A sub-agent's call: what its child run cost, counted in this step's cost (so in its
     run's)."""
+    child_usage: Usage | None = None
+    """A sub-agent's call: what its child run used (its whole tree), recorded in this step's
+    usage and its children's part (:meth:`Usage.with_child`), from which the next model step
+    carries it on (so in its run's); never priced or counted again as this step's own."""
 
 
 Pricer = Callable[[int, Sequence[Outgoing]], Cost]

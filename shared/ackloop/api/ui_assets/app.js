@@ -502,12 +502,26 @@ function renderCost(run, box) {
   const children = run.children || [];
   if (run.children_cost) {
     // Apart from the total, which counts each child's once its call has completed.
+    const used = run.children_usage;
     rows.push(["Child runs", `${dollars(run.children_cost.usd)} · ${
-      plural(children.length, "child run")} (their own children included)`]);
+      plural(children.length, "child run")} (their own children included)${
+      used ? ` · ${usageText(used)}` : ""}`]);
+  }
+  if (usage.children) {
+    // The run's usage counts its children's: what it used itself, apart.
+    const own = Object.fromEntries(["model_calls", "tool_calls", "total_tokens"].map(
+      (name) => [name, Math.max(0, (usage[name] ?? 0) - (usage.children[name] ?? 0))]));
+    rows.push(["Usage", `${usageText(usage)}: its own ${usageText(own)}, its child runs' ${
+      usageText(usage.children)}`]);
   }
   box.replaceChildren(h("table", { class: "cost" }, h("tbody", {},
     rows.map(([name, value]) => h("tr", {}, h("th", { scope: "row" }, name),
       h("td", {}, value))))));
+}
+
+function usageText(usage) {
+  return `${plural(usage.total_tokens ?? 0, "token")}, ${
+    plural(usage.model_calls ?? 0, "model call")}, ${plural(usage.tool_calls ?? 0, "tool call")}`;
 }
 
 // One bar per step, placed by its times relative to the run's creation; retries, takeovers and
