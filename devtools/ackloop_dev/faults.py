@@ -12,8 +12,8 @@ its process group the first time it reaches a point named in ``ACKLOOP_FAULT_CRA
 - ``tool:after_call``: the tool returned, nothing is committed yet;
 - ``model:after_commit`` / ``tool:after_commit``: the step is committed, its outbox not sent;
 - ``tool:after_child``: a sub-agent's call created its child run, and neither sent the child's
-  first step nor recorded its wait (not among the chaos run's :data:`FAULT_POINTS`: its
-  workload calls no sub-agent).
+  first step nor recorded its wait (not among :data:`FAULT_POINTS`, the fault phase's: its
+  workload calls no sub-agent; the chaos run's child-runs scenario kills there).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ FAULT_POINTS = (
     "tool:after_call",
     "tool:after_commit",
 )
-"""The points the chaos run kills at."""
+"""The points the chaos run's fault phase kills at."""
 KNOWN_POINTS = (*FAULT_POINTS, "tool:after_child")
 
 

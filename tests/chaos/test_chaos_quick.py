@@ -2,7 +2,8 @@
 
 Runs the quick configuration on the session's emulators (real processes, the fake Gemini
 server, the push delivery with the production retry policy, kills, duplicates, model and tool
-faults, poison, a follow-up during a long run, a 429 storm, the dead-letter path) on the shipped
+faults, poison, a follow-up during a long run, research-team trees of child runs killed between
+starting a child and recording its wait, a 429 storm, the dead-letter path) on the shipped
 numbers, every duration scaled by the default time factor. Its wall time is the dead-letter
 path's: ten deliveries of the shipped policy take 2430 s of backoff, 405 s at the factor 1/6
 (the smallest the engine's request-timeout floor allows); everything else runs beside it, and
@@ -101,6 +102,10 @@ def test_quick_chaos_leaves_only_its_dead_letter_backoff_to_wait_for(
     assert not quick_chaos.done.is_set()  # the dead-letter path is still going on
     assert quick_chaos.active["followup"]["ok"] is True
     assert quick_chaos.active["storm"]["ok"] is True
+    children = quick_chaos.active["children"]
+    assert children["ok"] is True, children
+    assert children["kills"] == ["tool:after_child", "model:after_commit"]
+    assert children["trees"] == children["answers_ok"] == children["handed_off"] > 0
 
 
 @pytest.mark.timeout(WHOLE_RUN_S + 60)
@@ -125,6 +130,7 @@ def test_quick_chaos_on_the_shipped_numbers_meets_every_target(quick_chaos: Chao
     assert figures["recovery"]["ackloop"]["n"] > 0
     assert figures["followup"]["ok"] is True
     assert figures["storm"]["ok"] is True
+    assert figures["children"]["ok"] is True
     assert figures["dead_letter"]["ok"] is True
     not_met = [t for t in figures["targets"] if not t["met"]]
     assert not not_met, not_met

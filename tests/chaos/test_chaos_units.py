@@ -42,7 +42,7 @@ def test_ledger_entry_names_run_turn_and_secret() -> None:
                          {"role": "user", "parts": [{"function_response": {
                              "name": "x", "response": {"result": "AIzaSECRET"}}}]}]}
     assert describe(body, "AIzaSECRET") == {"ref": "r0001", "turn": 1, "contents": 3,
-                                            "history": 0, "secret": True}
+                                            "history": 0, "secret": True, "instructions": ""}
 
 
 def test_hour_rounded_times_are_masked() -> None:
@@ -252,3 +252,68 @@ def test_extra_calls_of_unclaimed_steps_under_duplicated_pushes_are_reported_apa
     assert verdicts["r1"].duplicates_outside_kills == 2  # the claimed step's
     assert verdicts["r2"].overlapping_calls == 0  # nothing of r2 was duplicated
     assert verdicts["r2"].duplicates_outside_kills == 4
+
+
+def test_a_child_run_started_is_counted_per_call_from_the_tool_log(tmp_path: Path) -> None:
+    from ackloop_dev.chaos.children import started_children
+
+    log = tmp_path / "tool_step.log"
+    line = "run {p} step {k} started child run {c} of agent researcher"
+    log.write_text("\n".join([
+        json.dumps({"message": line.format(p="r1", k="0000-tool-000", c="c1")}),
+        json.dumps({"message": line.format(p="r1", k="0000-tool-001", c="c2")}),
+        line.format(p="r2", k="0000-tool-000", c="c3"),  # a plain-text line counts too
+        json.dumps({"message": line.format(p="r1", k="0000-tool-000", c="c1")}),
+        "not a log line",
+    ]) + "\n")
+    assert started_children(log) == Counter({("r1", "0000-tool-000"): 2,
+                                             ("r1", "0000-tool-001"): 1,
+                                             ("r2", "0000-tool-000"): 1})
+    assert started_children(tmp_path / "missing.log") == Counter()
+
+
+def test_the_ledger_names_which_agent_of_a_team_asked() -> None:
+    body = {"systemInstruction": {"parts": [{"text": "You are a critic. Say briefly what could be"
+                                                     " wrong"}]},
+            "contents": [_content("user", "What could be wrong with: Why? (ref ch001)")]}
+    entry = describe(body, "")
+    assert (entry["ref"], entry["turn"], entry["instructions"]) == (
+        "ch001", 0, "You are a critic. Say briefly what could")
+    assert describe({"contents": body["contents"]}, "")["instructions"] == ""
+
+
+def test_the_chaos_model_plays_the_team_by_its_scripts_and_the_rest_as_the_seed_agent() -> None:
+    from ackloop.model.base import ModelRequest
+    from ackloop.model.scripted import ScriptedModel
+    from ackloop.research_team import (
+        RESEARCHER_INSTRUCTIONS,
+        researcher_answer,
+        researcher_question,
+    )
+    from ackloop_dev.chaos.model_server import chaos_policy
+
+    policy = chaos_policy()
+    asked = researcher_question("Why? (ref ch000)")
+    turn = policy(ModelRequest(model="m", system_instruction=RESEARCHER_INSTRUCTIONS,
+                               contents=[_content("user", asked)], tools=[]))
+    assert turn.text == researcher_answer(asked)
+    other = ModelRequest(model="m", system_instruction="anything",
+                         contents=[_content("user", "What is my ip address?")],
+                         tools=[{"name": "get_ip", "description": "ip", "parameters": {}}])
+    assert policy(other) == ScriptedModel().decide(other)
+    assert turn.text not in (policy(other).text, None)
+
+
+def test_a_tree_with_a_call_whose_child_is_missing_or_twice_created_is_not_ok() -> None:
+    from ackloop_dev.chaos.children import ChildRunsResult
+
+    good = ChildRunsResult(trees=2, answers_ok=2, children=4, children_completed=4)
+    assert good.ok
+    assert not ChildRunsResult(trees=2, answers_ok=2, children=3, children_completed=3).ok
+    assert not ChildRunsResult(trees=2, answers_ok=2, children=4, children_completed=4,
+                               calls_without_one_child=["ch000 0000-tool-000"]).ok
+    assert not ChildRunsResult(trees=2, answers_ok=2, children=4, children_completed=4,
+                               kills_not_fired=["tool:after_child"]).ok
+    assert not ChildRunsResult(trees=2, answers_ok=2, children=4, children_completed=4,
+                               stray_children=1).ok
+    assert not ChildRunsResult().ok

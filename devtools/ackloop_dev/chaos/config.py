@@ -16,6 +16,12 @@ MODEL_BURSTS = ("429:1*3", "500*3", "delay:hang*2", "429:1*3", "500*3", "malform
 """Model-server fault bursts, served in this rotation (fake Gemini fault spec syntax, seconds at
 production scale; ``hang`` is half again the shipped model timeout, so the call times out)."""
 
+CHILD_KILL_POINTS = ("tool:after_child", "model:after_call", "model:after_commit",
+                     "tool:after_commit")
+"""The points the child-runs scenario kills at, one per wave: between creating a child and
+recording the wait, then the chaos run's own points where a tree's steps reach them (a
+sub-agent's call runs no tool function, so ``tool:after_call`` is not among them)."""
+
 STORM_RETRY_AFTER_S = (5.0, 15.0, 30.0, 60.0)
 """Retry-after of the storm's 429s (production seconds), drawn at random: Gemini's RetryInfo
 says when the quota window reopens, from seconds to a minute. Those at or under the shipped
@@ -55,6 +61,10 @@ class ChaosConfig:
     storm_runs: int = 12
     """Runs submitted during the storm, spread over its first four fifths."""
     storm_retry_after_s: tuple[float, ...] = STORM_RETRY_AFTER_S
+    child_runs: int = 12
+    """``research-team`` runs of the child-runs scenario (each starts two child runs), asked in
+    one wave per point of ``child_kill_points``."""
+    child_kill_points: tuple[str, ...] = CHILD_KILL_POINTS
     dead_letter_phase: bool = True
     temporal: bool = True
     temporal_kill_runs: int = 10
@@ -84,6 +94,8 @@ class ChaosConfig:
             kills_per_point=1,
             burst_every_s=30.0,
             storm_runs=6,
+            child_runs=4,
+            child_kill_points=("tool:after_child", "model:after_commit"),
             temporal_kill_runs=3,
             time_scale=DEFAULT_FACTOR,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,20 +68,23 @@ def model_evidence(ledger: Path, refs: set[str], since: float = 0.0,
     return found
 
 
-def tool_executions(log_path: Path) -> Counter[tuple[str, str]]:
-    """Executions per (run id, step key), from the tool function's log."""
-    counts: Counter[tuple[str, str]] = Counter()
+def log_matches(log_path: Path, pattern: re.Pattern[str]) -> Iterator[re.Match[str]]:
+    """``pattern``'s match in each message of a function's log (JSON lines, or plain text)
+    that has one; nothing when there is no log."""
     if not log_path.exists():
-        return counts
+        return
     for line in log_path.read_text(errors="replace").splitlines():
         try:
             message = str(json.loads(line).get("message", ""))
         except ValueError:
             message = line
-        match = _TOOL_LINE.search(message)
-        if match:
-            counts[(match["run"], match["step"])] += 1
-    return counts
+        if (match := pattern.search(message)) is not None:
+            yield match
+
+
+def tool_executions(log_path: Path) -> Counter[tuple[str, str]]:
+    """Executions per (run id, step key), from the tool function's log."""
+    return Counter((m["run"], m["step"]) for m in log_matches(log_path, _TOOL_LINE))
 
 
 def secrets_in_logs(logs_dir: Path, canary: str) -> dict[str, int]:

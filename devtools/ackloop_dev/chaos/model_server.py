@@ -2,12 +2,15 @@
 
 ``python -m ackloop_dev.chaos.model_server --port N --ledger FILE`` serves exactly what
 :class:`~ackloop_dev.fakes.gemini_server.FakeGeminiServer` serves (the scripted seed agent over the
-Gemini REST API, with the same admin fault injection), and appends one JSON line per
+Gemini REST API, with the same admin fault injection; the ``research-team`` agents each by its
+own script), and appends one JSON line per
 ``generateContent`` request to ``FILE``: the run's reference (``(ref ...)`` in its question, the
 last user text of the request: earlier runs of the conversation come before it), the turn (model
 contents after that question), how many contents it carried and how many of them were history
-(the conversation's earlier runs), the fault served (``null`` for a normal answer) and whether
-the body held the canary secret (``ACKLOOP_CHAOS_CANARY``).
+(the conversation's earlier runs), the first 40 characters of its system instruction (which
+agent of a team asked: a sub-agent's question carries its parent's reference), the fault
+served (``null`` for a normal answer) and whether the body held the canary secret
+(``ACKLOOP_CHAOS_CANARY``).
 
 ``--ref-faults FILE`` (a JSON object ``{ref prefix: fault spec}``, re-read when it changes)
 serves a fault to every request of the runs whose reference starts with a prefix, before and
@@ -26,6 +29,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.scripted import Script, ScriptedModel
 from ackloop_dev.chaos.workload import question_text, reference_of
 from ackloop_dev.fakes.gemini_faults import Fault, parse_fault_spec
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer, RecordedRequest
@@ -40,7 +45,11 @@ def describe(body: dict[str, Any], canary: str) -> dict[str, Any]:
         if text is not None:
             history, question = index, text
     turn = sum(1 for c in contents[history:] if c.get("role") == "model")
+    instruction = body.get("systemInstruction") or body.get("system_instruction") or {}
+    said = " ".join(str(p.get("text", "")) for p in instruction.get("parts") or []
+                    if isinstance(p, dict)) if isinstance(instruction, dict) else ""
     return {
+        "instructions": said[:40],
         "ref": reference_of(question),
         "turn": turn,
         "contents": len(contents),
@@ -79,6 +88,24 @@ class RefFaults:
         rules = self._load()
         matches = [prefix for prefix in rules if ref.startswith(prefix)]
         return rules[max(matches, key=len)] if matches else None
+
+
+def chaos_policy() -> Script:
+    """The seed agent, as the fake server plays it, and the ``research-team`` agents (the
+    child-runs scenario's) each by its own script."""
+    from ackloop.model.agent_scripts import deployment_script
+    from ackloop.research_team import research_team_agents
+    from ackloop.settings import Settings
+
+    seed = ScriptedModel().decide
+    catalog = deployment_script(Settings())
+    team_model = ScriptedModel(catalog).decide
+    team = {agent.name for agent in research_team_agents()}
+
+    def decide(request: ModelRequest) -> ModelTurn:
+        return team_model(request) if catalog.agent_of(request) in team else seed(request)
+
+    return decide
 
 
 class LedgerGeminiServer(FakeGeminiServer):
@@ -135,8 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, request_stop)
     with args.ledger.open("a", buffering=1) as ledger:
         server = LedgerGeminiServer(
-            ledger, os.environ.get("ACKLOOP_CHAOS_CANARY", ""), args.ref_faults, port=args.port
-        )
+            ledger, os.environ.get("ACKLOOP_CHAOS_CANARY", ""), args.ref_faults,
+            policy=chaos_policy(), port=args.port)
         server.start()
         print(f"fake Gemini server (ledger {args.ledger}) listening on {server.url}", flush=True)
         stopping.wait()

@@ -144,6 +144,7 @@ def _scenarios(f: dict[str, Any]) -> list[str]:
         _row("history lengths carried / expected", f"{fu.get('history_lengths')}", 2),
         _row("status / answer ok / ends published",
              f"{fu.get('statuses')} / {fu.get('answers_ok')} / {fu.get('ends_published')}", 2),
+        *_children(f.get("children", {})),
         f"Gemini 429 storm ({storm.get('storm_s')} s, retry-after {storm.get('retry_after_s')} s)",
         _row("runs asked during it, by outcome", f"{storm.get('runs')}: "
              f"{_kv(storm.get('outcomes', {}))}", 2),
@@ -179,6 +180,27 @@ def _scenarios(f: dict[str, Any]) -> list[str]:
                       f"{dl.get('model_answers_per_turn')} / "
                       f"{dl.get('second_redrive') or 'nothing to do'}", 2))
     return lines
+
+
+def _children(ch: dict[str, Any]) -> list[str]:
+    if "skipped" in ch:
+        return [_row("Child runs (research-team)", f"SKIPPED: {ch['skipped']}")]
+    return [
+        f"Child runs (research-team trees, one kill per wave at {ch.get('waves')})",
+        _row("trees / answered as fault-free / handed to the writer",
+             f"{ch.get('trees')} / {ch.get('answers_ok')} / {ch.get('handed_off')}", 2),
+        _row("children found / completed / calls without exactly one child / stray",
+             f"{ch.get('children')} / {ch.get('children_completed')} / "
+             f"{len(ch.get('calls_without_one_child') or [])} / {ch.get('stray_children')}", 2),
+        _row("kills fired / not fired / unexpected exits",
+             f"{ch.get('kills')} / {ch.get('kills_not_fired')} / "
+             f"{ch.get('unexpected_exits')}", 2),
+        _row("duplicate recorded steps / model calls made again / stuck / ends unpublished",
+             f"{ch.get('duplicate_recorded_steps')} / {ch.get('repeated_model_calls')} / "
+             f"{ch.get('stuck')} / {ch.get('ends_unpublished')}", 2),
+        _row("wall time", f"{ch.get('wall_s')} s; "
+             f"{'; '.join(ch.get('problems') or []) or 'no problem'}", 2),
+    ]
 
 
 DEAD_LETTER_RUNS = {

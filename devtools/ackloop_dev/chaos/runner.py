@@ -3,8 +3,9 @@
 One stack, shipped numbers, one time factor. Beside it from the start: the sweep job on its
 production schedule (part of the stack), a collector of every end message published, and the
 dead-letter path (its clock is the retry policy's). In order: calibration (fault-free
-references), the fault phase, the follow-up scenario, the 429 storm. Then every run is
-checked, every conversation's transcript too, and Temporal's worker-kill test runs if asked.
+references), the fault phase, the follow-up scenario, the child-runs scenario
+(:mod:`ackloop_dev.chaos.children`), the 429 storm. Then every run is checked, every
+conversation's transcript too, and Temporal's worker-kill test runs if asked.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ackloop_dev.chaos.checks import (
     check_conversation,
     judge,
 )
+from ackloop_dev.chaos.children import ChildRunsResult, child_runs_scenario
 from ackloop_dev.chaos.config import ChaosConfig
 from ackloop_dev.chaos.deadletter import dead_letter_phase
 from ackloop_dev.chaos.evidence import (
@@ -185,11 +187,17 @@ async def run_chaos(config: ChaosConfig, directory: Path, *, quick: bool = False
         log(f"[chaos] fault phase done in {phase.ended - phase.started:.0f} s; follow-up "
             "scenario")
         followup = await followup_scenario(stack, config, references, tag, background.answers)
+        children = ChildRunsResult()
+        if config.child_runs:
+            log(f"[chaos] child runs: {config.child_runs} research-team runs, a kill at each of "
+                f"{', '.join(config.child_kill_points)}")
+            children = await child_runs_scenario(stack, config, tag, background.answers)
         log(f"[chaos] 429 storm: {timing.s(config.storm_s):.0f} s, {config.storm_runs} runs")
         storm = await storm_phase(stack, config, references, tag)
         background.storm_over.set()
         if on_idle is not None:
             on_idle({"followup": followup.as_dict(), "storm": storm.as_dict(),
+                     "children": children.as_dict(),
                      "elapsed_s": round(time.monotonic() - began, 1)})
         dead_letter: dict[str, Any] = {"skipped": "disabled"}
         poisoned: list[Submitted] = []
@@ -204,6 +212,8 @@ async def run_chaos(config: ChaosConfig, directory: Path, *, quick: bool = False
                               references, background.answers)
         found.update(poison=await poison_outcome(stack, phase.poison), dead_letter=dead_letter,
                      followup=followup.as_dict(), storm=storm.as_dict(),
+                     children=(children.as_dict() if config.child_runs
+                               else {"skipped": "disabled"}),
                      sweeper=_sweeps(stack.sweep_stats()),
                      sandbox=(before[0], after[0]), front=(before[1], after[1]),
                      push=_push_totals(stack.push_stats()),
@@ -372,6 +382,7 @@ def _figures(config: ChaosConfig, phase: FaultPhase, found: dict[str, Any],
             "temporal_skipped": temporal.get("skipped"),
         },
         "followup": followup,
+        "children": found.get("children", {"skipped": "not run"}),
         "storm": storm,
         "dead_letter": dead_letter,
         "sweeper": found["sweeper"],

@@ -45,7 +45,7 @@ from ackloop_dev.devstack.stack import (
     StackOptions,
     isolated_env,
 )
-from ackloop_dev.faults import FAULT_POINTS
+from ackloop_dev.faults import KNOWN_POINTS
 
 NOT_DUPLICATED = ("dead_letter",)
 """Functions the duplicating front never sends a second copy to."""
@@ -137,7 +137,7 @@ class ChaosStack:
         (self.marker_dir / marker_name(point)).unlink(missing_ok=True)
 
     def disarm_all(self) -> None:
-        for point in FAULT_POINTS:
+        for point in KNOWN_POINTS:
             (self.marker_dir / marker_name(point)).touch()
 
     def marker_time(self, point: str) -> float | None:
@@ -258,7 +258,8 @@ def _service_env(timing: Timing, marker_dir: Path) -> dict[str, dict[str, str]]:
     env = timing.service_env()
     for service, kind in (("model_step", "model"), ("tool_step", "tool")):
         env[service] = {**env.get(service, {}),
-                        "ACKLOOP_FAULT_CRASH_AT": f"{kind}:after_call,{kind}:after_commit",
+                        "ACKLOOP_FAULT_CRASH_AT": ",".join(
+                            p for p in KNOWN_POINTS if p.startswith(f"{kind}:")),
                         "ACKLOOP_FAULT_MARKER_DIR": str(marker_dir)}
     return env
 
@@ -271,7 +272,7 @@ def start_chaos_stack(config: ChaosConfig, directory: Path, *,
     logs = directory / "logs"
     marker_dir = directory / "fault-markers"
     marker_dir.mkdir(exist_ok=True)
-    for point in FAULT_POINTS:
+    for point in KNOWN_POINTS:
         (marker_dir / marker_name(point)).touch()
     tag = f"x{uuid.uuid4().hex[:8]}"
     canary = canary_key()

@@ -14,6 +14,17 @@ def _target(name: str, met: bool, detail: str) -> dict[str, Any]:
     return {"name": name, "met": bool(met), "detail": detail}
 
 
+def _children_target(ch: dict[str, Any]) -> dict[str, Any]:
+    name = ("child runs under kills: one child per call, every tree answered as fault-free, "
+            "nothing recorded twice, none stuck")
+    if "skipped" in ch:
+        return _target(name, True, f"skipped: {ch['skipped']}")
+    return _target(name, ch.get("ok", False),
+                   f"{ch.get('answers_ok')}/{ch.get('trees')} trees, {ch.get('children')} "
+                   f"children, kills {ch.get('kills')} (not fired {ch.get('kills_not_fired')}), "
+                   f"{ch.get('calls_without_one_child') or ch.get('problems') or 'ok'}")
+
+
 def evaluate_targets(f: dict[str, Any], *, quick: bool) -> list[dict[str, Any]]:
     """One entry per target: name, met, detail."""
     out, checks, rec, every = f["outcome"], f["checks"], f["recovery"], f["all_runs"]
@@ -56,6 +67,7 @@ def evaluate_targets(f: dict[str, Any], *, quick: bool) -> list[dict[str, Any]]:
                 f"order {f['followup'].get('transcript_order')}, queued "
                 f"{f['followup'].get('queued_on_arrival')}, "
                 f"{f['followup'].get('problems') or f['followup'].get('order_problems') or 'ok'}"),
+        _children_target(f.get("children", {})),
         _target("429 storm fails no more runs than the retry bound implies",
                 f["storm"].get("ok", False),
                 f"failed {f['storm'].get('failed')} (implied {f['storm'].get('failures_implied')}:"

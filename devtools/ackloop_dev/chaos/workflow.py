@@ -35,11 +35,13 @@ class Submitted:
 
 async def submit(publisher: PubSubPublisher, topic: str, template: Template, ref: str,
                  tag: str, *, conversation_id: str | None = None,
-                 options: RunOptions | None = None) -> Submitted:
-    """Publish the query of run ``ref`` (in its own conversation unless one is named)."""
+                 options: RunOptions | None = None, agent: str | None = None) -> Submitted:
+    """Publish the query of run ``ref`` (in its own conversation unless one is named; to the
+    default agent unless one is named)."""
     request_id = f"{tag}-{ref}"
     query = QueryMessage(request_id=request_id, text=question(template, ref),
-                         conversation_id=conversation_id, options=options or RunOptions())
+                         conversation_id=conversation_id, options=options or RunOptions(),
+                         agent=agent or "default")
     await publisher.publish(topic, query.model_dump_json().encode())
     run_id = run_id_for_request(request_id)
     return Submitted(ref, template, run_id, time.time(), conversation_id=conversation_id or run_id)
