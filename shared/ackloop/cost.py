@@ -101,6 +101,9 @@ class Cost(BaseModel):
     pubsub_bytes: int = 0
     requests: int = 0
     request_seconds: float = 0.0
+    children_usd: float = 0.0
+    """The part of ``usd`` that child runs spent (a run's sub-agents' calls, each child's
+    whole tree), counted once each call has its child's end."""
     price_table: str = PRICE_TABLE_DATE
     unpriced_models: list[str] = []
 
@@ -115,6 +118,11 @@ class Cost(BaseModel):
         amount goes below 0."""
         left = {name: max(0, getattr(self, name) - getattr(other, name)) for name in _SUMMED}
         return Cost(**left, price_table=self.price_table, unpriced_models=self.unpriced_models)
+
+    def as_child(self) -> Cost:
+        """A child run's cost as its parent counts it: all of it, and all of it its
+        children's."""
+        return self.model_copy(update={"children_usd": self.usd})
 
     @staticmethod
     def total(costs: list[Cost | None]) -> Cost:

@@ -399,7 +399,7 @@ def test_show_prints_the_tree_of_child_runs_and_json_nests_them(cli: Cli, fake_s
     researcher_used = Usage(model_calls=3, tool_calls=1, total_tokens=300)  # librarian's too
     critic_used = Usage(model_calls=1, total_tokens=50)
     planner = _run("run-planner", created=now - 10, agent="planner", stop=StopReason.ANSWERED,
-                   answer="A plan.", cost=Cost(usd=0.003, requests=3),
+                   answer="A plan.", cost=Cost(usd=0.003, requests=3), handed_to="writer",
                    usage=Usage(model_calls=2, tool_calls=2, total_tokens=200)
                    .with_child(researcher_used).with_child(critic_used))
 
@@ -438,6 +438,7 @@ def test_show_prints_the_tree_of_child_runs_and_json_nests_them(cli: Cli, fake_s
         "6 model call(s), 3 tool call(s), 550 token(s): its own 2 model call(s), 2 tool call(s), "
         "200 token(s); its child runs' 4 model call(s), 1 tool call(s), 350 token(s)")
     assert "parent" not in fields
+    assert fields["agent"] == "planner (handed to writer)"  # a hand-off ended it
     assert len(steps.splitlines()) == 5  # the header and the planner's own 4 steps
     assert tree.splitlines() == [
         "child runs (agent, run, status, cost, tokens):",
@@ -448,6 +449,7 @@ def test_show_prints_the_tree_of_child_runs_and_json_nests_them(cli: Cli, fake_s
 
     as_json = json.loads(cli("runs", "show", planner.run_id, "--json", "--directory", d).stdout)
     assert as_json["children_cost"]["usd"] == pytest.approx(0.0012)
+    assert as_json["handed_to"] == "writer"
     assert as_json["usage"]["children"] == as_json["children_usage"] == {
         "model_calls": 4, "tool_calls": 1, "prompt_tokens": 0, "output_tokens": 0,
         "total_tokens": 350}

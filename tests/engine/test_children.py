@@ -253,7 +253,7 @@ async def test_what_a_child_spent_of_its_parents_budget_the_parent_cannot_spend_
     assert run.usage.children == child.usage
 
 
-async def test_the_run_finished_line_has_the_childrens_usage_apart(
+async def test_the_run_finished_line_has_the_childrens_usage_and_cost_apart(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
@@ -276,6 +276,12 @@ async def test_the_run_finished_line_has_the_childrens_usage_apart(
     assert kid["parent_run_id"] == run.run_id and "children_usage" not in kid
     assert "children" not in kid["usage"]
     assert kid["cost"]["usd"] == pytest.approx(child.cost.usd if child.cost else 0.0)
+    # Its cost too: all of the child's is in the parent's, and apart.
+    assert child.cost is not None and child.cost.usd > 0
+    assert parent["children_usd"] == parent["cost"]["children_usd"] == pytest.approx(
+        child.cost.usd)
+    assert parent["cost"]["usd"] > parent["children_usd"]
+    assert "children_usd" not in kid and kid["cost"]["children_usd"] == 0
 
 
 async def test_the_depth_limit_and_a_cycle_are_refused_with_an_error_the_model_reads() -> None:

@@ -137,6 +137,10 @@ class RunSummary(BaseModel):
     usage: Usage = Field(description=RUN_USAGE)
     cost: Cost | None = Field(default=None, description=RUN_COST)
     trace_id: str | None = Field(default=None, description="The run's trace (32 hex digits).")
+    handed_to: str | None = Field(
+        default=None, description="The agent a hand-off (`Agent.as_handoff`) gave the "
+        "conversation to, whose turn ended the run (null when the run's own agent ended it); "
+        "a later run of the conversation naming no agent is that agent's.")
 
     @classmethod
     def of(cls, run: RunRecord) -> RunSummary:
@@ -147,7 +151,7 @@ class RunSummary(BaseModel):
             budget_stop=run.budget_stop, answer=run.answer,
             output=run.output, error=run.error, created_at=run.created_at,
             finished_at=run.finished_at, cancel_requested=run.cancel_requested, usage=run.usage,
-            cost=run.cost, trace_id=run.trace_id,
+            cost=run.cost, trace_id=run.trace_id, handed_to=run.handed_to,
         )
 
 

@@ -139,7 +139,8 @@ def show(
     took = f"{run.finished_at - run.created_at:.2f} s" if run.finished_at else "-"
     fields = [
         ("run", run.run_id), ("request", run.request_id), ("conversation", run.conversation_id),
-        ("agent", run.agent), ("status", _status(run)),
+        ("agent", run.agent + (f" (handed to {run.handed_to})" if run.handed_to else "")),
+        ("status", _status(run)),
         ("model", run.model + (f"; answered by {by}" if (by := followed.answered_by()) else "")),
         ("question", run.text.replace("\n", " ")),
         ("answer", answer_text(run) if followed.answered else "-"),

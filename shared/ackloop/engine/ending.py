@@ -68,10 +68,10 @@ def log_finished(run: RunRecord, end: RunEnd, now: float) -> None:
     """The one line a run's end logs, after the commit that ended it (a redelivery finds the
     run ended and commits nothing, so it logs nothing).
 
-    ``steps`` are the run's own; ``usage`` counts its child runs' too, and a run that has
-    children has their part apart (``usage.children``, ``children_usage``). Their cost is in
-    ``cost`` but not apart (no step carries it): each child's own line has it, and names its
-    parent (``parent_run_id``)."""
+    ``steps`` are the run's own; ``usage`` and ``cost`` count its child runs' too, and a run
+    that has children has their part apart (``usage.children``, ``children_usage``;
+    ``cost.children_usd``, ``children_usd``). Each child's own line names its parent
+    (``parent_run_id``)."""
     own = end.usage.own()
     fields: dict[str, Any] = {
         "run_id": run.run_id, "agent": run.agent, "conversation_id": run.conversation_id,
@@ -83,6 +83,8 @@ def log_finished(run: RunRecord, end: RunEnd, now: float) -> None:
     }
     if end.usage.children is not None:
         fields["children_usage"] = end.usage.children.model_dump(mode="json")
+    if end.cost is not None and end.cost.children_usd:
+        fields["children_usd"] = end.cost.children_usd
     if run.parent_run_id is not None:
         fields["parent_run_id"] = run.parent_run_id
     log.info("run finished", extra={"fields": fields})

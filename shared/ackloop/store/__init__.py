@@ -1215,7 +1215,7 @@ class AgentStore:
         if claim.step.wait_cost is not None:  # the delivery that recorded its wait
             cost = cost.plus(claim.step.wait_cost)
         if decision.child_cost is not None:  # a sub-agent's call: its child run's cost
-            cost = cost.plus(decision.child_cost)
+            cost = cost.plus(decision.child_cost.as_child())
         total = Cost.total([carried if carried is not None else run.cost, *rolls_up, cost])
         if end is not None:
             end = replace(end, cost=total)

@@ -447,7 +447,7 @@ function renderRun(run, parts) {
   const fact = (name, value) => [h("dt", {}, name), h("dd", {}, value)];
   parts.facts.replaceChildren(
     ...fact("Question", run.text),
-    ...fact("Agent", `${run.agent} (${run.model})`),
+    ...fact("Agent", `${run.agent} (${run.model})${run.handed_to ? `; handed to ${run.handed_to}` : ""}`),
     ...fact("Conversation", h("a", { href: "#/", onclick: () => {
       filters.conversation_id = run.conversation_id;
     } }, run.conversation_id)),
