@@ -90,6 +90,11 @@ class StaleRead(AckloopError):
     conversation or a transcript chunk changed since it was read): read again and decide again."""
 
 
+class RunKeptChanging(RetryableError):
+    """A step read the run again after each commit a change of the run refused, and it kept
+    changing: the delivery is tried again later (nothing was written)."""
+
+
 class ConversationBusy(RetryableError):
     """The conversation has a run in progress; a new turn waits until it ends."""
 

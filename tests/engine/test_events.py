@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ackloop.docdb.base import Write
 from ackloop.engine import approval, events
 from ackloop.engine.ingest import start_run
 from ackloop.keys import StepKey, run_id_for_request
@@ -128,6 +129,41 @@ async def test_an_event_that_lands_between_the_read_and_the_waiting_commit_is_no
     await loop.run_until_idle()
     assert raced and seen == [{"order": "A7", "event": {"tracking": "T-9"}}]
     assert loop.answers[0].status == "completed" and not loop.notices
+
+
+async def test_a_run_that_changes_at_every_waiting_commit_still_finds_its_event_at_once(
+) -> None:
+    """The run changes between the step's read and each of its waiting commits, more times
+    than a turn of a few parallel calls makes it (their waits, their events, their decisions),
+    and the event is kept with the last change: the step runs with it in that one delivery,
+    without an error and a redelivery."""
+    seen: list[dict[str, Any]] = []
+    loop = make_loop(model(("await_shipment", {"order": "A7"})), shipping_tools(seen),
+                     settings=SETTINGS)
+    store = loop.deps.store
+    wait_step = store.wait_step
+    changes = 8  # twice the attempts a waiting step used to make
+
+    async def busy_wait_step(*args: Any, **kwargs: Any) -> None:
+        run_id = run_id_for_request("busy")
+        if len(raced) < changes - 1:  # another writer's commit on the run
+            raced.append(True)
+            await store.db.commit([Write("update", store.run_path(run_id),
+                                         {"progress_at": float(len(raced))})])
+        elif len(raced) == changes - 1:
+            raced.append(True)
+            await store.receive_event(run_id, "shipped:A7", shipped(loop, "T-9"))
+        await wait_step(*args, **kwargs)
+
+    raced: list[bool] = []
+    store.wait_step = busy_wait_step  # type: ignore[method-assign]
+    await loop.submit(QueryMessage(request_id="busy", text="ship A7"))
+    await loop.run_until_idle()
+    assert len(raced) == changes
+    assert seen == [{"order": "A7", "event": {"tracking": "T-9"}}]
+    assert loop.answers[0].status == "completed" and not loop.notices
+    tool = loop.deliveries("tool")
+    assert len(tool) == 1 and tool[0].outcome.acknowledged, tool
 
 
 async def test_the_same_event_again_is_a_repeat_and_another_one_is_refused() -> None:

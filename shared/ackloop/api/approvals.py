@@ -1,9 +1,10 @@
 """Deciding a tool call that waits for a person: ``POST /runs/{run_id}/approvals/{step}``.
 
-The decision is recorded on the step with who decided (the caller) and when, in one
-transaction: the first decision wins, the same one again answers the recorded decision (200),
-another one 409. The step's message is then published again and the step resumes through the
-ordinary path (:mod:`ackloop.engine.approval`). Owner-checked like every run route.
+The decision is recorded on the step with who decided (the caller) and when, in one commit
+conditional on the step as read: the first decision wins, the same one again answers the
+recorded decision (200), another one 409. The step's message is then published again and the
+step resumes through the ordinary path (:mod:`ackloop.engine.approval`). Owner-checked like
+every run route.
 """
 
 from __future__ import annotations

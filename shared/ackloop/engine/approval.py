@@ -8,11 +8,12 @@ lease is renewed and nothing is redelivered. The same commit moves the run's ``p
 (the sweeper's clock) to the deadline. An event's arrival is a decision like a person's
 (``received``, with its payload: :mod:`ackloop.engine.events`); what follows is the same.
 
-A decision is recorded on the step in one transaction (:meth:`AgentStore.decide_step`: the
-first one wins), then the step's message, the model step's committed outbox entry for it, is
-published again, so the step resumes through the ordinary path and the ledger check holds. If
-that publish is lost, the decision moved the run's ``progress_at``, and the sweeper re-sends
-the message of a decided step that still waits once the run has been idle for
+A decision is recorded on the step in one commit conditional on the step and the run as read
+(:meth:`AgentStore.decide_step`: the first one wins), then the step's message, the model
+step's committed outbox entry for it, is published again, so the step resumes through the
+ordinary path and the ledger check holds. If that publish is lost, the decision moved the run's
+``progress_at``, and the sweeper re-sends the message of a decided step that still waits once
+the run has been idle for
 ``sweep_stale_seconds``. At the deadline the sweeper records a rejection the same way.
 """
 
@@ -26,7 +27,7 @@ from typing import Literal
 from ackloop.engine import spend
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import send
-from ackloop.errors import StaleRead
+from ackloop.errors import RunKeptChanging, StaleRead
 from ackloop.keys import StepKey
 from ackloop.records import (
     DEADLINE,
@@ -52,7 +53,11 @@ class WaitCancelled(Exception):
 
 CANCEL = "cancel"
 """Who decided the waiting steps of a run whose cancel was requested."""
-WAIT_COMMIT_ATTEMPTS = 4
+WAIT_COMMIT_ATTEMPTS = 16
+"""Waiting commits a step tries, reading the run again after each one a change of the run
+refused. Each refusal is another writer's commit on the run (another call of the turn starting
+or ending its wait, an event kept, a decision): a turn of parallel calls whose children end
+while the others record their waits changes it several times in a few milliseconds."""
 
 
 def find_tool(toolbox: object, name: str) -> Tool | None:
@@ -150,7 +155,11 @@ async def wait_for_decision(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
                 return None
             read = fresh
     else:
-        raise StaleRead(f"step {claim.key} of {claim.run_id}: the run kept changing")
+        # Still the run's news first: the change that refused the last commit may be the event.
+        if wait.event is not None and (arrived := read.record.received.get(wait.event)):
+            return await deps.store.event_payload(claim.run_id, wait.event, arrived)
+        raise RunKeptChanging(f"step {claim.key} of {claim.run_id}: the run kept changing "
+                              "while the step recorded its wait", retry_after=1.0)
     log.info("run %s step %s waits for %s of %s until %.0f", claim.run_id, claim.key,
              f"event {wait.event!r}" if wait.event else "approval", wait.tool.name,
              waiting.deadline)

@@ -1,6 +1,7 @@
 """Named events delivered to a run: ``POST /runs/{id}/events/{name}`` or the queries topic.
 
-An event is kept on the run first (:meth:`AgentStore.receive_event`, one transaction: the
+An event is kept on the run first (:meth:`AgentStore.receive_event`, one commit conditional on the
+run as read: the
 first event of a name wins, the same one again is recognised; the run document records who
 sent it and its payload's digest, the payload goes to ``runs/{run_id}/events/{name}``, so no
 number or size of events can grow the run document past Firestore's limit and leave the run

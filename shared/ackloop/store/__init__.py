@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from ackloop import outgoing
 from ackloop.cost import Cost
@@ -199,6 +199,10 @@ def _same_decision(a: StepDecision, b: StepDecision) -> bool:
                                                           b.payload)
 
 
+OPTIMISTIC_ATTEMPTS = 20
+"""Reads a conditional read-modify-write may take before it gives up (the documents kept
+changing): each refused commit means another writer's commit went through."""
+T = TypeVar("T")
 MAX_RECEIVED_EVENTS = 64
 """Distinct event names a run may receive: they live on the run document (1 MiB at most)."""
 
@@ -907,7 +911,9 @@ class AgentStore:
                           kind: Literal["approval", "event"] | None = None
                           ) -> tuple[StepRecord, bool]:
         """Record ``decision`` on a waiting step (one waiting for ``kind``, when given), with
-        the run's clock (its ``progress_at`` and the time it waited), in one transaction.
+        the run's clock (its ``progress_at`` and the time it waited), in one commit
+        conditional on both as read (read again if either changed: see
+        :meth:`receive_event`).
         Returns the step and whether this call decided it; the same decision again returns
         the recorded one.
 
@@ -917,16 +923,16 @@ class AgentStore:
         Raises :class:`DecisionRefused` for a step that is missing, not waiting (for
         ``kind``), or decided otherwise."""
 
-        async def body(txn: Transaction) -> tuple[StepRecord, bool]:
-            run_snap = await txn.get(self.run_path(run_id))
-            snap = await txn.get(self.step_path(run_id, key))
+        def body(snaps: list[Snapshot | None]
+                 ) -> tuple[list[Write], tuple[StepRecord, bool]]:
+            run_snap, snap = snaps
             if run_snap is None or snap is None:
                 raise DecisionRefused(404, "not_found", f"run {run_id} has no step {key}")
             step = StepRecord.model_validate(snap.data)
             run = RunRecord.model_validate(run_snap.data)
             if step.decision is not None:
                 if _same_decision(step.decision, decision):
-                    return step, False
+                    return [], (step, False)
                 raise DecisionRefused(409, "already_decided", (
                     f"step {key} was already decided: {step.decision.decision} by "
                     f"{step.decision.by}"))
@@ -944,24 +950,34 @@ class AgentStore:
                 # Too late: the step is rejected as at its deadline, as the sweeper would have
                 # (the caller sees that decision instead of theirs).
                 made = StepDecision(decision="reject", by=DEADLINE, at=step.waiting.deadline)
-            txn.write(Write("update", snap.path, {"decision": made.to_doc()}))
             waited = made.at - max(step.waiting.since, run.wait_ended_at)
             # A late decision is made as at its deadline, which may be before an overlapping
             # wait's decision already counted: the time counted so far never moves back.
-            txn.write(Write("update", run_snap.path, {
-                "progress_at": made.at, "wait_ended_at": max(run.wait_ended_at, made.at),
-                "waited_seconds": run.waited_seconds + max(0.0, waited)}))
-            return step.model_copy(update={"decision": made}), True
+            return [Write("update", snap.path, {"decision": made.to_doc()},
+                          if_version=snap.version),
+                    Write("update", run_snap.path, {
+                        "progress_at": made.at, "wait_ended_at": max(run.wait_ended_at, made.at),
+                        "waited_seconds": run.waited_seconds + max(0.0, waited)},
+                        if_version=run_snap.version)], (step.model_copy(
+                            update={"decision": made}), True)
 
-        return await self.db.transact(body)
+        return await self._read_then_commit(
+            [self.run_path(run_id), self.step_path(run_id, key)], body,
+            f"run {run_id} step {key}: decision")
 
     async def receive_event(self, run_id: str, name: str, event: ReceivedEvent,
                             owner: str | None = None) -> tuple[ReceivedEvent, bool, RunRecord]:
-        """Keep ``event`` on the run under ``name``, in one transaction that rewrites the run
+        """Keep ``event`` on the run under ``name``, in one commit that rewrites the run
         document (which makes a concurrent waiting commit fail and read it again: see
         :func:`ackloop.engine.approval.wait_for_decision`). Returns the event kept, whether
         this call kept it (the same event again, same payload and id, returns the kept one),
-        and the run as the transaction read it.
+        and the run as read.
+
+        Optimistic, not a transaction: the commit is conditional on the run document as read,
+        and a commit refused because the run changed reads again. Two senders at once (the
+        ends of a run's parallel child runs, or a child's end beside a call recording its
+        wait) each read and write the run: in transactions, whose reads lock, each would wait
+        for the other's lock until one times out.
 
         ``owner``: the sender acts as this caller, and a run of another owner is missing for
         them (None: the sender may reach every run, as the CLI with the database's rights).
@@ -972,8 +988,9 @@ class AgentStore:
 
         digest = payload_digest(event.payload)
 
-        async def body(txn: Transaction) -> tuple[ReceivedEvent, bool, RunRecord]:
-            snap = await txn.get(self.run_path(run_id))
+        def body(snaps: list[Snapshot | None]) -> tuple[list[Write],
+                                                        tuple[ReceivedEvent, bool, RunRecord]]:
+            (snap,) = snaps
             if snap is None:
                 raise DecisionRefused(404, "not_found", f"run {run_id} not found")
             run = RunRecord.model_validate(snap.data)
@@ -984,8 +1001,8 @@ class AgentStore:
                 same = (kept.digest == digest if kept.digest is not None
                         else kept.payload == event.payload)
                 if same and kept.id == event.id:
-                    return kept.model_copy(update={"payload": event.payload,
-                                                   "digest": None}), False, run
+                    return [], (kept.model_copy(update={"payload": event.payload,
+                                                        "digest": None}), False, run)
                 raise DecisionRefused(409, "already_received", (
                     f"run {run_id} already received an event {name!r} (from {kept.by}) with "
                     "another payload or id: each name is received once per run"))
@@ -997,13 +1014,35 @@ class AgentStore:
                     "keeps"))
             # The payload goes to a document of its own; the run keeps who sent what, when.
             mark = event.model_copy(update={"payload": {}, "digest": digest})
-            txn.write(Write("update", snap.path, {"progress_at": event.at},
-                            into={"received": {name: mark.to_doc()}}))
-            txn.write(Write("set", self.event_path(run_id, name),
-                            event.to_doc() | self._live_expiry(event.at)))
-            return event, True, run
+            return [Write("update", snap.path, {"progress_at": event.at},
+                          into={"received": {name: mark.to_doc()}}, if_version=snap.version),
+                    Write("set", self.event_path(run_id, name),
+                          event.to_doc() | self._live_expiry(event.at))], (event, True, run)
 
-        return await self.db.transact(body)
+        return await self._read_then_commit([self.run_path(run_id)], body,
+                                            f"run {run_id}: event {name!r}")
+
+    async def _read_then_commit(
+        self, paths: list[str],
+        body: Callable[[list[Snapshot | None]], tuple[list[Write], T]], what: str,
+    ) -> T:
+        """Read ``paths`` (one batch read), let ``body`` decide the writes (each update
+        conditional on the version it read) and the result, and commit them; read again and
+        decide again when the commit is refused because a document changed meanwhile.
+
+        The optimistic form of a read-modify-write transaction, for documents that several
+        senders write at once: a refused commit costs a read, never a lock wait. Raises
+        :class:`StorageUnavailable` (retried by redelivery) if they kept changing."""
+        for _ in range(OPTIMISTIC_ATTEMPTS):
+            writes, result = body(await self.db.get_all(paths))
+            if not writes:
+                return result
+            try:
+                await self.db.commit(writes)
+                return result
+            except PreconditionFailed:
+                continue  # written concurrently: read again
+        raise StorageUnavailable(f"{what}: the documents kept changing", retry_after=1.0)
 
     async def event_payload(self, run_id: str, name: str, event: ReceivedEvent) -> ReceivedEvent:
         """``event`` as the run keeps it under ``name``, with its payload (read from its own
