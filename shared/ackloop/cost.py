@@ -5,6 +5,9 @@ on that date (list prices in USD, paid tier, no free tier, no committed-use or b
 
 - Gemini: ai.google.dev/gemini-api/docs/pricing, per 1M tokens, text input and output
   (output includes thinking tokens); the Pro models at their prompt-up-to-200k-tokens tier.
+  Input tokens Gemini served from its cache (``cachedContentTokenCount``: implicit caching of
+  a repeated request prefix) at the page's context-caching price, a tenth of the input price
+  for the 2.5 and 3 models and $0.025 for 2.0 Flash (implicit caching bills no storage).
   Vertex AI lists the same prices for these models.
 - Firestore: cloud.google.com/firestore/pricing, Standard edition, regional ``us-central1``:
   $0.03 per 100,000 document reads, $0.09 per 100,000 writes, $0.01 per 100,000 deletes
@@ -22,8 +25,9 @@ worked out again from them. Check the pages before quoting a bill.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 PRICE_TABLE_DATE = "2026-11-30"
 TIB = 2**40
@@ -37,15 +41,17 @@ class GeminiPrice:
 
     input_per_million: float
     output_per_million: float
+    cached_input_per_million: float
+    """Input tokens served from Gemini's cache."""
 
 
 GEMINI_PRICES: dict[str, GeminiPrice] = {
-    "gemini-3-flash-preview": GeminiPrice(0.50, 3.00),
-    "gemini-3-pro-preview": GeminiPrice(2.00, 12.00),
-    "gemini-2.5-pro": GeminiPrice(1.25, 10.00),
-    "gemini-2.5-flash": GeminiPrice(0.30, 2.50),
-    "gemini-2.5-flash-lite": GeminiPrice(0.10, 0.40),
-    "gemini-2.0-flash": GeminiPrice(0.10, 0.40),
+    "gemini-3-flash-preview": GeminiPrice(0.50, 3.00, 0.05),
+    "gemini-3-pro-preview": GeminiPrice(2.00, 12.00, 0.20),
+    "gemini-2.5-pro": GeminiPrice(1.25, 10.00, 0.125),
+    "gemini-2.5-flash": GeminiPrice(0.30, 2.50, 0.03),
+    "gemini-2.5-flash-lite": GeminiPrice(0.10, 0.40, 0.01),
+    "gemini-2.0-flash": GeminiPrice(0.10, 0.40, 0.025),
 }
 
 
@@ -96,6 +102,8 @@ class Cost(BaseModel):
     cloud_run_usd: float = 0.0
     prompt_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
+    """Of ``prompt_tokens``, those served from Gemini's cache (priced at the cached rate)."""
     firestore_reads: int = 0
     firestore_writes: int = 0
     pubsub_bytes: int = 0
@@ -106,6 +114,16 @@ class Cost(BaseModel):
     whole tree), counted once each call has its child's end."""
     price_table: str = PRICE_TABLE_DATE
     unpriced_models: list[str] = []
+
+    @model_serializer(mode="wrap")
+    def _no_empty_parts(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Every step document carries its cost: the parts most costs lack stay out of it.
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in ("cached_tokens", "children_usd"):
+                if data.get(name, None) == 0:
+                    del data[name]
+        return data
 
     def plus(self, other: Cost) -> Cost:
         """The two together (a roll-up): every count and amount summed."""
@@ -144,6 +162,8 @@ class Spend:
     model: str | None = None
     prompt_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
+    """Of ``prompt_tokens``, those Gemini served from its cache."""
     firestore_reads: int = 0
     firestore_writes: int = 0
     pubsub_bytes: int = 0
@@ -161,7 +181,9 @@ def price(spend: Spend, prices: PriceTable = PRICES) -> Cost:
         if per is None:
             unpriced = [spend.model]
         else:
-            gemini = (spend.prompt_tokens * per.input_per_million
+            cached = min(spend.cached_tokens, spend.prompt_tokens)
+            gemini = ((spend.prompt_tokens - cached) * per.input_per_million
+                      + cached * per.cached_input_per_million
                       + spend.output_tokens * per.output_per_million) / 1_000_000
     firestore = (spend.firestore_reads * prices.firestore_read
                  + spend.firestore_writes * prices.firestore_write)
@@ -172,6 +194,7 @@ def price(spend: Spend, prices: PriceTable = PRICES) -> Cost:
         usd=gemini + firestore + pubsub + cloud_run,
         gemini_usd=gemini, firestore_usd=firestore, pubsub_usd=pubsub, cloud_run_usd=cloud_run,
         prompt_tokens=spend.prompt_tokens, output_tokens=spend.output_tokens,
+        cached_tokens=spend.cached_tokens,
         firestore_reads=spend.firestore_reads, firestore_writes=spend.firestore_writes,
         pubsub_bytes=spend.pubsub_bytes, requests=1, request_seconds=spend.request_seconds,
         price_table=prices.date, unpriced_models=unpriced,

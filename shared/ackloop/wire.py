@@ -69,7 +69,8 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-USAGE_COUNTS = ("model_calls", "tool_calls", "prompt_tokens", "output_tokens", "total_tokens")
+USAGE_COUNTS = ("model_calls", "tool_calls", "prompt_tokens", "output_tokens", "total_tokens",
+                "cached_tokens", "thinking_tokens")
 """What a :class:`Usage` counts (its fields but ``children``)."""
 
 
@@ -86,6 +87,12 @@ class Usage(WireModel):
     prompt_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     total_tokens: int = Field(default=0, ge=0)
+    cached_tokens: int = Field(
+        default=0, ge=0, description="Of `prompt_tokens`, those Gemini served from its cache "
+        "(a repeated start of the request; billed at the cached rate); left out when 0.")
+    thinking_tokens: int = Field(
+        default=0, ge=0, description="Of `output_tokens`, the model's thinking; left out "
+        "when 0.")
     children: Usage | None = Field(
         default=None,
         description="The part of these figures that the run's child runs used (its sub-agents' "
@@ -96,9 +103,14 @@ class Usage(WireModel):
     @model_serializer(mode="wrap")
     def _no_empty_children(self, handler: SerializerFunctionWrapHandler) -> Any:
         # A run without children carries, stores and shows exactly what it did before.
+        # The same for the cache's and the thinking's parts when there are none: a step message
+        # grows only by what a model actually reported.
         data = handler(self)
-        if isinstance(data, dict) and data.get("children", 0) is None:
-            del data["children"]
+        if isinstance(data, dict):
+            for name, empty in (("children", None), ("cached_tokens", 0),
+                                ("thinking_tokens", 0)):
+                if name in data and data[name] == empty:
+                    del data[name]
         return data
 
     def plus(self, other: Usage) -> Usage:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -22,14 +23,14 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.spend import rolled_up
 from ackloop.inprocess import InProcessLoop
 from ackloop.keys import run_id_for_request
-from ackloop.model.base import ModelTurn
+from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunLimits, RunRecord, RunStatus, StepRecord
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
 from ackloop.wire import QueryMessage, Usage
-from tests.engine.fakes import CountingToolbox
+from tests.engine.fakes import CountingToolbox, make_loop
 from tests.engine.test_guarantees import deliver, deliver_all, take
 from tests.engine.test_holes import dead_letter
 from tests.store.conftest import db  # noqa: F401  (the fixture: memory, then the emulator)
@@ -304,3 +305,75 @@ async def test_a_redriven_run_counts_each_step_once_in_its_cost_and_its_conversa
     assert conversation is not None and conversation.cost is not None
     assert conversation.usage == run.usage
     assert_sum(conversation.cost, [run.cost])
+
+
+def test_tokens_from_geminis_cache_are_priced_at_the_cached_rate() -> None:
+    """Of 1M prompt tokens, 800k served from the cache: those at the context-caching price
+    (a tenth of the input price for gemini-2.5-flash), the other 200k at the input price."""
+    full = price(Spend(model="gemini-2.5-flash", prompt_tokens=1_000_000, output_tokens=0))
+    cached = price(Spend(model="gemini-2.5-flash", prompt_tokens=1_000_000, output_tokens=0,
+                         cached_tokens=800_000))
+    assert full.gemini_usd == pytest.approx(0.30)
+    assert cached.gemini_usd == pytest.approx(0.2 * 0.30 + 0.8 * 0.03)
+    assert cached.cached_tokens == 800_000 and cached.prompt_tokens == 1_000_000
+    # A count larger than the prompt's (a malformed answer) is capped at the prompt.
+    assert price(Spend(model="gemini-2.5-flash", prompt_tokens=10, cached_tokens=50)
+                 ).gemini_usd == pytest.approx(10 * 0.03 / 1e6)
+    for name, per in PRICES.gemini.items():
+        assert 0 < per.cached_input_per_million < per.input_per_million, name
+    # Rolled up, the cached count is summed like the others.
+    assert Cost.total([cached, cached]).cached_tokens == 1_600_000
+
+
+def test_a_usage_or_a_cost_without_cache_or_thinking_is_stored_as_before() -> None:
+    """The new parts are left out when empty: a step message or a step's cost grows only by
+    what a model reported."""
+    plain = Usage(model_calls=1, prompt_tokens=5, output_tokens=2, total_tokens=7)
+    assert set(plain.model_dump(mode="json")) == {"model_calls", "tool_calls", "prompt_tokens",
+                                                   "output_tokens", "total_tokens"}
+    reported = plain.model_copy(update={"cached_tokens": 3, "thinking_tokens": 1})
+    assert reported.model_dump(mode="json")["cached_tokens"] == 3
+    assert Usage.model_validate(reported.model_dump(mode="json")) == reported
+    assert reported.plus(reported).cached_tokens == 6
+    assert "cached_tokens" not in Cost(usd=1.0).model_dump(mode="json")
+    assert "children_usd" not in Cost(usd=1.0).model_dump(mode="json")
+    assert Cost.model_validate(Cost(cached_tokens=4).model_dump(mode="json")).cached_tokens == 4
+
+
+async def test_a_model_step_records_the_tokens_gemini_served_from_its_cache() -> None:
+    """Through the real google-genai client against the fake Gemini server, which reports a
+    repeated request prefix as cached (``cachedContentTokenCount``): the second model step
+    repeats the first one's instructions, tools and question, so its usage counts them
+    cached, and its cost prices them at the cached rate."""
+    from ackloop.model.gemini import GeminiModel
+    from ackloop_dev.fakes.gemini_rest import prompt_tokens, request_from_rest
+    from ackloop_dev.fakes.gemini_server import FakeGeminiServer
+
+    def script(request: ModelRequest) -> ModelTurn:
+        if len(request.contents) == 1:
+            return calls_turn([("lookup", {"key": "k"})], request=request)
+        return text_turn("found it", request=request)
+
+    with FakeGeminiServer(script, cache_min_tokens=1) as server:
+        model = GeminiModel(api_key="k", base_url=server.url, timeout_seconds=5.0)
+        loop = make_loop(model, CountingToolbox({"lookup": "v"}))
+        loop.deps = replace(loop.deps, settings=loop.deps.settings.model_copy(
+            update={"model": "gemini-2.5-flash"}))
+        await loop.submit(QueryMessage(request_id="cached", text="look it up"))
+        await loop.run_until_idle()
+        requests = server.requests
+    assert loop.answers[0].answer == "found it"
+    steps = {s.key: s for s in await loop.deps.store.list_steps(run_id_for_request("cached"))}
+    first, second = steps["0000-model"], steps["0001-model"]
+    assert first.usage.cached_tokens == 0 and second.usage.prompt_tokens > 0
+    # What the second request repeats of the first: its instructions, tools and question.
+    asked = request_from_rest(requests[1].model, requests[1].body)
+    repeated = prompt_tokens(asked.model_copy(update={"contents": asked.contents[:1]}))
+    assert second.usage.cached_tokens == repeated > 0
+    assert second.cost is not None and second.cost.cached_tokens == repeated
+    per = PRICES.gemini["gemini-2.5-flash"]
+    uncached = second.usage.prompt_tokens - second.usage.cached_tokens
+    assert second.cost.gemini_usd == pytest.approx(
+        (uncached * per.input_per_million + second.usage.cached_tokens
+         * per.cached_input_per_million + second.usage.output_tokens
+         * per.output_per_million) / 1e6)

@@ -1,18 +1,22 @@
 """Translate between Gemini REST JSON (camelCase) and ackloop's model types, for the fake server.
 
 Parsing goes through google-genai's own models, so the fake server reads a request exactly as the
-SDK wrote it. Thought signatures are sent back in standard base64, as the real API does.
+SDK wrote it. Thought signatures are sent back in standard base64, as the real API does. Token
+counts are :func:`ackloop.model.turns.estimate_usage`'s word counts.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 from typing import Any
 
 from google.genai import types
 
 from ackloop.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.turns import estimate_usage
 
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
@@ -52,8 +56,58 @@ def request_from_rest(model: str, body: JsonDict) -> ModelRequest:
     )
 
 
-def response_to_rest(turn: ModelTurn, model: str) -> JsonDict:
-    """A ``GenerateContentResponse`` body carrying ``turn``."""
+def prompt_tokens(request: ModelRequest) -> int:
+    """The request's prompt token count, as ``usageMetadata.promptTokenCount`` reports it for
+    the built-in policies: system instruction, contents and tools."""
+    return estimate_usage(request, []).prompt_tokens
+
+
+def too_many_tokens_message(tokens: int, limit: int) -> str:
+    """Gemini's 400 message for a request above the model's input limit, word for word."""
+    return (f"The input token count ({tokens}) exceeds the maximum number of tokens allowed "
+            f"({limit}).")
+
+
+def prefix_digests(body: JsonDict) -> list[bytes]:
+    """Digests of a ``generateContent`` body's cumulative prefixes: the first covers the system
+    instruction and tools, the next one adds the first content, and so on, one more content
+    each. Two bodies share a digest when those leading pieces are the same JSON (canonical: keys
+    sorted, no spaces), so a digest stands for a prefix an implicit cache could reuse."""
+    digest = hashlib.sha256()
+    digests: list[bytes] = []
+    pieces: list[object] = [
+        {"systemInstruction": body.get("systemInstruction"), "tools": body.get("tools")},
+        *(body.get("contents") or []),
+    ]
+    for piece in pieces:
+        data = json.dumps(piece, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          default=str).encode()
+        digest.update(len(data).to_bytes(8, "big") + data)
+        digests.append(digest.copy().digest())
+    return digests
+
+
+def response_to_rest(turn: ModelTurn, model: str, *, cached_tokens: int = 0) -> JsonDict:
+    """A ``GenerateContentResponse`` body carrying ``turn``.
+
+    ``cachedContentTokenCount`` is there when ``cached_tokens`` is (capped at the prompt's count,
+    which includes them, as Gemini's does); ``thoughtsTokenCount`` when the turn has thought
+    parts, their words taken out of ``candidatesTokenCount`` (the total stays the same).
+    """
+    usage = turn.usage
+    thought_parts = [part for part in turn.parts if part.get("thought")]
+    thoughts = (min(estimate_usage(None, thought_parts).output_tokens, usage.output_tokens)
+                if thought_parts else 0)
+    metadata: JsonDict = {
+        "promptTokenCount": usage.prompt_tokens,
+        "candidatesTokenCount": usage.output_tokens - thoughts,
+        "totalTokenCount": usage.total_tokens,
+    }
+    cached = min(cached_tokens, usage.prompt_tokens)
+    if cached > 0:
+        metadata["cachedContentTokenCount"] = cached
+    if thoughts:
+        metadata["thoughtsTokenCount"] = thoughts
     return {
         "candidates": [
             {
@@ -62,17 +116,15 @@ def response_to_rest(turn: ModelTurn, model: str) -> JsonDict:
                 "index": 0,
             }
         ],
-        "usageMetadata": {
-            "promptTokenCount": turn.usage.prompt_tokens,
-            "candidatesTokenCount": turn.usage.output_tokens,
-            "totalTokenCount": turn.usage.total_tokens,
-        },
+        "usageMetadata": metadata,
         "modelVersion": turn.model_version or model,
         "responseId": "fake-" + model,
     }
 
 
-def stream_chunks(turn: ModelTurn, model: str, chunk_chars: int) -> list[JsonDict]:
+def stream_chunks(
+    turn: ModelTurn, model: str, chunk_chars: int, *, cached_tokens: int = 0
+) -> list[JsonDict]:
     """``turn`` as the chunks of a ``streamGenerateContent`` answer, as Gemini splits one: text
     in pieces of ``chunk_chars`` characters (a thought signature on the last piece), each
     function call whole in its own chunk, and the finish reason and usage on the last chunk."""
@@ -86,7 +138,7 @@ def stream_chunks(turn: ModelTurn, model: str, chunk_chars: int) -> list[JsonDic
         plain = {k: v for k, v in part.items() if k not in ("text", "thought_signature")}
         parts.extend({**plain, "text": piece} for piece in pieces[:-1])
         parts.append({**part, "text": pieces[-1]})
-    whole = response_to_rest(turn, model)
+    whole = response_to_rest(turn, model, cached_tokens=cached_tokens)
     chunks: list[JsonDict] = []
     for part in parts:
         chunks.append({

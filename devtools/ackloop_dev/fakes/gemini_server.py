@@ -9,7 +9,7 @@ In a test::
 
 As a process: ``python -m ackloop_dev.fakes.gemini_server --port 8090 [--faults SPEC]
 [--fault-rate 0.1 --fault-kinds 500,429:1 --seed 7] [--policy seed|reference:TOOL]
-[--stream-delay 0.05 --stream-chunk-chars 8]``.
+[--stream-delay 0.05 --stream-chunk-chars 8] [--max-input-tokens N] [--cache-min-tokens N]``.
 It prints ``fake Gemini server listening on URL`` and serves until SIGTERM or SIGINT.
 
 Endpoints: ``POST /{version}/models/{model}:generateContent``;
@@ -19,8 +19,26 @@ seconds apart, as google-genai's ``generate_content_stream`` reads them); ``GET 
 ``GET /_admin/stats``; ``GET /_admin/requests`` (every body received); ``GET /_admin/chunks``
 (each streamed chunk's text and when it was sent, Unix seconds); ``POST /_admin/faults``
 with ``{"faults": SPEC, "fault_rate": P, "fault_kinds": SPEC, "seed": N}``; ``POST
-/_admin/stream`` with ``{"delay": S, "chunk_chars": N}``; ``POST /_admin/reset``.
+/_admin/stream`` with ``{"delay": S, "chunk_chars": N}``; ``GET /_admin/limits`` and ``POST
+/_admin/limits`` with ``{"max_input_tokens": N or null, "cache_min_tokens": N}`` (a key left out
+keeps its value); ``POST /_admin/reset``.
 Fault specs are described in :mod:`ackloop_dev.fakes.gemini_faults`. It binds to 127.0.0.1 only.
+
+Two behaviours of the real API, with token counts as ``usageMetadata.promptTokenCount`` counts
+them (:func:`ackloop.model.turns.estimate_usage` over system instruction, contents and tools):
+
+- **Input limit.** With ``max_input_tokens`` set, a request counting more prompt tokens is
+  answered as Gemini answers it: 400 ``INVALID_ARGUMENT``, "The input token count (N) exceeds the
+  maximum number of tokens allowed (M)." It is logged and counted like a fault
+  (``faults_served["input-limit"]``); a scheduled fault still comes first.
+- **Implicit caching.** Every answered request's prefixes are remembered per model (system
+  instruction and tools, then each content in order; digests of their canonical JSON, the
+  ``cache_entries`` least recently used kept). A later request whose longest remembered prefix
+  counts at least ``cache_min_tokens`` tokens gets ``usageMetadata.cachedContentTokenCount`` =
+  that count (part of ``promptTokenCount``, as in Gemini); below the minimum the field is absent.
+  The default minimum, 1024, is the one ai.google.dev/gemini-api/docs/caching lists for Gemini
+  2.5 Flash and 3 Flash Preview (2.5 Pro and 3 Pro Preview: 4096; some later copies of the page
+  list 2048 for 2.5 Flash and Pro, and 4096 for newer Flash models).
 """
 
 from __future__ import annotations
@@ -31,7 +49,7 @@ import re
 import signal
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
@@ -39,27 +57,66 @@ from typing import Any
 
 from ackloop.errors import ModelPermanentError, ModelRetryableError
 from ackloop.jsondict import JsonDict
+from ackloop.model.base import ModelRequest
 from ackloop.model.scripted import Script, ScriptedModel, reference_workload_script
 from ackloop_dev.fakes.gemini_faults import Fault, FaultPlan, parse_fault_spec
 from ackloop_dev.fakes.gemini_rest import (
     error_body,
+    prefix_digests,
+    prompt_tokens,
     request_from_rest,
     response_to_rest,
     retry_info,
     stream_chunks,
+    too_many_tokens_message,
 )
 
 HOST = "127.0.0.1"
+INPUT_LIMIT = "input-limit"
+"""The kind a request above ``max_input_tokens`` is counted under in ``faults_served``."""
+CACHE_MIN_TOKENS = 1024
+"""Implicit caching's documented minimum prompt for Gemini 2.5 Flash and 3 Flash Preview."""
 _GENERATE = re.compile(r"^/[^/]+/(?:.*/)?models/([^/:]+):(generateContent|streamGenerateContent)$")
 
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """One ``generateContent`` call as received: the model named in the path and the JSON body."""
+    """One ``generateContent`` call as received: the model named in the path and the JSON body;
+    its prompt token count when the body parses."""
 
     model: str
     body: JsonDict
     headers: dict[str, str]
+    prompt_tokens: int | None = None
+
+
+class PrefixCache:
+    """Digests of the prefixes of recent requests (:func:`prefix_digests`), per model, the
+    ``entries`` least recently seen forgotten first. Thread-safe."""
+
+    def __init__(self, entries: int) -> None:
+        if entries < 0:
+            raise ValueError("cache entries must be >= 0")
+        self.entries = entries
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+
+    def match(self, model: str, digests: list[bytes]) -> int:
+        """How many of the leading pieces the longest remembered prefix holds (0: none); then
+        remember every prefix of this request."""
+        with self._lock:
+            found = next((n for n in range(len(digests), 0, -1)
+                          if (model, digests[n - 1]) in self._seen), 0)
+            for digest in digests:
+                self._seen[(model, digest)] = None
+                self._seen.move_to_end((model, digest))
+            while len(self._seen) > self.entries:
+                self._seen.popitem(last=False)
+        return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
 
 
 class FakeGeminiServer:
@@ -67,6 +124,8 @@ class FakeGeminiServer:
 
     ``policy`` decides each answer from the request (default: the scripted seed agent). A policy
     raising ``ModelPermanentError`` is answered with 400, ``ModelRetryableError`` with 503.
+    ``max_input_tokens`` (None: no limit), ``cache_min_tokens`` and ``cache_entries`` (0: no
+    implicit caching) are described in the module's docstring.
     """
 
     def __init__(
@@ -81,9 +140,17 @@ class FakeGeminiServer:
         keep_requests: int = 10_000,
         stream_delay: float = 0.0,
         stream_chunk_chars: int = 8,
+        max_input_tokens: int | None = None,
+        cache_min_tokens: int = CACHE_MIN_TOKENS,
+        cache_entries: int = 100_000,
     ) -> None:
         self.policy: Script = policy or ScriptedModel().decide
         self.configure_stream(stream_delay, stream_chunk_chars)
+        self.max_input_tokens: int | None = None
+        self.cache_min_tokens = CACHE_MIN_TOKENS
+        self.configure_limits({"max_input_tokens": max_input_tokens,
+                               "cache_min_tokens": cache_min_tokens})
+        self.prefixes = PrefixCache(cache_entries)
         # (when, text) of each streamed chunk: what a test times the client's deltas against.
         self.chunks_sent: deque[tuple[float, str]] = deque(maxlen=keep_requests)
         self.faults = FaultPlan()
@@ -159,7 +226,7 @@ class FakeGeminiServer:
             }
 
     def reset(self) -> None:
-        """Forget recorded requests, counters and faults."""
+        """Forget recorded requests, counters, faults and remembered prefixes (not the limits)."""
         with self._lock:
             self._requests.clear()
             self.chunks_sent.clear()
@@ -167,6 +234,7 @@ class FakeGeminiServer:
             self._models.clear()
             self._received = 0
         self.faults.clear()
+        self.prefixes.clear()
 
     def configure_faults(self, settings: JsonDict) -> None:
         """Apply an admin body: ``faults`` is appended; ``fault_rate`` replaces the random mode."""
@@ -183,9 +251,44 @@ class FakeGeminiServer:
             raise ValueError("stream delay must be >= 0 and chunk_chars >= 1")
         self.stream_delay, self.stream_chunk_chars = delay, chunk_chars
 
+    def configure_limits(self, settings: JsonDict) -> JsonDict:
+        """Apply an admin body: ``max_input_tokens`` (an int >= 1, or None for no limit) and
+        ``cache_min_tokens`` (an int >= 0); a key left out keeps its value. Returns both."""
+        limit = settings.get("max_input_tokens", self.max_input_tokens)
+        minimum = settings.get("cache_min_tokens", self.cache_min_tokens)
+        if limit is not None and (not _is_int(limit) or limit < 1):
+            raise ValueError("max_input_tokens must be an integer >= 1, or null")
+        if not _is_int(minimum) or minimum < 0:
+            raise ValueError("cache_min_tokens must be an integer >= 0")
+        self.max_input_tokens, self.cache_min_tokens = limit, minimum
+        return self.limits()
+
+    def limits(self) -> JsonDict:
+        """``max_input_tokens`` and ``cache_min_tokens``, as ``/_admin/limits`` shows them."""
+        return {"max_input_tokens": self.max_input_tokens,
+                "cache_min_tokens": self.cache_min_tokens}
+
+    def cached_tokens(self, model: str, body: JsonDict, request: ModelRequest) -> int:
+        """The prompt tokens of ``request`` an implicit cache would serve (0: none), given the
+        prefixes remembered for ``model``; then remember this request's."""
+        if self.prefixes.entries == 0:
+            return 0
+        pieces = self.prefixes.match(model, prefix_digests(body))
+        if pieces == 0:
+            return 0
+        prefix = request.model_copy(update={"contents": request.contents[:pieces - 1]})
+        tokens = prompt_tokens(prefix)
+        return tokens if tokens >= self.cache_min_tokens else 0
+
     def record(self, request: RecordedRequest) -> Fault | None:
-        """Count ``request`` and pick its fault (None: answer normally)."""
+        """Count ``request`` and pick its fault (None: answer normally). A request counting more
+        prompt tokens than ``max_input_tokens`` gets ``Fault(INPUT_LIMIT, limit)`` unless a fault
+        other than a delay was due."""
         fault = self.faults.next()
+        limit, tokens = self.max_input_tokens, request.prompt_tokens
+        if ((fault is None or fault.kind == "delay") and limit is not None and tokens is not None
+                and tokens > limit):
+            fault = Fault(INPUT_LIMIT, float(limit))
         with self._lock:
             self._requests.append(request)
             self._received += 1
@@ -217,6 +320,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, self.fake.stats())
         elif self.path == "/_admin/requests":
             self._json(200, {"requests": [r.body for r in self.fake.requests]})
+        elif self.path == "/_admin/limits":
+            self._json(200, self.fake.limits())
         elif self.path == "/_admin/chunks":
             self._json(200, {"chunks": [{"at": at, "text": text}
                                         for at, text in list(self.fake.chunks_sent)]})
@@ -244,6 +349,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._json(200, {"delay": self.fake.stream_delay,
                              "chunk_chars": self.fake.stream_chunk_chars})
+        elif self.path == "/_admin/limits":
+            try:
+                limits = self.fake.configure_limits(body)
+            except ValueError as error:
+                self._json(400, error_body(400, str(error)))
+                return
+            self._json(200, limits)
         elif self.path == "/_admin/reset":
             self.fake.reset()
             self._json(200, self.fake.stats())
@@ -253,7 +365,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, error_body(404, f"no such path {self.path}"))
 
     def _generate(self, model: str, body: JsonDict, *, streamed: bool = False) -> None:
-        fault = self.fake.record(RecordedRequest(model, body, dict(self.headers.items())))
+        request: ModelRequest | None = None
+        invalid = ""
+        try:
+            request = request_from_rest(model, body)
+        except ValueError as error:  # the body does not fit the Gemini schema
+            invalid = f"invalid generateContent body: {error}"
+        tokens = prompt_tokens(request) if request is not None else None
+        fault = self.fake.record(
+            RecordedRequest(model, body, dict(self.headers.items()), tokens))
+        if fault is not None and fault.kind == INPUT_LIMIT:  # before any stream starts
+            message = too_many_tokens_message(tokens or 0, int(fault.value or 0))
+            self._json(400, error_body(400, message))
+            return
         if fault is not None and fault.kind not in ("delay", "midstream"):
             self._serve_fault(fault, streamed)
             return
@@ -262,20 +386,25 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault is not None and fault.kind == "delay":  # midstream's value is a chunk count
             self.fake.wait(fault.value or 0.0)
+        if request is None:
+            self._json(400, error_body(400, invalid))
+            return
         try:
-            turn = self.fake.policy(request_from_rest(model, body))
+            turn = self.fake.policy(request)
         except ModelPermanentError as error:
             self._json(400, error_body(400, str(error)))
         except ModelRetryableError as error:
             self._json(503, error_body(503, str(error)))
-        except ValueError as error:  # the body does not fit the Gemini schema
+        except ValueError as error:
             self._json(400, error_body(400, f"invalid generateContent body: {error}"))
         else:
+            cached = self.fake.cached_tokens(model, body, request)
             if not streamed:
-                self._json(200, response_to_rest(turn, model))
+                self._json(200, response_to_rest(turn, model, cached_tokens=cached))
                 return
             cut = int(fault.value or 0) if fault is not None and fault.kind == "midstream" else None
-            self._stream(stream_chunks(turn, model, self.fake.stream_chunk_chars), cut)
+            self._stream(stream_chunks(turn, model, self.fake.stream_chunk_chars,
+                                       cached_tokens=cached), cut)
 
     def _stream(self, chunks: list[JsonDict], cut: int | None) -> None:
         """Server-Sent Events, one ``data:`` line per chunk, ``stream_delay`` apart; with
@@ -373,6 +502,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _policy_from_name(name: str) -> Script:
     if name == "seed":
         return ScriptedModel().decide
@@ -389,8 +522,8 @@ def _policy_from_name(name: str) -> Script:
     raise ValueError(f"unknown policy {name!r} (use 'seed', 'catalog' or 'reference:TOOL')")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the fake server as a process until SIGTERM or SIGINT."""
+def server_from_args(argv: list[str] | None = None) -> FakeGeminiServer:
+    """The server the command line describes (not started)."""
     parser = argparse.ArgumentParser(description="Local fake of the Gemini generateContent API.")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--faults", default="", help="scheduled faults, e.g. '429:2,500*2,ok'")
@@ -401,13 +534,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="seconds between the chunks of a streamed answer")
     parser.add_argument("--stream-chunk-chars", type=int, default=8,
                         help="characters of text in each chunk of a streamed answer")
+    parser.add_argument("--max-input-tokens", type=int, default=None,
+                        help="answer requests counting more prompt tokens with Gemini's 400")
+    parser.add_argument("--cache-min-tokens", type=int, default=CACHE_MIN_TOKENS,
+                        help="smallest repeated prefix reported as cachedContentTokenCount")
     parser.add_argument(
         "--policy", default="seed",
         help="'seed', 'catalog' (every agent of ACKLOOP_AGENTS, else the built-in ones) or "
         "'reference:TOOL'",
     )
     args = parser.parse_args(argv)
-    server = FakeGeminiServer(
+    return FakeGeminiServer(
         _policy_from_name(args.policy),
         port=args.port,
         faults=args.faults,
@@ -416,7 +553,14 @@ def main(argv: list[str] | None = None) -> None:
         seed=args.seed,
         stream_delay=args.stream_delay,
         stream_chunk_chars=args.stream_chunk_chars,
+        max_input_tokens=args.max_input_tokens,
+        cache_min_tokens=args.cache_min_tokens,
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the fake server as a process until SIGTERM or SIGINT."""
+    server = server_from_args(argv)
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

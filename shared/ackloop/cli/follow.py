@@ -291,14 +291,23 @@ def outcome_line(followed: Followed, timeout: float | None) -> str:
     return f"run {rid} completed ({usage}); answered by {model}{scripted}"
 
 
+def cache_share(cached: int, prompt: int) -> str:
+    """The share of the prompt tokens Gemini served from its cache (billed at the cached
+    rate), as a percentage."""
+    return f"{100 * cached / prompt:.0f}%" if prompt else "0%"
+
+
 def cost_line(cost: Cost | None) -> str:
     """What a run or a step spent, in one line: dollars first, then what was counted."""
     if cost is None:
         return "cost not recorded"
     unpriced = (f"; no price for {', '.join(cost.unpriced_models)}" if cost.unpriced_models
                 else "")
-    return (f"${cost.usd:.6f}: {cost.prompt_tokens:,} prompt + {cost.output_tokens:,} output "
-            f"tokens, {cost.firestore_reads:,} Firestore reads + {cost.firestore_writes:,} "
+    cached = (f" ({cost.cached_tokens:,} cached, "
+              f"{cache_share(cost.cached_tokens, cost.prompt_tokens)})" if cost.cached_tokens
+              else "")
+    return (f"${cost.usd:.6f}: {cost.prompt_tokens:,} prompt{cached} + {cost.output_tokens:,} "
+            f"output tokens, {cost.firestore_reads:,} Firestore reads + {cost.firestore_writes:,} "
             f"writes, {cost.pubsub_bytes:,} Pub/Sub bytes, {cost.requests} request(s) "
             f"{cost.request_seconds:.2f} s (list prices of {cost.price_table}{unpriced})")
 

@@ -25,6 +25,7 @@ from ackloop.cli.follow import (
     Followed,
     LiveText,
     answer_text,
+    cache_share,
     cost_line,
     follow,
     outcome_line,
@@ -179,6 +180,9 @@ def usage_line(used: Usage) -> str:
     """A run's usage; with child runs, what it used itself and what they used, apart."""
     line = (f"{used.model_calls} model call(s), {used.tool_calls} tool call(s), "
             f"{used.total_tokens} token(s)")
+    if used.cached_tokens:
+        line += (f"; {used.cached_tokens} of its {used.prompt_tokens} prompt token(s) from "
+                 f"Gemini's cache ({cache_share(used.cached_tokens, used.prompt_tokens)})")
     if used.children is None:
         return line
     own, kids = used.own(), used.children

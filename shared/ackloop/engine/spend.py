@@ -70,6 +70,7 @@ def spent(
         model=model,
         prompt_tokens=usage.prompt_tokens,
         output_tokens=usage.output_tokens,
+        cached_tokens=usage.cached_tokens,
         firestore_reads=meter.documents.docs_read,
         firestore_writes=meter.documents.docs_written + commit_writes,
         pubsub_bytes=meter.received_bytes + sum(

@@ -84,9 +84,13 @@ def _usage(metadata: types.GenerateContentResponseUsageMetadata | None) -> Usage
         return Usage(model_calls=1)
     prompt = metadata.prompt_token_count or 0
     # Thinking tokens are billed as output; count them where budgets will see them.
-    output = (metadata.candidates_token_count or 0) + (metadata.thoughts_token_count or 0)
+    thinking = metadata.thoughts_token_count or 0
+    output = (metadata.candidates_token_count or 0) + thinking
     total = metadata.total_token_count or prompt + output
-    return Usage(model_calls=1, prompt_tokens=prompt, output_tokens=output, total_tokens=total)
+    # Cached tokens are part of the prompt's count (Gemini bills them at the cached rate).
+    cached = min(metadata.cached_content_token_count or 0, prompt)
+    return Usage(model_calls=1, prompt_tokens=prompt, output_tokens=output, total_tokens=total,
+                 cached_tokens=cached, thinking_tokens=thinking)
 
 
 def _name(value: object) -> str:

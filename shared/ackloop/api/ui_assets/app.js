@@ -487,7 +487,9 @@ function renderCost(run, box) {
   const usage = run.usage || {};
   const rows = cost ? [
     ["Total", dollars(cost.usd)],
-    ["Gemini", `${dollars(cost.gemini_usd)} · ${cost.prompt_tokens} prompt + ${
+    ["Gemini", `${dollars(cost.gemini_usd)} · ${cost.prompt_tokens} prompt${
+      cost.cached_tokens ? ` (${cost.cached_tokens} from Gemini's cache, ${
+        Math.round(100 * cost.cached_tokens / cost.prompt_tokens)}%)` : ""} + ${
       cost.output_tokens} output tokens`],
     ["Firestore", `${dollars(cost.firestore_usd)} · ${cost.firestore_reads} reads, ${
       cost.firestore_writes} writes`],
