@@ -377,3 +377,23 @@ async def test_a_model_step_records_the_tokens_gemini_served_from_its_cache() ->
         (uncached * per.input_per_million + second.usage.cached_tokens
          * per.cached_input_per_million + second.usage.output_tokens
          * per.output_per_million) / 1e6)
+
+
+async def test_a_request_past_the_models_input_limit_fails_the_run_with_that_cause() -> None:
+    """Gemini's 400 for an over-long input, through the real client: the run fails at once
+    (asking again cannot help) with a reason of its own and Gemini's words as the cause."""
+    from ackloop.model.gemini import GeminiModel
+    from ackloop_dev.fakes.gemini_server import FakeGeminiServer
+
+    with FakeGeminiServer(lambda r: text_turn("never", request=r), max_input_tokens=5) as server:
+        model = GeminiModel(api_key="k", base_url=server.url, timeout_seconds=5.0)
+        loop = make_loop(model, CountingToolbox({}))
+        await loop.submit(QueryMessage(request_id="long", text="a question far too long for "
+                                       "a model that takes five tokens"))
+        await loop.run_until_idle()
+        served = server.stats()["faults_served"]
+    run = await loop.deps.store.get_run(run_id_for_request("long"))
+    assert run is not None and run.status is RunStatus.FAILED
+    assert run.error is not None and run.error.startswith("model_input_too_long")
+    assert "exceeds the maximum number of tokens allowed (5)" in run.error
+    assert served == {"input-limit": 1}  # failed once, not retried

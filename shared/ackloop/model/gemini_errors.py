@@ -20,6 +20,9 @@ _PERMANENT_REASONS = {
     404: "model_not_found",
 }
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
+_INPUT_TOO_LONG = re.compile(r"input token count.*exceeds the maximum", re.IGNORECASE)
+"""Gemini's 400 for a request longer than the model's input limit ("The input token count
+(N) exceeds the maximum number of tokens allowed (M).")."""
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -45,6 +48,10 @@ def from_api_error(error: genai_errors.APIError) -> ModelRetryableError | ModelP
     if error.code in RETRYABLE_STATUS:
         return ModelRetryableError(summary, retry_after=retry_after_seconds(error))
     reason = _PERMANENT_REASONS.get(error.code, "model_invalid_request")
+    if error.code == 400 and _INPUT_TOO_LONG.search(error.message or ""):
+        # Named apart: the conversation has outgrown the model's context, and asking again
+        # cannot help until its history is shorter.
+        reason = "model_input_too_long"
     return ModelPermanentError(summary, reason=reason)
 
 
