@@ -97,7 +97,8 @@ class Agent:
     ) -> Tool:
         """This agent as a tool another agent calls: each call is a durable child run of this
         agent, asked the call's ``question`` (:mod:`ackloop.engine.children`). The budgets cap
-        the child's (never more than the calling run has left)."""
+        the child's (never more than its share of what the calling run has left:
+        :func:`ackloop.engine.children.left`)."""
         from ackloop.tools.definition import SubAgent, Tool
 
         class Question(BaseModel):

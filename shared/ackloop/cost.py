@@ -25,9 +25,8 @@ worked out again from them. Check the pages before quoting a bill.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 PRICE_TABLE_DATE = "2026-11-30"
 TIB = 2**40
@@ -102,28 +101,19 @@ class Cost(BaseModel):
     cloud_run_usd: float = 0.0
     prompt_tokens: int = 0
     output_tokens: int = 0
-    cached_tokens: int = 0
-    """Of ``prompt_tokens``, those served from Gemini's cache (priced at the cached rate)."""
+    cached_tokens: int = Field(default=0, exclude_if=lambda v: v == 0)
+    """Of ``prompt_tokens``, those served from Gemini's cache (priced at the cached rate); like
+    ``children_usd``, left out of a stored cost when 0 (every step document carries one)."""
     firestore_reads: int = 0
     firestore_writes: int = 0
     pubsub_bytes: int = 0
     requests: int = 0
     request_seconds: float = 0.0
-    children_usd: float = 0.0
+    children_usd: float = Field(default=0.0, exclude_if=lambda v: v == 0)
     """The part of ``usd`` that child runs spent (a run's sub-agents' calls, each child's
     whole tree), counted once each call has its child's end."""
     price_table: str = PRICE_TABLE_DATE
     unpriced_models: list[str] = []
-
-    @model_serializer(mode="wrap")
-    def _no_empty_parts(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # Every step document carries its cost: the parts most costs lack stay out of it.
-        data = handler(self)
-        if isinstance(data, dict):
-            for name in ("cached_tokens", "children_usd"):
-                if data.get(name, None) == 0:
-                    del data[name]
-        return data
 
     def plus(self, other: Cost) -> Cost:
         """The two together (a roll-up): every count and amount summed."""

@@ -10,15 +10,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializerFunctionWrapHandler,
-    StringConstraints,
-    field_validator,
-    model_serializer,
-)
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from ackloop import patterns
 from ackloop.docdb.sizes import depth, unstorable, value_size
@@ -87,31 +79,21 @@ class Usage(WireModel):
     prompt_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     total_tokens: int = Field(default=0, ge=0)
+    # The parts below are left out when empty: a run without them carries, stores and shows
+    # exactly what it did before, and a step message grows only by what a model reported.
     cached_tokens: int = Field(
-        default=0, ge=0, description="Of `prompt_tokens`, those Gemini served from its cache "
-        "(a repeated start of the request; billed at the cached rate); left out when 0.")
+        default=0, ge=0, exclude_if=lambda v: v == 0,
+        description="Of `prompt_tokens`, those Gemini served from its cache (a repeated start "
+        "of the request; billed at the cached rate); left out when 0.")
     thinking_tokens: int = Field(
-        default=0, ge=0, description="Of `output_tokens`, the model's thinking; left out "
-        "when 0.")
+        default=0, ge=0, exclude_if=lambda v: v == 0,
+        description="Of `output_tokens`, the model's thinking; left out when 0.")
     children: Usage | None = Field(
-        default=None,
+        default=None, exclude_if=lambda v: v is None,
         description="The part of these figures that the run's child runs used (its sub-agents' "
         "calls whose results it has, each child's own children included); left out when it "
         "has none. What the run used itself is these figures less this part.",
     )
-
-    @model_serializer(mode="wrap")
-    def _no_empty_children(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A run without children carries, stores and shows exactly what it did before.
-        # The same for the cache's and the thinking's parts when there are none: a step message
-        # grows only by what a model actually reported.
-        data = handler(self)
-        if isinstance(data, dict):
-            for name, empty in (("children", None), ("cached_tokens", 0),
-                                ("thinking_tokens", 0)):
-                if name in data and data[name] == empty:
-                    del data[name]
-        return data
 
     def plus(self, other: Usage) -> Usage:
         return Usage(**{name: getattr(self, name) + getattr(other, name)

@@ -194,9 +194,27 @@ async def test_a_childs_budgets_are_at_most_what_its_parent_has_left() -> None:
     loop = team_loop(planner_team(max_steps=50), Team({"planner": ["ask_researcher"]}))
     run = await ask(loop, "planner", max_steps=4, max_seconds=100, max_tool_calls=9)
     child = await child_of(loop, run, "0000-tool-000")
-    # The parent had used 1 step and 1 tool call when the call started.
-    assert (child.limits.max_steps, child.limits.max_tool_calls) == (3, 8)
+    # The parent had used 1 step and 1 tool call when the call started, and keeps one step
+    # for the turn that reads the answer.
+    assert (child.limits.max_steps, child.limits.max_tool_calls) == (2, 8)
     assert child.limits.max_seconds <= 100
+    assert run.answer is not None  # it had that turn
+
+
+async def test_parallel_children_share_what_their_parent_has_left_and_leave_it_a_turn() -> None:
+    """Two sub-agents asked at once each get half of what the parent has left (less the step
+    it keeps): however much they use, the tree stays within the parent's budgets, and the
+    parent reads what they said and answers."""
+    loop = team_loop(planner_team(), Team({"planner": ["ask_researcher", "ask_critic"]},
+                                          fails=["researcher", "critic"]))
+    run = await ask(loop, "planner", max_steps=6, max_seconds=100, max_tool_calls=10)
+    kids = [await child_of(loop, run, "0000-tool-000"), await child_of(loop, run, "0000-tool-001")]
+    # 1 model call and 2 tool calls used: (6 - 1 - 1) // 2 steps, (10 - 2) // 2 tool calls.
+    assert [(k.limits.max_steps, k.limits.max_tool_calls) for k in kids] == [(2, 4), (2, 4)]
+    assert all(k.stop_reason is not None and k.stop_reason.value == "max_steps" for k in kids)
+    assert run.stop_reason is not None and run.stop_reason.value == "answered", run
+    assert run.usage.model_calls == 6 and run.usage.own().model_calls == 2
+    assert run.usage.tool_calls <= 10
 
 
 async def test_a_parents_usage_counts_its_childrens_with_their_part_apart() -> None:
@@ -233,8 +251,9 @@ async def test_a_parents_usage_counts_its_childrens_with_their_part_apart() -> N
 async def test_what_a_child_spent_of_its_parents_budget_the_parent_cannot_spend_again(
     budget: str, limit: int
 ) -> None:
-    """The child may spend what its parent has left (its budget is capped so), and spends it:
-    the parent's next model step finds that budget spent and stops by it, without answering."""
+    """The child may spend what its parent has left (its budget is capped so), and spends it.
+    Steps: the parent keeps one, reads the child's end with it and has then spent its budget.
+    Tokens: the parent's next model step finds them spent and stops by that budget."""
     loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}, fails=["researcher"]))
 
     run = await ask(loop, "planner", **{budget: limit})
@@ -242,15 +261,17 @@ async def test_what_a_child_spent_of_its_parents_budget_the_parent_cannot_spend_
     child = await child_of(loop, run, "0000-tool-000")
     assert child.stop_reason is not None and child.stop_reason.value == budget
     own = run.usage.own()
+    assert run.usage.children == child.usage
     if budget == "max_steps":
-        assert child.limits.max_steps == limit - 1  # the parent had made 1 model call
-        assert child.usage.model_calls == limit - 1
-    else:
-        assert child.limits.max_tokens == limit - own.prompt_tokens - own.output_tokens
-        assert own.total_tokens < limit <= run.usage.total_tokens
+        # The parent had made 1 model call and keeps 1 for reading the answer.
+        assert child.limits.max_steps == child.usage.model_calls == limit - 2
+        assert run.usage.model_calls == limit and own.model_calls == 2
+        assert run.stop_reason is not None and run.stop_reason.value == "answered", run
+        return
+    assert child.limits.max_tokens == limit - own.prompt_tokens - own.output_tokens
+    assert own.total_tokens < limit <= run.usage.total_tokens
     assert run.stop_reason is not None and run.stop_reason.value == budget, run
     assert run.answer is None and own.model_calls == 1  # its one turn, which made the call
-    assert run.usage.children == child.usage
 
 
 async def test_the_run_finished_line_has_the_childrens_usage_and_cost_apart(
@@ -425,10 +446,9 @@ async def test_a_caller_cannot_send_the_event_a_child_run_ends_with() -> None:
     assert parent is not None and "forged" not in (parent.answer or "")
 
 
-async def test_a_childs_approval_wait_keeps_the_whole_tree_waiting_at_no_cost() -> None:
-    """A child whose call waits for a person: the child and its parent both wait, nothing is
-    queued or held; the approval resumes the child, whose end resumes the parent."""
-    sent: list[str] = []
+def booking_loop(sent: list[str]) -> InProcessLoop:
+    """planner -> booker, whose ``book`` tool waits for a person's approval (each booking
+    made is appended to ``sent``)."""
 
     @tool(requires_approval=True)
     def book(place: str) -> str:
@@ -449,7 +469,14 @@ async def test_a_childs_approval_wait_keeps_the_whole_tree_waiting_at_no_cost() 
             return calls_turn([("ask_booker", {"question": "book Lisbon"})], request=request)
         return text_turn(f"done: {answers['ask_booker'].get('result')}", request=request)
 
-    loop = team_loop([planner, booker], play)  # type: ignore[arg-type]
+    return team_loop([planner, booker], play)  # type: ignore[arg-type]
+
+
+async def test_a_childs_approval_wait_keeps_the_whole_tree_waiting_at_no_cost() -> None:
+    """A child whose call waits for a person: the child and its parent both wait, nothing is
+    queued or held; the approval resumes the child, whose end resumes the parent."""
+    sent: list[str] = []
+    loop = booking_loop(sent)
     parent = await ask(loop, "planner")
     child = await child_of(loop, parent, "0000-tool-000")
     assert parent.status is child.status is RunStatus.RUNNING and not loop.queued()
@@ -485,3 +512,85 @@ async def test_a_child_ended_by_its_dead_letter_tells_its_parent_which_goes_on()
     child = await child_of(loop, parent, "0000-tool-000")
     assert child.status is RunStatus.FAILED and "dead_lettered" in (child.error or "")
     assert "ask_researcher=agent 'researcher' failed: dead_lettered" in (parent.answer or "")
+
+
+async def test_a_parent_cancelled_after_its_childs_end_arrived_still_counts_what_it_spent(
+) -> None:
+    """The child's end is recorded on the call (``received``), then the parent is cancelled
+    before the call's message is delivered again: the call is not completed with the answer,
+    but what the child used and cost is in the parent's figures."""
+    loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
+    store = loop.deps.store
+    parent_id = run_id_for_request("q")
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending, held = take(loop), []
+    for _ in range(50):
+        if not pending:
+            break
+        later = []
+        for message in pending:
+            (step,) = await store.get_steps(parent_id, ["0000-tool-000"])
+            if (message.attributes.get("run_id") == parent_id
+                    and message.attributes.get("step") == "0000-tool-000"
+                    and step is not None and step.decision is not None):
+                held.append(message)  # the call, resumed by its child's end: held back
+                continue
+            later += await deliver_all(loop, [message])
+        pending = [m for m in later if m.topic != loop.deps.settings.answers_topic]
+    assert held
+    parent = await store.get_run(parent_id)
+    assert parent is not None
+    child = await child_of(loop, parent, "0000-tool-000")
+    assert child.status is RunStatus.COMPLETED and child.cost is not None
+    await cancel_run(loop.deps, parent_id)
+    pending = held + take(loop)
+    while pending := [m for m in pending if m.topic != loop.deps.settings.answers_topic]:
+        pending = await deliver_all(loop, pending)
+    parent = await store.get_run(parent_id)
+    assert parent is not None and parent.status is RunStatus.CANCELLED
+    assert parent.usage.children == child.usage and child.usage.model_calls == 1
+    assert parent.cost is not None and parent.cost.children_usd == pytest.approx(child.cost.usd)
+
+
+async def test_a_call_rejected_at_its_deadline_counts_what_its_child_spent_until_then() -> None:
+    """The child waits for a person's approval; the parent's call reaches its deadline first
+    and is rejected: the child is cancelled, and what it had used (its first model call) is in
+    the parent's usage and cost."""
+    from ackloop.engine import approval
+    from ackloop.records import DEADLINE, StepDecision
+
+    loop = booking_loop([])
+    parent = await ask(loop, "planner")
+    child = await child_of(loop, parent, "0000-tool-000")
+    assert child.status is RunStatus.RUNNING  # waiting for the approval
+    await approval.decide(loop.deps, parent.run_id, "0000-tool-000", StepDecision(
+        decision="reject", by=DEADLINE, at=loop.deps.clock.now()))
+    await loop.run_until_idle()
+    ended = await loop.deps.store.get_run(parent.run_id)
+    child = await child_of(loop, parent, "0000-tool-000")
+    assert child.status is RunStatus.CANCELLED and child.usage.model_calls >= 1
+    assert ended is not None and ended.usage.children is not None
+    assert ended.usage.children.model_calls == child.usage.model_calls
+    assert ended.cost is not None and ended.cost.children_usd > 0
+
+
+async def test_the_cost_metric_counts_each_step_of_the_tree_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``ackloop.cost.usd`` adds each step's cost as it commits: a sub-agent call's step
+    carries its child's whole cost in its own (the parent's roll-up needs it), which the
+    child's steps already added, so the metric takes only the call's own part."""
+    from ackloop.engine import commit as commit_module
+
+    seen: list[float] = []
+    monkeypatch.setattr(commit_module.metrics, "step_cost",
+                        lambda kind, usd: seen.append(usd))
+    loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
+    run = await ask(loop, "planner")
+    kid = await child_of(loop, run, "0000-tool-000")
+    steps = [*await loop.deps.store.list_steps(run.run_id),
+             *await loop.deps.store.list_steps(kid.run_id)]
+    assert all(s.cost is not None for s in steps)
+    own = [s.cost.usd - s.cost.children_usd for s in steps if s.cost is not None]
+    assert sum(seen) == pytest.approx(sum(own))
+    assert any(s.cost is not None and s.cost.children_usd > 0 for s in steps)

@@ -86,7 +86,7 @@ def test_over_the_input_limit_is_geminis_400() -> None:
     assert raised.value.code == 400 and raised.value.status == "INVALID_ARGUMENT"
     assert raised.value.message == message
     assert streamed.value.code == 400 and streamed.value.message == message
-    assert adapter.value.reason == "model_invalid_request" and message in str(adapter.value)
+    assert adapter.value.reason == "model_input_too_long" and message in str(adapter.value)
     assert raw.status_code == 400
     assert raw.json() == {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
     assert stats["requests"] == 4 and stats["answered"] == 0

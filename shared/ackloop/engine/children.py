@@ -23,12 +23,12 @@ ledger, transcript, budgets, cost, answer), in the parent's trace.
   runs at once.
 - **What the parent's model reads.** An answer (or a structured output) is the call's result;
   any other end (failed, cancelled, stopped by a budget) is an error naming the cause.
-- **Limits across the tree.** A child's budgets are at most what its parent has left (steps,
-  tool calls, tokens, seconds) when the call starts, and what it used counts in its parent's
-  usage once the call has its result (``Usage.children``, apart): the parent's steps, tool
-  calls and tokens are spent by its children too. A call that would go deeper than
-  ``max_agent_depth`` (3) or call an agent already in its chain of callers is refused with an
-  error the model reads, before anything is written.
+- **Limits across the tree.** A child's budgets are at most its share of what its parent has
+  left (steps, tool calls, tokens, seconds; :func:`left`) when the call starts, and what it
+  used counts in its parent's usage once the call has its result (``Usage.children``,
+  apart): the parent's steps, tool calls and tokens are spent by its children too. A call
+  that would go deeper than ``max_agent_depth`` (3) or call an agent already in its chain of
+  callers is refused with an error the model reads, before anything is written.
 - **Cancel both ways.** Cancelling a parent rejects its waiting calls (``cancel``) and cancels
   their children; a child cancelled on its own ends its call with an error. A call rejected at
   its deadline cancels its child.
@@ -47,11 +47,18 @@ from typing import Any
 from ackloop.cost import Cost
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import resend, send
-from ackloop.engine.spend import spent
+from ackloop.engine.spend import rolled_up, spent, steps_usage
 from ackloop.jsondict import JsonDict
 from ackloop.keys import run_id_for_request
 from ackloop.outgoing import first_step
-from ackloop.records import ReceivedEvent, RunLimits, RunRecord, RunStatus, StopReason
+from ackloop.records import (
+    ReceivedEvent,
+    RunLimits,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+    StopReason,
+)
 from ackloop.telemetry import tracing
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import SubAgent, Tool
@@ -106,16 +113,23 @@ class Left:
     seconds: float
 
 
-def left(deps: Deps, run: RunRecord, usage: Usage) -> Left:
-    """``run``'s budgets less what it used (``usage``: as the call's message carries it, the
-    turn's own calls included) and the time it ran (not counting its waits)."""
+def left(deps: Deps, run: RunRecord, usage: Usage, calls: int = 1) -> Left:
+    """What one of a turn's ``calls`` may give its child of ``run``'s budgets: what the run
+    has left (``usage``: as the call's message carries it, the turn's own calls and earlier
+    children included; the time it ran, not counting its waits), less one model step kept for
+    the parent's turn that reads the results, shared evenly among the turn's calls. Their
+    children run at once, and what they use counts against the parent's budgets when their
+    results come in (:meth:`~ackloop.wire.Usage.with_child`): shared, they cannot together
+    spend more than the parent has, nor leave it no turn to read what they said. Seconds
+    are not shared: the children run side by side."""
     limits = run.limits
+    calls = max(1, calls)
     elapsed = deps.clock.now() - (run.started_at or run.created_at) - run.waited_seconds
     return Left(
-        steps=limits.max_steps - usage.model_calls,
-        tool_calls=limits.max_tool_calls - usage.tool_calls,
+        steps=(limits.max_steps - usage.model_calls - 1) // calls,
+        tool_calls=(limits.max_tool_calls - usage.tool_calls) // calls,
         tokens=(None if limits.max_tokens is None
-                else limits.max_tokens - usage.prompt_tokens - usage.output_tokens),
+                else (limits.max_tokens - usage.prompt_tokens - usage.output_tokens) // calls),
         seconds=limits.max_seconds - elapsed,
     )
 
@@ -136,8 +150,9 @@ def refusal(deps: Deps, parent: RunRecord, sub: SubAgent, budget: Left) -> str |
                                           ("tokens", budget.tokens)) if value is not None
                  and value <= 0]
     if spent_out:
-        return (f"not run: this run has no {spent_out[0]} left for a sub-agent "
-                f"(its {spent_out[0]} budget is spent)")
+        return (f"not run: this run has no {spent_out[0]} left for a sub-agent (its "
+                f"{spent_out[0]} budget is spent, less what it keeps to read the answers and "
+                "what the turn's other calls get)")
     return None
 
 
@@ -164,7 +179,7 @@ def child_limits(deps: Deps, sub: SubAgent, budget: Left) -> RunLimits:
 
 
 async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
-                      call: FunctionCall, usage: Usage) -> ToolOutcome | None:
+                      call: FunctionCall, usage: Usage, calls: int = 1) -> ToolOutcome | None:
     """Start the child run of the call at ``step_key`` (or find it: one per call), and send
     its first step if it was never claimed. A :class:`ToolOutcome` when the call may not
     start one (the model reads why); None once the child exists."""
@@ -173,7 +188,7 @@ async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
     question = call.args.get("question")
     if not isinstance(question, str) or not question.strip():
         return _error(f"{tool.name} needs a 'question': the text to ask agent {sub.agent!r}")
-    budget = left(deps, parent, usage)
+    budget = left(deps, parent, usage, calls)
     if (why := refusal(deps, parent, sub, budget)) is not None:
         return _error(why)
     agent = deps.agents.get(sub.agent)  # known: refusal() checked it
@@ -274,6 +289,31 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
         return {"run_id": child_id, "parent": child.parent_run_id, "refused": exc.reason}
     return {"run_id": child_id, "parent": child.parent_run_id, "event": name,
             "recorded": delivered.recorded, "resumed": delivered.resumed}
+
+
+def recorded_end(step: StepRecord) -> JsonDict | None:
+    """The end of the child a sub-agent's call at ``step`` waited for, when it has arrived (the
+    call's decision, ``received``); None otherwise."""
+    waiting, decision = step.waiting, step.decision
+    if (waiting is None or waiting.event is None or not is_reserved(waiting.event)
+            or decision is None or decision.decision != "received"):
+        return None
+    return decision.payload or {}
+
+
+async def spent_so_far(deps: Deps, parent: RunRecord, step_key: str) -> JsonDict | None:
+    """What the child of the call at ``step_key`` has spent (its usage and cost), for a call
+    that ends without the child's result (rejected at its deadline, or its run cancelled):
+    its end's figures if it has ended, else what its steps have recorded so far (a step in
+    flight when it was cancelled is not in them). None without a child."""
+    child = await deps.store.get_run(child_run_id(parent, step_key))
+    if child is None:
+        return None
+    if child.status.terminal:
+        return end_payload(child)
+    steps = await deps.store.list_steps(child.run_id)
+    return {"usage": steps_usage(steps).model_dump(mode="json"),
+            "cost": rolled_up(child, steps).model_dump(mode="json")}
 
 
 async def cancel_child(deps: Deps, parent: RunRecord, step_key: str) -> bool:

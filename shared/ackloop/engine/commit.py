@@ -80,7 +80,9 @@ async def commit(
                 decision = redecide(fresh)
             continue
         _count(run, decision)
-        metrics.step_cost(kind, committed.cost.usd)
+        # A sub-agent's call carries its child's whole cost, which the child's own steps
+        # already counted in this metric: only the step's own part is added here.
+        metrics.step_cost(kind, committed.cost.usd - committed.cost.children_usd)
         if committed.end is not None:
             log_finished(run, committed.end, now)
         await send(deps, run.run_id, committed.outbox)

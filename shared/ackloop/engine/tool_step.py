@@ -104,8 +104,9 @@ async def _run_claimed(
         return None, None, None
     if run.cancel_requested:
         # Cancelled after the fan-out: the call is not made; the join still completes the
-        # turn so that the next model step ends the run as cancelled.
-        return _error("not run: the run was cancelled"), None, None
+        # turn so that the next model step ends the run as cancelled. A sub-agent's call whose
+        # child had ended still counts what the child spent.
+        return _error("not run: the run was cancelled"), None, children.recorded_end(claim.step)
     agent = deps.agents.get(message.agent if message.agent in deps.agents else run.agent)
     tracing.note(agent=agent.name)
     context = ToolContext(
@@ -175,7 +176,7 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
     if decision is None:
         used = message.usage.plus(Usage(tool_calls=message.call_count))  # this turn's too
         refused = await children.start_child(deps, run_read.record, claim.key, tool,
-                                             message.call, used)
+                                             message.call, used, message.call_count)
         if refused is not None:
             return refused, None
         wait = approval.Wait(tool, children.event_name(claim.key))
@@ -183,15 +184,18 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
             arrived = await approval.wait_for_decision(deps, claim, run_read, wait, message.call)
         except approval.WaitCancelled:
             await children.cancel_child(deps, run_read.record, claim.key)
-            return _error("not run: the run was cancelled"), None
+            return (_error("not run: the run was cancelled"),
+                    await children.spent_so_far(deps, run_read.record, claim.key))
         if arrived is None:
             return None, None
         return children.outcome(arrived.payload), arrived.payload
     if decision.decision == "received":
         return children.outcome(decision.payload or {}), decision.payload or {}
-    # Rejected: the run was cancelled, or the child outlasted the wait's deadline; it stops.
+    # Rejected: the run was cancelled, or the child outlasted the wait's deadline; it stops,
+    # and what it spent until now counts in the parent's usage and cost.
     await children.cancel_child(deps, run_read.record, claim.key)
-    return approval.rejection(decision, claim.step.waiting), None
+    return (approval.rejection(decision, claim.step.waiting),
+            await children.spent_so_far(deps, run_read.record, claim.key))
 
 
 async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessage) -> bool:
