@@ -105,7 +105,7 @@ def _error(text: str) -> ToolOutcome:
 
 @dataclass(frozen=True)
 class Left:
-    """What a call of a run's turn may give its child of the run's budgets (:func:`left`)."""
+    """What a run has left of its budgets when a call of one of its turns starts."""
 
     steps: int
     tool_calls: int
@@ -301,12 +301,12 @@ def recorded_end(step: StepRecord) -> JsonDict | None:
     return decision.payload or {}
 
 
-async def stop_child(deps: Deps, parent: RunRecord, step_key: str) -> JsonDict | None:
-    """For a call that ends without its child's result (rejected at its deadline, or its run
-    cancelled): cancel the child if it is still active, and say what it has spent (its usage
-    and cost): its end's figures if it has ended, else what its steps have recorded so far (a
-    step in flight when it was cancelled is not in them). None without a child."""
-    child = await cancel_child(deps, parent, step_key)
+async def spent_so_far(deps: Deps, parent: RunRecord, step_key: str) -> JsonDict | None:
+    """What the child of the call at ``step_key`` has spent (its usage and cost), for a call
+    that ends without the child's result (rejected at its deadline, or its run cancelled):
+    its end's figures if it has ended, else what its steps have recorded so far (a step in
+    flight when it was cancelled is not in them). None without a child."""
+    child = await deps.store.get_run(child_run_id(parent, step_key))
     if child is None:
         return None
     if child.status.terminal:
@@ -316,15 +316,15 @@ async def stop_child(deps: Deps, parent: RunRecord, step_key: str) -> JsonDict |
             "cost": rolled_up(child, steps).model_dump(mode="json")}
 
 
-async def cancel_child(deps: Deps, parent: RunRecord, step_key: str) -> RunRecord | None:
-    """Cancel the child of the call at ``step_key`` if it is still active; the child as read
-    before (None without one)."""
+async def cancel_child(deps: Deps, parent: RunRecord, step_key: str) -> bool:
+    """Cancel the child of the call at ``step_key`` if it is still active: True if it was."""
     from ackloop.engine.ending import cancel_run
 
     child = await deps.store.get_run(child_run_id(parent, step_key))
-    if child is not None and not child.status.terminal:
-        await cancel_run(deps, child.run_id)
-    return child
+    if child is None or child.status.terminal:
+        return False
+    await cancel_run(deps, child.run_id)
+    return True
 
 
 async def cancel_children(deps: Deps, run_id: str) -> list[str]:
@@ -336,7 +336,6 @@ async def cancel_children(deps: Deps, run_id: str) -> list[str]:
     for step in await deps.store.list_steps(run_id):
         if (step.waiting is not None and step.waiting.event is not None
                 and is_reserved(step.waiting.event)
-                and (child := await cancel_child(deps, run, step.key)) is not None
-                and not child.status.terminal):
-            cancelled.append(child.run_id)
+                and await cancel_child(deps, run, step.key)):
+            cancelled.append(child_run_id(run, step.key))
     return cancelled

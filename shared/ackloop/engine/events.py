@@ -1,12 +1,13 @@
 """Named events delivered to a run: ``POST /runs/{id}/events/{name}`` or the queries topic.
 
-An event is kept on the run first (:meth:`AgentStore.receive_event`, one commit conditional on
-the run as read: the first event of a name wins, the same one again is recognised; the run
-document records who sent it and its payload's digest, the payload goes to
-``runs/{run_id}/events/{name}``, so no number or size of events can grow the run document past
-Firestore's limit and leave the run impossible to end), then every step waiting for it is
-decided ``received`` with its payload and its message re-sent, exactly as a person's approval
-resumes a step (:mod:`ackloop.engine.approval`). Either half may be lost to a crash:
+An event is kept on the run first (:meth:`AgentStore.receive_event`, one commit conditional on the
+run as read: the
+first event of a name wins, the same one again is recognised; the run document records who
+sent it and its payload's digest, the payload goes to ``runs/{run_id}/events/{name}``, so no
+number or size of events can grow the run document past Firestore's limit and leave the run
+impossible to end), then every step waiting for
+it is decided ``received`` with its payload and its message re-sent, exactly as a person's
+approval resumes a step (:mod:`ackloop.engine.approval`). Either half may be lost to a crash:
 
 - an event kept before any call waits for it is found by the call, which runs at once (the
   waiting commit is conditional on the run document the event rewrote, so the two cannot

@@ -183,8 +183,9 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
         try:
             arrived = await approval.wait_for_decision(deps, claim, run_read, wait, message.call)
         except approval.WaitCancelled:
+            await children.cancel_child(deps, run_read.record, claim.key)
             return (_error("not run: the run was cancelled"),
-                    await children.stop_child(deps, run_read.record, claim.key))
+                    await children.spent_so_far(deps, run_read.record, claim.key))
         if arrived is None:
             return None, None
         return children.outcome(arrived.payload), arrived.payload
@@ -192,8 +193,9 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
         return children.outcome(decision.payload or {}), decision.payload or {}
     # Rejected: the run was cancelled, or the child outlasted the wait's deadline; it stops,
     # and what it spent until now counts in the parent's usage and cost.
+    await children.cancel_child(deps, run_read.record, claim.key)
     return (approval.rejection(decision, claim.step.waiting),
-            await children.stop_child(deps, run_read.record, claim.key))
+            await children.spent_so_far(deps, run_read.record, claim.key))
 
 
 async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessage) -> bool:
