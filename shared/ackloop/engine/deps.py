@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ackloop.agents import AgentRegistry
 from ackloop.bus.base import Publisher
 from ackloop.clock import Clock
+from ackloop.files import FileStore, MemoryFileStore
 from ackloop.model.base import ModelClient
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
@@ -24,6 +25,8 @@ class Deps:
     agents: AgentRegistry
     clock: Clock
     owner: str
+    files: FileStore = field(default_factory=MemoryFileStore)
+    """Where file bytes live (:mod:`ackloop.files`)."""
 
     def topic(self, logical: str) -> str:
         """Real topic name of a logical topic (``model_steps``, ``tool_steps``, ``answers``)."""

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ackloop import conversation
+from ackloop import conversation, files
 from ackloop.agents import Agent
 from ackloop.deltas import DeltaRecord, DeltaWriter
 from ackloop.engine import claims, outbox
@@ -297,8 +297,8 @@ async def _run_claimed(
                 model=agent.model or run.model,
                 agent=agent.name,
                 system_instruction=agent.instructions,
-                contents=conversation.answer_dangling_calls([*transcript.contents,
-                                                             *new_contents]),
+                contents=await files.for_request(deps.files, conversation.answer_dangling_calls(
+                    [*transcript.contents, *new_contents])),
                 tools=[*tools, contract.declaration()] if contract else tools,
                 timeout_seconds=deps.settings.model_timeout_seconds,
             )
