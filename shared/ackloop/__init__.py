@@ -37,6 +37,7 @@ _PUBLIC: dict[str, str] = {
     "mcp_tools": "ackloop.tools.mcp:mcp_tools",
     # Agents and where they come from
     "Agent": "ackloop.agents:Agent",
+    "Context": "ackloop.context:Context",
     "CatalogError": "ackloop.catalog:CatalogError",
     # Scripted models, for the offline stack and tests
     "Conversation": "ackloop.model.function_model:Conversation",
@@ -58,6 +59,7 @@ __all__ = ["__version__", *_PUBLIC]
 if TYPE_CHECKING:
     from ackloop.agents import Agent as Agent
     from ackloop.catalog import CatalogError as CatalogError
+    from ackloop.context import Context as Context
     from ackloop.model.function_model import Conversation as Conversation
     from ackloop.model.function_model import FunctionModel as FunctionModel
     from ackloop.model.function_model import Reply as Reply

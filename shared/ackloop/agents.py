@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from ackloop.context import DEFAULT_CONTEXT, Context
 from ackloop.errors import PermanentError
 from ackloop.tools.base import Toolbox
 
@@ -44,7 +45,10 @@ class Agent:
     when the model is scripted (offline, or in tests): a
     :class:`~ackloop.model.function_model.FunctionModel`,
     :class:`~ackloop.model.function_model.ScriptedTurns` or
-    :class:`~ackloop.model.tool_sweep.TestModel`; None means ``TestModel()``.
+    :class:`~ackloop.model.tool_sweep.TestModel`; None means ``TestModel()``. ``context`` is
+    the policy for long conversations (:class:`~ackloop.context.Context`; None: the default,
+    which compacts a request past 64,000 input tokens into a summary and the last 4 model
+    turns).
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class Agent:
         max_tokens: int | None = None,
         output: type[BaseModel] | None = None,
         script: Script | None = None,
+        context: Context | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(
@@ -76,6 +81,8 @@ class Agent:
             raise ValueError(f"agent {name!r}: max_tool_calls must be 0 or more")
         if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
             raise TypeError(f"agent {name!r}: output must be a Pydantic model class")
+        if context is not None and not isinstance(context, Context):
+            raise TypeError(f"agent {name!r}: context must be an ackloop.Context")
         if script is not None and not callable(script):
             raise TypeError(f"agent {name!r}: script must be a FunctionModel, ScriptedTurns or "
                             "TestModel")
@@ -89,6 +96,7 @@ class Agent:
         self.max_tokens = max_tokens
         self.output = output
         self.script = script
+        self.context = context if context is not None else DEFAULT_CONTEXT
 
     def as_tool(
         self, description: str | None = None, *, name: str | None = None,

@@ -76,7 +76,10 @@ def reads(calls: int, pointer: object) -> str | None:
     transcript where ``pointer`` says (None without a pointer)."""
     if not isinstance(pointer, Mapping):
         return None
-    return f"{calls},{int(pointer['chunks'])},{pointer['conversation_id']}"
+    chunks = str(int(pointer["chunks"]))
+    if pointer.get("start"):  # read from a compaction's chunk on: "{start}-{chunks}"
+        chunks = f"{int(pointer['start'])}-{chunks}"
+    return f"{calls},{chunks},{pointer['conversation_id']}"
 
 
 def parse_reads(hint: str | None) -> tuple[int, JsonDict] | None:
@@ -86,9 +89,14 @@ def parse_reads(hint: str | None) -> tuple[int, JsonDict] | None:
         return None
     calls, _, rest = hint.partition(",")
     chunks, _, conversation_id = rest.partition(",")
-    if not (calls.isdigit() and chunks.isdigit() and conversation_id) or int(calls) > 999:
+    start, _, count = chunks.rpartition("-")
+    if (not (calls.isdigit() and count.isdigit() and conversation_id) or int(calls) > 999
+            or not (start == "" or start.isdigit())):
         return None
-    return int(calls), {"conversation_id": conversation_id, "chunks": int(chunks)}
+    pointer: JsonDict = {"conversation_id": conversation_id, "chunks": int(count)}
+    if start and int(start):
+        pointer["start"] = int(start)
+    return int(calls), pointer
 
 
 def stamped(outbox: Sequence[Outgoing]) -> list[Outgoing]:

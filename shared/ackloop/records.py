@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ackloop.context import summary_content
 from ackloop.cost import Cost
 from ackloop.jsondict import JsonDict
 from ackloop.wire import Usage
@@ -314,6 +315,20 @@ class TranscriptChunk(Record):
     tail: str | None = None
     """``{run_id}/{step_key}`` of the step that appended last: checked by the next step."""
     size: int = 0
+    summary: str | None = None
+    """A compaction's chunk (:mod:`ackloop.context`): the summary of every turn before it. A
+    model step reads the transcript from the last such chunk on."""
+    kept: list[JsonDict] = Field(default_factory=list)
+    """A compaction's chunk: a copy of the turns it kept as they were (they are also where they
+    were first appended; :attr:`entries`, the history, does not repeat them)."""
+    compaction: JsonDict | None = None
+    """A compaction's chunk: the model step that made it (``by``: ``{run_id}/{step_key}``),
+    what it summarized and kept (``summarized``, ``kept``: contents) and what its model call
+    used and cost (``usage``, ``cost``)."""
+    history_refreshed_at: float | None = None
+    """A compaction's chunk: when the chunks before it (which no model step reads again) were
+    last given the conversation's retention horizon; a step appending a day or more later
+    gives it to them again."""
     fence: str | None = None
     """``{run_id}@{time}`` of a run that ended outside a step while this was the last chunk
     (or a chunk it started): written so that a model step of that run still in flight, whose
@@ -323,3 +338,11 @@ class TranscriptChunk(Record):
     def entries(self) -> list[JsonDict]:
         """The chunk's contents, in order."""
         return [*self.contents, *(c for key in sorted(self.turns) for c in self.turns[key])]
+
+    @property
+    def view(self) -> list[JsonDict]:
+        """What a model is sent of this chunk when the transcript is read from it: a
+        compaction's summary and kept turns first, then the turns appended since."""
+        if self.summary is None:
+            return self.entries
+        return [summary_content(self.summary), *self.kept, *self.entries]

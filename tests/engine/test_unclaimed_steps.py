@@ -197,7 +197,7 @@ async def test_a_duplicate_that_reads_the_transcript_after_its_step_was_recorded
     answers_before = len(loop.answers)
 
     store = loop.deps.store
-    load = store.load_transcript
+    load = store.load_transcript_view
     late_reads, recorded = asyncio.Event(), asyncio.Event()
 
     async def after_the_other(conversation_id: str):  # type: ignore[no-untyped-def]
@@ -206,7 +206,7 @@ async def test_a_duplicate_that_reads_the_transcript_after_its_step_was_recorded
             await recorded.wait()
         return await load(conversation_id)
 
-    store.load_transcript = after_the_other  # type: ignore[method-assign]
+    store.load_transcript_view = after_the_other  # type: ignore[method-assign]
     late = asyncio.create_task(loop.deliver(kind, step))
     await asyncio.wait_for(late_reads.wait(), timeout=10)
     assert (await loop.deliver(kind, step)).acknowledged

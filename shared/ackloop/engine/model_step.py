@@ -22,7 +22,7 @@ from typing import Any
 from ackloop import conversation, files
 from ackloop.agents import Agent
 from ackloop.deltas import DeltaRecord, DeltaWriter
-from ackloop.engine import claims, outbox
+from ackloop.engine import claims, compaction, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import (
@@ -36,7 +36,12 @@ from ackloop.engine.lease import (
 )
 from ackloop.engine.ledger import scheduled_model_step
 from ackloop.engine.structured import OutputContract, contract_for, judge
-from ackloop.errors import ModelRetryableError, PermanentError, RetryableError
+from ackloop.errors import (
+    ModelPermanentError,
+    ModelRetryableError,
+    PermanentError,
+    RetryableError,
+)
 from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey
 from ackloop.model.base import (
@@ -172,7 +177,7 @@ async def _claim_and_read(
     unclaimed = False
     if own is None and found is not None and found.record.status is RunStatus.RUNNING:
         if transcript is None or transcript.conversation_id != found.record.conversation_id:
-            transcript = await deps.store.load_transcript(found.record.conversation_id)
+            transcript = await deps.store.load_transcript_view(found.record.conversation_id)
         if recorded_since(transcript, run_id, message.turn):
             # A duplicate delivery recorded this step between the read of its document and
             # this read of the transcript: the call is not made again (on a context that
@@ -180,7 +185,7 @@ async def _claim_and_read(
             # nothing is sent: the delivery that recorded the step sends its outbox.
             log.info("run %s: step %s was recorded by another delivery", run_id, key)
             return None
-        prompt_bytes = sum(c.size for c in transcript.chunks) + len(found.record.text)
+        prompt_bytes = transcript.view_bytes + len(found.record.text)
         # A streamed call that starts unclaimed claims at its first text (ClaimAtFirstText).
         unclaimed = not claims.model_call_claims(deps.settings, found.record.model, prompt_bytes)
     claimed = await claim_in_run(deps, run_id, found, key, "model", message_id=scope.message_id,
@@ -293,18 +298,43 @@ async def _run_claimed(
             contract = contract_for(run.output_schema, agent.output)
             await prepare_tools(deps, ref, agent.tools)  # an MCP server's listing, once
             tools = agent.tools.declarations()
-            request = ModelRequest(
-                model=agent.model or run.model,
-                agent=agent.name,
-                system_instruction=agent.instructions,
-                contents=await files.for_request(deps.files, conversation.answer_dangling_calls(
-                    [*transcript.contents, *new_contents])),
-                tools=[*tools, contract.declaration()] if contract else tools,
-                timeout_seconds=deps.settings.model_timeout_seconds,
-            )
-            model_turn, call_seconds, retried, last_text = await _call_model(deps, ref, request,
-                                                                             scope)
+            if contract:
+                tools = [*tools, contract.declaration()]
+            compacted = compaction.made_by_this_step(run, message.turn, transcript)
+            if compacted is None and agent.context.over(compaction.estimated_tokens(
+                    agent, transcript, new_contents, inputs.previous)):
+                compacted = await compaction.compact(deps, ref, run, message.turn, agent,
+                                                     transcript)
+            if compacted is not None:
+                transcript, basis = compacted.transcript, Basis(run_read, compacted.transcript)
+            request = await _request(deps, run, agent, transcript, new_contents, tools)
+            try:
+                model_turn, call_seconds, retried, last_text = await _call_model(
+                    deps, ref, request, scope)
+            except ModelPermanentError as exc:
+                # Gemini refused the request as too long: compact (keeping the last model turn
+                # only) and try once more; a second refusal fails the run with its cause.
+                if exc.reason != "model_input_too_long":
+                    raise
+                forced = await compaction.compact(deps, ref, run, message.turn, agent,
+                                                  transcript, force=True)
+                if forced is None:
+                    raise
+                log.info("run %s: %s was too long for the model; compacted, trying once more",
+                         run.run_id, claim.key)
+                compacted = forced.after(compacted)
+                transcript, basis = forced.transcript, Basis(run_read, forced.transcript)
+                request = await _request(deps, run, agent, transcript, new_contents, tools)
+                model_turn, call_seconds, retried, last_text = await _call_model(
+                    deps, ref, request, scope)
+            if compacted is not None:  # the summary's tokens are the run's too
+                turn_ctx = replace(turn_ctx, message=message.model_copy(
+                    update={"usage": message.usage.plus(compacted.usage)}))
             decision = decide(turn_ctx, model_turn, contract, call_seconds)
+            if compacted is not None:
+                decision = replace(decision, compaction_cost=compacted.cost,
+                                   result=(decision.result or {})
+                                   | {"compaction": compacted.record})
             if last_text is not None:
                 decision = replace(decision, deltas=(last_text,))
             if retried:  # the step record shows what was waited out inside this request
@@ -319,6 +349,21 @@ async def _run_claimed(
                            end=replace(decision.end, agent=agent.name) if decision.end else None)
     await commit(deps, ref, decision, basis, kind="model", rolls_up=inputs.previous,
                  redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
+
+
+async def _request(deps: Deps, run: RunRecord, agent: Agent, transcript: Transcript,
+                   new_contents: list[JsonDict], tools: list[JsonDict]) -> ModelRequest:
+    """The model call of a step: the agent's instructions and tools, the transcript's view
+    (from its last compaction on) and this turn's new contents."""
+    return ModelRequest(
+        model=agent.model or run.model,
+        agent=agent.name,
+        system_instruction=agent.instructions,
+        contents=await files.for_request(deps.files, conversation.answer_dangling_calls(
+            [*transcript.view, *new_contents])),
+        tools=tools,
+        timeout_seconds=deps.settings.model_timeout_seconds,
+    )
 
 
 async def _call_model(
@@ -478,7 +523,7 @@ async def _transcript(
     """The conversation so far, checked to end at the previous model step of this run."""
     transcript = inputs.transcript
     if transcript is None or transcript.conversation_id != run.conversation_id:
-        transcript = await deps.store.load_transcript(run.conversation_id)
+        transcript = await deps.store.load_transcript_view(run.conversation_id)
     if message.turn == 0:
         return transcript
     expected = f"{run.run_id}/{StepKey.model(message.turn - 1)}"

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ackloop.context import is_summary_request
 from ackloop.errors import ModelPermanentError
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.seed_agent import seed_agent_turn
@@ -67,9 +68,41 @@ class ScriptedModel:
         return self.decide(request)
 
     def decide(self, request: ModelRequest) -> ModelTurn:
-        """Like :meth:`generate`, but synchronous and unrecorded (the fake server's hook)."""
+        """Like :meth:`generate`, but synchronous and unrecorded (the fake server's hook).
+        A compaction's request (:func:`ackloop.context.is_summary_request`) is answered with
+        :func:`scripted_summary`, whatever the script."""
         validate_contents(request)
+        if is_summary_request(request.contents):
+            return text_turn(scripted_summary(request.contents), request=request)
         return self.script(request)
+
+
+SUMMARY_CHARS = 600
+"""The most a scripted summary says."""
+
+
+def scripted_summary(contents: Sequence[Any]) -> str:
+    """A deterministic summary of a compaction's request, of bounded size: how many model
+    turns it covers, the user's last three texts and how often each tool was called (what a
+    test can check)."""
+    texts: list[str] = []
+    tools: dict[str, int] = {}
+    turns = 0
+    for content in contents[:-1]:
+        if content.get("role") == "model":
+            turns += 1
+        for part in content.get("parts") or []:
+            text = part.get("text")
+            if content.get("role") == "user" and isinstance(text, str) and text.strip():
+                texts.append(text.strip().splitlines()[-1][:120])
+            call = part.get("function_call")
+            if isinstance(call, dict):
+                tools[str(call.get("name"))] = tools.get(str(call.get("name")), 0) + 1
+    lines = [f"{turns} model turn(s) summarized.",
+             f"The user said, last: {' | '.join(texts[-3:])}" if texts else "",
+             "Tools called: " + ", ".join(f"{n} x{c}" for n, c in sorted(tools.items()))
+             if tools else ""]
+    return "\n".join(line for line in lines if line)[:SUMMARY_CHARS]
 
 
 def validate_contents(request: ModelRequest) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from ackloop import outgoing
+from ackloop.context import summary_content
 from ackloop.cost import Cost
 from ackloop.docdb.base import (
     AlreadyExists,
@@ -88,6 +90,12 @@ ClaimState = Literal["new", "taken_over", "completed", "waiting", "unclaimed"]
 """``waiting``: the step waits for a decision; nothing is claimed and nothing runs.
 ``unclaimed``: run without a claim; its document is created by the commit that records it
 (:meth:`AgentStore.unclaimed`)."""
+
+log = logging.getLogger(__name__)
+
+VIEW_PAGE = 4
+"""Transcript chunks a model step lists at a time, newest first, to find the last compaction
+(:meth:`AgentStore.load_transcript_view`)."""
 
 DAY_SECONDS = 86_400.0
 EXPIRE_AT = "expire_at"
@@ -232,7 +240,26 @@ class Transcript:
 
     @property
     def contents(self) -> list[JsonDict]:
+        """The whole history as read (every turn once; a compaction's copies left out)."""
         return [c for chunk in self.chunks for c in chunk.entries]
+
+    @property
+    def start(self) -> int:
+        """Position in :attr:`chunks` of the last compaction's chunk (0 if none was read): a
+        model is sent the transcript from there on."""
+        return next((i for i in range(len(self.chunks) - 1, -1, -1)
+                     if self.chunks[i].summary is not None), 0)
+
+    @property
+    def view(self) -> list[JsonDict]:
+        """What a model is sent: from the last compaction on (its summary, the turns it kept,
+        the turns since), or the whole history where there was none."""
+        return [c for chunk in self.chunks[self.start:] for c in chunk.view]
+
+    @property
+    def view_bytes(self) -> int:
+        """The size of :attr:`view` as the chunks recorded it (no encoding)."""
+        return sum(c.size for c in self.chunks[self.start:])
 
     @property
     def tail(self) -> str | None:
@@ -252,8 +279,17 @@ def _pointer(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
     instead of querying the collection."""
     indexes = [int(w.path.rsplit("/", 1)[1]) for w in writes]
     indexes += [c.index for c in transcript.chunks]
-    return {"conversation_id": transcript.conversation_id,
-            "chunks": max(indexes, default=-1) + 1}
+    pointer: JsonDict = {"conversation_id": transcript.conversation_id,
+                         "chunks": max(indexes, default=-1) + 1}
+    first = transcript.chunks[transcript.start].index if transcript.chunks else 0
+    if first:  # after a compaction: the next step reads from its chunk on
+        pointer["start"] = first
+    return pointer
+
+
+def pointer_range(pointer: JsonDict) -> range:
+    """The chunk indexes a step's transcript pointer names (from the last compaction on)."""
+    return range(int(pointer.get("start") or 0), int(pointer["chunks"]))
 
 
 def payload_digest(payload: JsonDict) -> str:
@@ -1217,6 +1253,9 @@ class AgentStore:
             await self.db.commit(writes)
         except (PreconditionFailed, AlreadyExists) as exc:
             await self._raise_conflict(claim, exc)
+        if basis.transcript is not None and any(
+                w.data.get("history_refreshed_at") == now for w in writes):
+            await self._refresh_history(basis.transcript, now)
         return committed
 
     def _step_commit(
@@ -1253,6 +1292,8 @@ class AgentStore:
         cost = price(1 + len(writes) + run_writes, outbox)
         if claim.step.wait_cost is not None:  # the delivery that recorded its wait
             cost = cost.plus(claim.step.wait_cost)
+        if decision.compaction_cost is not None:  # the summary its model step made first
+            cost = cost.plus(decision.compaction_cost)
         if decision.child_cost is not None:  # a sub-agent's call: its child run's cost
             cost = cost.plus(decision.child_cost.as_child())
         total = Cost.total([carried if carried is not None else run.cost, *rolls_up, cost])
@@ -1304,7 +1345,7 @@ class AgentStore:
             return None
         if basis.transcript is None:
             return Basis(run)
-        return Basis(run, await self.load_transcript(basis.transcript.conversation_id))
+        return Basis(run, await self.load_transcript_view(basis.transcript.conversation_id))
 
     async def _raise_conflict(self, claim: Claim, exc: Exception) -> NoReturn:
         """Tell a lost lease from a stale read after a commit was refused."""
@@ -1347,6 +1388,30 @@ class AgentStore:
         return Transcript(conversation_id, chunks, snaps[-1].version if snaps else None,
                           tuple(s.data.get(EXPIRE_AT) for s in snaps))
 
+    async def load_transcript_view(self, conversation_id: str) -> Transcript:
+        """The transcript as a model step reads it without a pointer (a follow-up run's first
+        step, a step read again): from the last compaction's chunk on, the newest chunks first,
+        :data:`VIEW_PAGE` at a time until one is a compaction's (or there are no more). So what
+        it reads stops growing once the conversation has been compacted; the whole history is
+        :meth:`load_transcript`'s."""
+        collection = self.transcript_collection(conversation_id)
+        found: list[Snapshot] = []
+        below: int | None = None
+        while True:
+            page = await self.db.list_newest(collection, {}, "index", limit=VIEW_PAGE,
+                                             below=below)
+            found += page
+            if len(page) < VIEW_PAGE or any(p.data.get("summary") is not None for p in page):
+                break
+            below = int(page[-1].data["index"])
+        snaps = sorted(found, key=lambda snap: int(snap.data["index"]))
+        start = next((i for i in range(len(snaps) - 1, -1, -1)
+                      if snaps[i].data.get("summary") is not None), 0)
+        snaps = snaps[start:]
+        chunks = [TranscriptChunk.model_validate(snap.data) for snap in snaps]
+        return Transcript(conversation_id, chunks, snaps[-1].version if snaps else None,
+                          tuple(snap.data.get(EXPIRE_AT) for snap in snaps))
+
     async def run_and_transcript(
         self, run_id: str, pointer: JsonDict
     ) -> tuple[RunRead | None, Transcript | None]:
@@ -1358,7 +1423,7 @@ class AgentStore:
         step's own append fail, and the step reads again.
         """
         conversation_id = str(pointer["conversation_id"])
-        paths = [self.chunk_path(conversation_id, i) for i in range(int(pointer["chunks"]))]
+        paths = [self.chunk_path(conversation_id, i) for i in pointer_range(pointer)]
         run, *chunks = await self.db.get_all([self.run_path(run_id), *paths])
         if any(c is None for c in chunks):
             return RunRead.of(run), None
@@ -1379,8 +1444,8 @@ class AgentStore:
         would without one."""
         keys = [str(StepKey.model(turn - 1)), *(str(StepKey.tool(turn - 1, i))
                                                 for i in range(calls)), str(StepKey.model(turn))]
-        conversation_id, count = str(pointer["conversation_id"]), int(pointer["chunks"])
-        chunk_paths = [self.chunk_path(conversation_id, i) for i in range(count)]
+        conversation_id = str(pointer["conversation_id"])
+        chunk_paths = [self.chunk_path(conversation_id, i) for i in pointer_range(pointer)]
         run, *snaps = await self.db.get_all(
             [self.run_path(run_id), *(self.step_path(run_id, k) for k in keys), *chunk_paths])
         steps = [StepRecord.model_validate(s.data) if s else None for s in snaps[:len(keys)]]
@@ -1418,10 +1483,16 @@ class AgentStore:
         wall clock if not given), and the chunks it does not write are moved to the same
         horizon when theirs is a day or more behind: a conversation in use loses no history.
         """
+        now = time.time() if now is None else now
+        return self._history_due(transcript, now, self._append_only(transcript, contents,
+                                                                    tail, now))
+
+    def _append_only(self, transcript: Transcript, contents: Sequence[JsonDict], tail: str,
+                     now: float) -> list[Write]:
         added = _size(list(contents))
         conversation_id = transcript.conversation_id
         last = transcript.chunks[-1] if transcript.chunks else None
-        expiry = self._live_expiry(time.time() if now is None else now)
+        expiry = self._live_expiry(now)
         if last is not None and last.size + added <= CHUNK_BYTES:
             key = f"t{len(last.turns):06d}"
             return [*self._refresh_writes(transcript, expiry, below=last.index),
@@ -1444,6 +1515,99 @@ class AgentStore:
                 Write("update", last_path, {"size": last.size} | due,
                       if_version=transcript.last_version),
                 Write("create", self.chunk_path(conversation_id, index), chunk.to_doc() | expiry)]
+
+    def _history_due(self, transcript: Transcript, now: float, writes: list[Write]
+                     ) -> list[Write]:
+        """``writes`` (an append), marking the compaction's chunk the transcript is read from
+        when the chunks before it are due for the retention horizon again (a day or more since
+        they last got it): :meth:`commit_step` gives it to them once the append commits."""
+        if not self.retention or not transcript.chunks:
+            return writes
+        first = transcript.chunks[transcript.start]
+        refreshed = first.history_refreshed_at
+        if first.summary is None or first.index == 0 or (
+                refreshed is not None and now - refreshed < DAY_SECONDS):
+            return writes
+        path = self.chunk_path(transcript.conversation_id, first.index)
+        mark = {"history_refreshed_at": now}
+        if any(w.path == path for w in writes):
+            return [replace(w, data=w.data | mark) if w.path == path else w for w in writes]
+        return [*writes, Write("update", path, mark)]
+
+    async def _refresh_history(self, transcript: Transcript, now: float) -> None:
+        """Give the chunks before the transcript's last compaction (no model step reads them
+        again, so no append refreshes them) the retention horizon: after the commit, one batch,
+        else one by one, a chunk already gone (expired) left out. Best effort: at most once a
+        day per conversation, and a failure here only leaves that for the next day."""
+        expiry = self._live_expiry(now)
+        first = transcript.chunks[transcript.start].index if transcript.chunks else 0
+        paths = [self.chunk_path(transcript.conversation_id, i) for i in range(first)]
+        if not expiry or not paths:
+            return
+        try:
+            for at in range(0, len(paths), 400):
+                await self.db.commit([Write("update", p, dict(expiry))
+                                      for p in paths[at:at + 400]])
+            return
+        except PreconditionFailed:
+            pass  # one of them is gone: the others one by one
+        except StorageUnavailable as exc:  # the step is recorded; this can wait a day
+            log.warning("refreshing the retention of %s's older chunks: %s",
+                        transcript.conversation_id, exc)
+            return
+        for path in paths:
+            with contextlib.suppress(PreconditionFailed):
+                await self.db.commit([Write("update", path, dict(expiry))])
+
+    async def read_chunk(self, conversation_id: str, index: int
+                         ) -> tuple[TranscriptChunk, Version | None] | None:
+        """One transcript chunk and its version (None: it does not exist)."""
+        (snap,) = await self.db.get_all([self.chunk_path(conversation_id, index)])
+        if snap is None:
+            return None
+        return TranscriptChunk.model_validate(snap.data), snap.version
+
+    async def commit_compaction(self, transcript: Transcript, summary: str,
+                                kept: Sequence[JsonDict], record: JsonDict, now: float
+                                ) -> Transcript | None:
+        """Record a compaction of ``transcript`` (as a model step read it): the next chunk,
+        holding ``summary``, a copy of the ``kept`` turns and ``record`` (who made it, what it
+        used and cost), created in one commit with the last chunk written unchanged, fenced
+        on the version read (a run's end outside a step, or another writer, makes it fail).
+        Returns the transcript as a model step now reads it: that chunk alone.
+
+        None when the chunk was created meanwhile (the caller reads it: the same step's other
+        delivery made it, or the transcript moved on); :class:`StaleRead` when the last chunk
+        changed.
+        """
+        if not transcript.chunks:
+            raise ValueError("nothing to compact: the transcript is empty")
+        conversation_id = transcript.conversation_id
+        last = transcript.chunks[-1]
+        index = last.index + 1
+        chunk = TranscriptChunk(
+            index=index, summary=summary, kept=list(kept), compaction=record,
+            tail=last.tail, size=_size([summary_content(summary), *kept]),
+            history_refreshed_at=now if self.retention else None)
+        expiry = self._live_expiry(now)
+        last_path = self.chunk_path(conversation_id, last.index)
+        refresh = self._refresh_writes(transcript, expiry, below=index)
+        due = next((w.data for w in refresh if w.path == last_path), {})
+        try:
+            versions = await self.db.commit([
+                *(w for w in refresh if w.path != last_path),
+                Write("update", last_path, {"size": last.size} | due,
+                      if_version=transcript.last_version),
+                Write("create", self.chunk_path(conversation_id, index),
+                      chunk.to_doc() | expiry)])
+        except AlreadyExists:
+            return None
+        except PreconditionFailed as exc:
+            raise StaleRead(f"chunk {last.index} of {conversation_id} changed") from exc
+        if transcript.start or transcript.chunks[0].index:  # chunks it did not read
+            await self._refresh_history(transcript, now)
+        return Transcript(conversation_id, [chunk], versions[-1],
+                          (expiry.get(EXPIRE_AT),))
 
     def _refresh_writes(self, transcript: Transcript, expiry: JsonDict, below: int) -> list[Write]:
         """Move the ``expire_at`` of the chunks before ``below`` to ``expiry`` where it is a day

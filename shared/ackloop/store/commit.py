@@ -80,6 +80,9 @@ class Decision:
     child_cost: Cost | None = None
     """A sub-agent's call: what its child run cost, counted in this step's cost (so in its
     run's)."""
+    compaction_cost: Cost | None = None
+    """A model step that compacted its transcript first (:mod:`ackloop.engine.compaction`): what
+    the summary's call cost, counted in this step's cost."""
     child_usage: Usage | None = None
     """A sub-agent's call: what its child run used (its whole tree), recorded in this step's
     usage and its children's part (:meth:`Usage.with_child`), from which the next model step

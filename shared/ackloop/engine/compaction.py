@@ -1,0 +1,218 @@
+"""Compaction: a model step whose request would pass its agent's context budget first replaces
+the older turns with a summary (:mod:`ackloop.context`).
+
+The summary is one model call, committed before the step's own call as the transcript's next
+chunk (:meth:`ackloop.store.AgentStore.commit_compaction`), created once and fenced on the
+last chunk as read. So it is recorded once whatever is redelivered or killed:
+
+* killed during the summary's call, nothing was written: the redelivery summarizes again;
+* killed after its commit, the redelivery finds the chunk, made by this very step (its
+  ``compaction.by``), before it calls anything, and goes on from it: no second summary;
+* two deliveries at once both call, and the second's create finds the first's chunk, which it
+  reads and uses (its own summary is dropped unrecorded).
+
+The step that made (or found) it counts its usage in the run's and its cost in the step's
+(:attr:`ackloop.store.Decision.compaction_cost`), and names it in its result
+(``compaction``): the chunk also keeps both, so the ledger has them even for a delivery killed
+before the step's own commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ackloop import conversation, files
+from ackloop.agents import Agent
+from ackloop.context import cut_index, json_size, summary_request_contents, tokens_of_bytes
+from ackloop.cost import Cost, Spend, price
+from ackloop.engine.deps import Deps
+from ackloop.engine.lease import ClaimRef, heartbeat
+from ackloop.errors import ModelPermanentError, RetryableError, StaleRead
+from ackloop.jsondict import JsonDict
+from ackloop.keys import StepKey
+from ackloop.model.base import ModelRequest
+from ackloop.records import RunRecord, StepRecord, TranscriptChunk
+from ackloop.store import CHUNK_BYTES, Transcript
+from ackloop.telemetry import metrics, tracing
+from ackloop.wire import Usage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """A compaction a model step made or found: the transcript as the step now reads it, and
+    what the summary's call used and cost."""
+
+    transcript: Transcript
+    usage: Usage
+    cost: Cost
+    record: JsonDict
+    """What the step's result says of it."""
+
+    def after(self, earlier: Compacted | None) -> Compacted:
+        """This compaction, made after ``earlier`` in the same step: both used and cost."""
+        if earlier is None:
+            return self
+        return Compacted(self.transcript, earlier.usage.plus(self.usage),
+                         earlier.cost.plus(self.cost), self.record | {"compactions": 2})
+
+
+def made_by_this_step(run: RunRecord, turn: int, transcript: Transcript) -> Compacted | None:
+    """The compaction this very step made, where the transcript as read already starts at it
+    (read after an earlier delivery committed it): counted, not made again."""
+    if not transcript.chunks:
+        return None
+    chunk = transcript.chunks[transcript.start]
+    if (chunk.compaction or {}).get("by") != f"{run.run_id}/{StepKey.model(turn)}":
+        return None
+    return _made_by(str(chunk.compaction["by"]) if chunk.compaction else "",
+                    (chunk, transcript.last_version), transcript.conversation_id,
+                    transcript=Transcript(transcript.conversation_id,
+                                          transcript.chunks[transcript.start:],
+                                          transcript.last_version,
+                                          transcript.expires[transcript.start:]))
+
+
+def estimated_tokens(agent: Agent, transcript: Transcript, new_contents: list[JsonDict],
+                     previous: list[StepRecord]) -> int:
+    """The input tokens of the request a model step is about to make.
+
+    After a model step of the same run, Gemini's own count of that step's request plus its
+    answer and this turn's new contents (in bytes / 4): exact for what was counted, and it
+    costs nothing to read. Else (a run's first turn) bytes / 4 of the transcript's view as its
+    chunks recorded it, the new contents, the instructions and the tools."""
+    added = json_size(new_contents) if new_contents else 0
+    model_step = next((s for s in previous if s.kind == "model"), None)
+    if model_step is not None and model_step.usage.prompt_tokens > 0:
+        counted = model_step.usage
+        return counted.prompt_tokens + counted.output_tokens + tokens_of_bytes(added)
+    fixed = len(agent.instructions.encode()) + json_size(agent.tools.declarations())
+    return tokens_of_bytes(transcript.view_bytes + added + fixed)
+
+
+async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: Agent,
+                  transcript: Transcript, *, force: bool = False) -> Compacted | None:
+    """Compact ``transcript`` for model step ``turn`` of ``run`` (see the module docstring);
+    None when its view has too little to summarize. ``force`` (Gemini refused the request as
+    too long): keep only the last model turn, whatever the policy keeps."""
+    policy = agent.context
+    view = transcript.view
+    keep = 1 if force else policy.keep_recent_turns
+    cut = cut_index(view, keep, 0 if force else policy.min_summarized_turns)
+    if cut is None or not transcript.chunks:
+        return None
+    cut = _fitting(view, cut)
+    by = f"{run.run_id}/{StepKey.model(turn)}"
+    conversation_id = transcript.conversation_id
+    following = transcript.chunks[-1].index + 1
+    found = await deps.store.read_chunk(conversation_id, following)
+    if found is not None:
+        return _made_by(by, found, conversation_id)
+    model = policy.summarizer or agent.model or run.model
+    async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
+        for halving in range(SUMMARY_HALVINGS + 1):
+            request = ModelRequest(
+                model=model, agent=agent.name, system_instruction=policy.summary_instructions,
+                contents=await files.for_request(deps.files, summary_request_contents(
+                    conversation.answer_dangling_calls(view[:cut]))),
+                timeout_seconds=deps.settings.model_timeout_seconds)
+            try:
+                with tracing.span("gemini.generate_content", {"gen_ai.request.model": model,
+                                                              "ackloop.compaction": True}) as call:
+                    answer = await deps.model.generate(request)
+                    tracing.model_answered(call, answer.usage.prompt_tokens,
+                                           answer.usage.output_tokens, answer.model_version)
+                break
+            except ModelPermanentError as exc:
+                # What is to be summarized is itself past the model's input limit: summarize
+                # its older half (at a model turn), and keep the rest as it is.
+                earlier = _half(view, cut)
+                if exc.reason != "model_input_too_long" or earlier is None or (
+                        halving == SUMMARY_HALVINGS):
+                    raise
+                log.info("run %s: the summary of %d content(s) was too long for %s; "
+                         "summarizing the first %d", run.run_id, cut, model, earlier)
+                cut = earlier
+    beat.check()
+    summary = (answer.text or "").strip()
+    if not summary:
+        log.warning("run %s: the summary of %d content(s) came back empty; the request goes "
+                    "uncompacted", run.run_id, cut)
+        return None
+    usage = answer.usage
+    cost = price(Spend(model=model, prompt_tokens=usage.prompt_tokens,
+                       output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens,
+                       vcpu=deps.settings.service_vcpu,
+                       memory_gib=deps.settings.service_memory_gib))
+    record: JsonDict = {
+        "by": by, "chunk": following, "model": model, "summarized": cut,
+        "kept": len(view) - cut, "summary_bytes": len(summary.encode()),
+        "usage": usage.model_dump(mode="json"), "cost": cost.model_dump(mode="json"),
+        "at": deps.clock.now()}
+    try:
+        compacted = await deps.store.commit_compaction(transcript, summary, view[cut:], record,
+                                                       deps.clock.now())
+    except StaleRead:
+        # The last chunk changed: a run's end outside a step, or a cancel, wrote its fence. The
+        # redelivery reads the run again and ends (or drops) the step as it finds it.
+        raise RetryableError(f"the transcript of {conversation_id} changed while it was "
+                             "being compacted", retry_after=1.0) from None
+    if compacted is None:
+        # Another delivery of this step made it first (or the transcript moved on).
+        again = await deps.store.read_chunk(conversation_id, following)
+        if again is None:
+            raise RetryableError(f"chunk {following} of {conversation_id}: created, then gone",
+                                 retry_after=1.0)
+        return _made_by(by, again, conversation_id)
+    metrics.model_tokens(model, usage.prompt_tokens, usage.output_tokens)
+    log.info("run %s: %s compacted %d content(s) into a summary of %d bytes, kept %d",
+             run.run_id, by, cut, record["summary_bytes"], record["kept"])
+    return Compacted(compacted, usage, cost, _step_record(record))
+
+
+SUMMARY_HALVINGS = 4
+"""How often a summary's request that the model refuses as too long is halved."""
+
+
+def _half(view: list[JsonDict], cut: int) -> int | None:
+    """A cut before a model turn about half as far in as ``cut`` (None: there is none)."""
+    models = [i for i, c in enumerate(view) if c.get("role") == "model" and 0 < i < cut]
+    if not models:
+        return None
+    return min(models, key=lambda i: abs(i - cut // 2))
+
+
+def _fitting(view: list[JsonDict], cut: int) -> int:
+    """``cut``, moved to a later model turn while the kept turns' copy would not fit in a
+    chunk beside its summary (a quarter of the chunk left for it)."""
+    room = CHUNK_BYTES * 3 // 4
+    models = [i for i, c in enumerate(view) if c.get("role") == "model" and i >= cut]
+    for candidate in models:
+        if json_size(view[candidate:]) <= room:
+            return candidate
+    return models[-1] if models else cut
+
+
+def _made_by(by: str, found: tuple[TranscriptChunk, Any], conversation_id: str,
+             transcript: Transcript | None = None) -> Compacted:
+    """The compaction ``by`` made, as found in the chunk after the transcript read; a chunk
+    that another step made means the transcript moved on since it was read (retryable)."""
+    chunk, version = found
+    record = chunk.compaction or {}
+    if chunk.summary is None or record.get("by") != by:
+        raise RetryableError(f"the transcript of {conversation_id} moved on since it was read "
+                             f"(chunk {chunk.index} by {record.get('by')!r})", retry_after=1.0)
+    log.info("%s: found its compaction (chunk %d), made by an earlier delivery", by, chunk.index)
+    if transcript is None:
+        transcript = Transcript(conversation_id, [chunk], version)
+    return Compacted(transcript, Usage.model_validate(record.get("usage") or {}),
+                     Cost.model_validate(record.get("cost") or {}), _step_record(record))
+
+
+def _step_record(record: JsonDict) -> JsonDict:
+    """What the step's result says of its compaction."""
+    return {key: record[key] for key in ("chunk", "model", "summarized", "kept",
+                                         "summary_bytes", "usage") if key in record}
