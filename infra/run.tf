@@ -81,6 +81,11 @@ locals {
     ACKLOOP_DEFAULT_MAX_TOOL_CALLS          = tostring(var.run_limits.max_tool_calls)
     ACKLOOP_LOG_LEVEL                       = var.log_level
     ACKLOOP_RETENTION_DAYS                  = tostring(var.retention_days)
+    ACKLOOP_FILES_BUCKET                    = google_storage_bucket.files.name
+    ACKLOOP_FILES_MAX_FILE_BYTES            = tostring(var.files.max_file_bytes)
+    ACKLOOP_FILES_MAX_QUERY_BYTES           = tostring(var.files.max_query_bytes)
+    ACKLOOP_FILES_MAX_COUNT                 = tostring(var.files.max_count)
+    ACKLOOP_FILES_INLINE_BYTES              = tostring(var.files.inline_bytes)
     ACKLOOP_TRACE_EXPORT                    = var.trace_export
     ACKLOOP_API_AUTH                        = var.api.auth
     ACKLOOP_API_QUERY_TIMEOUT_SECONDS       = tostring(var.api.query_timeout_seconds)

@@ -300,6 +300,28 @@ variable "retention_days" {
   }
 }
 
+variable "files" {
+  type = object({
+    bucket_name     = optional(string, null)
+    max_file_bytes  = optional(number, 7340032)
+    max_query_bytes = optional(number, 14680064)
+    max_count       = optional(number, 10)
+    inline_bytes    = optional(number, 7340032)
+  })
+  description = "Files in a query (storage.tf): the bucket their bytes are kept in (bucket_name; null: \"<project_id>-ackloop-files\"; ACKLOOP_FILES_BUCKET), deleted retention_days after they were written. max_file_bytes (ACKLOOP_FILES_MAX_FILE_BYTES): the largest file a query may carry inline; max_query_bytes: all of a query's inline files together; max_count: files per query (inline and URIs); the API answers 413 past them. inline_bytes (ACKLOOP_FILES_INLINE_BYTES): a stored file at most this large is sent to Gemini inline, a larger one as its gs:// URI, which only Vertex AI reads. The API's routes that take files accept api.max_body_bytes plus the base64 of max_query_bytes; keep that under Cloud Run's 32 MiB request limit."
+  default     = {}
+
+  validation {
+    condition     = var.files.max_file_bytes >= 1 && var.files.max_query_bytes >= 1 && var.files.max_count >= 0 && var.files.max_count <= 100 && var.files.inline_bytes >= 0
+    error_message = "files: max_file_bytes and max_query_bytes must be >= 1, max_count from 0 to 100, inline_bytes >= 0."
+  }
+
+  validation {
+    condition     = var.api.max_body_bytes + ceil(var.files.max_query_bytes * 4 / 3) + 1024 * var.files.max_count <= 33554432
+    error_message = "files.max_query_bytes (as base64) plus api.max_body_bytes must fit Cloud Run's 32 MiB request limit."
+  }
+}
+
 variable "trace_export" {
   type        = string
   description = "ACKLOOP_TRACE_EXPORT: where the services send their spans (one trace per run across every service): \"auto\" (Cloud Trace on Cloud Run), \"cloud_trace\" or \"none\"."

@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 _PUBLIC: dict[str, str] = {
     # Tools
     "FinalResult": "ackloop.tools.errors:FinalResult",
+    "File": "ackloop.tools.files:File",
     "NoArguments": "ackloop.tools.parameters:NoArguments",
     "Tool": "ackloop.tools.definition:Tool",
     "ToolContext": "ackloop.tools.base:ToolContext",
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     from ackloop.tools.definition import typed_tool as typed_tool
     from ackloop.tools.errors import FinalResult as FinalResult
     from ackloop.tools.errors import ToolError as ToolError
+    from ackloop.tools.files import File as File
     from ackloop.tools.mcp import MCPServer as MCPServer
     from ackloop.tools.mcp import mcp_tools as mcp_tools
     from ackloop.tools.parameters import NoArguments as NoArguments

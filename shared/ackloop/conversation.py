@@ -10,7 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
+from ackloop import files as files_module
 from ackloop.jsondict import JsonDict
+from ackloop.tools.files import model_readable
 from ackloop.wire import FunctionCall
 
 NOT_EXECUTED = {"error": "not executed: the run that asked for this call ended before it ran"}
@@ -24,15 +28,44 @@ def user_text(text: str) -> JsonDict:
     return {"role": "user", "parts": [{"text": text}]}
 
 
+def user_content(text: str, files: Sequence[JsonDict] = ()) -> JsonDict:
+    """A user's question: its files first (``file_data`` parts naming them, never their bytes:
+    :mod:`ackloop.files`), then its text, the order Gemini's guide advises."""
+    return {"role": "user", "parts": [*(dict(part) for part in files), {"text": text}]}
+
+
 def model_content(parts: Sequence[JsonDict]) -> JsonDict:
     return {"role": "model", "parts": list(parts)}
 
 
 def function_response_part(call: FunctionCall, response: JsonDict) -> JsonDict:
+    """The ``function_response`` part answering ``call``. The files a tool returned (the
+    tool step's ``response["files"]``: :func:`ackloop.engine.tool_step.store_files`) become
+    its ``parts``, one ``file_data`` part per file the model reads, named by ``display_name``
+    as the response's ``{"$ref": name}`` names it; the model step turns them into what Gemini
+    is sent (:func:`ackloop.files.for_request`). The list itself is not sent."""
+    files = response.get("files")
+    stored = _stored_files(files)
+    if stored is not None:
+        response = {key: value for key, value in response.items() if key != "files"}
     body: JsonDict = {"name": call.name, "response": response}
     if call.id:
         body["id"] = call.id
+    parts = [files_module.stored_part(s) for s in stored or () if model_readable(s.mime_type)]
+    if parts:
+        body["parts"] = parts
     return {"function_response": body}
+
+
+def _stored_files(files: object) -> list[files_module.StoredFile] | None:
+    """A response's ``files`` as stored files; None when it is not such a list (a tool that
+    built its own response may use the key for something else: it is then left alone)."""
+    if not isinstance(files, list) or not files:
+        return None
+    try:
+        return [files_module.StoredFile.model_validate(entry) for entry in files]
+    except ValidationError:
+        return None
 
 
 def function_responses(calls_and_responses: Sequence[tuple[FunctionCall, JsonDict]]) -> JsonDict:
@@ -60,8 +93,11 @@ def _fitted(
     for (call, response), size in zip(pairs, sizes, strict=True):
         if size > share:
             text = _cut(json.dumps(response, ensure_ascii=False), max(0, share - 200))
-            response = {"truncated": text, "note": f"this result was {size} bytes; the turn's "
-                        f"results are limited to {budget} bytes, so it was cut"}
+            cut: JsonDict = {"truncated": text, "note": f"this result was {size} bytes; the "
+                             f"turn's results are limited to {budget} bytes, so it was cut"}
+            if _stored_files(response.get("files")) is not None:
+                cut["files"] = response["files"]  # the stored files still reach the model
+            response = cut
         fitted.append((call, response))
     return fitted
 

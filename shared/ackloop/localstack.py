@@ -33,6 +33,11 @@ class StackState:
     urls: dict[str, str] = field(default_factory=dict)
     """Each process's health URL."""
     logs: dict[str, str] = field(default_factory=dict)
+    storage_port: int | None = None
+    """The Cloud Storage emulator's port, where file bytes are kept (None: no emulator; the
+    functions then keep files in memory, which only works within one process)."""
+    files_bucket: str | None = None
+    """The bucket on it (``ACKLOOP_FILES_BUCKET``)."""
 
     @property
     def api_url(self) -> str:
@@ -40,11 +45,19 @@ class StackState:
 
     def client_env(self) -> dict[str, str]:
         """What a client (``ackloop ask``, a test) needs to talk to this stack."""
-        return {
+        env = {
             "PUBSUB_EMULATOR_HOST": f"127.0.0.1:{self.pubsub_port}",
             "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{self.firestore_port}",
             "ACKLOOP_PROJECT_ID": self.project_id,
         }
+        return env | self.storage_env()
+
+    def storage_env(self) -> dict[str, str]:
+        """The Cloud Storage emulator and the files bucket on it (empty without one)."""
+        if self.storage_port is None or not self.files_bucket:
+            return {}
+        return {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{self.storage_port}",
+                "ACKLOOP_FILES_BUCKET": self.files_bucket}
 
     def save(self) -> None:
         path = Path(self.directory) / STATE_FILE

@@ -109,6 +109,10 @@ class RunRecord(Record):
     agent: str
     text: str
     model: str
+    files: list[JsonDict] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """The query's files as the transcript names them: Gemini ``file_data`` parts (a stored
+    file's ``gs://`` URI, or the caller's URI), never their bytes (:mod:`ackloop.files`); left
+    out of the document when the query had none."""
     new_conversation: bool = False
     """The run started its own conversation (its id is the conversation's): nothing is in the
     transcript before its first step, and the conversation has no document while this run is
@@ -315,17 +319,17 @@ class TranscriptChunk(Record):
     tail: str | None = None
     """``{run_id}/{step_key}`` of the step that appended last: checked by the next step."""
     size: int = 0
-    summary: str | None = None
+    summary: str | None = Field(default=None, exclude_if=lambda v: v is None)
     """A compaction's chunk (:mod:`ackloop.context`): the summary of every turn before it. A
     model step reads the transcript from the last such chunk on."""
-    kept: list[JsonDict] = Field(default_factory=list)
+    kept: list[JsonDict] = Field(default_factory=list, exclude_if=lambda v: not v)
     """A compaction's chunk: a copy of the turns it kept as they were (they are also where they
     were first appended; :attr:`entries`, the history, does not repeat them)."""
-    compaction: JsonDict | None = None
+    compaction: JsonDict | None = Field(default=None, exclude_if=lambda v: v is None)
     """A compaction's chunk: the model step that made it (``by``: ``{run_id}/{step_key}``),
     what it summarized and kept (``summarized``, ``kept``: contents) and what its model call
     used and cost (``usage``, ``cost``)."""
-    history_refreshed_at: float | None = None
+    history_refreshed_at: float | None = Field(default=None, exclude_if=lambda v: v is None)
     """A compaction's chunk: when the chunks before it (which no model step reads again) were
     last given the conversation's retention horizon; a step appending a day or more later
     gives it to them again."""

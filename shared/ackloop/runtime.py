@@ -28,6 +28,7 @@ from ackloop.clock import SystemClock
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.engine.deps import Deps
+from ackloop.files import FileStore, MemoryFileStore
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
 from ackloop.settings import Settings
 from ackloop.store import AgentStore, Retention
@@ -176,6 +177,18 @@ def configure_metrics(settings: Settings) -> None:
     metrics.configure(settings.project_id, tracing.service_name())
 
 
+def build_files(settings: Settings) -> FileStore:
+    """Where file bytes live: the ``files_bucket`` (Cloud Storage, or its emulator when
+    ``STORAGE_EMULATOR_HOST`` is set), else this process's memory (which only one process
+    can use: a query's files would not reach the model step of another)."""
+    if settings.files_bucket:
+        from ackloop.files.gcs import GcsFileStore
+
+        return GcsFileStore(settings.files_bucket, project=settings.project_id,
+                            inline_bytes=settings.files_inline_bytes)
+    return MemoryFileStore(inline_bytes=settings.files_inline_bytes)
+
+
 async def build_deps(settings: Settings) -> Deps:
     configure_logging(settings)
     configure_tracing(settings)
@@ -194,6 +207,7 @@ async def build_deps(settings: Settings) -> Deps:
         agents=agents,
         clock=SystemClock(),
         owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
+        files=build_files(settings),
     )
     log.info(
         "ackloop process ready: model provider %s (%s), agents %s",

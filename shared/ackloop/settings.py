@@ -268,6 +268,34 @@ class Settings(BaseSettings):
         "everything: no expire_at is written.",
     )
 
+    files_bucket: str | None = Field(
+        default=None,
+        description="Cloud Storage bucket the bytes of a query's files (and tools' output "
+        "files) are kept in, under files/<sha256>-<size>; the transcript names them. Unset: "
+        "they are kept in the process's memory, which only a single process (tests, the "
+        "in-process engine) can use. STORAGE_EMULATOR_HOST points the client at an emulator.",
+    )
+    files_max_file_bytes: int = Field(
+        default=7 * 1024 * 1024, ge=1,
+        description="Largest file a query may carry inline (decoded bytes); larger is refused "
+        "(HTTP 413). Pass a larger file as a gs:// or https:// URI instead.",
+    )
+    files_max_query_bytes: int = Field(
+        default=14 * 1024 * 1024, ge=1,
+        description="Most bytes a query's inline files may take together (decoded).",
+    )
+    files_max_count: int = Field(
+        default=10, ge=0, le=100,
+        description="Most files (inline and URIs) one query may carry.",
+    )
+    files_inline_bytes: int = Field(
+        default=7 * 1024 * 1024, ge=0,
+        description="A stored file at most this large is sent to Gemini inline (its bytes in "
+        "the request); a larger one as a file_data part naming its gs:// URI, which Vertex AI "
+        "reads (the Gemini Developer API does not). Gemini takes at most 20 MB inline per "
+        "request; ackloop inlines at most 14 MiB of files per request, the newest first.",
+    )
+
     log_level: str = Field(default="INFO", description="Python log level.")
 
     service_vcpu: float = Field(

@@ -10,7 +10,14 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from ackloop import patterns
 from ackloop.docdb.sizes import depth, unstorable, value_size
@@ -180,10 +187,50 @@ class RunOptions(WireModel):
         return value
 
 
+class InlineData(WireModel):
+    """A file's bytes in the query itself, as Gemini's ``inline_data`` part has them."""
+
+    mime_type: Annotated[str, StringConstraints(min_length=1, max_length=255)] = Field(
+        description="The file's type, e.g. application/pdf or image/png (accepted types: "
+        "ackloop.files.ACCEPTED_TYPES).")
+    data: str = Field(description="The file's bytes, base64 (standard alphabet, padded).")
+    display_name: Annotated[str, StringConstraints(max_length=512)] | None = Field(
+        default=None, description="The file's name, kept with it (not sent to Gemini).")
+
+
+class FileData(WireModel):
+    """A file the caller keeps elsewhere, by URI, as Gemini's ``file_data`` part names it."""
+
+    file_uri: Annotated[str, StringConstraints(min_length=1, max_length=2048)] = Field(
+        description="gs://bucket/object or https://... : passed to Gemini as given.")
+    mime_type: Annotated[str, StringConstraints(min_length=1, max_length=255)] = Field(
+        description="The file's type (accepted types: ackloop.files.ACCEPTED_TYPES).")
+    display_name: Annotated[str, StringConstraints(max_length=512)] | None = Field(
+        default=None, description="The file's name, kept with it (not sent to Gemini).")
+
+
+class FilePart(WireModel):
+    """One file of a query: exactly one of ``inline_data`` (bytes) and ``file_data`` (a URI).
+    Sizes, types and URI schemes are checked when the run is created (``ackloop.files``), so
+    each refusal says which limit it broke."""
+
+    inline_data: InlineData | None = Field(default=None, exclude_if=lambda v: v is None)
+    file_data: FileData | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> FilePart:
+        if (self.inline_data is None) == (self.file_data is None):
+            raise ValueError("a file is exactly one of inline_data (mime_type and base64 data) "
+                             "and file_data (file_uri and mime_type)")
+        return self
+
+
 class QueryMessage(WireModel):
     """A user's question, published to the queries topic (schema version 1).
 
     ``request_id`` is the idempotency key: the same id delivered or posted twice starts one run.
+    ``files``: what the question is about (inline bytes or URIs), checked and stored when the
+    run is created; left out of the message when there are none.
     """
 
     v: Literal[1] = 1
@@ -192,6 +239,7 @@ class QueryMessage(WireModel):
     conversation_id: Identifier | None = None
     agent: Identifier = "default"
     options: RunOptions = RunOptions()
+    files: list[FilePart] = Field(default_factory=list, exclude_if=lambda v: not v)
 
     @field_validator("text")
     @classmethod

@@ -430,3 +430,20 @@ async def test_the_chunks_before_a_compaction_keep_the_conversations_retention()
             before, after, now)
     finally:
         store_module.CHUNK_BYTES = original
+
+
+async def test_ask_and_runs_show_say_a_step_compacted_first() -> None:
+    from ackloop.cli.follow import describe_step
+
+    model = Recording()
+    loop = loop_with(model, POLICY)
+    await converse(loop, 8)
+    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    chunk = next(c for c in transcript.chunks if c.summary is not None)
+    run_id, _, key = str((chunk.compaction or {})["by"]).partition("/")
+    (step,) = await loop.deps.store.get_steps(run_id, [key])
+    assert step is not None
+    record = chunk.compaction or {}
+    assert describe_step(step).startswith(
+        f"compacted {record['summarized']} earlier content(s) into a summary of "
+        f"{record['summary_bytes']} bytes, kept {record['kept']}; model ")

@@ -34,7 +34,7 @@ DELIBERATE_DIFFERENCES = {
 # Settings whose Terraform value is derived rather than a plain variable; checked one by one below.
 DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key", "request_timeout_seconds",
            "push_auth_audience", "push_auth_email", "api_sweeper_email", "bench_agents",
-           "service_vcpu", "service_memory_gib", "trace_dir"} | {
+           "service_vcpu", "service_memory_gib", "trace_dir", "files_bucket"} | {
     name for name in Settings.model_fields if name.endswith("_topic")
 }
 

@@ -11,15 +11,16 @@ the tests read it to see what reached the server, from another process.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import BlobResourceContents, EmbeddedResource, ToolAnnotations
 from pydantic import BaseModel, Field
 
 IDEMPOTENCY_META_KEY = "ackloop/idempotency_key"
@@ -87,6 +88,32 @@ def connection_info() -> str:
 def server_pid() -> int:
     """The server's process id."""
     return os.getpid()
+
+
+def order_png() -> bytes:
+    """A 40 x 24 PNG of an order's label, made with pillow."""
+    import io
+
+    from PIL import Image as Picture
+
+    picture = Picture.new("RGB", (40, 24), (200, 30, 30))
+    out = io.BytesIO()
+    picture.save(out, format="PNG")
+    return out.getvalue()
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def order_photo(order_id: str) -> list[str | Image]:
+    """A photo of an order's label: text, then the image (an MCP ImageContent)."""
+    return [f"the label of {order_id}:", Image(data=order_png(), format="png")]
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def order_invoice(order_id: str) -> EmbeddedResource:
+    """An order's invoice, as an embedded blob resource."""
+    return EmbeddedResource(type="resource", resource=BlobResourceContents(
+        uri=f"orders://invoices/{order_id}.pdf", mime_type="application/pdf",
+        blob=base64.b64encode(b"%PDF-1.4 invoice " + order_id.encode()).decode()))
 
 
 def main(argv: list[str]) -> None:

@@ -164,6 +164,24 @@ async def test_output_is_capped_and_secrets_are_masked(server):
     assert "api_key=***" in leaked.response["result"]
 
 
+async def test_an_image_and_an_embedded_blob_resource_become_files(server):
+    """An ImageContent and an embedded resource with a blob are the tool's files (the step
+    stores them), referenced in its result where they were; text blocks stay text."""
+    from tests.support.mcp_server import order_png
+
+    tools = mcp_tools(server)
+    photo = await tools.execute(call("order_photo", order_id="A-1"), context())
+    (named,) = photo.files
+    assert named.file.data == order_png() and named.file.mime_type == "image/png"
+    assert photo.response == {"result": ["the label of A-1:", {"$ref": named.name}]}
+    assert named.name.startswith("file-") and named.name.endswith(".png")
+
+    invoice = await tools.execute(call("order_invoice", order_id="A-1"), context())
+    (pdf,) = invoice.files
+    assert pdf.file.data == b"%PDF-1.4 invoice A-1" and pdf.file.mime_type == "application/pdf"
+    assert invoice.response == {"result": {"$ref": "A-1.pdf"}} and pdf.name == "A-1.pdf"
+
+
 async def test_the_listing_is_asked_once_and_kept(server, monkeypatch):
     tools = mcp_tools(server)
     await tools.prepare()

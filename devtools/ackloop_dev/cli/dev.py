@@ -35,6 +35,9 @@ def up(
     base_port: int = typer.Option(8090, help="First of the ports the services listen on."),
     pubsub_port: int = typer.Option(8085, help="Pub/Sub emulator port."),
     firestore_port: int = typer.Option(8086, help="Firestore emulator port."),
+    storage_port: int = typer.Option(
+        0, help="Cloud Storage emulator port, where the bytes of files are kept (0: a free "
+        "port; the export line names it)."),
     emulators_only: bool = typer.Option(
         False, help="Start only the two emulators (for test runs that start their own stacks)."),
     push: Push = typer.Option(
@@ -50,7 +53,8 @@ def up(
     reuse_emulators: bool = typer.Option(
         False, "--reuse-emulators", help="Use the emulators that PUBSUB_EMULATOR_HOST and "
         "FIRESTORE_EMULATOR_HOST name (say, started with --emulators-only in another "
-        "directory) instead of starting two: `dev down` then stops every ackloop process and "
+        "directory), and the storage emulator STORAGE_EMULATOR_HOST names if set, instead of "
+        "starting them: `dev down` then stops every ackloop process and "
         "leaves the emulators and their data, as Google's services keep theirs."),
 ) -> None:
     """Start the emulators, topics, subscriptions and every function; wait until healthy.
@@ -74,7 +78,7 @@ def up(
         directory=directory, sandbox_apis=not real_apis and not emulators_only,
         start_emulators=not reuse_emulators,
         fake_gemini=fake_gemini and not emulators_only, base_port=base_port,
-        pubsub_port=pubsub_port, firestore_port=firestore_port,
+        pubsub_port=pubsub_port, firestore_port=firestore_port, storage_port=storage_port,
         services=() if emulators_only else StackOptions.services,
         create_topology=not emulators_only, push=push.value,
         python_path=tuple(p.resolve() for p in (Path.cwd(), *path)), agents=agents or None,
@@ -99,6 +103,8 @@ def up(
         typer.secho(f"emulators up. state: {directory / 'state.json'}", fg="green")
     typer.echo(f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.pubsub_port} "
                f"FIRESTORE_EMULATOR_HOST=127.0.0.1:{state.firestore_port}")
+    if storage := state.storage_env():
+        typer.echo("export " + " ".join(f"{name}={value}" for name, value in storage.items()))
 
 
 def _emulator_port(variable: str) -> int:

@@ -1,4 +1,5 @@
-"""Finding and starting the official Pub/Sub and Firestore emulators (plain java, no gcloud).
+"""Finding and starting the official Pub/Sub and Firestore emulators (plain java, no gcloud),
+and the Cloud Storage emulator (gcp-storage-emulator, a Python package).
 
 The jars come with the Cloud SDK components ``pubsub-emulator`` and
 ``cloud-firestore-emulator`` (or the Debian packages ``google-cloud-cli-pubsub-emulator`` and
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +119,44 @@ def firestore_process(jars: EmulatorJars, port: int, log_dir: Path) -> ManagedPr
         log_path=log_dir / "firestore-emulator.log",
         health_url=f"http://127.0.0.1:{port}/",
     )
+
+
+FILES_BUCKET = "ackloop-files"
+"""The bucket the local stack keeps file bytes in (``ACKLOOP_FILES_BUCKET``)."""
+
+
+def storage_process(port: int, log_dir: Path, data_dir: Path,
+                    bucket: str = FILES_BUCKET) -> ManagedProcess:
+    """The Cloud Storage emulator (gcp-storage-emulator, from PyPI: a dependency of the
+    development tools), its objects on disk under ``data_dir``, ``bucket`` created at start."""
+    return ManagedProcess(
+        name="storage-emulator",
+        argv=[sys.executable, "-m", "gcp_storage_emulator", "start", "--host=127.0.0.1",
+              f"--port={port}", f"--default-bucket={bucket}"],
+        log_path=log_dir / "storage-emulator.log",
+        health_url=f"http://127.0.0.1:{port}/",
+        env={**os.environ, "STORAGE_BASE": str(data_dir.parent), "STORAGE_DIR": data_dir.name},
+    )
+
+
+def storage_available() -> str | None:
+    """None when the Cloud Storage emulator can be started here, else why not."""
+    import importlib.util
+
+    if importlib.util.find_spec("gcp_storage_emulator") is None:
+        return ("gcp-storage-emulator is not installed: `pip install -e ./devtools` (it is a "
+                "dependency of ackloop-dev)")
+    return None
+
+
+def ensure_bucket(host: str, bucket: str, project: str) -> None:
+    """Create ``bucket`` on the storage emulator at ``host`` (``http://127.0.0.1:PORT``) unless
+    it exists."""
+    base = host if "://" in host else f"http://{host}"
+    answer = httpx.post(f"{base}/storage/v1/b", params={"project": project},
+                        json={"name": bucket}, timeout=10.0)
+    if answer.status_code not in (200, 409):
+        answer.raise_for_status()
 
 
 def reset_firestore(port: int, project: str, database: str = "(default)") -> None:

@@ -78,6 +78,9 @@ class StackOptions:
     project_id: str = "ackloop-local"
     pubsub_port: int = 8085
     firestore_port: int = 8086
+    storage_port: int = 0
+    """The Cloud Storage emulator's port (0: a free one), started with the other two."""
+    files_bucket: str = emulators.FILES_BUCKET
     base_port: int = 8090
     sandbox_apis: bool = True
     fake_gemini: bool = False
@@ -137,6 +140,9 @@ class LocalStack:
                         emulators.firestore_process(jars, o.firestore_port, logs),
                     ),
                 ]
+            storage = self._storage(state, logs, log)
+            if storage is not None:
+                started.append(storage)
             if o.sandbox_apis:
                 port = self._port(o.base_port + 10)
                 state.sandbox_url = f"http://127.0.0.1:{port}"
@@ -158,6 +164,11 @@ class LocalStack:
             for proc in started:
                 log(f"  {proc.name:<20} ready in {ready[proc.name]:.1f} s  "
                     f"(log: {proc.log_path})")
+            if state.files_bucket:
+                emulators.ensure_bucket(state.storage_env()["STORAGE_EMULATOR_HOST"],
+                                        state.files_bucket, o.project_id)
+                log(f"  files bucket         gs://{state.files_bucket} on "
+                    f"{state.storage_env()['STORAGE_EMULATOR_HOST']}")
             os.environ.update(state.client_env())
             state.env = self.service_env(state)
             for i, name in enumerate(SERVICES):
@@ -192,6 +203,27 @@ class LocalStack:
             (self.directory / STATE_FILE).unlink(missing_ok=True)
             raise
 
+    def _storage(self, state: StackState, logs: Path, log: Callable[[str], object]
+                 ) -> ManagedProcess | None:
+        """Start the Cloud Storage emulator with the other emulators (its objects under
+        ``storage/``), or use the one ``STORAGE_EMULATOR_HOST`` names when reusing them; the
+        stack's files bucket is on it. Without one, the functions keep files in memory."""
+        o = self.options
+        if not o.start_emulators:
+            host = os.environ.get("STORAGE_EMULATOR_HOST")
+            port = urlsplit(host if "://" in (host or "") else f"http://{host}").port
+            if host and port:
+                state.storage_port, state.files_bucket = port, o.files_bucket
+            return None
+        if (why := emulators.storage_available()) is not None:
+            log(f"  storage-emulator     not started: {why}; files stay in each process's "
+                "memory")
+            return None
+        port = o.storage_port or emulators.free_port()
+        state.storage_port, state.files_bucket = port, o.files_bucket
+        return self._start("storage-emulator", emulators.storage_process(
+            port, logs, self.directory / "storage", o.files_bucket))
+
     def planned_ports(self) -> dict[str, int]:
         """The fixed ports :meth:`up` will listen on, by what will use them (none for ports it
         picks itself, ``base_port=0``; none for emulators it reuses)."""
@@ -199,6 +231,8 @@ class LocalStack:
         planned: dict[str, int] = {}
         if o.start_emulators:
             planned |= {"pubsub-emulator": o.pubsub_port, "firestore-emulator": o.firestore_port}
+            if o.storage_port:
+                planned["storage-emulator"] = o.storage_port
         if o.base_port == 0:
             return planned
         planned |= {name: o.base_port + i for i, name in enumerate(SERVICES)

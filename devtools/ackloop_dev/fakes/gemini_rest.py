@@ -177,3 +177,93 @@ def error_body(code: int, message: str, details: list[JsonDict] | None = None) -
 def retry_info(seconds: float) -> JsonDict:
     """The ``google.rpc.RetryInfo`` detail Gemini attaches to a 429."""
     return {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{seconds:g}s"}
+
+
+def function_response_media(contents: list[JsonDict]) -> list[JsonDict]:
+    """Check the media parts of every function response in ``contents`` (as
+    :func:`request_from_rest` returns them) as Gemini would, and describe each one.
+
+    A part holds exactly one of ``inline_data`` (a MIME type Gemini reads in a function
+    response, and bytes) or ``file_data`` (a ``gs://`` or ``https://`` URI: a URI of ackloop's
+    own store, say ``mem://``, never reaches Gemini); display names are unique in a response,
+    and each ``{"$ref": name}`` in the response names one of them. Raises ``ValueError`` saying
+    what is wrong. A description: the function, the display name, the MIME type and, for
+    inline data, the byte count, the SHA-256 and, for an image, its format and size read from
+    its header (``"PNG 20x20"``)."""
+    from ackloop.tools.files import MODEL_READABLE
+
+    seen: list[JsonDict] = []
+    for content in contents:
+        for part in content.get("parts") or []:
+            response = part.get("function_response")
+            if not isinstance(response, dict) or not response.get("parts"):
+                continue
+            name = response.get("name")
+            names: set[str] = set()
+            for n, media in enumerate(response["parts"]):
+                where = f"function_response {name!r} part {n}"
+                inline, file = media.get("inline_data"), media.get("file_data")
+                if (inline is None) == (file is None):
+                    raise ValueError(f"{where}: needs exactly one of inline_data, file_data")
+                held = inline or file
+                mime = held.get("mime_type")
+                if mime not in MODEL_READABLE:
+                    raise ValueError(f"{where}: mime type {mime!r} is not supported in a "
+                                     f"function response ({', '.join(sorted(MODEL_READABLE))})")
+                display = held.get("display_name")
+                if display is not None:
+                    if display in names:
+                        raise ValueError(f"{where}: display name {display!r} is used twice")
+                    names.add(display)
+                described: JsonDict = {"function": name, "display_name": display,
+                                       "mime_type": mime}
+                if inline is not None:
+                    # google-genai's JSON dump writes bytes in URL-safe base64
+                    data = base64.urlsafe_b64decode(str(inline.get("data") or "")
+                                                    .replace("+", "-").replace("/", "_"))
+                    if not data:
+                        raise ValueError(f"{where}: inline_data has no data")
+                    described.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+                    if (image := image_header(data)) is not None:
+                        described["image"] = image
+                else:
+                    uri = str(file.get("file_uri") or "")
+                    if not uri.startswith(("gs://", "https://")):
+                        raise ValueError(f"{where}: file_uri {uri!r} is not one Gemini can "
+                                         "read (gs:// or https://)")
+                    described["file_uri"] = uri
+                seen.append(described)
+            for ref in _refs(response.get("response")):
+                if ref not in names:
+                    raise ValueError(f"function_response {name!r}: $ref {ref!r} names no part")
+    return seen
+
+
+def _refs(value: object) -> list[str]:
+    if isinstance(value, dict):
+        own = [str(value["$ref"])] if set(value) == {"$ref"} else []
+        return own + [ref for v in value.values() for ref in _refs(v)]
+    if isinstance(value, list):
+        return [ref for v in value for ref in _refs(v)]
+    return []
+
+
+def image_header(data: bytes) -> str | None:
+    """An image's format and size from its header (``"PNG 20x20"``), or None when ``data``
+    is no PNG, GIF or JPEG the header tells."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24 and data[12:16] == b"IHDR":
+        width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        return f"PNG {width}x{height}"
+    if data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
+        width, height = int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+        return f"GIF {width}x{height}"
+    if data[:2] == b"\xff\xd8":
+        at = 2
+        while at + 9 <= len(data) and data[at] == 0xFF:
+            marker, length = data[at + 1], int.from_bytes(data[at + 2:at + 4], "big")
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+                height = int.from_bytes(data[at + 5:at + 7], "big")
+                width = int.from_bytes(data[at + 7:at + 9], "big")
+                return f"JPEG {width}x{height}"
+            at += 2 + length
+    return None

@@ -24,6 +24,17 @@ with ``{"faults": SPEC, "fault_rate": P, "fault_kinds": SPEC, "seed": N}``; ``PO
 keeps its value); ``POST /_admin/reset``.
 Fault specs are described in :mod:`ackloop_dev.fakes.gemini_faults`. It binds to 127.0.0.1 only.
 
+A function response's media parts are checked as Gemini checks them (one of inline data or
+a ``gs://``/``https://`` file URI each, a MIME type Gemini reads there, unique display names,
+each ``$ref`` naming one): a malformed one is a 400. :func:`media_report_script` answers what
+they hold, read from their bytes, so a test can tell the model saw the very file.
+
+A content's own file parts (:mod:`ackloop_dev.fakes.gemini_files`): an ``inlineData`` part
+without a ``mimeType`` or whose ``data`` is not base64, or a ``fileData`` part without a
+``fileUri`` or a ``mimeType``, is a 400 ``INVALID_ARGUMENT`` worded as Gemini's; a request that
+ends with the user's question and its files is answered with what the files are, read from
+their bytes (a PDF's pages and text, an image's format and size), whatever the policy.
+
 Two behaviours of the real API, with token counts as ``usageMetadata.promptTokenCount`` counts
 them (:func:`ackloop.model.turns.estimate_usage` over system instruction, contents and tools):
 
@@ -57,11 +68,14 @@ from typing import Any
 
 from ackloop.errors import ModelPermanentError, ModelRetryableError
 from ackloop.jsondict import JsonDict
-from ackloop.model.base import ModelRequest
+from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import Script, ScriptedModel, reference_workload_script
+from ackloop.model.turns import calls_turn, text_turn
 from ackloop_dev.fakes.gemini_faults import Fault, FaultPlan, parse_fault_spec
+from ackloop_dev.fakes.gemini_files import file_answer, invalid_part
 from ackloop_dev.fakes.gemini_rest import (
     error_body,
+    function_response_media,
     prefix_digests,
     prompt_tokens,
     request_from_rest,
@@ -368,9 +382,14 @@ class _Handler(BaseHTTPRequestHandler):
         request: ModelRequest | None = None
         invalid = ""
         try:
+            if problem := invalid_part(body):  # a content's file part Gemini refuses
+                raise ValueError(problem)
             request = request_from_rest(model, body)
+            function_response_media(request.contents)  # a function response's media parts
         except ValueError as error:  # the body does not fit the Gemini schema
-            invalid = f"invalid generateContent body: {error}"
+            request = None
+            invalid = (str(error) if str(error) == invalid_part(body)
+                       else f"invalid generateContent body: {error}")
         tokens = prompt_tokens(request) if request is not None else None
         fault = self.fake.record(
             RecordedRequest(model, body, dict(self.headers.items()), tokens))
@@ -390,7 +409,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, error_body(400, invalid))
             return
         try:
-            turn = self.fake.policy(request)
+            about_files = file_answer(body)  # the user's question about its files
+            turn = (text_turn(about_files, request=request) if about_files is not None
+                    else self.fake.policy(request))
         except ModelPermanentError as error:
             self._json(400, error_body(400, str(error)))
         except ModelRetryableError as error:
@@ -504,6 +525,31 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def media_report_script(tool: str, args: JsonDict | None = None) -> Script:
+    """A policy that calls ``tool`` (with ``args``) once, then answers what the media parts of
+    the function responses it received hold, read from their bytes
+    (:func:`~ackloop_dev.fakes.gemini_rest.function_response_media`): ``saw chart.png:
+    image/png, PNG 64x32, 1234 bytes, sha256 <hex>`` (one such clause per part, ``; ``
+    between them), or ``saw no media``."""
+
+    def decide(request: ModelRequest) -> ModelTurn:
+        last = request.contents[-1] if request.contents else {}
+        if not any("function_response" in part for part in last.get("parts") or []):
+            return calls_turn([(tool, dict(args or {}))], request=request)
+        seen = function_response_media([last])
+        clauses = [
+            f"{m['display_name']}: {m['mime_type']}"
+            + (f", {m['image']}" if m.get("image") else "")
+            + (f", {m['bytes']} bytes, sha256 {m['sha256']}" if "bytes" in m
+               else f", file {m.get('file_uri')}")
+            for m in seen
+        ]
+        return text_turn("saw " + "; ".join(clauses) if clauses else "saw no media",
+                         request=request)
+
+    return decide
 
 
 def _policy_from_name(name: str) -> Script:

@@ -30,11 +30,13 @@ from ackloop.api.models import (
     FinishedEvent,
     Id,
     Options,
+    QueryFiles,
     QueryText,
     Strict,
 )
 from ackloop.api.runs import (
     ERRORS,
+    FILE_ERRORS,
     deps_of,
     existing_run,
     get_run,
@@ -59,11 +61,12 @@ class QueryInput(Strict):
     request_id: Id | None = Field(default=None, description="Idempotency key.")
     agent: Id = "default"
     options: Options = Options()
+    files: QueryFiles = Field(default_factory=list)
 
     def to_create(self) -> CreateRun:
         return CreateRun(text=self.message, request_id=self.request_id,
                          conversation_id=self.conversation_id, agent=self.agent,
-                         options=self.options)
+                         options=self.options, files=self.files)
 
 
 class SyncQueryInput(QueryInput):
@@ -169,7 +172,8 @@ def _resolve(body: ReasoningEngineRequest, streaming: bool) -> tuple[ClassMethod
 
 
 router = APIRouter(prefix="/api", tags=["agent runtime"])
-_ERRORS = {400: {"model": ErrorBody, "description": "Unknown class_method."}, **ERRORS}
+_ERRORS = {400: {"model": ErrorBody, "description": "Unknown class_method."}, **ERRORS,
+           **FILE_ERRORS}
 
 
 @router.get("/class_methods", summary="The declared class methods")

@@ -20,6 +20,7 @@ from ackloop.api import (
     agent_runtime,
     approvals,
     errors,
+    files,
     inspector,
     run_events,
     runs,
@@ -44,6 +45,23 @@ Server-Sent Events, resumable), read it with `GET /runs/{run_id}`, stop it with
 `POST /runs/{run_id}/events/{name}`. `POST /api/reasoning_engine` and
 `POST /api/stream_reasoning_engine` implement the Vertex AI Agent Engine container contract.
 Every error answers `{"error": message, "code": code}`, with `fields` for invalid input."""
+
+
+FILE_ROUTES = ("/runs", "/api/reasoning_engine", "/api/stream_reasoning_engine")
+"""The routes whose body may carry a query's files inline."""
+
+
+def files_body_limit(settings: Settings) -> tuple[int, str]:
+    """The body a route that takes files accepts: ``api_max_body_bytes`` for the rest of the
+    request, plus the base64 of ``files_max_query_bytes`` (4/3 of it) and 1 KiB per file for
+    its JSON. Every other route keeps ``api_max_body_bytes``. With the defaults: 18.9 MiB,
+    under Cloud Run's 32 MiB request limit. The 413 says what to change."""
+    limit = (settings.api_max_body_bytes + -(-settings.files_max_query_bytes * 4 // 3)
+             + 1024 * settings.files_max_count)
+    hint = (f" (a query's inline files may take {settings.files_max_query_bytes} bytes "
+            "together before base64: send fewer or smaller files, or pass larger ones as "
+            "gs:// or https:// file_uri)")
+    return limit, hint
 
 
 def create_app(
@@ -73,7 +91,8 @@ def create_app(
     app.state.settings = settings
     app.state.streams = StreamSlots(settings.api_stream_max_open)
     errors.install(app)
-    app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes,
+                       larger=dict.fromkeys(FILE_ROUTES, files_body_limit(settings)))
     app.add_middleware(ReadDeadline, seconds=settings.api_request_read_seconds)
     app.add_middleware(TraceHeaders)
     app.include_router(runs.router, dependencies=guarded)
@@ -82,6 +101,7 @@ def create_app(
     app.include_router(trace.router, dependencies=guarded)
     app.include_router(agent_runtime.router, dependencies=guarded)
     app.include_router(inspector.router, dependencies=guarded)
+    app.include_router(files.router, dependencies=guarded)
     app.include_router(ui.router)  # the page holds no data: it asks for the token
 
     @app.get("/healthz", include_in_schema=False)

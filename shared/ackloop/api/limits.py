@@ -21,25 +21,33 @@ class BodyTooLarge(HTTPException):
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a body over ``max_bytes``, declared or streamed (chunked)."""
+    """ASGI middleware: 413 for a body over ``max_bytes``, declared or streamed (chunked).
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    ``larger``: routes (``POST`` to an exact path) allowed a larger body, each with the limit
+    and what its 413 adds (the routes that take a query's files inline)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int,
+                 larger: dict[str, tuple[int, str]] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = larger or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        max_bytes, hint = self.max_bytes, ""
+        if scope.get("method") == "POST" and scope.get("path") in self.larger:
+            max_bytes, hint = self.larger[scope["path"]]
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if declared is not None:
             try:
-                too_big = int(declared) > self.max_bytes
+                too_big = int(declared) > max_bytes
             except ValueError:
                 too_big = False  # the server rejects a malformed Content-Length itself
             if too_big:
-                await self._reject(send)
+                await self._reject(send, max_bytes, hint)
                 return
         seen = 0
 
@@ -48,8 +56,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)
+                if seen > max_bytes:
+                    raise BodyTooLarge(max_bytes)
             return message
 
         tracked = _TrackedSend(send)
@@ -57,10 +65,10 @@ class BodyLimit:
             await self.app(scope, limited_receive, tracked)
         except BodyTooLarge:
             if not tracked.started:
-                await self._reject(send)
+                await self._reject(send, max_bytes, hint)
 
-    async def _reject(self, send: Send) -> None:
-        await _answer(send, 413, {"error": f"request body larger than {self.max_bytes} bytes",
+    async def _reject(self, send: Send, max_bytes: int, hint: str) -> None:
+        await _answer(send, 413, {"error": f"request body larger than {max_bytes} bytes{hint}",
                                   "code": "body_too_large"})
 
 

@@ -15,7 +15,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from ackloop.cost import Cost
 from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.records import RunRecord, StepRecord, StepStatus
-from ackloop.wire import ID_PATTERN, MAX_QUERY_CHARS, RunOptions, Usage, storable_text
+from ackloop.wire import (
+    ID_PATTERN,
+    MAX_QUERY_CHARS,
+    FilePart,
+    RunOptions,
+    Usage,
+    storable_text,
+)
 
 CURSOR_PATTERN = r"^(\d{4}-(model|tool-\d{3})|end)$"
 """A stream cursor: the key of the last step delivered, or ``end`` after the final event."""
@@ -60,6 +67,17 @@ class Strict(BaseModel):
 Options = RunOptions
 """Per-run limits; anything left out takes the agent's or the deployment's default."""
 
+FILES = (
+    "Files the question is about, beside its text (which stays required): each either "
+    "`inline_data` (`mime_type`, `data` in base64) or `file_data` (`file_uri` gs:// or "
+    "https://, `mime_type`), with an optional `display_name`. Types: PNG, JPEG, WebP and GIF "
+    "images, PDF, audio (WAV, MP3, AAC, OGG, FLAC, AIFF). Limits (settings files_max_*): 10 "
+    "files, 7 MiB per inline file, 14 MiB of inline files per query. A file too large answers "
+    "413, a type not accepted 415, bad base64 or a URI of another scheme 422. Inline bytes are "
+    "stored in the deployment's bucket; the run keeps only a file_data part naming them."
+)
+QueryFiles = Annotated[list[FilePart], Field(description=FILES)]
+
 
 class CreateRun(Strict):
     """Body of ``POST /runs``."""
@@ -74,6 +92,7 @@ class CreateRun(Strict):
     )
     agent: Id = Field(default="default", description="Name of a configured agent.")
     options: Options = Options()
+    files: QueryFiles = Field(default_factory=list)
 
 
 class RunCreated(BaseModel):
@@ -125,6 +144,9 @@ class RunSummary(BaseModel):
     conversation_id: str
     agent: str
     text: str
+    files: list[dict[str, Any]] = Field(
+        default_factory=list, description="The question's files as the run keeps them: "
+        "Gemini file_data parts (file_uri, mime_type, display_name?), never their bytes.")
     status: str
     stop_reason: str | None
     budget_stop: str | None = Field(default=None, description=BUDGET_STOP)
@@ -146,7 +168,7 @@ class RunSummary(BaseModel):
     def of(cls, run: RunRecord) -> RunSummary:
         return cls(
             run_id=run.run_id, request_id=run.request_id, conversation_id=run.conversation_id,
-            agent=run.agent, text=run.text, status=run.status.value,
+            agent=run.agent, text=run.text, files=run.files, status=run.status.value,
             stop_reason=run.stop_reason.value if run.stop_reason else None,
             budget_stop=run.budget_stop, answer=run.answer,
             output=run.output, error=run.error, created_at=run.created_at,

@@ -38,6 +38,7 @@ from ackloop.engine import ending
 from ackloop.engine.deps import Deps
 from ackloop.engine.ingest import start_run
 from ackloop.errors import ConversationNotStarted, IdempotencyMismatch, PermanentError
+from ackloop.files import FileRefused
 from ackloop.keys import run_id_for_request
 from ackloop.records import RunRecord
 from ackloop.sweep import sweep
@@ -91,7 +92,7 @@ async def start(deps: Deps, body: CreateRun, idempotency_key: str | None, caller
                        f"{', '.join(deps.agents.names())}")
     query = QueryMessage(request_id=request_id, text=body.text,
                          conversation_id=body.conversation_id, agent=body.agent,
-                         options=body.options)
+                         options=body.options, files=body.files)
     try:
         # The run is durable once committed: if its first publish fails, it is still accepted
         # (202) and the sweeper sends that message, rather than a 503 inviting a second run.
@@ -107,6 +108,8 @@ async def start(deps: Deps, body: CreateRun, idempotency_key: str | None, caller
         # for the run instead, as its publisher may have sent the two at once).
         raise ApiError(404, "conversation_not_found",
                        f"no conversation {body.conversation_id!r}") from exc
+    except FileRefused as exc:  # 413 too large, 415 a type not accepted, 422 malformed
+        raise ApiError(exc.http_status, exc.reason, str(exc)) from exc
     except PermanentError as exc:
         raise ApiError(_REFUSALS.get(exc.reason, 422), exc.reason, str(exc)) from exc
 
@@ -173,11 +176,20 @@ def event_stream(request: Request, deps: Deps, run_id: str, after: str | None, s
     return stream_response(request, deps, body(), media)
 
 
+FILE_ERRORS: dict[int | str, dict[str, Any]] = {
+    413: {"model": ErrorBody, "description": "Body too large, or a file too large or too many "
+          "files (code file_too_large)."},
+    415: {"model": ErrorBody, "description": "A file's type is not accepted "
+          "(code file_type_not_accepted)."},
+}
+"""What the routes that take a query's files answer beside :data:`ERRORS`."""
+
+
 @router.post("/runs", status_code=202, response_model=RunCreated,
              responses={409: {"model": ErrorBody, "description":
                               "Idempotency key reused with another body, or too many runs "
                               "already queued for the conversation."},
-                        **ERRORS},
+                        **ERRORS, **FILE_ERRORS},
              summary="Start a run")
 async def create_run(
     request: Request,

@@ -11,6 +11,7 @@ run holds no process while it waits (``ackloop runs follow`` goes on).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from pathlib import Path
@@ -31,8 +32,9 @@ from ackloop.cli.follow import (
     waiting_lines,
 )
 from ackloop.cli.target import DIRECTORY, Target, connect
+from ackloop.files import FileLimits, FileRefused, check_query_files
 from ackloop.keys import is_run_id, run_id_for_request
-from ackloop.wire import QueryMessage, RunOptions
+from ackloop.wire import FileData, FilePart, InlineData, QueryMessage, RunOptions
 
 WAITING_EXIT = 2
 """ask's exit code when the run waits for a decision."""
@@ -55,6 +57,10 @@ def ask(
     max_tokens: int = typer.Option(None, help="This run's token budget."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     timeout: float = typer.Option(120.0, help="Seconds to wait for the run."),
+    file: list[str] = typer.Option(
+        [], "--file", "-f", help="A file the question is about (repeatable): a local path, "
+        "sent inline (its type from its extension: PDF, PNG, JPEG, WebP, GIF, audio), or a "
+        "gs:// or https:// URI passed as it is."),
     directory: Path = DIRECTORY,
 ) -> None:
     """Ask the agent a question through the queries topic and follow the run to its answer."""
@@ -63,12 +69,15 @@ def ask(
         query = QueryMessage(
             request_id=request_id, text=question, conversation_id=conversation, agent=agent,
             options=RunOptions(max_steps=max_steps, max_seconds=max_seconds,
-                               max_tool_calls=max_tool_calls, max_tokens=max_tokens))
+                               max_tool_calls=max_tool_calls, max_tokens=max_tokens),
+            files=[file_part(f) for f in file])
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                              for e in exc.errors())
         raise CliError(f"not a valid question: {problems}") from exc
     target = connect(directory)
+    if query.files:
+        _check_files(query, target)
     followed = asyncio.run(_ask(target, query, timeout, quiet=as_json))
     if as_json:
         typer.echo(json.dumps(_json(followed, query, timeout), ensure_ascii=False, indent=2))
@@ -84,6 +93,51 @@ def ask(
             typer.echo(answer_text(followed.run))
     if not followed.answered:
         raise typer.Exit(WAITING_EXIT if followed.waiting else 1)
+
+
+_TYPES = {".pdf": "application/pdf", ".png": "image/png", ".jpg": "image/jpeg",
+          ".jpeg": "image/jpeg", ".webp": "image/webp", ".gif": "image/gif",
+          ".wav": "audio/wav", ".mp3": "audio/mp3", ".aac": "audio/aac", ".ogg": "audio/ogg",
+          ".flac": "audio/flac", ".aiff": "audio/aiff", ".aif": "audio/aiff"}
+"""A file's type from its extension (the types a query's file may have)."""
+
+PUBSUB_MAX_MESSAGE_BYTES = 10_000_000
+"""Pub/Sub's largest message: a query's inline files travel in it, base64."""
+
+
+def mime_type_of(name: str) -> str:
+    """The MIME type of a file named ``name``, from its extension."""
+    suffix = Path(name.split("?", 1)[0]).suffix.lower()
+    if suffix not in _TYPES:
+        raise CliError(f"{name}: cannot tell its type from the extension {suffix or '(none)'!r}"
+                       f"; known: {', '.join(sorted(_TYPES))}")
+    return _TYPES[suffix]
+
+
+def file_part(spec: str) -> FilePart:
+    """``--file``: a gs:// or https:// URI as given, else a local file's bytes inline."""
+    if spec.startswith(("gs://", "https://", "http://")):
+        return FilePart(file_data=FileData(file_uri=spec, mime_type=mime_type_of(spec)))
+    path = Path(spec)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"--file {spec}: {exc.strerror or exc}") from exc
+    return FilePart(inline_data=InlineData(mime_type=mime_type_of(spec), display_name=path.name,
+                                           data=base64.b64encode(data).decode("ascii")))
+
+
+def _check_files(query: QueryMessage, target: Target) -> None:
+    """Refuse here what ingest would refuse (and what Pub/Sub cannot carry), with the reason."""
+    try:
+        check_query_files(query.files, FileLimits.from_settings(target.settings))
+    except FileRefused as exc:
+        raise CliError(f"not sent: {exc}") from exc
+    size = len(query.model_dump_json())
+    if size > PUBSUB_MAX_MESSAGE_BYTES:
+        raise CliError(f"not sent: the question with its files is {size} bytes as a message; "
+                       f"Pub/Sub carries at most {PUBSUB_MAX_MESSAGE_BYTES}: send smaller "
+                       "files, use the HTTP API (POST /runs), or pass a gs:// URI")
 
 
 async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool) -> Followed:

@@ -208,19 +208,28 @@ def describe_step(step: StepRecord) -> str:
     """One line for a completed step: what the model asked for, or what a tool returned."""
     result = step.result or {}
     if step.kind == "model":
+        compacted = _compacted(result.get("compaction"))
         calls = result.get("calls") or []
         if calls:
-            return "model asks for " + ", ".join(
+            return compacted + "model asks for " + ", ".join(
                 f"{c['name']}({json.dumps(c.get('args') or {}, ensure_ascii=False)})" for c in calls
             )
         if "text" in result:
-            return "model answers"
+            return compacted + "model answers"
         if "stop_reason" in result:  # a budget or a cancel ended the run before the call
             return f"run stopped before the model call: {result['stop_reason']}"
         return f"model step: {json.dumps(result, ensure_ascii=False)}"
     response = result.get("response", {})
     text = json.dumps(response, ensure_ascii=False)
     return f"{step.name} -> {text[:160]}{'…' if len(text) > 160 else ''}"
+
+
+def _compacted(record: object) -> str:
+    """What a model step says of the compaction it made first (none: nothing)."""
+    if not isinstance(record, dict):
+        return ""
+    return (f"compacted {record.get('summarized')} earlier content(s) into a summary of "
+            f"{record.get('summary_bytes')} bytes, kept {record.get('kept')}; ")
 
 
 def step_line(step: StepRecord) -> str:

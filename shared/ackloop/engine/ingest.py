@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 
 from ackloop.agents import DEFAULT_AGENT
@@ -11,6 +12,8 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import resend, send
 from ackloop.engine.spend import metered, spent
 from ackloop.errors import PermanentError
+from ackloop.files import FileLimits, store_query_files
+from ackloop.jsondict import JsonDict
 from ackloop.keys import run_id_for_request
 from ackloop.outgoing import first_step
 from ackloop.records import ANONYMOUS, RunLimits, RunRecord, RunStatus
@@ -21,17 +24,22 @@ from ackloop.wire import QueryMessage
 log = logging.getLogger(__name__)
 
 
-def request_hash(query: QueryMessage) -> str:
-    """Fingerprint of what was asked, to tell a retry from a reused request id."""
+def request_hash(query: QueryMessage, files: list[JsonDict] | None = None) -> str:
+    """Fingerprint of what was asked, to tell a retry from a reused request id. ``files``: the
+    query's files as the run keeps them (a stored file's name is its digest)."""
     # An option left out is left out of the fingerprint, so adding options keeps old ones.
     unset = {"options": {"approval_timeout_seconds"}} if (
         query.options.approval_timeout_seconds is None) else None
     body = query.model_dump_json(include={"text", "conversation_id", "agent", "options"},
                                  exclude=unset)
+    if files:  # likewise: a query without files keeps its fingerprint
+        body += json.dumps(files, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
-def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS) -> RunRecord:
+def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS,
+            files: list[JsonDict] | None = None) -> RunRecord:
+    """The run ``query`` starts; ``files``: its files as stored (:func:`stored_files`)."""
     agent = deps.agents.get(query.agent)
     settings = deps.settings
     opts = query.options
@@ -60,10 +68,11 @@ def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS) -> RunRecor
     return RunRecord(
         run_id=run_id,
         request_id=query.request_id,
-        request_hash=request_hash(query),
+        request_hash=request_hash(query, files),
         conversation_id=query.conversation_id or run_id,
         agent=agent.name,
         text=query.text,
+        files=list(files or []),
         model=agent.model or settings.model,
         created_at=deps.clock.now(),
         limits=limits,
@@ -92,9 +101,10 @@ async def start_run(
         starts = [first_step(run.run_id)] if run.status is RunStatus.RUNNING else []
         return spent(deps, model=None, usage=None, commit_writes=writes, outbox=starts)
 
+    files = await stored_files(deps, query)
     with metered(deps):  # a run created through the API: its request is the ingest
         run, created = await deps.store.create_run(
-            new_run(deps, query, owner), costed,
+            new_run(deps, query, owner, files), costed,
             continue_agent=query.agent == DEFAULT_AGENT and query.conversation_id is not None)
     update_log_context(run_id=run.run_id, agent=run.agent, conversation_id=run.conversation_id)
     if created:
@@ -125,6 +135,17 @@ async def start_run(
                 await deps.clock.sleep(pauses[attempt])
     log.exception("run %s: first step not published; the sweeper will send it", run.run_id)
     return run, created
+
+
+async def stored_files(deps: Deps, query: QueryMessage) -> list[JsonDict]:
+    """The query's files as its run keeps them: ``file_data`` parts, inline bytes put in the
+    file store first (a redelivery puts the same objects again). A file that breaks a limit
+    raises :class:`~ackloop.files.FileRefused` (permanent: the query is poison, the API's
+    answer 413, 415 or 422) before anything is stored or created."""
+    if not query.files:
+        return []
+    return await store_query_files(deps.files, query.files, FileLimits.from_settings(
+        deps.settings))
 
 
 FIRST_PUBLISH_RETRIES = (0.2, 0.5, 1.0, 2.0)

@@ -571,7 +571,7 @@ def _turn_input(
 ) -> tuple[list[JsonDict], Any]:
     """This turn's new contents, and a final tool output if a tool ended the run."""
     if message.turn == 0:
-        return [conversation.user_text(run.text)], None
+        return [conversation.user_content(run.text, run.files)], None
     model_step = next(s for s in previous if s.kind == "model")
     if (model_step.result or {}).get("feedback"):
         return [], None  # the feedback is already in the transcript

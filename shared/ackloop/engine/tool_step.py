@@ -162,8 +162,26 @@ async def _run_claimed(
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         with tracing.span(f"tool {message.call.name}", {"ackloop.tool": message.call.name}):
             outcome = await agent.tools.execute(call, context)
+            outcome = await store_files(deps, outcome)
     beat.check()
     return outcome, time.monotonic() - started, None
+
+
+async def store_files(deps: Deps, outcome: ToolOutcome) -> ToolOutcome:
+    """The outcome with the files its tool returned put in the file store (``deps.files``),
+    never in Firestore: its response records only what names each one, under ``files``
+    (URI, MIME type, size, SHA-256 and the name its reference in the result uses), from which
+    the transcript's function response gets a ``file_data`` part per file. A store that fails
+    raises: the step is released and delivered again, as for any failure before its commit."""
+    if not outcome.files:
+        return outcome
+    stored = [await deps.files.put(named.file.data, named.file.mime_type, name=named.name)
+              for named in outcome.files]
+    log.info("stored %d file(s) a tool returned: %s", len(stored),
+             ", ".join(f"{s.name} ({s.mime_type}, {s.size} bytes)" for s in stored))
+    response = {**outcome.response,
+                "files": [s.model_dump(mode="json", exclude_none=True) for s in stored]}
+    return outcome.model_copy(update={"response": response, "files": ()})
 
 
 async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Tool,

@@ -93,7 +93,7 @@ ClaimState = Literal["new", "taken_over", "completed", "waiting", "unclaimed"]
 
 log = logging.getLogger(__name__)
 
-VIEW_PAGE = 4
+VIEW_PAGE = 2
 """Transcript chunks a model step lists at a time, newest first, to find the last compaction
 (:meth:`AgentStore.load_transcript_view`)."""
 

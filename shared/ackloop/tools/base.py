@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ackloop.jsondict import JsonDict
+from ackloop.tools.files import NamedFile
 from ackloop.wire import FunctionCall
 
 
@@ -41,6 +42,10 @@ class ToolOutcome(BaseModel):
     response: JsonDict
     is_error: bool = False
     final: bool = False
+    files: tuple[NamedFile, ...] = Field(default=(), exclude=True, repr=False)
+    """Files the tool returned (:mod:`ackloop.tools.files`), referenced by name in
+    ``response``: the tool step stores their bytes and records ``response["files"]``, what
+    names them. Never dumped: bytes are not a result."""
 
 
 class Toolbox(Protocol):

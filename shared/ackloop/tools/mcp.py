@@ -23,6 +23,8 @@ it; without the package, making an :class:`MCPServer` says which extra to instal
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import importlib.util
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -38,6 +40,7 @@ from ackloop.jsondict import JsonDict
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.tools.definition import DEFAULT_MAX_OUTPUT_BYTES, Tool
 from ackloop.tools.errors import ToolError
+from ackloop.tools.files import File
 from ackloop.tools.masking import is_secret_name
 from ackloop.tools.outcome import error_outcome
 from ackloop.tools.schema import SchemaError, json_schema_parameters
@@ -344,13 +347,39 @@ def _annotated_retry_safe(listed: ListedTool) -> bool:
 
 def _value(result: CallToolResult) -> Any:
     """The structured result when there is one (a lone ``{"result": x}`` is ``x``: the model
-    reads it under ``result`` anyway), else the content as text."""
+    reads it under ``result`` anyway), else the content as text. Images, audio and embedded
+    blob resources are :class:`File` s: one alone is the result; with text or structured
+    content, the result is the list of them in the content's order (text blocks as text)."""
     structured = result.structured_content
     if isinstance(structured, dict) and set(structured) == {"result"}:
-        return structured["result"]
+        structured = structured["result"]
+    files = [(n, found) for n, block in enumerate(result.content)
+             if (found := _file(block)) is not None]
+    if not files:
+        return structured if structured is not None else _text(result.content)
     if structured is not None:
-        return structured
-    return _text(result.content)
+        return [structured, *(found for _, found in files)]
+    if len(files) == 1 and len(result.content) == 1:
+        return files[0][1]
+    by_index = dict(files)
+    return [by_index.get(n) or _text([block]) for n, block in enumerate(result.content)]
+
+
+def _file(block: ContentBlock) -> File | None:
+    """An image, audio or embedded blob resource block's bytes as a :class:`File`; None for
+    any other block (or one whose base64 is not)."""
+    try:
+        if block.type in ("image", "audio"):
+            return File(base64.b64decode(block.data, validate=True), block.mime_type)
+        blob = getattr(block.resource, "blob", None) if block.type == "resource" else None
+        if block.type == "resource" and isinstance(blob, str):
+            resource = block.resource
+            name = urlsplit(str(resource.uri)).path.rsplit("/", 1)[-1] or None
+            return File(base64.b64decode(blob, validate=True),
+                        resource.mime_type or "application/octet-stream", name)
+    except (ValueError, TypeError, binascii.Error):
+        return None
+    return None
 
 
 def _text(blocks: list[ContentBlock]) -> str:

@@ -11,6 +11,7 @@ from pydantic_core import to_jsonable_python
 
 from ackloop.docdb.sizes import depth, unstorable, value_size
 from ackloop.tools.base import ToolOutcome
+from ackloop.tools.files import take_files
 from ackloop.tools.masking import mask_json, mask_secrets
 
 MAX_ERROR_CHARS = 2_000
@@ -21,14 +22,19 @@ def success_outcome(
 ) -> ToolOutcome:
     """``{"result": value}``, with secrets masked and the JSON capped at ``max_bytes``.
 
+    A :class:`~ackloop.tools.files.File` in ``value`` (or ``value`` itself) is taken out and
+    carried on the outcome, a reference in its place (:func:`ackloop.tools.files.take_files`).
+
     Raises ``TypeError``/``ValueError`` when ``value`` cannot be turned into JSON.
     """
+    value, files = take_files(value)
     result = mask_json(to_json_value(value), known)
     if not storable(result):
         # Firestore stores no array directly in an array and no value nested deeper than 20
         # levels (this one sits 8 levels down in a transcript): the model reads it as JSON text.
         result = json.dumps(result, ensure_ascii=False)
-    return ToolOutcome(response={"result": cap_result(result, max_bytes)}, final=final)
+    return ToolOutcome(response={"result": cap_result(result, max_bytes)}, final=final,
+                       files=tuple(files))
 
 
 RESULT_DEPTH = 10

@@ -607,8 +607,79 @@ function childLane(child) {
     " · ", h("code", { class: "child-id" }, child.run_id)));
 }
 
+// The files the run's steps stored (a tool's image or document), by URI: what a function
+// response's parts name. Their bytes come from GET /runs/{id}/files/{sha256}, read with fetch
+// (so the token goes with it) into a blob URL, kept per file while the page lives.
+const fileUrls = new Map();
+
+function storedFiles(run) {
+  const byUri = new Map();
+  for (const step of run.steps || []) {
+    for (const file of step.result?.response?.files || []) byUri.set(file.uri, file);
+  }
+  return byUri;
+}
+
+function fileUrl(runId, file) {
+  const key = `${runId}/${file.sha256}`;
+  if (!fileUrls.has(key)) {
+    fileUrls.set(key, fetch(`/runs/${encodeURIComponent(runId)}/files/${file.sha256}`,
+      { headers: headers() }).then((response) => {
+      if (!response.ok) throw new ApiFailure(response.status, `${response.status} for ${file.name}`);
+      return response.blob();
+    }).then((blob) => URL.createObjectURL(blob)).catch((error) => {
+      fileUrls.delete(key);
+      throw error;
+    }));
+  }
+  return fileUrls.get(key);
+}
+
+// A thumbnail for an image, a link for any other file.
+function fileView(runId, file) {
+  const label = `${file.name || file.sha256.slice(0, 12)} (${file.mime_type}, ${file.size} bytes)`;
+  if (file.mime_type.startsWith("image/")) {
+    const img = h("img", { class: "thumbnail", alt: label, title: label,
+      dataset: { sha256: file.sha256 } });
+    fileUrl(runId, file).then((url) => { img.src = url; }).catch(() => { img.alt = `${label}: not available`; });
+    return h("figure", { class: "file" }, img, h("figcaption", {}, label));
+  }
+  const link = h("a", { class: "file-link", href: "#", dataset: { sha256: file.sha256 },
+    onclick: (event) => {
+      event.preventDefault();
+      fileUrl(runId, file).then((url) => window.open(url, "_blank", "noopener"))
+        .catch((error) => say(error.message));
+    } }, label);
+  return h("figure", { class: "file" }, link);
+}
+
+// The files one function response carries: its parts' stored files, then those its response
+// names but the model was not shown ({"file": name, ...}).
+function responseFiles(response, byUri) {
+  const found = [];
+  for (const part of response.parts || []) {
+    const data = part.file_data || part.fileData;
+    const file = data && byUri.get(data.file_uri || data.fileUri);
+    if (file) found.push(file);
+  }
+  const named = new Set();
+  const walk = (value) => {
+    if (Array.isArray(value)) value.forEach(walk);
+    else if (value && typeof value === "object") {
+      if (typeof value.file === "string" && value.note) named.add(value.file);
+      Object.values(value).forEach(walk);
+    }
+  };
+  walk(response.response);
+  for (const file of byUri.values()) {
+    if (named.has(file.name) && !found.includes(file)) found.push(file);
+  }
+  return found;
+}
+
 function renderTranscript(transcript, run, list) {
   const items = [];
+  const byUri = storedFiles(run);
   for (const content of transcript.contents) {
     for (const part of content.parts) {
       const call = part.function_call || part.functionCall;
@@ -618,9 +689,12 @@ function renderTranscript(transcript, run, list) {
           h("code", {}, call.name), h("pre", {}, JSON.stringify(call.args ?? {}, null, 2))));
       } else if (response) {
         const failed = response.response && "error" in response.response;
+        const files = responseFiles(response, byUri);
         items.push(h("li", { class: failed ? "response error" : "response" },
           h("span", { class: "who" }, failed ? "tool failed" : "tool answered"),
-          h("code", {}, response.name), h("pre", {}, JSON.stringify(response.response, null, 2))));
+          h("code", {}, response.name), h("pre", {}, JSON.stringify(response.response, null, 2)),
+          files.length ? h("div", { class: "files" }, files.map((f) => fileView(run.run_id, f)))
+            : null));
       } else if (typeof part.text === "string") {
         const who = part.thought ? "model thought" : content.role === "model" ? "model" : "user";
         items.push(h("li", { class: part.thought ? "thought" : content.role },
