@@ -447,3 +447,26 @@ async def test_ask_and_runs_show_say_a_step_compacted_first() -> None:
     assert describe_step(step).startswith(
         f"compacted {record['summarized']} earlier content(s) into a summary of "
         f"{record['summary_bytes']} bytes, kept {record['kept']}; model ")
+
+
+async def test_through_the_real_client_a_retried_call_after_a_compaction_sends_the_same_body(
+) -> None:
+    """After a compaction, a model call that Gemini fails (a 503) is sent again: the fake
+    server receives the same body, byte for byte as the client serialized it."""
+    from ackloop_dev.fakes.gemini_rest import request_from_rest
+    from ackloop_dev.fakes.gemini_server import FakeGeminiServer
+
+    with FakeGeminiServer(ScriptedModel(one_lookup_per_question).decide) as server:
+        loop = gemini_loop(server.url, POLICY)
+        await converse(loop, 8)
+        assert any(is_summary_request(request_from_rest(r.model, r.body).contents)
+                   for r in server.requests)
+        before = len(server.requests)
+        server.configure_faults({"faults": "503"})
+        await converse(loop, 1, first=8)
+        sent = [json.dumps(r.body) for r in server.requests[before:]]
+        served = server.stats()["faults_served"]
+    assert served.get("503") == 1
+    assert loop.answers[-1].answer == "answer to question 8"
+    assert len(sent) == 3 and sent[0] == sent[1]  # the refused call, sent again, then turn 1
+    assert SUMMARY_HEADER in sent[0]

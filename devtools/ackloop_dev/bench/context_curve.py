@@ -158,6 +158,7 @@ def compaction_cost(series: Series, server: FakeGeminiServer) -> dict[str, Any]:
         "summary_output_tokens_mean": mean([c["usage"]["output_tokens"]
                                             for c in series.compactions]),
         "summary_bytes_mean": mean([c["summary_bytes"] for c in series.compactions]),
+        "kept_bytes_mean": mean([c.get("kept_bytes", 0) for c in series.compactions]),
         "docs_read_per_turn": {"compacting": mean([t.docs_read for t in compacted]),
                                "other": mean([t.docs_read for t in plain])},
         "docs_written_per_turn": {"compacting": mean([t.docs_written for t in compacted]),

@@ -150,6 +150,7 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
     record: JsonDict = {
         "by": by, "chunk": following, "model": model, "summarized": cut,
         "kept": len(view) - cut, "summary_bytes": len(summary.encode()),
+        "kept_bytes": json_size(view[cut:]),
         "usage": usage.model_dump(mode="json"), "cost": cost.model_dump(mode="json"),
         "at": deps.clock.now()}
     try:
@@ -215,4 +216,5 @@ def _made_by(by: str, found: tuple[TranscriptChunk, Any], conversation_id: str,
 def _step_record(record: JsonDict) -> JsonDict:
     """What the step's result says of its compaction."""
     return {key: record[key] for key in ("chunk", "model", "summarized", "kept",
-                                         "summary_bytes", "usage") if key in record}
+                                         "summary_bytes", "kept_bytes", "usage")
+            if key in record}
