@@ -329,6 +329,11 @@ class TranscriptChunk(Record):
     """A compaction's chunk: the model step that made it (``by``: ``{run_id}/{step_key}``),
     what it summarized and kept (``summarized``, ``kept``: contents) and what its model call
     used and cost (``usage``, ``cost``)."""
+    compacted_into: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Set on the last chunk when a compaction's chunk was created after it (its index): a
+    model step that read the transcript up to this chunk reads that one too, so whatever it
+    records lands after the compaction, and it counts a compaction its own earlier delivery
+    made."""
     history_refreshed_at: float | None = Field(default=None, exclude_if=lambda v: v is None)
     """A compaction's chunk: when the chunks before it (which no model step reads again) were
     last given the conversation's retention horizon; a step appending a day or more later

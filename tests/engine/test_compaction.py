@@ -4,6 +4,7 @@ per compaction whatever is redelivered or killed, and every turn stays in the hi
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -470,3 +471,128 @@ async def test_through_the_real_client_a_retried_call_after_a_compaction_sends_t
     assert loop.answers[-1].answer == "answer to question 8"
     assert len(sent) == 3 and sent[0] == sent[1]  # the refused call, sent again, then turn 1
     assert SUMMARY_HEADER in sent[0]
+
+
+BIG = "x" * 3000
+
+
+class KeyedToolbox(CountingToolbox):
+    """The lookup of ``question 3`` returns a large result, every other a small one."""
+
+    async def execute(self, call: Any, context: Any) -> Any:
+        from ackloop.tools.base import ToolOutcome
+
+        self.executed[call.name] += 1
+        key = call.args.get("key")
+        return ToolOutcome(response={"result": BIG if key == "question 3" else f"small {key}"})
+
+
+def keyed_loop(model: Recording) -> InProcessLoop:
+    publisher = MemoryPublisher()
+    agent = Agent("default", "Answer.", KeyedToolbox({"lookup": "x"}),
+                  context=Context(max_input_tokens=600, keep_recent_turns=2))
+    deps = Deps(settings=Settings(lease_seconds=10.0),
+                store=AgentStore(CountingDocumentDB(MemoryDocumentDB())), publisher=publisher,
+                model=model, agents=AgentRegistry([agent]), clock=ManualClock(),
+                owner="test-owner")
+    return InProcessLoop(deps, publisher)
+
+
+async def until_crash(loop: InProcessLoop) -> tuple[Any, Any]:
+    """Deliver what is queued until a delivery dies; that delivery's kind and message."""
+    loop._collect()
+    while loop._queue:
+        kind, message = loop._queue.popleft()
+        try:
+            outcome = await loop.deliver(kind, message)
+        except SimulatedCrash:
+            return kind, message
+        if not outcome.acknowledged:
+            loop._queue.append((kind, message))
+        loop._collect()
+    raise AssertionError("no delivery died")
+
+
+async def compacted_then_killed(model: Recording) -> tuple[InProcessLoop, Any]:
+    """Three questions answered; the fourth's lookup (a large result) pushes turn 1 past the
+    budget: it compacts, and its delivery dies after the compaction's commit."""
+    loop = keyed_loop(model)
+    await converse(loop, 3)
+    model.die = "after_summary"
+    await loop.submit(QueryMessage(request_id="q3", text="question 3",
+                                   conversation_id=CONVERSATION))
+    kind, message = await until_crash(loop)
+    assert kind == "model" and model.summaries_answered == 1
+    return loop, (kind, message)
+
+
+async def test_a_redelivery_that_stops_after_its_compaction_records_after_it_and_counts_it(
+) -> None:
+    """The step compacted and died; the run is cancelled; the redelivery ends the run without
+    a call. What it records (the lookup's result) lands after the compaction, so the next run
+    reads it (not "not executed"), and the summary is counted once in the run."""
+    from ackloop.engine.ending import cancel_run
+
+    model = Recording()
+    loop, pending = await compacted_then_killed(model)
+    run_id = run_id_for_request("q3")
+    await cancel_run(loop.deps, run_id)
+    loop._queue.append(pending)
+    await loop.run_until_idle()
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.CANCELLED
+    assert len(model.summaries()) == 1
+    assert run.usage.model_calls == 2  # its turn 0 and the summary
+    view = await loop.deps.store.load_transcript_view(CONVERSATION)
+    assert BIG in json.dumps(view.view)  # after the compaction, where the next run reads
+    asked = len(model.requests)
+    await converse(loop, 1, first=4)
+    follow_up = json.dumps(model.requests[asked].contents)
+    assert BIG in follow_up and "not executed" not in follow_up
+    assert loop.answers[-1].answer == "answer to question 4"
+
+
+async def test_a_run_ended_outside_a_step_after_a_compaction_leaves_its_calls_answered(
+) -> None:
+    """The step compacted and died, and the run was ended outside a step (a dead letter): the
+    compaction's chunk, alone at the end of the transcript, holds the kept call; the next
+    run answers it from the ledger (the lookup ran), not as "not executed"."""
+    from ackloop.engine.ending import end_run_now, run_end
+    from ackloop.records import StopReason
+    from ackloop.wire import Usage
+
+    model = Recording()
+    loop, _ = await compacted_then_killed(model)
+    await end_run_now(loop.deps, run_id_for_request("q3"),
+                      run_end(StopReason.FAILED, Usage(), error="dead-lettered"))
+    asked = len(model.requests)
+    await converse(loop, 1, first=4)
+    follow_up = json.dumps(model.requests[asked].contents)
+    assert BIG in follow_up and "not executed" not in follow_up
+
+
+async def test_a_step_that_fails_after_compacting_counts_the_summary() -> None:
+    model = Recording()
+    loop = keyed_loop(model)
+    await converse(loop, 3)
+    generate = model.generate
+
+    async def refuse_after_the_summary(request: ModelRequest) -> ModelTurn:
+        turn = await generate(request)
+        if model.summaries_answered and not is_summary_request(request.contents):
+            raise ModelPermanentError("bad request", reason="model_invalid_request")
+        return turn
+
+    model.generate = refuse_after_the_summary  # type: ignore[method-assign]
+    await converse(loop, 1, first=3)
+    run = await loop.deps.store.get_run(run_id_for_request("q3"))
+    assert run is not None and run.status is RunStatus.FAILED
+    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    (record,) = [c.compaction for c in transcript.chunks if c.compaction]
+    summary_tokens = record["usage"]["prompt_tokens"]
+    steps = {s.key: s for s in await loop.deps.store.list_steps(run.run_id)}
+    failed = steps["0001-model"]
+    assert failed.result is not None and failed.result["compaction"]["chunk"] == record["chunk"]
+    assert failed.cost is not None and failed.cost.prompt_tokens == summary_tokens
+    assert run.usage.model_calls == 2 and run.usage.prompt_tokens == (
+        steps["0000-model"].usage.prompt_tokens + summary_tokens)

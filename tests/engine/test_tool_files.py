@@ -101,6 +101,21 @@ async def test_a_tools_file_is_stored_and_the_step_and_transcript_only_name_it()
     }
 
 
+async def test_a_file_past_the_limits_is_not_stored_and_the_model_hears_why() -> None:
+    files = MemoryFileStore()
+    loop = loop_of(ScriptedModel(script), files=files)
+    loop.deps.settings = Settings(lease_seconds=10.0, files_max_file_bytes=len(IMAGE) - 1)
+    await loop.submit(QueryMessage(request_id="too-big", text="draw q3"))
+    await loop.run_until_idle()
+    (step,) = [s for s in await loop.deps.store.list_steps(run_id_for_request("too-big"))
+               if s.kind == "tool"]
+    assert step.result is not None and "files" not in step.result["response"]
+    error = step.result["response"]["error"]
+    assert f"each at most {len(IMAGE) - 1} bytes" in error and f"{len(IMAGE)}" in error
+    assert files.objects == {}
+    assert loop.answers[0].answer == "drawn"  # the model read the error and went on
+
+
 def _holds(data: Any, needles: list[bytes]) -> bool:
     text = json.dumps(data, default=lambda v: base64.b64encode(v).decode()
                       if isinstance(v, bytes) else str(v)).encode()

@@ -36,7 +36,7 @@ from ackloop.model.base import ModelRequest
 from ackloop.records import RunRecord, StepRecord, TranscriptChunk
 from ackloop.store import CHUNK_BYTES, Transcript
 from ackloop.telemetry import metrics, tracing
-from ackloop.wire import Usage
+from ackloop.wire import ModelStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,18 @@ class Compacted:
         """This compaction, made after ``earlier`` in the same step: both used and cost."""
         if earlier is None:
             return self
-        return Compacted(self.transcript, earlier.usage.plus(self.usage),
-                         earlier.cost.plus(self.cost), self.record | {"compactions": 2})
+        usage = earlier.usage.plus(self.usage)
+        return Compacted(self.transcript, usage, earlier.cost.plus(self.cost),
+                         self.record | {"compactions": 2,
+                                        "usage": usage.model_dump(mode="json")})
+
+
+def counted(message: ModelStepMessage, compacted: Compacted | None) -> ModelStepMessage:
+    """``message`` (as the ledger scheduled it) with its compaction's tokens in the run's
+    usage: every decision of the step carries them on (the next step, or the run's end)."""
+    if compacted is None:
+        return message
+    return message.model_copy(update={"usage": message.usage.plus(compacted.usage)})
 
 
 def made_by_this_step(run: RunRecord, turn: int, transcript: Transcript) -> Compacted | None:

@@ -269,6 +269,11 @@ async def _run_claimed(
     if message.turn == 0:
         new_contents = [*await _answers_left_by_the_previous_run(deps, transcript), *new_contents]
     basis = Basis(run_read, transcript)
+    # A compaction an earlier delivery of this step committed: counted by whatever this one
+    # records (an answer, a stop, a failure), never made again.
+    compacted = compaction.made_by_this_step(run, message.turn, transcript)
+    scheduled = message
+    message = compaction.counted(scheduled, compacted)
     turn_ctx = TurnContext(run, message, agent, new_contents)
     try:
         if claim.step.attempts > deps.settings.max_step_attempts:
@@ -300,13 +305,15 @@ async def _run_claimed(
             tools = agent.tools.declarations()
             if contract:
                 tools = [*tools, contract.declaration()]
-            compacted = compaction.made_by_this_step(run, message.turn, transcript)
             if compacted is None and agent.context.over(compaction.estimated_tokens(
                     agent, transcript, new_contents, inputs.previous)):
                 compacted = await compaction.compact(deps, ref, run, message.turn, agent,
                                                      transcript)
-            if compacted is not None:
-                transcript, basis = compacted.transcript, Basis(run_read, compacted.transcript)
+                if compacted is not None:
+                    transcript, basis = compacted.transcript, Basis(run_read,
+                                                                    compacted.transcript)
+                    message = compaction.counted(scheduled, compacted)
+                    turn_ctx = replace(turn_ctx, message=message)
             request = await _request(deps, run, agent, transcript, new_contents, tools)
             try:
                 model_turn, call_seconds, retried, last_text = await _call_model(
@@ -324,17 +331,12 @@ async def _run_claimed(
                          run.run_id, claim.key)
                 compacted = forced.after(compacted)
                 transcript, basis = forced.transcript, Basis(run_read, forced.transcript)
+                message = compaction.counted(scheduled, compacted)
+                turn_ctx = replace(turn_ctx, message=message)
                 request = await _request(deps, run, agent, transcript, new_contents, tools)
                 model_turn, call_seconds, retried, last_text = await _call_model(
                     deps, ref, request, scope)
-            if compacted is not None:  # the summary's tokens are the run's too
-                turn_ctx = replace(turn_ctx, message=message.model_copy(
-                    update={"usage": message.usage.plus(compacted.usage)}))
             decision = decide(turn_ctx, model_turn, contract, call_seconds)
-            if compacted is not None:
-                decision = replace(decision, compaction_cost=compacted.cost,
-                                   result=(decision.result or {})
-                                   | {"compaction": compacted.record})
             if last_text is not None:
                 decision = replace(decision, deltas=(last_text,))
             if retried:  # the step record shows what was waited out inside this request
@@ -344,6 +346,9 @@ async def _run_claimed(
     except PermanentError as exc:
         log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
         decision = _failure(exc, message.usage, new_contents)
+    if compacted is not None:  # its cost in the step's, its tokens in the run's (message)
+        decision = replace(decision, compaction_cost=compacted.cost,
+                           result=(decision.result or {}) | {"compaction": compacted.record})
     if agent.name != run.agent:  # a hand-off's turn: the ledger says whose it was
         decision = replace(decision, result=(decision.result or {}) | {"agent": agent.name},
                            end=replace(decision.end, agent=agent.name) if decision.end else None)
@@ -524,6 +529,7 @@ async def _transcript(
     transcript = inputs.transcript
     if transcript is None or transcript.conversation_id != run.conversation_id:
         transcript = await deps.store.load_transcript_view(run.conversation_id)
+    transcript = await deps.store.past_compactions(transcript)
     if message.turn == 0:
         return transcript
     expected = f"{run.run_id}/{StepKey.model(message.turn - 1)}"
@@ -544,7 +550,8 @@ async def _answers_left_by_the_previous_run(
     from that run's ledger: a call whose tool step completed gets its real result, so the model
     never reads "not executed" for a call that ran (and a side-effecting tool is not asked for
     again); the others are answered as not executed. Appended with this run's first turn."""
-    last = transcript.contents[-1] if transcript.contents else None
+    view = transcript.view  # a compaction's chunk alone holds its last content in ``kept``
+    last = view[-1] if view else None
     if last is None or last.get("role") != "model" or not transcript.tail:
         return []
     calls = conversation.calls_in(last)

@@ -92,4 +92,7 @@ def steps_usage(steps: Sequence[StepRecord]) -> Usage:
     usage = Usage()
     for step in steps:
         usage = usage.plus(step.usage)
+        compacted = (step.result or {}).get("compaction") if step.kind == "model" else None
+        if isinstance(compacted, dict) and isinstance(compacted.get("usage"), dict):
+            usage = usage.plus(Usage.model_validate(compacted["usage"]))  # its summary's
     return usage

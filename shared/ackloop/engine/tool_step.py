@@ -37,6 +37,7 @@ from ackloop.store import RunRead
 from ackloop.telemetry import tracing
 from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome, prepare_toolbox
 from ackloop.tools.definition import Tool
+from ackloop.tools.outcome import error_outcome
 from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,16 @@ async def store_files(deps: Deps, outcome: ToolOutcome) -> ToolOutcome:
     raises: the step is released and delivered again, as for any failure before its commit."""
     if not outcome.files:
         return outcome
+    settings = deps.settings
+    sizes = [len(named.file.data) for named in outcome.files]
+    if (len(sizes) > settings.files_max_count or max(sizes) > settings.files_max_file_bytes
+            or sum(sizes) > settings.files_max_query_bytes):
+        # Kept neither in the store nor in a document: the model hears why, and what is allowed.
+        return error_outcome(
+            f"the tool returned {len(sizes)} file(s) of {sum(sizes)} bytes (the largest "
+            f"{max(sizes)}); a call may return at most {settings.files_max_count} file(s), "
+            f"each at most {settings.files_max_file_bytes} bytes and "
+            f"{settings.files_max_query_bytes} bytes together")
     stored = [await deps.files.put(named.file.data, named.file.mime_type, name=named.name)
               for named in outcome.files]
     log.info("stored %d file(s) a tool returned: %s", len(stored),

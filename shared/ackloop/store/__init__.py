@@ -1559,6 +1559,19 @@ class AgentStore:
             with contextlib.suppress(PreconditionFailed):
                 await self.db.commit([Write("update", path, dict(expiry))])
 
+    async def past_compactions(self, transcript: Transcript) -> Transcript:
+        """``transcript``, or, where its last chunk says a compaction's chunk was created
+        after it (``compacted_into``: a delivery of a step committed it and died), the
+        transcript from that chunk on (one read a compaction followed)."""
+        while transcript.chunks and transcript.chunks[-1].compacted_into is not None:
+            index = transcript.chunks[-1].compacted_into
+            found = await self.read_chunk(transcript.conversation_id, index)
+            if found is None:
+                raise StaleRead(f"chunk {index} of {transcript.conversation_id} is missing")
+            chunk, version = found
+            transcript = Transcript(transcript.conversation_id, [chunk], version)
+        return transcript
+
     async def read_chunk(self, conversation_id: str, index: int
                          ) -> tuple[TranscriptChunk, Version | None] | None:
         """One transcript chunk and its version (None: it does not exist)."""
@@ -1596,7 +1609,7 @@ class AgentStore:
         try:
             versions = await self.db.commit([
                 *(w for w in refresh if w.path != last_path),
-                Write("update", last_path, {"size": last.size} | due,
+                Write("update", last_path, {"size": last.size, "compacted_into": index} | due,
                       if_version=transcript.last_version),
                 Write("create", self.chunk_path(conversation_id, index),
                       chunk.to_doc() | expiry)])
