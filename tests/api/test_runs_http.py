@@ -194,17 +194,26 @@ async def test_schema_errors_name_the_field(api: httpx.AsyncClient) -> None:
 
 
 async def test_body_size_limit_is_413_declared_or_streamed(api: httpx.AsyncClient) -> None:
-    big = json.dumps({"text": "x" * 70_000}).encode()
-    declared = await api.post("/runs", content=big, headers={"Content-Type": "application/json"})
-    assert declared.status_code == 413 and declared.json()["code"] == "body_too_large"
+    """A route that takes no files keeps ``api_max_body_bytes`` (64 KiB here); the routes that
+    take a query's files inline accept that plus the files' base64, and no more."""
+    from ackloop.api.app import files_body_limit
+    from ackloop.settings import Settings
 
-    async def chunks():  # type: ignore[no-untyped-def]
-        for i in range(0, len(big), 8192):
-            yield big[i:i + 8192]
+    files_limit, _ = files_body_limit(Settings(api_max_body_bytes=65_536))
+    for path, size in (("/runs/run-x/events/done", 70_000), ("/runs", files_limit + 1)):
+        big = json.dumps({"text": "x" * size}).encode()
+        declared = await api.post(path, content=big,
+                                  headers={"Content-Type": "application/json"})
+        assert declared.status_code == 413, path
+        assert declared.json()["code"] == "body_too_large"
 
-    streamed = await api.post("/runs", content=chunks(),
-                              headers={"Content-Type": "application/json"})
-    assert streamed.status_code == 413
+        async def chunks(body: bytes = big):  # type: ignore[no-untyped-def]
+            for i in range(0, len(body), 65_536):
+                yield body[i:i + 65_536]
+
+        streamed = await api.post(path, content=chunks(),
+                                  headers={"Content-Type": "application/json"})
+        assert streamed.status_code == 413, path
 
 
 async def test_openapi_document_lists_every_route(api: httpx.AsyncClient) -> None:
@@ -215,7 +224,7 @@ async def test_openapi_document_lists_every_route(api: httpx.AsyncClient) -> Non
         "/api/reasoning_engine", "/api/stream_reasoning_engine", "/sweep",
         "/runs/{run_id}/trace", "/runs/{run_id}/transcript", "/dead-letters",
         "/dead-letters/{message_id}/redrive", "/poison", "/runs/{run_id}/approvals/{step}",
-        "/runs/{run_id}/events/{name}",
+        "/runs/{run_id}/events/{name}", "/runs/{run_id}/files/{sha256}",
     }
     events = doc["paths"]["/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]
     assert {"application/x-ndjson", "text/event-stream"} <= set(events)
