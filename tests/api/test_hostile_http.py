@@ -1,5 +1,5 @@
 """Hostile HTTP callers against the api process of a stack (real uvicorn on 127.0.0.1, shipped
-settings): many idle event streams, slow clients, text that is not Unicode, budgets above the
+settings): many idle event streams, text that is not Unicode, budgets above the
 deployment's ceilings."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ async def test_400_idle_streams_on_a_601_step_run_keep_the_api_small(
             answer = await reader.get(f"/runs/{run_id}")
             assert answer.status_code == 200, answer.text
             reads.append(time.monotonic() - started)
-    for _ in range(60):  # 12 s with every stream open and unread
+    for _ in range(30):  # 6 s with every stream open and unread (VmHWM below keeps the peak)
         peak = max(peak, rss_bytes(pid))
         await asyncio.sleep(0.2)
     peak = max(peak, rss_bytes(pid, "VmHWM"))
@@ -108,50 +108,6 @@ async def test_400_idle_streams_on_a_601_step_run_keep_the_api_small(
                 break
             await asyncio.sleep(1)
         assert answer.status_code == 200 and answer.text.count('"type":"step"') == 601
-
-
-async def test_a_client_that_trickles_its_request_is_cut_off_within_the_bound(
-    api_stack: RunningStack,
-) -> None:
-    """Headers then a body one byte a second: 408 and closed at the read bound. Headers one
-    byte a second: closed at the same bound. Meanwhile, other callers are served."""
-    bound = SHIPPED.api_request_read_seconds
-    host, port = "127.0.0.1", api_stack.state.ports["api"]
-
-    async def trickle(head: bytes, rest: bytes) -> tuple[float, bytes]:
-        began = time.monotonic()
-        reader, writer = await asyncio.open_connection(host, port)
-        writer.write(head)
-
-        async def drip() -> None:
-            for byte in rest:
-                await asyncio.sleep(1)
-                writer.write(bytes([byte]))
-                await writer.drain()
-
-        dripping = asyncio.create_task(drip())
-        try:
-            answer = await asyncio.wait_for(reader.read(), bound + 15)
-        finally:
-            dripping.cancel()
-            writer.close()
-        return time.monotonic() - began, answer
-
-    body = b'{"text": "' + b"x" * 200 + b'"}'
-    slow_body = trickle(b"POST /runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n", body)
-    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"p" * 200 + b"\r\n\r\n"
-    slow_head = trickle(request[:5], request[5:])
-    meanwhile = httpx.AsyncClient(base_url=api_stack.state.api_url, timeout=10)
-    async with meanwhile:
-        results = asyncio.gather(slow_body, slow_head)
-        await asyncio.sleep(2)
-        assert (await meanwhile.get("/healthz")).status_code == 200
-        (body_took, body_answer), (head_took, head_answer) = await results
-    assert body_answer.startswith(b"HTTP/1.1 408"), body_answer[:200]
-    assert b"request_timeout" in body_answer
-    assert body_took < bound + 5, body_took
-    assert head_answer == b"" and head_took < bound + 5, (head_took, head_answer[:200])
 
 
 async def test_a_lone_surrogate_anywhere_in_a_body_is_4xx(api: httpx.AsyncClient) -> None:

@@ -64,12 +64,22 @@ def test_trickling_clients_are_cut_off(security_stack: RunningStack) -> None:
             probes.append((f"{name} trickled body", trickle(port, head, b"{" * 100_000)))
             probes.append((f"{name} trickled headers", trickle(
                 port, head.replace(b"\r\n\r\n", b"\r\nX-Pad: " + b"a" * 200), b"")))
-        results = await asyncio.gather(*(p for _, p in probes))
+        gathered = asyncio.gather(*(p for _, p in probes))
+        # Meanwhile, other callers are served.
+        await asyncio.sleep(2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", stack.state.ports["api"])
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        served.append(await asyncio.wait_for(reader.read(), 10))
+        writer.close()
+        results = await gathered
         return [(label, seconds, said) for (label, _), (seconds, said) in zip(probes, results,
                                                                               strict=True)]
 
+    served: list[bytes] = []
+
     problems = []
-    for label, seconds, said in asyncio.run(all_probes()):
+    outcomes = asyncio.run(all_probes())
+    for label, seconds, said in outcomes:
         FIGURES.requests += 1
         FIGURES.held(label, seconds)
         if seconds > BOUND_S:
@@ -81,3 +91,9 @@ def test_trickling_clients_are_cut_off(security_stack: RunningStack) -> None:
             FIGURES.server_errors += 1
             problems.append(f"{label}: {said[:80]!r}")
     assert not problems, "\n".join(problems)
+    assert served and served[0].startswith(b"HTTP/1.1 200"), served
+    # The api answers a body that never arrives with a 408 that says why, and closes on
+    # headers that never end.
+    answers = {label: said for label, _, said in outcomes}
+    assert answers["api trickled body"].startswith(b"HTTP/1.1 408"), answers["api trickled body"]
+    assert answers["api trickled headers"] == b"", answers["api trickled headers"]
