@@ -75,35 +75,31 @@ def made_by_this_step(run: RunRecord, turn: int, transcript: Transcript) -> Comp
     (read after an earlier delivery committed it): counted, not made again."""
     if not transcript.chunks:
         return None
-    by, chunk = _by(run, turn), transcript.chunks[transcript.start]
-    if (chunk.compaction or {}).get("by") != by:
+    chunk = transcript.chunks[transcript.start]
+    if (chunk.compaction or {}).get("by") != f"{run.run_id}/{StepKey.model(turn)}":
         return None
-    start = transcript.start
-    return _made_by(by, (chunk, transcript.last_version), transcript.conversation_id,
-                    transcript=Transcript(transcript.conversation_id, transcript.chunks[start:],
-                                          transcript.last_version, transcript.expires[start:]))
+    return _made_by(str(chunk.compaction["by"]) if chunk.compaction else "",
+                    (chunk, transcript.last_version), transcript.conversation_id,
+                    transcript=Transcript(transcript.conversation_id,
+                                          transcript.chunks[transcript.start:],
+                                          transcript.last_version,
+                                          transcript.expires[transcript.start:]))
 
 
-def _by(run: RunRecord, turn: int) -> str:
-    """How a compaction names the model step that made it."""
-    return f"{run.run_id}/{StepKey.model(turn)}"
-
-
-def estimated_tokens(agent: Agent, tools: list[JsonDict], transcript: Transcript,
-                     new_contents: list[JsonDict], previous: list[StepRecord]) -> int:
+def estimated_tokens(agent: Agent, transcript: Transcript, new_contents: list[JsonDict],
+                     previous: list[StepRecord]) -> int:
     """The input tokens of the request a model step is about to make.
 
     After a model step of the same run, Gemini's own count of that step's request plus its
     answer and this turn's new contents (in bytes / 4): exact for what was counted, and it
     costs nothing to read. Else (a run's first turn) bytes / 4 of the transcript's view as its
-    chunks recorded it, the new contents, the instructions and ``tools`` (the declarations
-    the request sends)."""
+    chunks recorded it, the new contents, the instructions and the tools."""
     added = json_size(new_contents) if new_contents else 0
     model_step = next((s for s in previous if s.kind == "model"), None)
     if model_step is not None and model_step.usage.prompt_tokens > 0:
         counted = model_step.usage
         return counted.prompt_tokens + counted.output_tokens + tokens_of_bytes(added)
-    fixed = len(agent.instructions.encode()) + json_size(tools)
+    fixed = len(agent.instructions.encode()) + json_size(agent.tools.declarations())
     return tokens_of_bytes(transcript.view_bytes + added + fixed)
 
 
@@ -119,7 +115,7 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
     if cut is None or not transcript.chunks:
         return None
     cut = _fitting(view, cut)
-    by = _by(run, turn)
+    by = f"{run.run_id}/{StepKey.model(turn)}"
     conversation_id = transcript.conversation_id
     following = transcript.chunks[-1].index + 1
     found = await deps.store.read_chunk(conversation_id, following)

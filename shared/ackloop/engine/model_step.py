@@ -306,7 +306,7 @@ async def _run_claimed(
             if contract:
                 tools = [*tools, contract.declaration()]
             if compacted is None and agent.context.over(compaction.estimated_tokens(
-                    agent, tools, transcript, new_contents, inputs.previous)):
+                    agent, transcript, new_contents, inputs.previous)):
                 compacted = await compaction.compact(deps, ref, run, message.turn, agent,
                                                      transcript)
                 if compacted is not None:
