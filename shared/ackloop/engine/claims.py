@@ -8,6 +8,13 @@ ran it at once, one records it and the other drops its result. What it saves is
 one write and one round trip on every step; what it risks is a second call when a duplicate
 delivery overlaps the first, which costs that call once more.
 
+The engine itself sends each step's message once: a model step after a turn of parallel calls
+(tools or child runs) is published by the one tool step whose commit came last
+(:func:`ackloop.engine.tool_step.join`), not by every sibling that saw the turn complete (which
+made 0.55 extra paid calls per run of two parallel calls, and 0.15 per research-team tree, on
+the local stack: ``python -m ackloop_dev.bench.fan_in``). So the only duplicates left are
+Pub/Sub's, and the arithmetic below holds for every step.
+
 Pub/Sub push redelivers a message while its first delivery runs only as a rare duplicate: the
 ack deadline of ackloop's push subscriptions is the service's request timeout (infra), so a
 delivery still running is never redelivered for being slow, and a crashed one is redelivered

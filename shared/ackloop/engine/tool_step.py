@@ -1,9 +1,10 @@
 """The tool step: one tool call per delivery of a tool step message, at most once.
 
 Tool steps of one turn run in parallel and each writes only its own step document, so they
-never contend on a shared document. The last one to commit sees every sibling completed and
-triggers the next model step (the "join"); a duplicate trigger is harmless because the model
-step is claimed once. When the turn made a single call there is nothing to join: the step's
+never contend on a shared document. The one whose commit came last sees every sibling
+completed and triggers the next model step (the "join"); the others leave it to it
+(:func:`join`), so a turn's fan-in sends its next model step once. When the turn made a single
+call there is nothing to join: the step's
 commit carries the next model step's message in its outbox, and it is sent right after (a
 redelivery of the completed step goes through the join, which re-sends it if still needed).
 
@@ -274,14 +275,28 @@ def _decision(message: ToolStepMessage, outcome: ToolOutcome, seconds: float | N
 
 
 async def join(deps: Deps, message: ToolStepMessage, model_result: JsonDict | None) -> None:
-    """Trigger the next model step if every tool of this turn is done and it is not claimed
-    (``model_result``: the turn's model step's, which tells the next one what to read)."""
+    """Trigger the next model step once every tool of this turn is done, from one sibling only
+    (``model_result``: the turn's model step's, which tells the next one what to read).
+
+    Each sibling reads the turn after its own commit. The one whose commit is the turn's last
+    (the greatest document version: Firestore's commit time, a counter in memory; the call
+    index breaks a tie) publishes; the others leave it to it. That sibling always sees all
+    of them completed, since every other commit came before its own and its read comes after
+    (Firestore reads are strongly consistent), so the trigger is never lost; and two siblings
+    that finish together never both publish, so the next model step, which runs unclaimed
+    where a duplicate is only Pub/Sub's rare one (:mod:`ackloop.engine.claims`), is delivered
+    once and calls the model once. A redelivery of that sibling (its delivery died before the
+    send) sends it again while the next step has no document; the sweeper's join is the net
+    for the rest."""
     start, end = tool_turn_range(message.turn)
-    steps = await deps.store.steps_in_range(message.run_id, start, end)
+    steps = await deps.store.steps_in_range_versioned(message.run_id, start, end)
     next_key = str(StepKey.model(message.turn + 1))
-    if any(s.key == next_key for s in steps):
+    if any(s.key == next_key for s, _ in steps):
         return
-    done = sum(1 for s in steps if s.kind == "tool" and s.status is StepStatus.COMPLETED)
-    if done < message.call_count:
+    done = [(version, s.index) for s, version in steps
+            if s.kind == "tool" and s.status is StepStatus.COMPLETED]
+    if len(done) < message.call_count:
         return
+    if message.call_count > 1 and max(done)[1] != message.index:
+        return  # a sibling committed after this one: the join is its to make
     await outbox.send(deps, message.run_id, [after_tools(message, model_result)])

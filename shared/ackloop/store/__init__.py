@@ -1373,6 +1373,15 @@ class AgentStore:
         snaps = await self.db.list_range(self.steps_collection(run_id), start, end, limit)
         return [StepRecord.model_validate(s.data) for s in snaps]
 
+    async def steps_in_range_versioned(
+        self, run_id: str, start: str, end: str
+    ) -> list[tuple[StepRecord, Version]]:
+        """:meth:`steps_in_range`, each step with its document's version: the time of its last
+        commit on Firestore, a counter in memory, so versions order the commits (the join uses
+        it to pick one sibling: :func:`ackloop.engine.tool_step.join`)."""
+        snaps = await self.db.list_range(self.steps_collection(run_id), start, end)
+        return [(StepRecord.model_validate(s.data), s.version) for s in snaps]
+
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         snaps = await self.db.list_all(self.steps_collection(run_id))
         return [StepRecord.model_validate(s.data) for s in snaps]
