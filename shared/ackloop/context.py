@@ -35,7 +35,9 @@ requests (the latest one word for word), what the agent has found out and decide
 of the tool calls that still matter (names, ids, numbers, exact values), what was promised or is
 still open, and the user's preferences. Leave out what no longer matters. Write plain text, no
 preamble.""".strip()
-"""The summarizer's system instruction (the default; :attr:`Context.summary_instructions`)."""
+"""What the summarizer is asked to write (the default; :attr:`Context.summary_instructions`):
+the last user content of a compaction's request, whose system instruction and tools are the
+agent's own so that the request shares its cached prefix."""
 
 SUMMARY_REQUEST = "Write the summary of the conversation above now."
 """The user text that ends a compaction's request, after the turns it summarizes."""
@@ -55,9 +57,11 @@ class Context:
     ``max_input_tokens``: compact when the next request would be larger (None: never, until
     Gemini refuses a request as too long, which compacts and retries once). ``keep_recent_turns``:
     model turns kept as they are (the tool responses that follow them too). ``summarizer``: the
-    model that writes the summary (None: the agent's). ``summary_instructions``: its system
-    instruction. ``min_summarized_turns``: a compaction that would replace fewer model turns
-    than this is not made (the request goes as it is).
+    model that writes the summary (None: the agent's). ``summary_instructions``: what it is
+    asked to write (the request's last user content; its system instruction and tools are the
+    agent's, so that Gemini's cache serves the history it shares with the agent's requests).
+    ``min_summarized_turns``: a compaction that would replace fewer model turns than this is
+    not made (the request goes as it is).
     """
 
     max_input_tokens: int | None = 64_000
@@ -121,10 +125,14 @@ def summary_content(summary: str) -> JsonDict:
     return {"role": "user", "parts": [{"text": f"{SUMMARY_HEADER}\n\n{summary}"}]}
 
 
-def summary_request_contents(to_summarize: Sequence[JsonDict]) -> list[JsonDict]:
+def summary_request_contents(to_summarize: Sequence[JsonDict],
+                             instructions: str = SUMMARY_INSTRUCTIONS) -> list[JsonDict]:
     """The contents of a compaction's request: the turns it replaces (a previous summary
-    first, where there is one), then the request for the summary."""
-    return [*to_summarize, {"role": "user", "parts": [{"text": SUMMARY_REQUEST}]}]
+    first, where there is one), as the agent's own requests sent them, then the request for
+    the summary with the summarizer's ``instructions``. Everything before that last content
+    is a prefix of the agent's earlier requests, which Gemini's implicit cache serves."""
+    return [*to_summarize,
+            {"role": "user", "parts": [{"text": f"{instructions}\n\n{SUMMARY_REQUEST}"}]}]
 
 
 def is_summary_request(contents: Sequence[JsonDict]) -> bool:
@@ -133,4 +141,4 @@ def is_summary_request(contents: Sequence[JsonDict]) -> bool:
         return False
     parts = contents[-1].get("parts") or []
     return (contents[-1].get("role") == "user" and len(parts) == 1
-            and parts[0].get("text") == SUMMARY_REQUEST)
+            and str(parts[0].get("text") or "").endswith(SUMMARY_REQUEST))

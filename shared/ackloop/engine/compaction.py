@@ -8,8 +8,18 @@ last chunk as read. So it is recorded once whatever is redelivered or killed:
 * killed during the summary's call, nothing was written: the redelivery summarizes again;
 * killed after its commit, the redelivery finds the chunk, made by this very step (its
   ``compaction.by``), before it calls anything, and goes on from it: no second summary;
-* two deliveries at once both call, and the second's create finds the first's chunk, which it
-  reads and uses (its own summary is dropped unrecorded).
+* two deliveries at once: a step that will compact claims before anything is called (the
+  claim rule of :mod:`ackloop.engine.claims` does not apply to it), so the second waits for the
+  first inside its request and acknowledges once the step is recorded; one summary, one
+  recorded step. A step that comes to compact unclaimed all the same (Gemini refused its
+  request as too long) claims before its summary (:func:`claim_before_summary`);
+* a delivery that took over an expired lease while the first still runs: the second's create
+  finds the first's chunk, which it reads and uses (its own summary is dropped unrecorded).
+
+The summary's request is the agent's own (its instructions, its tools with calls turned off,
+the history as its requests sent it) followed by the request for the summary, so Gemini's
+implicit cache serves the prefix it shares with the step's previous request. A summary is a
+model call: the run's usage counts it, and so does its ``max_steps`` budget.
 
 The step that made (or found) it counts its usage in the run's and its cost in the step's
 (:attr:`ackloop.store.Decision.compaction_cost`), and names it in its result
@@ -104,10 +114,13 @@ def estimated_tokens(agent: Agent, transcript: Transcript, new_contents: list[Js
 
 
 async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: Agent,
-                  transcript: Transcript, *, force: bool = False) -> Compacted | None:
+                  transcript: Transcript, tools: list[JsonDict], *,
+                  force: bool = False) -> Compacted | None:
     """Compact ``transcript`` for model step ``turn`` of ``run`` (see the module docstring);
-    None when its view has too little to summarize. ``force`` (Gemini refused the request as
-    too long): keep only the last model turn, whatever the policy keeps."""
+    None when its view has too little to summarize. ``tools``: the declarations the step's
+    own request sends (the summary's request starts as the agent's do). ``force`` (Gemini
+    refused the request as too long): keep only the last model turn, whatever the policy
+    keeps."""
     policy = agent.context
     view = transcript.view
     keep = 1 if force else policy.keep_recent_turns
@@ -121,13 +134,16 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
     found = await deps.store.read_chunk(conversation_id, following)
     if found is not None:
         return _made_by(by, found, conversation_id)
+    await claim_before_summary(deps, ref)
     model = policy.summarizer or agent.model or run.model
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         for halving in range(SUMMARY_HALVINGS + 1):
             request = ModelRequest(
-                model=model, agent=agent.name, system_instruction=policy.summary_instructions,
+                model=model, agent=agent.name, system_instruction=agent.instructions,
+                tools=tools, calls_allowed=False,
                 contents=await files.for_request(deps.files, summary_request_contents(
-                    conversation.answer_dangling_calls(view[:cut]))),
+                    conversation.answer_dangling_calls(view[:cut]),
+                    policy.summary_instructions)),
                 timeout_seconds=deps.settings.model_timeout_seconds)
             try:
                 with tracing.span("gemini.generate_content", {"gen_ai.request.model": model,
@@ -182,6 +198,21 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
     log.info("run %s: %s compacted %d content(s) into a summary of %d bytes, kept %d",
              run.run_id, by, cut, record["summary_bytes"], record["kept"])
     return Compacted(compacted, usage, cost, _step_record(record))
+
+
+async def claim_before_summary(deps: Deps, ref: ClaimRef) -> None:
+    """Claim a step that runs unclaimed before its summary's call (its document created with
+    a lease, as an eager claim makes it). A summary is the dearest call a step makes, and two
+    deliveries that compacted at once both paid for one and raced for the chunk; claimed, a
+    concurrent duplicate waits for the holder or finds the step taken. Raises
+    :class:`~ackloop.errors.LeaseLost` when another delivery claimed or recorded the step
+    first: this delivery has lost it and makes no call."""
+    if ref.claim.version is not None:
+        return
+    ref.claim = await deps.store.claim_unclaimed(ref.claim, now=deps.clock.now(),
+                                                 lease_seconds=deps.settings.lease_seconds)
+    tracing.note(claim=ref.claim.state, attempt=ref.claim.step.attempts)
+    tracing.event("claim before compaction", attempt=ref.claim.step.attempts)
 
 
 SUMMARY_HALVINGS = 4

@@ -76,9 +76,9 @@ def budget_stop(deps: Deps, run: RunRecord, message: ModelStepMessage) -> StopRe
     limits, usage = run.limits, message.usage
     if run.cancel_requested:
         return StopReason.CANCELLED
-    # Its own steps (its turn) and those of the child runs its calls waited for: a child
-    # spends from what its parent has left (its tokens and tool calls are in ``usage`` too).
-    if message.turn + (usage.children.model_calls if usage.children else 0) >= limits.max_steps:
+    # Every model call so far: one a turn, a compaction's summaries, and the child runs'
+    # (their part of ``usage``) -- a child spends from what its parent has left.
+    if usage.model_calls >= limits.max_steps:
         return StopReason.MAX_STEPS
     # Wall clock from when the run became active: time waiting in its conversation's queue,
     # or for a person's decision, is not the run's own.
@@ -187,7 +187,9 @@ async def _claim_and_read(
             return None
         prompt_bytes = transcript.view_bytes + len(found.record.text)
         # A streamed call that starts unclaimed claims at its first text (ClaimAtFirstText).
-        unclaimed = not claims.model_call_claims(deps.settings, found.record.model, prompt_bytes)
+        unclaimed = (not claims.model_call_claims(deps.settings, found.record.model,
+                                                  prompt_bytes)
+                     and not _compacts(deps, found.record, message, transcript, previous))
     claimed = await claim_in_run(deps, run_id, found, key, "model", message_id=scope.message_id,
                                  wait_until=wait_until, unclaimed=unclaimed,
                                  attempt=scope.delivery_attempt)
@@ -197,6 +199,20 @@ async def _claim_and_read(
     if run_read is not found:
         transcript = None  # the claim waited: read the transcript again
     return message, run_read, claim, Inputs(transcript, previous)
+
+
+def _compacts(deps: Deps, run: RunRecord, message: ModelStepMessage, transcript: Transcript,
+              previous: list[StepRecord]) -> bool:
+    """Whether the step will compact before its call (its agent's policy, on the estimate the
+    step makes again once claimed): such a step claims, since its summary is the dearest call
+    a step makes, and a concurrent duplicate should wait for it rather than pay for another."""
+    agent = deps.agents.get(turn_agent(run, message.turn, previous))
+    try:
+        new_contents, _ = _turn_input(run, message, previous)
+    except RetryableError:
+        return False  # the step will not call anything yet
+    return agent.context.over(compaction.estimated_tokens(agent, transcript, new_contents,
+                                                          previous))
 
 
 def with_children(message: ModelStepMessage, previous: list[StepRecord]) -> ModelStepMessage:
@@ -294,13 +310,9 @@ async def _run_claimed(
             )
         if stop is None and final_output is not None:
             stop = StopReason.FINAL_TOOL
-        if stop is not None:
-            answer = _as_text(final_output) if final_output is not None else None
-            decision = Decision(
-                result={"stop_reason": stop.value}, contents=new_contents,
-                end=run_end(stop, message.usage, output=final_output, answer=answer))
-        else:
-            contract = contract_for(run.output_schema, agent.output)
+        contract = contract_for(run.output_schema, agent.output)
+        tools: list[JsonDict] = []
+        if stop is None:
             await prepare_tools(deps, ref, agent.tools)  # an MCP server's listing, once
             tools = agent.tools.declarations()
             if contract:
@@ -308,12 +320,17 @@ async def _run_claimed(
             if compacted is None and agent.context.over(compaction.estimated_tokens(
                     agent, transcript, new_contents, inputs.previous)):
                 compacted = await compaction.compact(deps, ref, run, message.turn, agent,
-                                                     transcript)
+                                                     transcript, tools)
                 if compacted is not None:
                     transcript, basis = compacted.transcript, Basis(run_read,
                                                                     compacted.transcript)
                     message = compaction.counted(scheduled, compacted)
                     turn_ctx = replace(turn_ctx, message=message)
+                    # A summary is a model call: the step budget counts it before this one.
+                    stop = budget_stop(deps, run, message)
+        if stop is not None:
+            decision = _stopped(stop, message, new_contents, final_output)
+        else:
             request = await _request(deps, run, agent, transcript, new_contents, tools)
             try:
                 model_turn, call_seconds, retried, last_text = await _call_model(
@@ -324,7 +341,7 @@ async def _run_claimed(
                 if exc.reason != "model_input_too_long":
                     raise
                 forced = await compaction.compact(deps, ref, run, message.turn, agent,
-                                                  transcript, force=True)
+                                                  transcript, tools, force=True)
                 if forced is None:
                     raise
                 log.info("run %s: %s was too long for the model; compacted, trying once more",
@@ -354,6 +371,15 @@ async def _run_claimed(
                            end=replace(decision.end, agent=agent.name) if decision.end else None)
     await commit(deps, ref, decision, basis, kind="model", rolls_up=inputs.previous,
                  redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
+
+
+def _stopped(stop: StopReason, message: ModelStepMessage, new_contents: list[JsonDict],
+             final_output: Any) -> Decision:
+    """The decision of a step that ends its run without calling the model (a budget, a
+    cancel, a final tool result)."""
+    answer = _as_text(final_output) if final_output is not None else None
+    return Decision(result={"stop_reason": stop.value}, contents=new_contents,
+                    end=run_end(stop, message.usage, output=final_output, answer=answer))
 
 
 async def _request(deps: Deps, run: RunRecord, agent: Agent, transcript: Transcript,

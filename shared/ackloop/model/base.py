@@ -30,6 +30,10 @@ class ModelRequest(BaseModel):
     """Gemini ``Content`` dicts, oldest first (roles ``user`` and ``model``)."""
     tools: list[JsonDict] = Field(default_factory=list)
     """Gemini ``FunctionDeclaration`` dicts."""
+    calls_allowed: bool = True
+    """False: the model may not call the tools it is shown (Gemini's function calling mode
+    ``NONE``); a compaction's summary is sent the agent's tools only so that its request
+    starts as the agent's do, and Gemini's cache serves that prefix."""
     response_schema: JsonDict | None = None
     """JSON schema of a structured final answer, when the run asks for one."""
     timeout_seconds: float = 60.0

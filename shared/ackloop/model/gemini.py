@@ -106,6 +106,9 @@ class GeminiModel:
             system_instruction=request.system_instruction or None,
             tools=[types.Tool(function_declarations=declarations)] if declarations else None,
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            tool_config=None if request.calls_allowed or not declarations else types.ToolConfig(
+                function_calling_config=types.FunctionCallingConfig(
+                    mode=types.FunctionCallingConfigMode.NONE)),
             response_mime_type="application/json" if schema is not None else None,
             response_json_schema=schema,
             http_options=types.HttpOptions(timeout=_millis(timeout), retry_options=_NO_RETRIES),
