@@ -594,3 +594,41 @@ async def test_the_cost_metric_counts_each_step_of_the_tree_once(
     own = [s.cost.usd - s.cost.children_usd for s in steps if s.cost is not None]
     assert sum(seen) == pytest.approx(sum(own))
     assert any(s.cost is not None and s.cost.children_usd > 0 for s in steps)
+
+
+async def test_the_end_of_a_child_still_running_is_not_taken_and_its_real_end_is_once() -> None:
+    """A child's end message that arrives while the child still runs (early, redelivered out of
+    order, or forged: the message only names the child) is ignored: the parent's call keeps
+    waiting, and the child's real end resolves it once, with the child's answer."""
+    team = Team({"planner": ["ask_researcher"]})
+    loop = team_loop(planner_team(), team)
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(2):
+        pending = await deliver_all(loop, pending)
+    (call,) = pending
+    sent = await deliver_all(loop, [call])  # the call starts its child and waits
+    parent_id = run_id_for_request("q")
+    parent = await loop.deps.store.get_run(parent_id)
+    assert parent is not None
+    child = await child_of(loop, parent, "0000-tool-000")
+    assert not child.status.terminal
+
+    early = await children.deliver_end(loop.deps, child.run_id)
+
+    (step,) = await loop.deps.store.get_steps(parent_id, ["0000-tool-000"])
+    assert step is not None and step.status is StepStatus.WAITING and step.decision is None
+    parent = await loop.deps.store.get_run(parent_id)
+    assert parent is not None and parent.status is RunStatus.RUNNING and not parent.received
+    assert "ignored" in early and "event" not in early, early
+    assert not steps_of(loop, take(loop))  # nothing resumed
+
+    await drain(loop, sent)  # the child runs to its end, which its parent takes
+    parent = await loop.deps.store.get_run(parent_id)
+    assert parent is not None and parent.status is RunStatus.COMPLETED
+    assert parent.answer == "planner answers (ask_researcher=researcher answers)"
+    assert [agent for agent, _ in team.calls] == ["planner", "researcher", "planner"]
+    (step,) = await loop.deps.store.get_steps(parent_id, ["0000-tool-000"])
+    assert step is not None and step.status is StepStatus.COMPLETED
+    assert step.result is not None
+    assert step.result["response"] == {"result": "researcher answers"}
