@@ -596,3 +596,34 @@ async def test_a_step_that_fails_after_compacting_counts_the_summary() -> None:
     assert failed.cost is not None and failed.cost.prompt_tokens == summary_tokens
     assert run.usage.model_calls == 2 and run.usage.prompt_tokens == (
         steps["0000-model"].usage.prompt_tokens + summary_tokens)
+
+
+async def test_a_redelivery_after_its_compaction_was_committed_goes_on_from_it_without_another(
+) -> None:
+    """The step compacted at turn 1 (its estimate is the previous request's count plus the
+    lookup's result, which a compaction does not change) and died after the compaction's commit:
+    the redelivery, still over the budget by that estimate, finds the compaction made by its own
+    step and goes on from it. One summary, one compaction chunk, counted once in the run and in
+    the step's cost."""
+    model = Recording()
+    loop, pending = await compacted_then_killed(model)
+    run_id = run_id_for_request("q3")
+    loop._queue.append(pending)
+    await loop.run_until_idle()
+
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
+    assert run.answer == "answer to question 3"
+    assert len(model.summaries()) == 1
+    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    (record,) = [c.compaction for c in transcript.chunks if c.compaction]
+    assert record["by"] == f"{run_id}/0001-model"
+    assert run.usage.model_calls == 3  # its two turns and the one summary
+    steps = {s.key: s for s in await loop.deps.store.list_steps(run_id)}
+    step = steps["0001-model"]
+    assert step.result is not None and step.result["compaction"]["chunk"] == record["chunk"]
+    summary_tokens = record["usage"]["prompt_tokens"]
+    assert step.cost is not None and step.cost.prompt_tokens == (
+        step.usage.prompt_tokens + summary_tokens)
+    assert run.usage.prompt_tokens == (steps["0000-model"].usage.prompt_tokens
+                                       + step.usage.prompt_tokens + summary_tokens)
