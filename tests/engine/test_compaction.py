@@ -673,3 +673,40 @@ async def test_a_step_that_compacts_by_its_policy_then_on_geminis_400_counts_bot
     assert run.usage.model_calls == len(own) + 2
     assert run.usage.prompt_tokens == (sum(s.usage.prompt_tokens for s in own)
                                        + summaries.prompt_tokens)
+
+
+async def test_a_delivery_whose_compaction_was_made_by_another_delivery_of_its_step_uses_it(
+) -> None:
+    """Two deliveries of the step summarize at once, and the other one's chunk is made first:
+    this one's commit finds it (None), reads it, and goes on from it as its own step's. One
+    compaction chunk, its summary counted once in the run (the dropped summary is not
+    recorded), the step's result naming it."""
+    model = Recording()
+    loop = keyed_loop(model)
+    await converse(loop, 3)
+    store = loop.deps.store
+    commit_compaction = store.commit_compaction
+    raced = 0
+
+    async def made_by_the_other_delivery(*args: Any, **kwargs: Any) -> Any:
+        nonlocal raced
+        raced += 1
+        await commit_compaction(*args, **kwargs)  # the other delivery's, with the same record
+        return None
+
+    store.commit_compaction = made_by_the_other_delivery  # type: ignore[method-assign]
+    await converse(loop, 1, first=3)
+    assert raced == 1
+    run_id = run_id_for_request("q3")
+    run = await store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
+    assert run.answer == "answer to question 3"
+    transcript = await store.load_transcript(CONVERSATION)
+    (record,) = [c.compaction for c in transcript.chunks if c.compaction]
+    assert record["by"] == f"{run_id}/0001-model"
+    assert run.usage.model_calls == 3
+    (step,) = await store.get_steps(run_id, ["0001-model"])
+    assert step is not None and step.result is not None
+    assert step.result["compaction"]["chunk"] == record["chunk"]
+    assert step.cost is not None and step.cost.prompt_tokens == (
+        step.usage.prompt_tokens + record["usage"]["prompt_tokens"])
