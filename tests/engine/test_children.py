@@ -8,6 +8,7 @@ question, or asks its own sub-agents first.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -594,3 +595,96 @@ async def test_the_cost_metric_counts_each_step_of_the_tree_once(
     own = [s.cost.usd - s.cost.children_usd for s in steps if s.cost is not None]
     assert sum(seen) == pytest.approx(sum(own))
     assert any(s.cost is not None and s.cost.children_usd > 0 for s in steps)
+
+
+async def test_the_end_of_a_child_still_running_is_not_taken_and_its_real_end_is_once() -> None:
+    """A child's end message that arrives while the child still runs (early, redelivered out of
+    order, or forged: the message only names the child) is ignored: the parent's call keeps
+    waiting, and the child's real end resolves it once, with the child's answer."""
+    team = Team({"planner": ["ask_researcher"]})
+    loop = team_loop(planner_team(), team)
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(2):
+        pending = await deliver_all(loop, pending)
+    (call,) = pending
+    sent = await deliver_all(loop, [call])  # the call starts its child and waits
+    parent_id = run_id_for_request("q")
+    parent = await loop.deps.store.get_run(parent_id)
+    assert parent is not None
+    child = await child_of(loop, parent, "0000-tool-000")
+    assert not child.status.terminal
+
+    early = await children.deliver_end(loop.deps, child.run_id)
+
+    (step,) = await loop.deps.store.get_steps(parent_id, ["0000-tool-000"])
+    assert step is not None and step.status is StepStatus.WAITING and step.decision is None
+    parent = await loop.deps.store.get_run(parent_id)
+    assert parent is not None and parent.status is RunStatus.RUNNING and not parent.received
+    assert "ignored" in early and "event" not in early, early
+    assert not steps_of(loop, take(loop))  # nothing resumed
+
+    await drain(loop, sent)  # the child runs to its end, which its parent takes
+    parent = await loop.deps.store.get_run(parent_id)
+    assert parent is not None and parent.status is RunStatus.COMPLETED
+    assert parent.answer == "planner answers (ask_researcher=researcher answers)"
+    assert [agent for agent, _ in team.calls] == ["planner", "researcher", "planner"]
+    (step,) = await loop.deps.store.get_steps(parent_id, ["0000-tool-000"])
+    assert step is not None and step.status is StepStatus.COMPLETED
+    assert step.result is not None
+    assert step.result["response"] == {"result": "researcher answers"}
+
+
+class Interleaving(CountingDocumentDB):
+    """A store whose reads give way to the other tasks once ``on`` is set: deliveries running
+    at once then read the same versions and race to commit, as on Firestore."""
+
+    on = False
+
+    async def get_all(self, paths: Sequence[str]) -> list[Any]:
+        found = await super().get_all(paths)
+        if self.on:
+            await asyncio.sleep(0)
+        return found
+
+
+async def test_the_ends_of_parallel_children_delivered_at_once_are_all_taken() -> None:
+    """Four children end and their ends reach the parent at the same moment: each delivery
+    reads the parent's run, and all but one find it changed when they commit. Each reads again
+    and commits (none is lost, none fails back to Pub/Sub), and the parent reads all four."""
+    tools = ["ask_a", "ask_b", "ask_c", "ask_d"]
+    team = Team({"planner": tools})
+    subs = [Agent(t.removeprefix("ask_"), "Answer.") for t in tools]
+    agents = [Agent("planner", "Plan.", [s.as_tool() for s in subs]), *subs]
+    db = Interleaving(MemoryDocumentDB())
+    publisher = MemoryPublisher()
+    loop = InProcessLoop(Deps(settings=SETTINGS, store=AgentStore(db), publisher=publisher,
+                              model=ScriptedModel(team), agents=AgentRegistry(agents),
+                              clock=ManualClock(), owner="test-owner"), publisher)
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    ends: list[Published] = []
+    while pending:  # everything but the children's ends
+        ends += [m for m in pending if b"child_ended" in m.data]
+        pending = await deliver_all(loop, [m for m in steps_of(loop, pending)
+                                           if b"child_ended" not in m.data])
+    assert len(ends) == 4
+    parent_id = run_id_for_request("q")
+
+    db.on = True
+    outcomes = await asyncio.gather(*(loop.deliver("query", m) for m in ends))
+    db.on = False
+
+    assert [o.acknowledged for o in outcomes] == [True] * 4, outcomes
+    parent = await loop.deps.store.get_run(parent_id)
+    assert parent is not None and sorted(parent.received) == [
+        f"child.0000-tool-00{i}" for i in range(4)]
+    waiting = await loop.deps.store.get_steps(parent_id, [f"0000-tool-00{i}" for i in range(4)])
+    assert all(s is not None and s.decision is not None
+               and s.decision.decision == "received" for s in waiting)
+    await drain(loop, take(loop))
+    parent = await loop.deps.store.get_run(parent_id)
+    assert parent is not None and parent.status is RunStatus.COMPLETED
+    assert parent.answer == ("planner answers (ask_a=a answers; ask_b=b answers; "
+                             "ask_c=c answers; ask_d=d answers)")
+    assert [agent for agent, _ in team.calls].count("planner") == 2

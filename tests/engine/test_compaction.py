@@ -25,7 +25,7 @@ from ackloop.model.turns import calls_turn, estimate_usage, text_turn
 from ackloop.records import RunStatus
 from ackloop.settings import Settings
 from ackloop.store import VIEW_PAGE, AgentStore
-from ackloop.wire import QueryMessage
+from ackloop.wire import QueryMessage, Usage
 from tests.engine.fakes import CountingToolbox, SimulatedCrash
 from tests.store.conftest import db  # noqa: F401  (the fixture: memory, then the emulator)
 
@@ -596,3 +596,117 @@ async def test_a_step_that_fails_after_compacting_counts_the_summary() -> None:
     assert failed.cost is not None and failed.cost.prompt_tokens == summary_tokens
     assert run.usage.model_calls == 2 and run.usage.prompt_tokens == (
         steps["0000-model"].usage.prompt_tokens + summary_tokens)
+
+
+async def test_a_redelivery_after_its_compaction_was_committed_goes_on_from_it_without_another(
+) -> None:
+    """The step compacted at turn 1 (its estimate is the previous request's count plus the
+    lookup's result, which a compaction does not change) and died after the compaction's commit:
+    the redelivery, still over the budget by that estimate, finds the compaction made by its own
+    step and goes on from it. One summary, one compaction chunk, counted once in the run and in
+    the step's cost."""
+    model = Recording()
+    loop, pending = await compacted_then_killed(model)
+    run_id = run_id_for_request("q3")
+    loop._queue.append(pending)
+    await loop.run_until_idle()
+
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
+    assert run.answer == "answer to question 3"
+    assert len(model.summaries()) == 1
+    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    (record,) = [c.compaction for c in transcript.chunks if c.compaction]
+    assert record["by"] == f"{run_id}/0001-model"
+    assert run.usage.model_calls == 3  # its two turns and the one summary
+    steps = {s.key: s for s in await loop.deps.store.list_steps(run_id)}
+    step = steps["0001-model"]
+    assert step.result is not None and step.result["compaction"]["chunk"] == record["chunk"]
+    summary_tokens = record["usage"]["prompt_tokens"]
+    assert step.cost is not None and step.cost.prompt_tokens == (
+        step.usage.prompt_tokens + summary_tokens)
+    assert run.usage.prompt_tokens == (steps["0000-model"].usage.prompt_tokens
+                                       + step.usage.prompt_tokens + summary_tokens)
+
+
+async def test_a_step_that_compacts_by_its_policy_then_on_geminis_400_counts_both_summaries(
+) -> None:
+    """The step compacts by its policy, and Gemini still refuses its request as too long: it
+    compacts again (keeping the last model turn) and sends once more. Both summaries are in its
+    record, in its cost, and in its run's usage."""
+    model = Recording()
+    generate = model.generate
+    refused = 0
+
+    async def refuse_the_first_after_a_summary(request: ModelRequest) -> ModelTurn:
+        nonlocal refused
+        if (not refused and model.summaries_answered == 1
+                and not is_summary_request(request.contents)):
+            refused += 1
+            model.requests.append(request)
+            raise ModelPermanentError("The input token count exceeds the maximum",
+                                      reason="model_input_too_long")
+        return await generate(request)
+
+    model.generate = refuse_the_first_after_a_summary  # type: ignore[method-assign]
+    loop = loop_with(model, POLICY)
+    await converse(loop, 8)
+    assert refused == 1 and len(model.summaries()) >= 2
+    assert all(a.answer == f"answer to question {i}" for i, a in enumerate(loop.answers))
+
+    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    first, second = [c.compaction or {} for c in transcript.chunks if c.summary is not None][:2]
+    assert first["by"] == second["by"]  # one step made both
+    run_id, _, key = str(first["by"]).partition("/")
+    steps = {s.key: s for s in await loop.deps.store.list_steps(run_id)}
+    step = steps[key]
+    summaries = Usage.model_validate(first["usage"]).plus(Usage.model_validate(second["usage"]))
+    assert summaries.model_calls == 2
+    assert step.result is not None and step.result["compaction"]["compactions"] == 2
+    assert step.result["compaction"]["usage"] == summaries.model_dump(mode="json")
+    assert step.cost is not None and step.cost.prompt_tokens == (
+        step.usage.prompt_tokens + summaries.prompt_tokens)
+    assert step.cost.output_tokens == step.usage.output_tokens + summaries.output_tokens
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
+    own = [s for s in steps.values() if s.kind == "model"]
+    assert run.usage.model_calls == len(own) + 2
+    assert run.usage.prompt_tokens == (sum(s.usage.prompt_tokens for s in own)
+                                       + summaries.prompt_tokens)
+
+
+async def test_a_delivery_whose_compaction_was_made_by_another_delivery_of_its_step_uses_it(
+) -> None:
+    """Two deliveries of the step summarize at once, and the other one's chunk is made first:
+    this one's commit finds it (None), reads it, and goes on from it as its own step's. One
+    compaction chunk, its summary counted once in the run (the dropped summary is not
+    recorded), the step's result naming it."""
+    model = Recording()
+    loop = keyed_loop(model)
+    await converse(loop, 3)
+    store = loop.deps.store
+    commit_compaction = store.commit_compaction
+    raced = 0
+
+    async def made_by_the_other_delivery(*args: Any, **kwargs: Any) -> Any:
+        nonlocal raced
+        raced += 1
+        await commit_compaction(*args, **kwargs)  # the other delivery's, with the same record
+        return None
+
+    store.commit_compaction = made_by_the_other_delivery  # type: ignore[method-assign]
+    await converse(loop, 1, first=3)
+    assert raced == 1
+    run_id = run_id_for_request("q3")
+    run = await store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED
+    assert run.answer == "answer to question 3"
+    transcript = await store.load_transcript(CONVERSATION)
+    (record,) = [c.compaction for c in transcript.chunks if c.compaction]
+    assert record["by"] == f"{run_id}/0001-model"
+    assert run.usage.model_calls == 3
+    (step,) = await store.get_steps(run_id, ["0001-model"])
+    assert step is not None and step.result is not None
+    assert step.result["compaction"]["chunk"] == record["chunk"]
+    assert step.cost is not None and step.cost.prompt_tokens == (
+        step.usage.prompt_tokens + record["usage"]["prompt_tokens"])

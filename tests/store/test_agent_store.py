@@ -184,3 +184,37 @@ async def test_a_rejected_message_is_found_by_its_id(store: AgentStore) -> None:
     await store.record_poison("12345", {"reason": "unknown_agent", "received_at": 1.0})
     poison = await store.get_poison("12345")
     assert poison is not None and poison["reason"] == "unknown_agent"
+
+
+async def test_a_compaction_commit_that_finds_its_chunk_made_returns_none(
+        store: AgentStore) -> None:
+    """A compaction's chunk is created once: a second commit for the same next chunk, whose
+    fence on the last chunk still holds (it read that chunk after the first commit, not the
+    chunk made), returns None, so the caller reads the chunk found, and leaves it as made. A
+    second commit on the transcript as first read is refused by its fence (StaleRead)."""
+    from ackloop.errors import StaleRead
+    from ackloop.store import Transcript
+
+    turn = {"role": "user", "parts": [{"text": "hello"}]}
+    for i in range(3):
+        transcript = await store.load_transcript("squash")
+        await store.db.commit(store._append_writes(transcript, [turn], f"run/{i:04d}-model"))
+    read = await store.load_transcript("squash")
+    last = read.chunks[-1].index
+    record = {"by": "run/0003-model", "chunk": last + 1}
+    made = await store.commit_compaction(read, "the summary", [turn], record, 100.0)
+    assert made is not None and made.chunks[0].summary == "the summary"
+
+    with pytest.raises(StaleRead):
+        await store.commit_compaction(read, "another", [turn], record, 101.0)
+    found = await store.read_chunk("squash", last)
+    assert found is not None
+    chunk, version = found
+    assert chunk.compacted_into == last + 1
+    fenced = Transcript("squash", [*read.chunks[:-1], chunk], version)
+    again = await store.commit_compaction(fenced, "another summary", [turn],
+                                          record | {"at": 101.0}, 101.0)
+    assert again is None
+    kept = await store.read_chunk("squash", last + 1)
+    assert kept is not None and kept[0].summary == "the summary"
+    assert (kept[0].compaction or {}).get("by") == "run/0003-model"
