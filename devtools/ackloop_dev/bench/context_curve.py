@@ -164,7 +164,22 @@ def compaction_cost(series: Series, server: FakeGeminiServer) -> dict[str, Any]:
         "docs_written_per_turn": {"compacting": mean([t.docs_written for t in compacted]),
                                   "other": mean([t.docs_written for t in plain])},
         "summary_requests_seen": len(summaries),
+        "usd_per_turn": turn_cost_ratio(series),
     }
+
+
+def turn_cost_ratio(series: Series) -> dict[str, float]:
+    """What a compacting turn cost against the ordinary turn just before it (means, and their
+    ratio): the summary's call is the difference, less what Gemini's cache served of it."""
+    before = {t.turn: t for t in series.turns}
+    pairs = [(t.usd, before[t.turn - 1].usd) for t in series.turns
+             if t.compacted and t.turn - 1 in before and not before[t.turn - 1].compacted]
+    if not pairs:
+        return {}
+    compacting = sum(c for c, _ in pairs) / len(pairs)
+    ordinary = sum(o for _, o in pairs) / len(pairs)
+    return {"compacting": round(compacting, 6), "ordinary_before": round(ordinary, 6),
+            "ratio": round(compacting / ordinary, 2) if ordinary else 0.0}
 
 
 def draw(series: list[Series], path: Path, result_words: int) -> Path:

@@ -48,6 +48,9 @@ share of deliveries assumed to overlap a duplicate. So a claim pays when
   the same inequality: a duplicate that overlaps the first delivery before either shows text
   or commits calls the model a second time (its prompt at least), and the rule only lets a
   call run unclaimed where 1 in 1,000 of that prompt costs less than the write.
+- A model step that will **compact** first always claims (:func:`ackloop.engine.model_step`
+  estimates it at the claim): its summary is the dearest call a step makes, so a duplicate
+  waits for the holder instead of paying for a second summary.
 - A tool call's price is not known, but its safety is: a tool that is not retry-safe always
   claims (its lease is what keeps it from running twice after a crash), and so does a call
   that waits for an approval or an event (its wait is recorded on the claimed step). A
