@@ -288,6 +288,15 @@ class Settings(BaseSettings):
         default=10, ge=0, le=100,
         description="Most files (inline and URIs) one query may carry.",
     )
+    files_allowed_uris: str = Field(
+        default="",
+        description="Comma-separated gs://bucket[/prefix] and https://host[/prefix] prefixes "
+        "a query's file URIs may lie under (matched on a path boundary); any other URI is "
+        "refused (HTTP 422, poison reason file_uri_not_allowed). Empty (the default): a query "
+        "takes files inline only. Gemini on Vertex AI reads a gs:// URI as the service "
+        "identity, so list only what every caller may read. The files bucket is refused "
+        "whatever is listed (only the engine writes there).",
+    )
     files_inline_bytes: int = Field(
         default=7 * 1024 * 1024, ge=0,
         description="A stored file at most this large is sent to Gemini inline (its bytes in "
@@ -332,6 +341,13 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"ACKLOOP_PUSH_AUTH={self.push_auth} needs {' and '.join(missing)}: without "
                     "them a token of any service account, or for any service, would pass")
+        return self
+
+    @model_validator(mode="after")
+    def _allowed_uris_are_prefixes(self) -> Settings:
+        from ackloop.files.uris import parse_allowed
+
+        parse_allowed(self.files_allowed_uris)  # a malformed entry stops the start-up
         return self
 
     @model_validator(mode="after")
