@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from ackloop.errors import PermanentError
-from ackloop.files import uris
+from ackloop.files import gate, uris
 from ackloop.jsondict import JsonDict
 
 if TYPE_CHECKING:
@@ -349,7 +349,8 @@ async def for_request(store: FileStore, contents: list[JsonDict]) -> list[JsonDi
     Deterministic, so a redelivered step sends the same bytes: the choice depends only on the
     contents, and a stored file's bytes never change (their name is their digest, checked on
     read). Reads only the file store, never Firestore; contents without file parts are
-    returned as they are."""
+    returned as they are. A request inlining more than :data:`gate.LARGE_INLINE_BYTES` first
+    takes a slot of its process (:func:`gate.hold`: it may wait, then raise retryable)."""
     found = _file_parts(contents)
     if not found:
         return contents
@@ -364,6 +365,7 @@ async def for_request(store: FileStore, contents: list[JsonDict]) -> list[JsonDi
         if size is not None and size <= limit and size <= budget:
             inline[slot] = uri
             budget -= size
+    await gate.hold(INLINE_REQUEST_BYTES - budget)  # a large request waits for a slot
     uris = sorted(set(inline.values()))
     fetched = dict(zip(uris, await asyncio.gather(*(_read(store, u) for u in uris)),
                        strict=True))
