@@ -86,6 +86,9 @@ locals {
     ACKLOOP_FILES_MAX_QUERY_BYTES           = tostring(var.files.max_query_bytes)
     ACKLOOP_FILES_MAX_COUNT                 = tostring(var.files.max_count)
     ACKLOOP_FILES_INLINE_BYTES              = tostring(var.files.inline_bytes)
+    ACKLOOP_FILES_ALLOWED_URIS              = var.files.allowed_uris
+    ACKLOOP_FILES_INLINE_CONCURRENCY        = tostring(var.files.inline_concurrency)
+    ACKLOOP_FILES_INLINE_WAIT_SECONDS       = tostring(var.files.inline_wait_seconds)
     ACKLOOP_TRACE_EXPORT                    = var.trace_export
     ACKLOOP_API_AUTH                        = var.api.auth
     ACKLOOP_API_QUERY_TIMEOUT_SECONDS       = tostring(var.api.query_timeout_seconds)
@@ -99,6 +102,8 @@ locals {
     ACKLOOP_API_MAX_CONNECTIONS             = tostring(var.api.max_connections)
     ACKLOOP_API_KEEP_ALIVE_SECONDS          = tostring(var.api.keep_alive_seconds)
     ACKLOOP_API_REQUEST_READ_SECONDS        = tostring(var.api.request_read_seconds)
+    ACKLOOP_API_FILES_CONCURRENCY           = tostring(var.api.files_concurrency)
+    ACKLOOP_API_FILES_WAIT_SECONDS          = tostring(var.api.files_wait_seconds)
     ACKLOOP_MAX_STEPS_CEILING               = tostring(var.run_ceilings.max_steps)
     ACKLOOP_MAX_SECONDS_CEILING             = tostring(var.run_ceilings.max_seconds)
     ACKLOOP_MAX_TOOL_CALLS_CEILING          = tostring(var.run_ceilings.max_tool_calls)

@@ -302,13 +302,16 @@ variable "retention_days" {
 
 variable "files" {
   type = object({
-    bucket_name     = optional(string, null)
-    max_file_bytes  = optional(number, 7340032)
-    max_query_bytes = optional(number, 14680064)
-    max_count       = optional(number, 10)
-    inline_bytes    = optional(number, 7340032)
+    bucket_name         = optional(string, null)
+    max_file_bytes      = optional(number, 7340032)
+    max_query_bytes     = optional(number, 14680064)
+    max_count           = optional(number, 10)
+    inline_bytes        = optional(number, 7340032)
+    allowed_uris        = optional(string, "")
+    inline_concurrency  = optional(number, 2)
+    inline_wait_seconds = optional(number, 5)
   })
-  description = "Files in a query (storage.tf): the bucket their bytes are kept in (bucket_name; null: \"<project_id>-ackloop-files\"; ACKLOOP_FILES_BUCKET), deleted retention_days after they were written. max_file_bytes (ACKLOOP_FILES_MAX_FILE_BYTES): the largest file a query may carry inline; max_query_bytes: all of a query's inline files together; max_count: files per query (inline and URIs); the API answers 413 past them. inline_bytes (ACKLOOP_FILES_INLINE_BYTES): a stored file at most this large is sent to Gemini inline, a larger one as its gs:// URI, which only Vertex AI reads. The API's routes that take files accept api.max_body_bytes plus the base64 of max_query_bytes; keep that under Cloud Run's 32 MiB request limit."
+  description = "Files in a query (storage.tf): the bucket their bytes are kept in (bucket_name; null: \"<project_id>-ackloop-files\"; ACKLOOP_FILES_BUCKET), deleted retention_days after they were written. max_file_bytes (ACKLOOP_FILES_MAX_FILE_BYTES): the largest file a query may carry inline; max_query_bytes: all of a query's inline files together; max_count: files per query (inline and URIs); the API answers 413 past them. inline_bytes (ACKLOOP_FILES_INLINE_BYTES): a stored file at most this large is sent to Gemini inline, a larger one as its gs:// URI, which only Vertex AI reads. The API's routes that take files accept api.max_body_bytes plus the base64 of max_query_bytes; keep that under Cloud Run's 32 MiB request limit. allowed_uris (ACKLOOP_FILES_ALLOWED_URIS): comma-separated gs://bucket[/prefix] and https://host[/prefix] prefixes a question's file URIs may lie under (Gemini on Vertex AI reads gs:// URIs as the service identity: list only what every caller may read); empty, the default, takes inline files only; the files bucket is refused whatever is listed. inline_concurrency (ACKLOOP_FILES_INLINE_CONCURRENCY): model requests inlining more than 1 MiB of files one model_step instance builds at once (about 70 MiB each); another waits inline_wait_seconds, then is redelivered."
   default     = {}
 
   validation {
@@ -457,8 +460,10 @@ variable "api" {
     max_connections        = optional(number, 1000)
     keep_alive_seconds     = optional(number, 5)
     request_read_seconds   = optional(number, 30)
+    files_concurrency      = optional(number, 2)
+    files_wait_seconds     = optional(number, 10)
   })
-  description = "HTTP API service settings (ACKLOOP_API_*). docs: serve /docs and /redoc (ACKLOOP_API_DOCS; off: their pages load scripts from a CDN on the run inspector's origin). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"cloud_run_iam\" (the default: the token Cloud Run verified names each caller by their own Google subject, so each invoker sees and acts on only their own runs; when id_token_emails is set it must name one of those comma-separated emails, and carry id_token_audience when set), \"none\" (no check: every invoker is the same anonymous caller, sees every run and is an operator; the service warns at start-up), \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file; callers send the IAM token in X-Serverless-Authorization) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails; the app verifies the signature, so callers send the IAM token in X-Serverless-Authorization). The scheduled sweeper passes every mode on POST /sweep (ACKLOOP_API_SWEEPER_EMAIL). operators: comma-separated callers as the API names them (\"bearer\", \"google:<subject>\") who may list dead letters and poison and re-drive dead letters (GET /dead-letters, GET /poison, the inspector at /ui; ACKLOOP_API_OPERATORS); unset, no caller may unless auth is \"none\". Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api. Against hostile callers: stream_max_open event streams per instance (then 503), stream_send_timeout_s for a client that stops reading, stream_page_size step documents per stream read, max_connections per instance (uvicorn limit_concurrency), keep_alive_seconds, request_read_seconds to send a request (then 408)."
+  description = "HTTP API service settings (ACKLOOP_API_*). docs: serve /docs and /redoc (ACKLOOP_API_DOCS; off: their pages load scripts from a CDN on the run inspector's origin). Cloud Run IAM (api_invoker_members) always guards the service; auth adds a check in the app: \"cloud_run_iam\" (the default: the token Cloud Run verified names each caller by their own Google subject, so each invoker sees and acts on only their own runs; when id_token_emails is set it must name one of those comma-separated emails, and carry id_token_audience when set), \"none\" (no check: every invoker is the same anonymous caller, sees every run and is an operator; the service warns at start-up), \"bearer\" (token in the Secret Manager secret bearer_token_secret_id, mounted as a file; callers send the IAM token in X-Serverless-Authorization) or \"google_id_token\" (audience id_token_audience, optional comma-separated id_token_emails; the app verifies the signature, so callers send the IAM token in X-Serverless-Authorization). The scheduled sweeper passes every mode on POST /sweep (ACKLOOP_API_SWEEPER_EMAIL). operators: comma-separated callers as the API names them (\"bearer\", \"google:<subject>\") who may list dead letters and poison and re-drive dead letters (GET /dead-letters, GET /poison, the inspector at /ui; ACKLOOP_API_OPERATORS); unset, no caller may unless auth is \"none\". Keep stream_max_seconds and query_timeout_seconds below request_timeout_seconds.api. Against hostile callers: stream_max_open event streams per instance (then 503), stream_send_timeout_s for a client that stops reading, stream_page_size step documents per stream read, max_connections per instance (uvicorn limit_concurrency), keep_alive_seconds, request_read_seconds to send a request (then 408), files_concurrency bodies over max_body_bytes on the routes that take files read at once per instance (about 100 MiB each at the largest; another waits files_wait_seconds, its body unread, then 503 with Retry-After)."
   default     = {}
 
   validation {

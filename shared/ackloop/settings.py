@@ -213,6 +213,17 @@ class Settings(BaseSettings):
     api_keep_alive_seconds: float = Field(
         default=5.0, gt=0, description="How long an idle keep-alive connection stays open."
     )
+    api_files_concurrency: int = Field(
+        default=2, ge=1,
+        description="Requests to the routes that take a query's files, with a body over "
+        "api_max_body_bytes, one process reads and handles at once (each holds about 100 MiB "
+        "for 14 MiB of files); another waits api_files_wait_seconds, its body unread, then is "
+        "answered 503 with Retry-After. Smaller requests never wait.",
+    )
+    api_files_wait_seconds: float = Field(
+        default=10.0, gt=0,
+        description="How long a large request waits for an api_files_concurrency slot.",
+    )
     api_request_read_seconds: float = Field(
         default=30.0, gt=0,
         description="Longest a client may take to send a request's body (from its headers); a "
@@ -288,6 +299,27 @@ class Settings(BaseSettings):
         default=10, ge=0, le=100,
         description="Most files (inline and URIs) one query may carry.",
     )
+    files_allowed_uris: str = Field(
+        default="",
+        description="Comma-separated gs://bucket[/prefix] and https://host[/prefix] prefixes "
+        "a query's file URIs may lie under (matched on a path boundary); any other URI is "
+        "refused (HTTP 422, poison reason file_uri_not_allowed). Empty (the default): a query "
+        "takes files inline only. Gemini on Vertex AI reads a gs:// URI as the service "
+        "identity, so list only what every caller may read. The files bucket is refused "
+        "whatever is listed (only the engine writes there).",
+    )
+    files_inline_concurrency: int = Field(
+        default=2, ge=1,
+        description="Model requests inlining more than 1 MiB of files one process builds and "
+        "sends at once (each holds about 70 MiB for a 14 MiB query); another waits "
+        "files_inline_wait_seconds for a slot, then its step is retried later (Pub/Sub "
+        "redelivers it).",
+    )
+    files_inline_wait_seconds: float = Field(
+        default=5.0, gt=0,
+        description="How long a model step waits for a files_inline_concurrency slot; keep "
+        "it under lease_seconds.",
+    )
     files_inline_bytes: int = Field(
         default=7 * 1024 * 1024, ge=0,
         description="A stored file at most this large is sent to Gemini inline (its bytes in "
@@ -332,6 +364,13 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"ACKLOOP_PUSH_AUTH={self.push_auth} needs {' and '.join(missing)}: without "
                     "them a token of any service account, or for any service, would pass")
+        return self
+
+    @model_validator(mode="after")
+    def _allowed_uris_are_prefixes(self) -> Settings:
+        from ackloop.files.uris import parse_allowed
+
+        parse_allowed(self.files_allowed_uris)  # a malformed entry stops the start-up
         return self
 
     @model_validator(mode="after")

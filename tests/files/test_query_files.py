@@ -64,7 +64,8 @@ def never(request: ModelRequest) -> ModelTurn:
     return text_turn("the script answered, not the files", request=request)
 
 
-async def ask_gemini(files: list[dict[str, Any]], question: str, request_id: str
+async def ask_gemini(files: list[dict[str, Any]], question: str, request_id: str,
+                     settings: Settings | None = None
                      ) -> tuple[RunRecord, list[dict[str, Any]], InProcessLoop]:
     """Ask through GeminiModel (google-genai) against the fake server; the run and the bodies
     the server received."""
@@ -72,7 +73,8 @@ async def ask_gemini(files: list[dict[str, Any]], question: str, request_id: str
     from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
     with FakeGeminiServer(never) as server:
-        loop = loop_of(GeminiModel(api_key="k", base_url=server.url, timeout_seconds=5.0))
+        loop = loop_of(GeminiModel(api_key="k", base_url=server.url, timeout_seconds=5.0),
+                       settings=settings)
         await loop.submit(QueryMessage.model_validate(
             {"request_id": request_id, "text": question, "files": files}))
         await loop.run_until_idle()
@@ -122,7 +124,8 @@ async def test_an_image_question_is_answered_from_the_images_own_bytes() -> None
 async def test_a_callers_uri_reaches_gemini_as_given_and_is_kept_as_given() -> None:
     given = {"file_data": {"file_uri": "gs://their-bucket/scans/a.pdf",
                            "mime_type": "application/pdf"}}
-    run, bodies, _ = await ask_gemini([given], "Read it", "uri-q")
+    allowing = Settings(lease_seconds=10.0, files_allowed_uris="gs://their-bucket/scans")
+    run, bodies, _ = await ask_gemini([given], "Read it", "uri-q", allowing)
     assert run.files == [given]
     (body,) = bodies
     (kind, sent), = body["contents"][0]["parts"][0].items()
@@ -210,7 +213,7 @@ SMALL = Settings(lease_seconds=10.0, api_auth="none", files_max_file_bytes=4096,
     ([{"file_data": {"file_uri": "http://host/a.pdf", "mime_type": "application/pdf"}}], 422,
      "invalid_file", "is not a gs:// or https:// URI"),
     ([{"file_data": {"file_uri": "mem://ackloop-files/files/x", "mime_type": "image/png"}}],
-     422, "invalid_file", "names this deployment's own file store"),
+     422, "file_uri_not_allowed", "names this deployment's own file store"),
 ])
 async def test_the_api_refuses_a_file_with_the_status_and_what_to_fix(
         files: list[dict[str, Any]], status: int, code: str, says: str) -> None:

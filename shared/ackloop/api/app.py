@@ -29,7 +29,7 @@ from ackloop.api import (
 )
 from ackloop.api.auth import ApiAuth
 from ackloop.api.events import StreamSlots
-from ackloop.api.limits import BodyLimit, ReadDeadline
+from ackloop.api.limits import BodyLimit, LargeBodyGate, ReadDeadline
 from ackloop.api.tokens import IdTokenVerifier
 from ackloop.api.trace_context import TraceHeaders
 from ackloop.engine.deps import Deps
@@ -94,6 +94,10 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes,
                        larger=dict.fromkeys(FILE_ROUTES, files_body_limit(settings)))
     app.add_middleware(ReadDeadline, seconds=settings.api_request_read_seconds)
+    # Outside the read deadline: a body waiting for its slot is not being read yet.
+    app.add_middleware(LargeBodyGate, paths=FILE_ROUTES, small_bytes=settings.api_max_body_bytes,
+                       slots=settings.api_files_concurrency,
+                       wait_seconds=settings.api_files_wait_seconds)
     app.add_middleware(TraceHeaders)
     app.include_router(runs.router, dependencies=guarded)
     app.include_router(approvals.router, dependencies=guarded)

@@ -119,6 +119,53 @@ class ReadDeadline:
                               close=True)
 
 
+class LargeBodyGate:
+    """ASGI middleware: at most ``slots`` large bodies (a ``POST`` to one of ``paths`` whose
+    declared body is over ``small_bytes``, or not declared) are read and handled at once. A
+    query carrying the largest files holds its body several times over while it is decoded and
+    stored (about 100 MiB for 14 MiB of files), so a burst of them would take the instance past
+    its memory. Another waits for a slot, its body unread, up to ``wait_seconds``, then is
+    answered 503 with ``Retry-After`` (nothing was read, stored or created: the same request
+    may be sent again). Small requests never wait."""
+
+    def __init__(self, app: ASGIApp, paths: tuple[str, ...], small_bytes: int, slots: int,
+                 wait_seconds: float) -> None:
+        self.app = app
+        self.paths = frozenset(paths)
+        self.small_bytes = small_bytes
+        self.slots = slots
+        self.wait_seconds = wait_seconds
+        self.semaphore = asyncio.Semaphore(slots)
+
+    def _large(self, scope: Scope) -> bool:
+        if scope["type"] != "http" or scope.get("method") != "POST" or (
+                scope.get("path") not in self.paths):
+            return False
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        try:
+            return declared is None or int(declared) > self.small_bytes
+        except ValueError:
+            return True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._large(scope):
+            await self.app(scope, receive, send)
+            return
+        try:
+            await asyncio.wait_for(self.semaphore.acquire(), self.wait_seconds)
+        except TimeoutError:
+            retry = max(1, round(self.wait_seconds))
+            await _answer(send, 503, {
+                "error": f"{self.slots} queries with large files are being received by this "
+                f"instance; send this one again in {retry} s", "code": "busy"},
+                headers=[(b"retry-after", str(retry).encode())])
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.semaphore.release()
+
+
 class _TrackedSend:
     """``send``, remembering whether the response has started (then no error can replace it)."""
 
@@ -132,10 +179,11 @@ class _TrackedSend:
         await self.send(message)
 
 
-async def _answer(send: Send, status: int, body: dict[str, str], *, close: bool = False) -> None:
+async def _answer(send: Send, status: int, body: dict[str, str], *, close: bool = False,
+                  headers: list[tuple[bytes, bytes]] | None = None) -> None:
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(data)).encode())]
+               (b"content-length", str(len(data)).encode()), *(headers or [])]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})

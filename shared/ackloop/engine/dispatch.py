@@ -31,6 +31,7 @@ from ackloop.errors import (
     StepConflict,
     StepHeldElsewhere,
 )
+from ackloop.files import gate
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.push import Delivery
 from ackloop.records import ANONYMOUS, ReceivedEvent, StopReason
@@ -172,14 +173,19 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
             return Outcome(200, await children.deliver_end(deps, message.run_id))
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
                                        delivery.attributes.get("reads"))
-        if isinstance(message, ModelStepMessage):
-            # Imported by the model step's own module at start-up; the other services never
-            # load it (structured output, JSON Schema, the streamed deltas: 40 ms of CPU).
-            from ackloop.engine.model_step import handle_model_step
+        # A step whose model request inlines large files holds one of the process's slots
+        # until it ends (ackloop.files.gate).
+        async with gate.scope(deps.settings.files_inline_concurrency,
+                              deps.settings.files_inline_wait_seconds):
+            if isinstance(message, ModelStepMessage):
+                # Imported by the model step's own module at start-up; the other services
+                # never load it (structured output, JSON Schema, the streamed deltas: 40 ms
+                # of CPU).
+                from ackloop.engine.model_step import handle_model_step
 
-            await handle_model_step(deps, message, served)
-        elif isinstance(message, ToolStepMessage):
-            await handle_tool_step(deps, message, served)
+                await handle_model_step(deps, message, served)
+            elif isinstance(message, ToolStepMessage):
+                await handle_tool_step(deps, message, served)
         return Outcome(204)
     except StepHeldElsewhere as exc:
         log.info("%s message %s acknowledged: %s", kind, delivery.message_id, exc)

@@ -12,7 +12,7 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import resend, send
 from ackloop.engine.spend import metered, spent
 from ackloop.errors import PermanentError
-from ackloop.files import FileLimits, store_query_files
+from ackloop.files import FileLimits, QueryFiles, plan_query_files
 from ackloop.jsondict import JsonDict
 from ackloop.keys import run_id_for_request
 from ackloop.outgoing import first_step
@@ -39,7 +39,8 @@ def request_hash(query: QueryMessage, files: list[JsonDict] | None = None) -> st
 
 def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS,
             files: list[JsonDict] | None = None) -> RunRecord:
-    """The run ``query`` starts; ``files``: its files as stored (:func:`stored_files`)."""
+    """The run ``query`` starts; ``files``: its files as the run keeps them
+    (:func:`planned_files`)."""
     agent = deps.agents.get(query.agent)
     settings = deps.settings
     opts = query.options
@@ -101,10 +102,14 @@ async def start_run(
         starts = [first_step(run.run_id)] if run.status is RunStatus.RUNNING else []
         return spent(deps, model=None, usage=None, commit_writes=writes, outbox=starts)
 
-    files = await stored_files(deps, query)
+    files = planned_files(deps, query)
+    fresh = new_run(deps, query, owner, files.parts if files else None)
+    if files is not None and files.inline and await deps.store.admit(fresh) is None:
+        # Stored only once nothing can refuse the query (see planned_files).
+        await files.store()
     with metered(deps):  # a run created through the API: its request is the ingest
         run, created = await deps.store.create_run(
-            new_run(deps, query, owner, files), costed,
+            fresh, costed,
             continue_agent=query.agent == DEFAULT_AGENT and query.conversation_id is not None)
     update_log_context(run_id=run.run_id, agent=run.agent, conversation_id=run.conversation_id)
     if created:
@@ -137,15 +142,21 @@ async def start_run(
     return run, created
 
 
-async def stored_files(deps: Deps, query: QueryMessage) -> list[JsonDict]:
-    """The query's files as its run keeps them: ``file_data`` parts, inline bytes put in the
-    file store first (a redelivery puts the same objects again). A file that breaks a limit
-    raises :class:`~ackloop.files.FileRefused` (permanent: the query is poison, the API's
-    answer 413, 415 or 422) before anything is stored or created."""
+def planned_files(deps: Deps, query: QueryMessage) -> QueryFiles | None:
+    """The query's files as its run keeps them (``file_data`` parts), checked, nothing stored
+    yet. A file that breaks a limit raises :class:`~ackloop.files.FileRefused` (permanent: the
+    query is poison, the API's answer 413, 415 or 422).
+
+    The inline bytes are put in the file store after every other check that can refuse the
+    query has passed (its ceilings in :func:`new_run`; the idempotency key, the conversation,
+    its owner and its queue in :meth:`~ackloop.store.AgentStore.admit`) and before the run is
+    committed, so no run names a file that is not stored yet. A query refused at the commit
+    itself (a writer racing it: the same request id with another body, say) leaves its files
+    stored but named by no run; the bucket's lifecycle rule deletes them with the rest. A
+    duplicate of a created run stores nothing again."""
     if not query.files:
-        return []
-    return await store_query_files(deps.files, query.files, FileLimits.from_settings(
-        deps.settings))
+        return None
+    return plan_query_files(deps.files, query.files, FileLimits.from_settings(deps.settings))
 
 
 FIRST_PUBLISH_RETRIES = (0.2, 0.5, 1.0, 2.0)

@@ -8,10 +8,12 @@ them (:func:`stored_part`). A model step turns those parts back into what Gemini
 (:func:`for_request`): the bytes inline up to a limit, else the URI.
 
 A query's files (:class:`ackloop.wire.FilePart`: inline base64 bytes, or a caller's
-``gs://``/``https://`` URI) are checked against :class:`FileLimits` and the accepted types, and
-their bytes stored, when its run is created (:func:`store_query_files`); the run keeps only the
-``file_data`` parts. A refusal is a :class:`FileRefused` whose reason says which rule it broke
-(the HTTP API answers 413, 415 or 422 for it; a query on the topic is acknowledged as poison).
+``gs://``/``https://`` URI under a prefix the deployment allows: :mod:`ackloop.files.uris`)
+are checked against :class:`FileLimits` and the accepted types (:func:`plan_query_files`), and
+their bytes stored (:meth:`QueryFiles.store`) once nothing else can refuse the query, just
+before its run is created; the run keeps only the ``file_data`` parts. A refusal is a
+:class:`FileRefused` whose reason says which rule it broke (the HTTP API answers 413, 415 or
+422 for it; a query on the topic is acknowledged as poison).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import binascii
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
 from ackloop.errors import PermanentError
+from ackloop.files import gate, uris
 from ackloop.jsondict import JsonDict
 
 if TYPE_CHECKING:
@@ -55,6 +58,7 @@ first; one that would pass this goes as its URI."""
 TOO_LARGE = "file_too_large"
 TYPE_NOT_ACCEPTED = "file_type_not_accepted"
 INVALID = "invalid_file"
+URI_NOT_ALLOWED = "file_uri_not_allowed"
 HTTP_STATUS = {TOO_LARGE: 413, TYPE_NOT_ACCEPTED: 415, INVALID: 422}
 """The HTTP status each refusal answers on the API."""
 
@@ -75,7 +79,14 @@ class StoredFile(BaseModel):
 
 @runtime_checkable
 class FileStore(Protocol):
-    """Where file bytes live. ``put`` is idempotent: the same bytes get the same URI."""
+    """Where file bytes live. ``put`` is idempotent: the same bytes get the same URI
+    (:meth:`uri_of`, known before they are put)."""
+
+    bucket: str
+
+    def uri_of(self, data: bytes) -> str:
+        """The URI ``put`` stores ``data`` under."""
+        ...
 
     async def put(self, data: bytes, mime_type: str, *, name: str | None = None) -> StoredFile: ...
 
@@ -113,8 +124,11 @@ class MemoryFileStore:
         self.inline_bytes = inline_bytes
         self.objects: dict[str, bytes] = {}
 
+    def uri_of(self, data: bytes) -> str:
+        return f"mem://{self.bucket}/{object_name(data)}"
+
     async def put(self, data: bytes, mime_type: str, *, name: str | None = None) -> StoredFile:
-        uri = f"mem://{self.bucket}/{object_name(data)}"
+        uri = self.uri_of(data)
         self.objects[uri] = bytes(data)
         return stored_file(uri, data, mime_type, name)
 
@@ -150,16 +164,18 @@ class FileRefused(PermanentError):
 
 @dataclass(frozen=True)
 class FileLimits:
-    """How many files a query may carry and how large its inline ones may be."""
+    """How many files a query may carry, how large its inline ones may be, and the prefixes
+    its URIs may lie under (:mod:`ackloop.files.uris`; none: inline files only)."""
 
     max_file_bytes: int = 7 * 1024 * 1024
     max_query_bytes: int = 14 * 1024 * 1024
     max_count: int = 10
+    allowed_uris: tuple[str, ...] = field(default=())
 
     @classmethod
     def from_settings(cls, settings: Settings) -> FileLimits:
         return cls(settings.files_max_file_bytes, settings.files_max_query_bytes,
-                   settings.files_max_count)
+                   settings.files_max_count, uris.parse_allowed(settings.files_allowed_uris))
 
 
 def _mib(size: int) -> str:
@@ -196,10 +212,10 @@ def _check_type(mime_type: str, where: str) -> None:
                           f"{', '.join(sorted(ACCEPTED_TYPES))}", reason=TYPE_NOT_ACCEPTED)
 
 
-def _check_uri(uri: str, where: str, store: FileStore | None) -> None:
+def _check_uri(uri: str, where: str, store: FileStore | None, limits: FileLimits) -> None:
     if store is not None and store.owns(uri):
         raise FileRefused(f"{where}.file_uri names this deployment's own file store: send the "
-                          "file's bytes as inline_data instead", reason=INVALID)
+                          "file's bytes as inline_data instead", reason=URI_NOT_ALLOWED)
     if not uri.startswith(URI_SCHEMES) or any(c.isspace() for c in uri):
         raise FileRefused(f"{where}.file_uri {uri[:200]!r} is not a gs:// or https:// URI: "
                           "pass a Cloud Storage object (gs://bucket/object) or an https:// URL, "
@@ -209,6 +225,9 @@ def _check_uri(uri: str, where: str, store: FileStore | None) -> None:
     if not host or (uri.startswith("gs://") and not path):
         raise FileRefused(f"{where}.file_uri {uri[:200]!r} names no object: use "
                           "gs://bucket/object or https://host/path", reason=INVALID)
+    why = uris.refusal(uri, limits.allowed_uris, store.bucket if store is not None else None)
+    if why is not None:
+        raise FileRefused(f"{where}.file_uri {uri[:200]!r} {why}", reason=URI_NOT_ALLOWED)
 
 
 def check_query_files(files: Sequence[FilePart], limits: FileLimits,
@@ -235,31 +254,50 @@ def check_query_files(files: Sequence[FilePart], limits: FileLimits,
         else:
             assert part.file_data is not None
             _check_type(part.file_data.mime_type, f"{where}.file_data")
-            _check_uri(part.file_data.file_uri, f"{where}.file_data", store)
+            _check_uri(part.file_data.file_uri, f"{where}.file_data", store, limits)
             decoded.append(None)
     return decoded
 
 
-async def store_query_files(store: FileStore, files: Sequence[FilePart],
-                            limits: FileLimits) -> list[JsonDict]:
-    """A query's files as the run keeps them: ``file_data`` parts, the inline ones' bytes put
-    in ``store`` (idempotent: a redelivered query puts the same objects), a caller's URI as
-    given. Raises :class:`FileRefused` before storing anything when a file breaks a rule."""
-    decoded = check_query_files(files, limits, store)
+@dataclass(frozen=True)
+class QueryFiles:
+    """A query's files once checked: ``parts``, the ``file_data`` parts its run keeps (an
+    inline file's URI is where :meth:`store` puts its bytes), and nothing stored yet."""
 
-    async def one(part: FilePart, raw: bytes | None) -> JsonDict:
+    parts: list[JsonDict]
+    inline: list[tuple[bytes, str, str | None]]
+    """Each inline file's bytes, MIME type and name, to store."""
+    store_: FileStore
+
+    async def store(self) -> None:
+        """Put the inline files' bytes in the file store (idempotent: the same objects)."""
+        await asyncio.gather(*(self.store_.put(raw, mime, name=name)
+                               for raw, mime, name in self.inline))
+
+
+def plan_query_files(store: FileStore, files: Sequence[FilePart], limits: FileLimits
+                     ) -> QueryFiles:
+    """A query's files as the run keeps them: ``file_data`` parts, an inline file's naming
+    where its bytes are to be stored, a caller's URI as given. Stores nothing: the caller puts
+    the bytes (:meth:`QueryFiles.store`) once nothing else can refuse the query. Raises
+    :class:`FileRefused` when a file breaks a rule."""
+    parts: list[JsonDict] = []
+    inline: list[tuple[bytes, str, str | None]] = []
+    for part, raw in zip(files, check_query_files(files, limits, store), strict=True):
         if raw is not None:
             assert part.inline_data is not None
-            return stored_part(await store.put(raw, part.inline_data.mime_type.lower(),
-                                               name=part.inline_data.display_name))
+            mime, name = part.inline_data.mime_type.lower(), part.inline_data.display_name
+            inline.append((raw, mime, name))
+            parts.append(stored_part(StoredFile(
+                uri=store.uri_of(raw), mime_type=mime, size=len(raw), sha256="", name=name)))
+            continue
         assert part.file_data is not None
         given: JsonDict = {"file_uri": part.file_data.file_uri,
                            "mime_type": part.file_data.mime_type.lower()}
         if part.file_data.display_name:
             given["display_name"] = part.file_data.display_name
-        return {"file_data": given}
-
-    return list(await asyncio.gather(*(one(p, r) for p, r in zip(files, decoded, strict=True))))
+        parts.append({"file_data": given})
+    return QueryFiles(parts, inline, store)
 
 
 # -- what the model is sent ------------------------------------------------------------------
@@ -311,7 +349,8 @@ async def for_request(store: FileStore, contents: list[JsonDict]) -> list[JsonDi
     Deterministic, so a redelivered step sends the same bytes: the choice depends only on the
     contents, and a stored file's bytes never change (their name is their digest, checked on
     read). Reads only the file store, never Firestore; contents without file parts are
-    returned as they are."""
+    returned as they are. A request inlining more than :data:`gate.LARGE_INLINE_BYTES` first
+    takes a slot of its process (:func:`gate.hold`: it may wait, then raise retryable)."""
     found = _file_parts(contents)
     if not found:
         return contents
@@ -326,6 +365,7 @@ async def for_request(store: FileStore, contents: list[JsonDict]) -> list[JsonDi
         if size is not None and size <= limit and size <= budget:
             inline[slot] = uri
             budget -= size
+    await gate.hold(INLINE_REQUEST_BYTES - budget)  # a large request waits for a slot
     uris = sorted(set(inline.values()))
     fetched = dict(zip(uris, await asyncio.gather(*(_read(store, u) for u in uris)),
                        strict=True))

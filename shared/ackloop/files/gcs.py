@@ -46,10 +46,13 @@ class GcsFileStore:
     def owns(self, uri: str) -> bool:
         return uri.startswith(f"gs://{self.bucket}/")
 
+    def uri_of(self, data: bytes) -> str:
+        return f"gs://{self.bucket}/{object_name(data)}"
+
     async def put(self, data: bytes, mime_type: str, *, name: str | None = None) -> StoredFile:
-        key = object_name(data)
-        await asyncio.to_thread(self._upload, key, data, mime_type)
-        return stored_file(f"gs://{self.bucket}/{key}", data, mime_type, name)
+        uri = self.uri_of(data)
+        await asyncio.to_thread(self._upload, uri[len(f"gs://{self.bucket}/"):], data, mime_type)
+        return stored_file(uri, data, mime_type, name)
 
     async def get(self, uri: str) -> bytes:
         if not self.owns(uri):

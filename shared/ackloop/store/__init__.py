@@ -340,6 +340,35 @@ def _conversation_of(conversation_id: str, conv_snap: Snapshot | None,
     return _sole_run_conversation(first)
 
 
+def _refusal(run: RunRecord, stored: RunRecord | None, conv: ConversationRecord | None
+             ) -> RunRecord | None:
+    """What creating ``run`` meets, as read: the run already created for the same request
+    (``stored``, returned), or a refusal raised: :class:`IdempotencyMismatch` (its id with
+    another body), :class:`ConversationNotStarted` (a follow-up of a run that does not exist
+    yet), ``conversation_not_found`` (another caller's conversation), or
+    ``conversation_queue_full``. None: the run may be created."""
+    if stored is not None:
+        if stored.request_hash != run.request_hash:
+            raise IdempotencyMismatch(
+                f"request id {run.request_id!r} was already used with a different body")
+        return stored
+    if conv is None:
+        if run.conversation_id != run.run_id and is_run_id(run.conversation_id):
+            raise ConversationNotStarted(
+                f"conversation {run.conversation_id!r}: its run does not exist (yet)",
+                retry_after=10.0)
+        return None
+    if conv.owner != run.owner:
+        # Another caller's conversation: it does not exist for this one (no history planted,
+        # nothing written, and its id is not confirmed either).
+        raise PermanentError(f"no conversation {run.conversation_id!r}",
+                             reason="conversation_not_found")
+    if conv.active_run_id not in (None, run.run_id) and len(conv.queue) >= MAX_QUEUED_RUNS:
+        raise PermanentError(f"conversation {run.conversation_id!r} already has "
+                             f"{len(conv.queue)} runs waiting", reason="conversation_queue_full")
+    return None
+
+
 def _recorded_at(record: JsonDict) -> float:
     """When a poison or dead-letter record was received (its ``received_at``), else now."""
     received = record.get("received_at")
@@ -468,38 +497,19 @@ class AgentStore:
         for _ in range(CREATE_RUN_ATTEMPTS):
             run = fresh
             run_snap, conv_snap, *first = await self.db.get_all(paths)
-            if run_snap is not None:
-                stored = RunRecord.model_validate(run_snap.data)
-                if stored.request_hash != run.request_hash:
-                    raise IdempotencyMismatch(
-                        f"request id {run.request_id!r} was already used with a different body"
-                    )
-                return stored, False
             found = _conversation_of(run.conversation_id, conv_snap, first[0] if first else None)
-            if found is None and not own and is_run_id(run.conversation_id):
-                raise ConversationNotStarted(
-                    f"conversation {run.conversation_id!r}: its run does not exist (yet)",
-                    retry_after=10.0)
+            stored = RunRecord.model_validate(run_snap.data) if run_snap is not None else None
+            if (existing := _refusal(run, stored, found)) is not None:
+                return existing, False
             conv = found or ConversationRecord(conversation_id=run.conversation_id,
                                                owner=run.owner)
             if continue_agent and conv.agent and conv.agent != run.agent:
                 # A hand-off gave the conversation to another agent: a run that names none
                 # is that agent's.
                 run = run.model_copy(update={"agent": conv.agent})
-            if conv.owner != run.owner:
-                # Another caller's conversation: it does not exist for this one (no history
-                # planted, nothing written, and its id is not confirmed either).
-                raise PermanentError(f"no conversation {run.conversation_id!r}",
-                                     reason="conversation_not_found")
             if conv.active_run_id not in (None, run.run_id):
                 # Busy: the run waits, recorded and in order, instead of its query being nacked
                 # until the active run ends. That run's final commit starts it.
-                if len(conv.queue) >= MAX_QUEUED_RUNS:
-                    raise PermanentError(
-                        f"conversation {run.conversation_id!r} already has "
-                        f"{len(conv.queue)} runs waiting",
-                        reason="conversation_queue_full",
-                    )
                 run = run.model_copy(update={"status": RunStatus.QUEUED, "progress_at": None})
                 conv = conv.model_copy(update={
                     "queue": [*conv.queue, run.run_id],
@@ -536,6 +546,19 @@ class AgentStore:
         raise StorageUnavailable(
             f"run {run.run_id}: conversation {run.conversation_id!r} kept changing", retry_after=1.0
         )
+
+    async def admit(self, run: RunRecord) -> RunRecord | None:
+        """Whether :meth:`create_run` would refuse ``run``, read in one round trip and writing
+        nothing: it raises as :meth:`create_run` does, or returns the run already created for
+        the same request, or None. What a query stores before its run (its files) is stored
+        only once this passed; a writer racing it can still make :meth:`create_run` refuse."""
+        own = run.conversation_id == run.run_id
+        run_snap, conv_snap, *first = await self.db.get_all(
+            [self.run_path(run.run_id), self.conversation_path(run.conversation_id)]
+            + ([] if own else [self.run_path(run.conversation_id)]))
+        first = first or [run_snap]
+        stored = RunRecord.model_validate(run_snap.data) if run_snap is not None else None
+        return _refusal(run, stored, _conversation_of(run.conversation_id, conv_snap, first[0]))
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         (snap,) = await self.db.get_all([self.run_path(run_id)])
