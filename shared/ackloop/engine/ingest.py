@@ -39,8 +39,10 @@ def request_hash(query: QueryMessage, files: list[JsonDict] | None = None) -> st
 
 def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS,
             files: list[JsonDict] | None = None) -> RunRecord:
-    """The run ``query`` starts; ``files``: its files as stored (:func:`stored_files`)."""
-    agent = deps.agents.get(query.agent)
+    """The run ``query`` starts; ``files``: its files as stored (:func:`stored_files`). A query
+    may not name an internal agent (:class:`~ackloop.agents.InternalAgent`, permanent): child
+    runs and hand-offs, which reach one, do not start here."""
+    agent = deps.agents.for_query(query.agent)
     settings = deps.settings
     opts = query.options
     if over := settings.over_ceiling(opts.max_steps, opts.max_seconds, opts.max_tool_calls):
@@ -101,6 +103,7 @@ async def start_run(
         starts = [first_step(run.run_id)] if run.status is RunStatus.RUNNING else []
         return spent(deps, model=None, usage=None, commit_writes=writes, outbox=starts)
 
+    deps.agents.for_query(query.agent)  # refused before any file is stored
     files = await stored_files(deps, query)
     with metered(deps):  # a run created through the API: its request is the ingest
         run, created = await deps.store.create_run(
