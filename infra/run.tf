@@ -125,8 +125,10 @@ locals {
     # audience, minted for the push identity (pubsub.tf).
     ACKLOOP_PUSH_AUTH_AUDIENCE = var.push_auth.mode == "none" ? null : local.push_audience
     ACKLOOP_PUSH_AUTH_EMAIL    = var.push_auth.mode == "none" ? null : google_service_account.push_invoker.email
-    # The scheduled sweeper's identity, let through to POST /sweep whatever api.auth is.
-    ACKLOOP_API_SWEEPER_EMAIL = one(google_service_account.sweeper[*].email)
+    # The scheduled sweeper's identity, let through to POST /sweep by the token Cloud Run
+    # checked: only under api.auth "cloud_run_iam" (under "none" every caller may sweep; the
+    # other modes verify a token's signature, which Cloud Run strips: scheduler.tf refuses them).
+    ACKLOOP_API_SWEEPER_EMAIL = var.api.auth == "cloud_run_iam" ? one(google_service_account.sweeper[*].email) : null
     # The token itself never reaches Terraform: the secret is mounted as a file (api only).
     ACKLOOP_API_BEARER_TOKEN_FILE = var.api.bearer_token_secret_id == null ? null : "${local.api_token_dir}/token"
     # Trace files are the local stack's: a deployment sends its spans to Cloud Trace.

@@ -34,8 +34,8 @@ resource "google_cloud_scheduler_job" "sweep" {
 
     # Cloud Run IAM checks this token (roles/run.invoker, iam.tf); its audience is the
     # service URL, which Cloud Run accepts without a custom audience. Cloud Run removes its
-    # signature; the api lets its claims through on POST /sweep whatever api.auth is
-    # (ACKLOOP_API_SWEEPER_EMAIL, run.tf).
+    # signature; under api.auth "cloud_run_iam" the api lets its claims through on POST /sweep
+    # (ACKLOOP_API_SWEEPER_EMAIL, run.tf), under "none" anyone may sweep.
     oidc_token {
       service_account_email = google_service_account.sweeper[0].email
       audience              = google_cloud_run_v2_service.service["api"].uri
@@ -46,6 +46,10 @@ resource "google_cloud_scheduler_job" "sweep" {
     precondition {
       condition     = local.sweep_attempt_deadline_seconds >= 15
       error_message = "Cloud Scheduler waits at least 15 s for an HTTP target: request_timeout_seconds.api must be at least 15 for the sweeper."
+    }
+    precondition {
+      condition     = contains(["cloud_run_iam", "none"], var.api.auth)
+      error_message = "The scheduled sweeper can send only its OIDC token, whose signature Cloud Run strips; api.auth \"bearer\" and \"google_id_token\" accept only a token the api verifies itself, so they would refuse every sweep. Use api.auth = \"cloud_run_iam\", or set sweep = { enabled = false } and run `ackloop runs sweep` on a schedule of your own."
     }
   }
 

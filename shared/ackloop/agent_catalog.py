@@ -9,7 +9,8 @@
 - ``approval-demo``: payments that wait for a person's approval (:mod:`ackloop.approval_demo`).
 - ``research-team``: a planner that asks ``researcher`` and ``critic`` at once, each call a
   durable child run, then hands off to ``writer``, who answers from what they said
-  (:mod:`ackloop.research_team`); the three are agents of the catalog too.
+  (:mod:`ackloop.research_team`); the three are internal agents of the catalog (no query
+  names them).
 
 The two benchmark agents and the demos are registered only when ``ACKLOOP_BENCH_AGENTS`` is
 on (the local stack and ``ackloop bench`` set it): a deployment serves ``default`` alone. Each

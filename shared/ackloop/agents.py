@@ -1,8 +1,10 @@
 """Agents as configuration: instructions, tools, model and limits, run by the same engine.
 
 A deployment hosts several agents; a query names one (``agent``, default ``"default"``). When
-no agent is named ``default``, the catalog's first agent answers queries that name none, so a
-user's catalog of one agent needs no special name.
+no agent is named ``default``, the catalog's first agent a query may start answers queries that
+name none, so a user's catalog of one agent needs no special name. An ``internal`` agent is
+reached only as another agent's sub-agent (``as_tool``) or hand-off target (``as_handoff``): no
+query may name it (:meth:`AgentRegistry.for_query`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class Agent:
     :class:`~ackloop.model.tool_sweep.TestModel`; None means ``TestModel()``. ``context`` is
     the policy for long conversations (:class:`~ackloop.context.Context`; None: the default,
     which compacts a request past 64,000 input tokens into a summary and the last 4 model
-    turns).
+    turns). ``internal``: the agent exists only to be a sub-agent or a hand-off target; a query
+    that names it is refused (the HTTP API's ``internal_agent``, a query message's poison
+    record), while child runs and hand-offs reach it as any other.
     """
 
     def __init__(
@@ -65,6 +69,7 @@ class Agent:
         output: type[BaseModel] | None = None,
         script: Script | None = None,
         context: Context | None = None,
+        internal: bool = False,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(
@@ -97,6 +102,7 @@ class Agent:
         self.output = output
         self.script = script
         self.context = context if context is not None else DEFAULT_CONTEXT
+        self.internal = bool(internal)
 
     def as_tool(
         self, description: str | None = None, *, name: str | None = None,
@@ -198,6 +204,15 @@ class UnknownAgent(PermanentError):
         )
 
 
+class InternalAgent(PermanentError):
+    def __init__(self, name: str, startable: Iterable[str]) -> None:
+        super().__init__(
+            f"agent {name!r} is internal: it answers only as another agent's sub-agent or "
+            f"hand-off target, never a query; a query may name {sorted(startable)}",
+            reason="internal_agent",
+        )
+
+
 class AgentRegistry:
     """The deployment's agents by name; ``"default"`` falls back to the first one given."""
 
@@ -212,15 +227,32 @@ class AgentRegistry:
         self._agents[agent.name] = agent
 
     def get(self, name: str) -> Agent:
+        """The agent named ``name``, whoever asks (the engine: child runs, hand-offs, steps);
+        ``"default"`` without such an agent: the first one a query may start (else the
+        first)."""
         agent = self._agents.get(name)
         if agent is None and name == DEFAULT_AGENT and self._agents:
-            return next(iter(self._agents.values()))
+            agents = list(self._agents.values())
+            return next((a for a in agents if not a.internal), agents[0])
         if agent is None:
-            raise UnknownAgent(name, self._agents)
+            raise UnknownAgent(name, self.startable_names())
+        return agent
+
+    def for_query(self, name: str) -> Agent:
+        """The agent a query that names ``name`` starts: :class:`UnknownAgent` when there is
+        none, :class:`InternalAgent` when it is internal (a sub-agent or hand-off target
+        only)."""
+        agent = self.get(name)
+        if agent.internal:
+            raise InternalAgent(agent.name, self.startable_names())
         return agent
 
     def __contains__(self, name: object) -> bool:
         return name in self._agents or (name == DEFAULT_AGENT and bool(self._agents))
+
+    def startable_names(self) -> list[str]:
+        """The agents a query may name (every one but the internal ones)."""
+        return sorted(name for name, agent in self._agents.items() if not agent.internal)
 
     def __iter__(self) -> Iterator[Agent]:
         return iter(self._agents.values())

@@ -9,8 +9,9 @@ Once both have answered (or failed), it hands the conversation to ``writer``
 run and conversation, and the writer answers from what the researcher and the critic said (the
 results of those calls, earlier in the contents). The run records the hand-off (``handed_to``),
 and so does its conversation: its later runs that name no agent are the writer's.
-``researcher``, ``critic`` and ``writer`` are agents of their own (no tools), which a query may
-also name.
+``researcher``, ``critic`` and ``writer`` are agents of their own (no tools), internal: a query
+may not name them (they answer only the planner's calls and take its hand-off), though a
+conversation the planner handed to the writer goes on with the writer.
 
 Offline the four are played by one script, :func:`team_script`, from what each request shows:
 the agent it names (``request.agent`` in process; over the fake Gemini server's REST body, the
@@ -185,10 +186,10 @@ def team_script(request: ModelRequest) -> ModelTurn:
 
 def research_team_agents() -> list[Agent]:
     """The planner (``research-team``), its two sub-agents and the writer it hands off to,
-    each with the team's script."""
-    researcher = Agent(RESEARCHER, RESEARCHER_INSTRUCTIONS, script=team_script)
-    critic = Agent(CRITIC, CRITIC_INSTRUCTIONS, script=team_script)
-    writer = Agent(WRITER, WRITER_INSTRUCTIONS, script=team_script)
+    each with the team's script; all but the planner internal."""
+    researcher = Agent(RESEARCHER, RESEARCHER_INSTRUCTIONS, script=team_script, internal=True)
+    critic = Agent(CRITIC, CRITIC_INSTRUCTIONS, script=team_script, internal=True)
+    writer = Agent(WRITER, WRITER_INSTRUCTIONS, script=team_script, internal=True)
     planner = Agent(NAME, PLANNER_INSTRUCTIONS,
                     [researcher.as_tool(), critic.as_tool(),
                      writer.as_handoff("Hand the conversation to the writer once the "

@@ -163,9 +163,10 @@ class Settings(BaseSettings):
     )
     api_sweeper_email: str | None = Field(
         default=None,
-        description="Service account whose Cloud Run IAM-checked token may POST /sweep whatever "
-        "api_auth says (the scheduled sweeper, which can send no other credential). Set it only "
-        "behind Cloud Run IAM.",
+        description="Service account (the scheduled sweeper) whose token may POST /sweep, checked "
+        "as api_auth checks every token: the token Cloud Run IAM checked under cloud_run_iam; "
+        "a Google-signed ID token for api_id_token_audience (then required) under bearer and "
+        "google_id_token.",
     )
     api_operators: str | None = Field(
         default=None,

@@ -11,6 +11,7 @@ is the one a deployment runs. Only the model is scripted, unless a test passes a
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -132,7 +133,8 @@ class AgentTester:
         max_deliveries: int = 2000,
     ) -> AgentResult:
         """Ask ``agent`` (default: the first agent) and run the loop until nothing is left."""
-        self.agents.get(agent)  # an unknown name fails here, with the names there are
+        # An unknown or internal name fails here, with the names a query may give.
+        self.agents.for_query(agent)
         request_id = f"test-{uuid.uuid4().hex}"
         await self.loop.submit(QueryMessage(
             request_id=request_id, text=question, agent=agent, conversation_id=conversation_id,
@@ -153,7 +155,12 @@ async def run_agent(
     settings: Settings | None = None,
     options: RunOptions | None = None,
 ) -> AgentResult:
-    """Ask ``agent`` one question through the engine in-process (see :class:`AgentTester`)."""
+    """Ask ``agent`` one question through the engine in-process (see :class:`AgentTester`). An
+    internal agent is asked as if a query could name it: this tries it on its own, as its
+    callers' child runs would."""
+    if agent.internal:
+        agent = copy.copy(agent)
+        agent.internal = False
     tester = AgentTester(agent, model=model, settings=settings)
     return await tester.ask(question, agent=agent.name, options=options)
 

@@ -7,9 +7,10 @@ instructions."""
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from ackloop.agent_catalog import builtin_agents
-from ackloop.agents import Agent
+from ackloop.agents import Agent, InternalAgent
 from ackloop.model.agent_scripts import deployment_script
 from ackloop.model.base import ModelRequest
 from ackloop.model.gemini import GeminiModel
@@ -29,7 +30,7 @@ from ackloop.research_team import (
     writer_without_findings,
 )
 from ackloop.settings import Settings
-from ackloop.testing import AgentResult, AgentTester
+from ackloop.testing import AgentResult, AgentTester, run_agent
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
 QUESTION = "is a night train to Lisbon worth it?"
@@ -140,14 +141,18 @@ async def test_the_conversation_continues_with_the_writer_after_the_hand_off() -
     assert len(await tester.deps.store.recent_runs(limit=10)) == 4  # no new child run
 
 
-async def test_a_sub_agent_asked_directly_answers_its_question() -> None:
-    result = await AgentTester(_agents()).ask("the 1850 census", agent="critic")
-    assert result.answer == critic_answer("the 1850 census") and result.tool_calls == []
-
-
-async def test_the_writer_asked_directly_says_it_has_nothing_to_write_from() -> None:
-    result = await AgentTester(_agents()).ask("the 1850 census", agent="writer")
-    assert result.answer == writer_without_findings("the 1850 census")
-    assert result.answer == ("Nothing to write from on 'the 1850 census' yet: ask research-team "
+async def test_no_query_may_name_a_member_of_the_team() -> None:
+    """The researcher, the critic and the writer are internal: a query naming one is refused
+    (the team's planner is what a user asks); on its own (run_agent) each still answers."""
+    tester = AgentTester(_agents())
+    for name in ("researcher", "critic", "writer"):
+        with pytest.raises(InternalAgent, match=f"agent {name!r} is internal"):
+            await tester.ask("the 1850 census", agent=name)
+    assert await tester.deps.store.recent_runs(limit=10) == []
+    by_name = {a.name: a for a in _agents()}
+    critic = await run_agent(by_name["critic"], "the 1850 census")
+    assert critic.answer == critic_answer("the 1850 census") and critic.tool_calls == []
+    writer = await run_agent(by_name["writer"], "the 1850 census")
+    assert writer.answer == writer_without_findings("the 1850 census")
+    assert writer.answer == ("Nothing to write from on 'the 1850 census' yet: ask research-team "
                              "to research it first.")
-    assert result.tool_calls == []

@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from ackloop.api.app import create_app
 from ackloop.api.errors import ApiError
+from ackloop.api.tokens import split_emails
 from ackloop.engine.deps import Deps
 from ackloop.http_push import authenticate_push
 from ackloop.model.scripted import ScriptedModel
@@ -194,37 +195,117 @@ async def test_cloud_run_iam_mode_checks_who_the_checked_token_names() -> None:
             assert response.status_code == status, (name, response.text)
 
 
-async def test_the_scheduled_sweeper_passes_every_auth_mode(tmp_path: Path) -> None:
-    """Cloud Scheduler sends only its OIDC token, which Cloud Run checks and strips: the app
-    accepts it on POST /sweep from the configured sweeper, whatever api_auth is, and nowhere
-    else."""
+API_URL = "https://ackloop-api.example.run.app"
+
+
+def _unsigned(token: str) -> str:
+    """``token`` with its header saying ``alg: none`` and no signature at all."""
+    header = base64.urlsafe_b64encode(json.dumps({"alg": "none", "typ": "JWT"}).encode())
+    return f"{header.decode().rstrip('=')}.{token.split('.')[1]}."
+
+
+async def _sweep_statuses(settings: Settings, issuer: Issuer,
+                          tokens: dict[str, str]) -> dict[str, int]:
+    """The status of POST /sweep with each of ``tokens`` in Authorization, and of the first one
+    on another route (``elsewhere``)."""
+    callers = tuple(split_emails(settings.api_id_token_emails))
+    app = create_app(settings, deps=_past_auth, id_token_verifier=issuer.verifier(callers))
+    statuses = {}
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for name, token in tokens.items():
+            response = await client.post("/sweep", headers={"Authorization": f"Bearer {token}"})
+            statuses[name] = response.status_code
+        first = next(iter(tokens.values()))
+        elsewhere = await client.post("/api/reasoning_engine", json=UNKNOWN_METHOD,
+                                      headers={"Authorization": f"Bearer {first}"})
+        statuses["elsewhere"] = elsewhere.status_code
+    return statuses
+
+
+async def test_the_scheduled_sweeper_is_checked_as_the_mode_checks_every_token(
+    tmp_path: Path,
+) -> None:
+    """Behind Cloud Run IAM (``cloud_run_iam``) the sweeper's Cloud Run-checked token opens
+    POST /sweep; in the modes where the app verifies tokens itself, only a Google-signed one
+    for the API's audience does. Without ACKLOOP_API_SWEEPER_EMAIL, nobody's token does, and the
+    sweeper's opens nothing else."""
     issuer = Issuer()
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
-    sweeper_token = as_forwarded_by_cloud_run(
-        issuer.token("https://ackloop-api.example.run.app", email=SWEEPER))
-    intruder_token = as_forwarded_by_cloud_run(
-        issuer.token("https://ackloop-api.example.run.app", email="intruder@example.com"))
+    signed = issuer.token(API_URL, email=SWEEPER)
+    tokens = {"signed": signed, "stripped": as_forwarded_by_cloud_run(signed),
+              "intruder": issuer.token(API_URL, email="intruder@example.com"),
+              "other audience": issuer.token("https://elsewhere.example", email=SWEEPER)}
+    expected = {
+        "bearer": {"signed": 418, "stripped": 401, "intruder": 401, "other audience": 401},
+        "google_id_token": {"signed": 418, "stripped": 401, "intruder": 401,
+                            "other audience": 401},
+        "cloud_run_iam": {"signed": 418, "stripped": 418, "intruder": 401,
+                          "other audience": 401},
+    }
     modes = [
         Settings(api_auth="bearer", api_bearer_token_file=str(token_file)),
-        Settings(api_auth="google_id_token", api_id_token_audience="https://api.example"),
+        Settings(api_auth="google_id_token", api_id_token_emails=API_CALLER),
         Settings(api_auth="cloud_run_iam", api_id_token_emails=API_CALLER),
     ]
     for settings in modes:
-        configured = settings.model_copy(update={"api_sweeper_email": SWEEPER})
-        for app_settings, sweeper_passes in ((settings, False), (configured, True)):
-            app = create_app(app_settings, deps=_past_auth, id_token_verifier=issuer.verifier())
-            async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
-                as_sweeper = {"Authorization": f"Bearer {sweeper_token}"}
-                sweep = await client.post("/sweep", headers=as_sweeper)
-                intruder = await client.post(
-                    "/sweep", headers={"Authorization": f"Bearer {intruder_token}"})
-                elsewhere = await client.post("/api/reasoning_engine", json=UNKNOWN_METHOD,
-                                              headers=as_sweeper)
-            mode = (app_settings.api_auth, sweeper_passes)
-            assert sweep.status_code == (418 if sweeper_passes else 401), (mode, sweep.text)
-            assert intruder.status_code == 401, mode
-            assert elsewhere.status_code == 401, mode
+        configured = settings.model_copy(update={"api_sweeper_email": SWEEPER,
+                                                 "api_id_token_audience": API_URL})
+        plain = settings.model_copy(update={"api_id_token_audience": API_URL})
+        statuses = await _sweep_statuses(configured, issuer, tokens)
+        assert statuses == expected[settings.api_auth] | {"elsewhere": 401}, settings.api_auth
+        unconfigured = await _sweep_statuses(plain, issuer, tokens)
+        assert set(unconfigured.values()) == {401}, (settings.api_auth, unconfigured)
+
+
+async def test_an_unsigned_token_naming_the_sweeper_does_not_open_the_sweep(
+    tmp_path: Path,
+) -> None:
+    """Security finding: in bearer mode an unsigned token whose claims name the sweeper opened
+    POST /sweep (its claims were read as if Cloud Run had checked them) while it got 401 on every
+    other route. Now it is a 401 there too, with ``alg: none`` or a signature of another key, as
+    is the Cloud Run-stripped token (nothing vouches for it in this mode); a token the app can
+    verify still sweeps, and an operator's shared token too."""
+    issuer = Issuer()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    settings = Settings(api_auth="bearer", api_bearer_token_file=str(token_file),
+                        api_sweeper_email=SWEEPER, api_id_token_audience=API_URL,
+                        api_operators="bearer")
+    signed = issuer.token(API_URL, email=SWEEPER)
+    statuses = await _sweep_statuses(settings, issuer, {
+        "alg none": _unsigned(signed),
+        "another key": issuer.token(API_URL, email=SWEEPER, key=Issuer.other_key()),
+        "stripped": as_forwarded_by_cloud_run(signed),
+        "signed": signed,
+        "operator": TOKEN,
+    })
+    assert statuses == {"alg none": 401, "another key": 401, "stripped": 401, "signed": 418,
+                        "operator": 418, "elsewhere": 401}
+
+
+async def test_a_forged_sweeper_token_next_to_the_checked_one_is_not_the_sweeper() -> None:
+    """Under ``cloud_run_iam`` the sweeper is read only from the token Cloud Run checked: an
+    invoker who sends their own token in X-Serverless-Authorization and a forged one naming the
+    sweeper in Authorization is that invoker (not an operator: 403), not the sweeper."""
+    issuer = Issuer()
+    settings = Settings(api_auth="cloud_run_iam", api_sweeper_email=SWEEPER)
+    invoker = as_forwarded_by_cloud_run(issuer.token(API_URL, email=API_CALLER))
+    forged = _unsigned(issuer.token(API_URL, email=SWEEPER))
+    app = create_app(settings, deps=_past_auth)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
+        sweep = await client.post("/sweep", headers={
+            "X-Serverless-Authorization": f"Bearer {invoker}",
+            "Authorization": f"Bearer {forged}"})
+    assert sweep.status_code == 403, sweep.text
+
+
+def test_the_sweeper_in_a_verifying_mode_needs_the_audience(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    with pytest.raises(ValueError, match="ACKLOOP_API_ID_TOKEN_AUDIENCE"):
+        create_app(Settings(api_auth="bearer", api_bearer_token_file=str(token_file),
+                            api_sweeper_email=SWEEPER))
 
 
 async def test_a_sweep_is_for_operators_and_the_sweeper_with_bounded_parameters(

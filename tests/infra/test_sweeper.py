@@ -242,14 +242,20 @@ def test_scheduler_waits_for_its_api_and_its_permission(terraform: TerraformConf
     assert "${google_cloud_run_v2_service_iam_member.sweeper_invokes_api}" in depends_on
 
 
-def test_every_api_auth_mode_lets_the_sweeper_through(terraform: TerraformConfig) -> None:
-    """Cloud Scheduler can send only its OIDC token; the api is told the sweeper's identity and
-    accepts that token on its sweep route in every auth mode, so no precondition ties the
-    sweeper to api.auth = "none"."""
+def test_the_sweeper_is_scheduled_only_where_the_api_can_let_it_through(
+    terraform: TerraformConfig,
+) -> None:
+    """Cloud Scheduler can send only its OIDC token, whose signature Cloud Run strips: the api
+    is told the sweeper's identity only under api.auth "cloud_run_iam" (which trusts the claims
+    Cloud Run checked), and the job refuses "bearer" and "google_id_token", which accept only a
+    token the api verifies itself (under "none" anyone may sweep)."""
     preconditions = block(_job(terraform), "lifecycle")["precondition"]
-    assert not [p for p in preconditions if "var.api.auth" in p["condition"]]
+    [auth] = [p for p in preconditions if "var.api.auth" in p["condition"]]
+    assert auth["condition"] == '${contains(["cloud_run_iam", "none"], var.api.auth)}'
+    assert "ackloop runs sweep" in auth["error_message"]
     env = terraform.locals["optional_service_env"]
-    assert env["ACKLOOP_API_SWEEPER_EMAIL"] == f"${{one({SWEEPER}[*].email)}}"
+    assert env["ACKLOOP_API_SWEEPER_EMAIL"] == (
+        f'${{var.api.auth == "cloud_run_iam" ? one({SWEEPER}[*].email) : null}}')
     app = create_app(Settings(api_auth="none"))
     assert str(app.url_path_for(sweep_runs.__name__)) == SWEEP_PATH
 
@@ -260,31 +266,37 @@ def _sweeper_token(email: str) -> str:
         return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
 
     claims = {"iss": "https://accounts.google.com", "aud": "https://ackloop-api.example.run.app",
-              "email": email, "email_verified": True, "exp": int(time.time()) + 600}
+              "email": email, "email_verified": True, "sub": "42",
+              "exp": int(time.time()) + 600}
     return f"{part({'alg': 'RS256'})}.{part(claims)}.SIGNATURE_REMOVED_BY_GOOGLE"
 
 
-def test_the_api_sweeps_for_the_sweeper_under_bearer_auth(tmp_path: Path) -> None:
+def test_the_api_sweeps_for_the_sweeper_as_terraform_configures_it(tmp_path: Path) -> None:
+    """Under cloud_run_iam (where Terraform names the sweeper) its forwarded token sweeps; under
+    bearer the same token, which nothing in the app can verify, is refused."""
     token_file = tmp_path / "token"
     token_file.write_text("a-bearer-token-of-the-operator")
     sweeper = "ackloop-sweeper@proj.iam.gserviceaccount.com"
-    settings = Settings(api_auth="bearer", api_bearer_token_file=str(token_file),
-                        api_sweeper_email=sweeper)
-    deps = Deps(settings=settings, store=AgentStore(cast(Any, MemoryDocumentDB()), PREFIX),
-                publisher=MemoryPublisher(), model=cast(Any, None), agents=AgentRegistry(),
-                clock=ManualClock(), owner="sweeper-test")
+    iam = Settings(api_auth="cloud_run_iam", api_sweeper_email=sweeper)
+    bearer = Settings(api_auth="bearer", api_bearer_token_file=str(token_file),
+                      api_sweeper_email=sweeper,
+                      api_id_token_audience="https://ackloop-api.example.run.app")
+    for settings, expected in ((iam, 200), (bearer, 401)):
+        deps = Deps(settings=settings, store=AgentStore(cast(Any, MemoryDocumentDB()), PREFIX),
+                    publisher=MemoryPublisher(), model=cast(Any, None), agents=AgentRegistry(),
+                    clock=ManualClock(), owner="sweeper-test")
 
-    async def the_deps() -> Deps:
-        return deps
+        async def the_deps(deps: Deps = deps) -> Deps:
+            return deps
 
-    app = create_app(settings, deps=the_deps)
-    with TestClient(app) as client:
-        swept = client.post("/sweep",
-                            headers={"Authorization": f"Bearer {_sweeper_token(sweeper)}"})
-        other = client.post("/sweep", headers={
-            "Authorization": f"Bearer {_sweeper_token('someone@example.com')}"})
-    assert swept.status_code == 200, swept.text
-    assert other.status_code == 401
+        app = create_app(settings, deps=the_deps)
+        with TestClient(app) as client:
+            swept = client.post("/sweep",
+                                headers={"Authorization": f"Bearer {_sweeper_token(sweeper)}"})
+            other = client.post("/sweep", headers={
+                "Authorization": f"Bearer {_sweeper_token('someone@example.com')}"})
+        assert swept.status_code == expected, (settings.api_auth, swept.text)
+        assert other.status_code in (401, 403), settings.api_auth
 
 
 # --- IAM ------------------------------------------------------------------------------------

@@ -19,8 +19,15 @@ The check names the caller (:func:`caller_of`): ``bearer`` for the holder of the
 ``google:<subject>`` for an ID token, ``anonymous`` when the app checks no one. Runs and
 conversations belong to the caller who created them (see ``ackloop.api.runs``).
 
-Whatever the mode, ``POST /sweep`` also passes when the Cloud Run-checked token names
-``ACKLOOP_API_SWEEPER_EMAIL``: Cloud Scheduler can send nothing but that token.
+``POST /sweep`` also passes for the scheduled sweeper (``ACKLOOP_API_SWEEPER_EMAIL``), whose
+token is checked as the mode checks every other token: under ``cloud_run_iam``, the token Cloud
+Run checked (Cloud Scheduler can send nothing else; Cloud Run strips its signature), for
+``ACKLOOP_API_ID_TOKEN_AUDIENCE`` when set; under ``bearer`` and ``google_id_token``, a
+Google-signed ID token the app verifies itself (signature, issuer, audience
+``ACKLOOP_API_ID_TOKEN_AUDIENCE``), since nothing in front of the app need have checked it. An
+unsigned token naming the sweeper is therefore refused in those modes (behind Cloud Run IAM the
+sweeper's stripped token is too: schedule ``ackloop runs sweep`` instead, or use
+``cloud_run_iam``). Under ``none`` every caller is an operator and may sweep anyway.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from ackloop.api.tokens import (
     cloud_run_checked_claims,
     cloud_run_checked_token,
     split_emails,
+    unverified_claims,
 )
 from ackloop.records import ANONYMOUS
 from ackloop.settings import Settings
@@ -102,6 +110,13 @@ class ApiAuth:
     def from_settings(cls, settings: Settings, verifier: IdTokenVerifier | None = None) -> ApiAuth:
         """Validated at start-up: a mode without what it needs fails loudly here."""
         sweeper = settings.api_sweeper_email or None
+        if sweeper and settings.api_auth in ("bearer", "google_id_token"):
+            if not settings.api_id_token_audience:
+                raise ValueError(
+                    f"ACKLOOP_API_SWEEPER_EMAIL with ACKLOOP_API_AUTH={settings.api_auth} needs "
+                    "ACKLOOP_API_ID_TOKEN_AUDIENCE: the sweeper's token is verified (signature, "
+                    "issuer, audience) like every other token of this mode")
+            verifier = verifier or IdTokenVerifier()
         if settings.api_auth == "cloud_run_iam":
             # Without emails, every invoker Cloud Run IAM lets in is a caller of their own.
             callers = tuple(split_emails(settings.api_id_token_emails))
@@ -114,7 +129,8 @@ class ApiAuth:
             register_secret(token)
             if len(token) < 16:
                 raise ValueError("the API bearer token must be at least 16 characters")
-            return cls("bearer", token=token, sweeper=sweeper)
+            return cls("bearer", token=token, audience=settings.api_id_token_audience,
+                       verifier=verifier, sweeper=sweeper)
         if settings.api_auth == "google_id_token":
             if not settings.api_id_token_audience:
                 raise ValueError(
@@ -131,18 +147,33 @@ class ApiAuth:
                     "poison, redrive, sweep). Use it only locally; deployed, use cloud_run_iam")
         return cls("none")
 
-    def _is_the_sweeper(self, request: Request) -> bool:
-        if not self.sweeper or request.method != "POST" or request.url.path != SWEEP_PATH:
+    async def _is_the_sweeper(self, request: Request) -> bool:
+        """Whether ``request`` is the sweeper's ``POST /sweep``, its token checked exactly as
+        this mode checks every other token: never its claims alone unless Cloud Run checked it
+        (``cloud_run_iam``)."""
+        if (not self.sweeper or self.mode == "none" or request.method != "POST"
+                or request.url.path != SWEEP_PATH):
             return False
         try:
-            cloud_run_checked_claims(cloud_run_checked_token(request.headers),
-                                     emails=[self.sweeper], audience=None, now=time.time())
-        except InvalidToken:
+            if self.mode == "cloud_run_iam":
+                cloud_run_checked_claims(cloud_run_checked_token(request.headers),
+                                         emails=[self.sweeper], audience=self.audience,
+                                         now=time.time())
+                return True
+            assert self.verifier is not None and self.audience is not None
+            token = bearer_token(request.headers.get("authorization"))
+            # Only a token that says it is the sweeper's is worth a signature check (the shared
+            # bearer token of an operator is not a JWT at all).
+            if str(unverified_claims(token).get("email", "")).lower() != self.sweeper.lower():
+                return False
+            await self.verifier.verify_async(token, self.audience, emails=[self.sweeper])
+        except InvalidToken as exc:
+            log.info("not the sweeper: %s", exc)
             return False
         return True
 
     async def check(self, request: Request) -> None:
-        if self._is_the_sweeper(request):
+        if await self._is_the_sweeper(request):
             request.state.sweeper = True
             return
         if self.mode == "none":

@@ -75,7 +75,9 @@ async def deps_of(request: Request) -> Deps:
     return deps
 
 
-# A PermanentError's reason -> the status it answers (422 for any other).
+# A PermanentError's reason -> the status it answers (422 for any other: internal_agent among
+# them, like unknown_agent: the agent is no resource at this URL that could be missing, it is
+# a field of the body naming one a query may not start; the message says it is internal).
 _REFUSALS = {"conversation_queue_full": 409, "conversation_not_found": 404}
 
 
@@ -89,7 +91,7 @@ async def start(deps: Deps, body: CreateRun, idempotency_key: str | None, caller
     request_id = body.request_id or idempotency_key or f"http-{uuid.uuid4().hex}"
     if body.agent not in deps.agents:
         raise ApiError(422, "unknown_agent", f"no agent {body.agent!r}; known: "
-                       f"{', '.join(deps.agents.names())}")
+                       f"{', '.join(deps.agents.startable_names())}")
     query = QueryMessage(request_id=request_id, text=body.text,
                          conversation_id=body.conversation_id, agent=body.agent,
                          options=body.options, files=body.files)

@@ -105,7 +105,7 @@ def cloud_run_checked_claims(
             raise InvalidToken(f"token is for {audiences!r}, not {audience!r}")
     if emails is None:
         return claims
-    allowed = {e.strip().lower() for e in emails if e.strip()}
+    allowed = _normalized(emails)
     email = str(claims.get("email", "")).lower()
     if email not in allowed or claims.get("email_verified") is not True:
         raise InvalidToken(f"token email {email!r} is not allowed")
@@ -154,13 +154,15 @@ class IdTokenVerifier:
     def __init__(self, *, emails: Sequence[str] = (), certs_url: str = GOOGLE_CERTS_URL,
                  request: transport.Request | None = None,
                  issuers: Sequence[str] = GOOGLE_ISSUERS) -> None:
-        self.emails = frozenset(e.strip().lower() for e in emails if e.strip())
+        self.emails = _normalized(emails)
         self.certs_url = certs_url
         self.issuers = tuple(issuers)
         self._request = CachingRequest(request) if request is not None else None
 
-    def verify(self, token: str, audience: str | list[str]) -> Mapping[str, Any]:
-        """The token's claims, or :class:`InvalidToken` saying what was wrong."""
+    def verify(self, token: str, audience: str | list[str],
+               emails: Collection[str] | None = None) -> Mapping[str, Any]:
+        """The token's claims, or :class:`InvalidToken` saying what was wrong. ``emails``, when
+        given, replaces the verifier's own list of allowed emails for this token."""
         # Imported here: it loads the signature algorithms (cryptography), which only an "oidc"
         # check uses; the deployed services check claims Cloud Run already verified.
         from google.oauth2 import id_token
@@ -176,14 +178,20 @@ class IdTokenVerifier:
             raise InvalidToken(f"token rejected: {exc}") from exc
         if claims.get("iss") not in self.issuers:
             raise InvalidToken(f"token issuer {claims.get('iss')!r} is not Google")
-        if self.emails:
+        allowed = self.emails if emails is None else _normalized(emails)
+        if allowed:
             email = str(claims.get("email", "")).lower()
-            if email not in self.emails or claims.get("email_verified") is False:
+            if email not in allowed or claims.get("email_verified") is False:
                 raise InvalidToken(f"token email {email!r} is not allowed")
         return claims
 
-    async def verify_async(self, token: str, audience: str | list[str]) -> Mapping[str, Any]:
-        return await asyncio.to_thread(self.verify, token, audience)
+    async def verify_async(self, token: str, audience: str | list[str],
+                           emails: Collection[str] | None = None) -> Mapping[str, Any]:
+        return await asyncio.to_thread(self.verify, token, audience, emails)
+
+
+def _normalized(emails: Collection[str]) -> frozenset[str]:
+    return frozenset(e.strip().lower() for e in emails if e.strip())
 
 
 def split_emails(value: str | None) -> list[str]:

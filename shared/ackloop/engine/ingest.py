@@ -40,8 +40,10 @@ def request_hash(query: QueryMessage, files: list[JsonDict] | None = None) -> st
 def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS,
             files: list[JsonDict] | None = None) -> RunRecord:
     """The run ``query`` starts; ``files``: its files as the run keeps them
-    (:func:`planned_files`)."""
-    agent = deps.agents.get(query.agent)
+    (:func:`planned_files`). A query may not name an internal agent
+    (:class:`~ackloop.agents.InternalAgent`, permanent): child runs and hand-offs, which reach
+    one, do not start here."""
+    agent = deps.agents.for_query(query.agent)
     settings = deps.settings
     opts = query.options
     if over := settings.over_ceiling(opts.max_steps, opts.max_seconds, opts.max_tool_calls):
@@ -103,7 +105,7 @@ async def start_run(
         return spent(deps, model=None, usage=None, commit_writes=writes, outbox=starts)
 
     files = planned_files(deps, query)
-    fresh = new_run(deps, query, owner, files.parts if files else None)
+    fresh = new_run(deps, query, owner, files.parts if files else None)  # refuses an internal
     if files is not None and files.inline and await deps.store.admit(fresh) is None:
         # Stored only once nothing can refuse the query (see planned_files).
         await files.store()
