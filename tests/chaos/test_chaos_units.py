@@ -22,7 +22,7 @@ from ackloop_dev.chaos.config import scaled_spec
 from ackloop_dev.chaos.evidence import ModelEvidence, model_evidence
 from ackloop_dev.chaos.kills import interrupted, kill_plan, owner_pid
 from ackloop_dev.chaos.model_server import describe
-from ackloop_dev.chaos.proxy import DuplicatingFront
+from ackloop_dev.chaos.proxy import DuplicatingFront, published_again
 from ackloop_dev.chaos.runner import _outcome
 from ackloop_dev.chaos.scenarios import StormResult
 from ackloop_dev.chaos.timing import Timing, min_factor
@@ -189,6 +189,31 @@ async def test_the_front_sends_a_second_copy_and_answers_with_the_first() -> Non
     assert seen == [b"envelope", b"envelope"]
     assert (await front.push("dead_letter", b"letter")).status == 204
     assert seen[-1] == b"letter" and len(seen) == 3
+
+
+def _envelope(message_id: str, step: str, run: str = "run-1") -> bytes:
+    return json.dumps({"message": {"messageId": message_id, "data": "",
+                                   "attributes": {"run_id": run, "step": step}}}).encode()
+
+
+async def test_the_front_tells_the_engines_second_message_for_a_step_from_its_own_copies(
+) -> None:
+    front = DuplicatingFront({"model_step": "http://m/", "tool_step": "http://t/"},
+                             concurrent_share=1.0)
+    front._client = httpx.AsyncClient(transport=httpx.MockTransport(
+        lambda request: httpx.Response(204)))
+    before = front.stats()
+    await front.push("model_step", _envelope("m1", "0001-model"))  # copied: the same id
+    await front.push("tool_step", _envelope("t1", "0000-tool-000"))
+    await front.push("tool_step", _envelope("t2", "0000-tool-000"))  # not a model step
+    assert published_again(before, front.stats()) == 0
+    await front.push("model_step", _envelope("m2", "0001-model"))  # a second join
+    await front.push("model_step", _envelope("m3", "0001-model", run="run-2"))
+    middle = front.stats()
+    assert middle["model_steps_published_again"] == {"run-1/0001-model": 1}
+    assert published_again(before, middle) == 1
+    await front.push("model_step", _envelope("m4", "0001-model"))
+    assert published_again(middle, front.stats()) == 1
 
 
 def test_storm_runs_ended_by_their_budget_are_not_failures_of_the_retry_bound() -> None:

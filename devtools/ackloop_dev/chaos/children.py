@@ -82,6 +82,10 @@ class ChildRunsResult:
     stuck: int = 0
     handed_off: int = 0
     """Parents whose conversation went on with the writer."""
+    model_steps_published_again: int = 0
+    """Model step messages the engine itself sent more than once for one step (distinct message
+    ids: a join made twice, an outbox re-sent while its target ran), apart from the pushes the
+    duplicating front copies."""
     repeated_model_calls: int = 0
     """Model calls of the trees made more than once for one turn of one agent (kills between a
     call and its commit, concurrent unclaimed deliveries): reported, not a failure."""

@@ -67,6 +67,11 @@ class DuplicatingFront:
     more than once (both copies of its push, or a copy of its predecessor's re-sending its
     message while it runs), which the chaos checks report apart."""
 
+    model_step_messages: dict[str, set[str]] = field(default_factory=dict)
+    """Distinct message ids seen per model step (``run/step``): more than one is a model step
+    the engine itself published again (two siblings both joining a turn, or an outbox re-sent
+    while its target ran), told apart from this front's copies, which keep their id."""
+
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
         self._client = httpx.AsyncClient(
@@ -98,6 +103,8 @@ class DuplicatingFront:
     async def push(self, name: str, body: bytes) -> Answer:
         """Forward one push (twice when duplicating); the first copy's answer."""
         self.counters[f"{name}:pushes"] += 1
+        if (sent := _model_step_of(body)) is not None:
+            self.model_step_messages.setdefault(sent[0], set()).add(sent[1])
         if not self.duplicate or name in self.no_duplicate:
             return await self._forward(name, body)
         if run := _run_of(body):
@@ -114,7 +121,23 @@ class DuplicatingFront:
     def stats(self) -> dict[str, Any]:
         return {"duplicate": self.duplicate, "concurrent_share": self.concurrent_share,
                 "counters": dict(self.counters), "in_flight": dict(self.in_flight),
-                "duplicated_runs": sorted(self.duplicated_runs)}
+                "duplicated_runs": sorted(self.duplicated_runs),
+                "model_steps_published_again": {
+                    step: len(ids) - 1 for step, ids in self.model_step_messages.items()
+                    if len(ids) > 1}}
+
+
+def _model_step_of(body: bytes) -> tuple[str, str] | None:
+    """``(run/step, message id)`` of a model step message's push envelope, else None."""
+    try:
+        message = json.loads(body)["message"]
+        attributes = message["attributes"]
+        step = str(attributes["step"])
+        if not step.endswith("-model"):
+            return None
+        return f"{attributes['run_id']}/{step}", str(message["messageId"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _run_of(body: bytes) -> str | None:
@@ -124,6 +147,16 @@ def _run_of(body: bytes) -> str | None:
         return str(attributes["run_id"]) if "step" in attributes else None
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def published_again(before: dict[str, Any], after: dict[str, Any]) -> int:
+    """Model step messages the engine published more than once for one step between two
+    readings of the duplicating front (:class:`DuplicatingFront`: its
+    own copies keep their message id, so these are the engine's: a join made by two siblings,
+    or an outbox re-sent while its target ran)."""
+    earlier = before.get("model_steps_published_again") or {}
+    return sum(n - int(earlier.get(step, 0))
+               for step, n in (after.get("model_steps_published_again") or {}).items())
 
 
 def create_app(front: DuplicatingFront) -> Starlette:

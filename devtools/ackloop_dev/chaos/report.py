@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ackloop_dev.chaos.proxy import published_again
+
 
 def _row(label: str, value: object, indent: int = 0) -> str:
     return f"{' ' * indent}{label:<{52 - indent}} {value}"
@@ -88,6 +90,8 @@ def format_report(f: dict[str, Any]) -> str:
              f"({dups['model']}/{dups['tool']}); outside kills {dups['outside_kills']}; "
              f"extra calls of unclaimed steps under duplicated pushes (recorded once) "
              f"{dups.get('overlapping_unclaimed_calls', 0)}", 2),
+        _row("model steps the engine published again (not the front's copies)",
+             published_again(*f["front"]) if "front" in f else "-", 2),
         _row("steps in flight at a kill / ran twice",
              f"{checks['steps_in_flight_at_kill']} / {checks['in_flight_ran_twice']}", 2),
         _row("tool requests: sandbox / logged executions",
@@ -198,6 +202,8 @@ def _children(ch: dict[str, Any]) -> list[str]:
         _row("duplicate recorded steps / model calls made again / stuck / ends unpublished",
              f"{ch.get('duplicate_recorded_steps')} / {ch.get('repeated_model_calls')} / "
              f"{ch.get('stuck')} / {ch.get('ends_unpublished')}", 2),
+        _row("model steps the engine published again (not the front's copies)",
+             ch.get("model_steps_published_again"), 2),
         _row("wall time", f"{ch.get('wall_s')} s; "
              f"{'; '.join(ch.get('problems') or []) or 'no problem'}", 2),
     ]

@@ -42,6 +42,7 @@ from ackloop_dev.chaos.evidence import (
 )
 from ackloop_dev.chaos.phases import FaultPhase, calibrate, fault_phase
 from ackloop_dev.chaos.poison import poison_outcome
+from ackloop_dev.chaos.proxy import published_again
 from ackloop_dev.chaos.scenarios import BUDGET_ENDS, followup_scenario, storm_phase
 from ackloop_dev.chaos.stackup import ChaosStack, start_chaos_stack
 from ackloop_dev.chaos.targets import evaluate_targets
@@ -191,7 +192,9 @@ async def run_chaos(config: ChaosConfig, directory: Path, *, quick: bool = False
         if config.child_runs:
             log(f"[chaos] child runs: {config.child_runs} research-team runs, a kill at each of "
                 f"{', '.join(config.child_kill_points)}")
+            ahead = stack.front_stats()
             children = await child_runs_scenario(stack, config, tag, background.answers)
+            children.model_steps_published_again = published_again(ahead, stack.front_stats())
         log(f"[chaos] 429 storm: {timing.s(config.storm_s):.0f} s, {config.storm_runs} runs")
         storm = await storm_phase(stack, config, references, tag)
         background.storm_over.set()
