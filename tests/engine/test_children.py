@@ -688,3 +688,49 @@ async def test_the_ends_of_parallel_children_delivered_at_once_are_all_taken() -
     assert parent.answer == ("planner answers (ask_a=a answers; ask_b=b answers; "
                              "ask_c=c answers; ask_d=d answers)")
     assert [agent for agent, _ in team.calls].count("planner") == 2
+
+
+async def test_a_call_whose_child_ended_before_its_wait_was_recorded_records_the_wait() -> None:
+    """The parent's tool step dies after creating the child; the child runs and ends before the
+    call's redelivery, which finds the child's end already arrived. The call's step still
+    records what it waited for and what resolved it, as a wait resolved later does, so the
+    run's tree (the inspector, GET /runs/{id}) names its child."""
+    from ackloop.api.tree import child_ids, starts_child
+
+    team = Team({"planner": ["ask_researcher"]})
+    loop = team_loop(planner_team(), team)
+    waits = 0
+    wait_step = loop.deps.store.wait_step
+
+    async def die_before_the_wait(*args: Any, **options: Any) -> Any:
+        nonlocal waits
+        waits += 1
+        if waits == 1:
+            raise SimulatedCrash("after the child was started, before its wait was recorded")
+        return await wait_step(*args, **options)
+
+    loop.deps.store.wait_step = die_before_the_wait  # type: ignore[method-assign]
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(2):
+        pending = await deliver_all(loop, pending)
+    (call,) = pending
+    with pytest.raises(SimulatedCrash):
+        await loop.deliver("tool", call)
+    started = steps_of(loop, take(loop))
+    assert started  # the child's first step went out before the crash
+    await drain(loop, started)  # the child runs and ends first
+    loop.deps.clock.advance(SETTINGS.lease_seconds + 1)  # type: ignore[attr-defined]
+    await drain(loop, [call])  # the redelivery finds the child's end already arrived
+
+    parent = await loop.deps.store.get_run(run_id_for_request("q"))
+    assert parent is not None and parent.status is RunStatus.COMPLETED
+    assert parent.answer == "planner answers (ask_researcher=researcher answers)"
+    steps = await loop.deps.store.list_steps(parent.run_id)
+    (asked,) = [s for s in steps if s.kind == "tool"]
+    assert starts_child(asked), asked
+    assert asked.decision is not None and asked.decision.decision == "received"
+    (child,) = [r for r in await loop.deps.store.recent_runs(limit=10)
+                if r.parent_run_id == parent.run_id]
+    assert child_ids(parent, steps) == [(asked.key, child.run_id)]
+    assert waits == 1  # the redelivery never waited: the end had arrived

@@ -101,7 +101,11 @@ async def test_an_event_that_arrives_first_is_kept_and_the_call_runs_at_once() -
     await loop.run_until_idle()
     assert seen == [{"order": "A7", "event": {"tracking": "T-0"}}] and not loop.notices
     (step,) = await loop.deps.store.get_steps(run_id, [STEP])
-    assert step is not None and step.waiting is None and step.status is StepStatus.COMPLETED
+    assert step is not None and step.status is StepStatus.COMPLETED
+    # Recorded as every wait is (what it waited for, what resolved it), though it never waited.
+    assert step.waiting is not None and step.waiting.event == "shipped:A7"
+    assert step.decision is not None and step.decision.decision == "received"
+    assert step.decision.payload == {"tracking": "T-0"} and step.decision.by == events.PUBSUB
     run = await loop.deps.store.get_run(run_id)
     assert run is not None and run.received["shipped:A7"].by == events.PUBSUB
     assert run.status is RunStatus.COMPLETED

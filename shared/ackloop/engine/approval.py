@@ -168,6 +168,19 @@ async def wait_for_decision(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
     return None
 
 
+def met_at_once(deps: Deps, run: RunRecord, wait: Wait, call: FunctionCall,
+                arrived: ReceivedEvent) -> tuple[Waiting, StepDecision]:
+    """The record of a wait whose event had arrived before the call came to wait for it (a
+    child that ended before its call's redelivery recorded the wait, an event sent early):
+    what the step waited for and what resolved it, written with the step's result, so every
+    call that waited has the same record on its step, however its wait was resolved."""
+    now = deps.clock.now()
+    waiting = Waiting(kind=wait.kind, event=wait.event, tool=wait.tool.name, args=call.args,
+                      since=now, deadline=now + wait_timeout(deps, run, wait))
+    return waiting, StepDecision(decision="received", payload=arrived.payload, by=arrived.by,
+                                 at=now)
+
+
 async def announce(deps: Deps, run: RunRecord, step_key: str, waiting: Waiting) -> None:
     """Publish the wait on the answers topic (again on every delivery that finds it), unless
     it waits for a child run."""

@@ -34,7 +34,7 @@ from ackloop.errors import (
     UnknownRun,
 )
 from ackloop.keys import StepKey
-from ackloop.records import RunRecord, RunStatus, StepRecord
+from ackloop.records import RunRecord, RunStatus, StepDecision, StepRecord, Waiting
 from ackloop.store import AgentStore, Claim, RunRead
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import update_log_context
@@ -82,6 +82,8 @@ class ClaimRef:
 
     def __init__(self, claim: Claim) -> None:
         self.claim = claim
+        self.waited: tuple[Waiting, StepDecision] | None = None
+        """A wait met at once (:func:`ackloop.engine.approval.met_at_once`), for the commit."""
 
 
 async def claim_waiting(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from ackloop.engine import approval, children, claims, outbox
 from ackloop.engine.commit import Basis, Decision, commit
@@ -84,8 +85,9 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
             seconds = None
         if outcome is None:
             return  # the run has ended, or the call waits: nothing more is recorded
-        await commit(deps, ref, _decision(message, outcome, seconds, model_result, child),
-                     Basis(run_read), kind="tool")
+        decided = replace(_decision(message, outcome, seconds, model_result, child),
+                          waited=ref.waited)
+        await commit(deps, ref, decided, Basis(run_read), kind="tool")
         if message.call_count == 1:
             return  # the follow-up went out with the commit
     await join(deps, message, model_result)
@@ -145,6 +147,8 @@ async def _run_claimed(
                 return _error("not run: the run was cancelled"), None, None
             if arrived is None:
                 return None, None, None
+            if wait.event is not None:
+                ref.waited = approval.met_at_once(deps, run, wait, call, arrived)
             context = context.model_copy(update={"event": arrived.payload})
     elif decision.decision == "reject":
         return approval.rejection(decision, claim.step.waiting), None, None
@@ -218,6 +222,7 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
                     await children.spent_so_far(deps, run_read.record, claim.key))
         if arrived is None:
             return None, None
+        ref.waited = approval.met_at_once(deps, run_read.record, wait, message.call, arrived)
         return children.outcome(arrived.payload), arrived.payload
     if decision.decision == "received":
         return children.outcome(decision.payload or {}), decision.payload or {}

@@ -1353,6 +1353,8 @@ class AgentStore:
             update["usage"] = usage.model_dump(mode="json")
         if decision.call_seconds is not None:
             update["call_seconds"] = decision.call_seconds
+        if decision.waited is not None:
+            update["waiting"], update["decision"] = (r.to_doc() for r in decision.waited)
         path = self.step_path(claim.run_id, claim.key)
         step_write = (Write("update", path, update, if_version=claim.version)
                       if claim.version is not None else

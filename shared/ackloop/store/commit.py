@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from ackloop.cost import Cost
 from ackloop.docdb.base import Snapshot
 from ackloop.jsondict import JsonDict
-from ackloop.records import Outgoing, RunRecord
+from ackloop.records import Outgoing, RunRecord, StepDecision, Waiting
 from ackloop.wire import Usage
 
 if TYPE_CHECKING:
@@ -83,6 +83,10 @@ class Decision:
     compaction_cost: Cost | None = None
     """A model step that compacted its transcript first (:mod:`ackloop.engine.compaction`): what
     the summary's call cost, counted in this step's cost."""
+    waited: tuple[Waiting, StepDecision] | None = None
+    """A call whose awaited event had arrived before it came to wait: its wait and what
+    resolved it, recorded on the step as a wait resolved later is
+    (:func:`ackloop.engine.approval.met_at_once`)."""
     child_usage: Usage | None = None
     """A sub-agent's call: what its child run used (its whole tree), recorded in this step's
     usage and its children's part (:meth:`Usage.with_child`), from which the next model step
