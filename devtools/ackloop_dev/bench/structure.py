@@ -19,11 +19,20 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[3] / "shared" / "ackloop"
+
+def _package() -> Path:
+    """The directory of the ackloop this interpreter imports (found, not imported)."""
+    spec = importlib.util.find_spec("ackloop")
+    assert spec is not None and spec.origin is not None, "ackloop is not installed"
+    return Path(spec.origin).parent
+
+
+PACKAGE = _package()
 
 LONG_FUNCTION = 50  # lines
 COMPLEX_FUNCTION = 15  # McCabe complexity, pyproject's [tool.ruff.lint.mccabe] max-complexity
