@@ -337,6 +337,9 @@ def report(root: Path = PACKAGE) -> str:
     out(f"import cycles: {len(found)}")
     for component in found:
         out(f"    ({len(component)}) " + ", ".join(sorted(component)))
+        edges = sorted(f"{name} -> {target}" for name in component
+                       for target in modules[name].imports if target in component)
+        out("        " + "; ".join(edges))
 
     root_modules = sorted(m.name.rpartition(".")[2] for m in modules.values()
                           if m.path.parent == root and m.path.name != "__init__.py")
