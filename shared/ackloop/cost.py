@@ -24,7 +24,7 @@ worked out again from them. Check the pages before quoting a bill.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -147,7 +147,9 @@ _SUMMED = [name for name in Cost.model_fields if name not in ("price_table", "un
 
 @dataclass(frozen=True)
 class Spend:
-    """What one delivery used, counted by the engine."""
+    """What one delivery used, counted by the engine: the quantities of a :class:`Cost` that
+    carry its name (:func:`price` copies them), with what prices them (the model, the service's
+    size)."""
 
     model: str | None = None
     prompt_tokens: int = 0
@@ -160,6 +162,10 @@ class Spend:
     request_seconds: float = 0.0
     vcpu: float = 1.0
     memory_gib: float = 0.5
+
+
+_COUNTED = tuple(f.name for f in fields(Spend) if f.name in Cost.model_fields)
+"""The quantities a :class:`Spend` and its :class:`Cost` both carry."""
 
 
 def price(spend: Spend, prices: PriceTable = PRICES) -> Cost:
@@ -183,9 +189,6 @@ def price(spend: Spend, prices: PriceTable = PRICES) -> Cost:
     return Cost(
         usd=gemini + firestore + pubsub + cloud_run,
         gemini_usd=gemini, firestore_usd=firestore, pubsub_usd=pubsub, cloud_run_usd=cloud_run,
-        prompt_tokens=spend.prompt_tokens, output_tokens=spend.output_tokens,
-        cached_tokens=spend.cached_tokens,
-        firestore_reads=spend.firestore_reads, firestore_writes=spend.firestore_writes,
-        pubsub_bytes=spend.pubsub_bytes, requests=1, request_seconds=spend.request_seconds,
+        **{name: getattr(spend, name) for name in _COUNTED}, requests=1,
         price_table=prices.date, unpriced_models=unpriced,
     )

@@ -4,6 +4,7 @@ conversation's roll-ups, on the in-memory store and on the Firestore emulator.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from dataclasses import replace
@@ -397,3 +398,15 @@ async def test_a_request_past_the_models_input_limit_fails_the_run_with_that_cau
     assert run.error is not None and run.error.startswith("model_input_too_long")
     assert "exceeds the maximum number of tokens allowed (5)" in run.error
     assert served == {"input-limit": 1}  # failed once, not retried
+
+
+def test_a_spend_carries_its_costs_counts_under_their_names_and_types() -> None:
+    # price copies a Spend's counts into its Cost by name: a count added to one is in both.
+    pricing_only = {"model", "vcpu", "memory_gib"}
+    spend = {f.name: f.type for f in dataclasses.fields(Spend)}
+    assert {name: getattr(Cost.model_fields[name].annotation, "__name__", None)
+            for name in spend.keys() - pricing_only} == {
+        name: kind for name, kind in spend.items() if name not in pricing_only}
+    counts = {name: 7 for name in spend.keys() - pricing_only}
+    cost = price(Spend(model="gemini-2.5-flash", **counts))
+    assert {name: getattr(cost, name) for name in counts} == counts

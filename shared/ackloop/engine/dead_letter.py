@@ -33,7 +33,7 @@ from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled
 from ackloop.keys import StepKey, run_id_for_request, turn_range
 from ackloop.push import Delivery
 from ackloop.records import StepStatus, StopReason
-from ackloop.wire import ModelStepMessage, QueryMessage, ToolStepMessage, Usage
+from ackloop.wire import ModelStepMessage, QueryMessage, StepMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,6 @@ _ANY = TypeAdapter(ModelStepMessage | ToolStepMessage | QueryMessage)
 MAX_KEPT_DATA_BYTES = 512 * 1024
 """What a dead-letter record keeps of the message's data (a document holds at most 1 MiB);
 a message cut short is kept for inspection and never re-driven."""
-
-StepMessage = ModelStepMessage | ToolStepMessage
 
 
 def _identify(data: bytes) -> ModelStepMessage | ToolStepMessage | QueryMessage | None:

@@ -156,14 +156,9 @@ async def _run_claimed(
         context = context.model_copy(update={"event": decision.payload or {}})
     else:
         call = approval.decided_call(call, decision)
-    if claim.state == "taken_over" and not _declared(agent.tools, message.call.name):
-        # Started by a deployment that had the tool, which may have acted before it died.
-        return _error("this call was interrupted and may or may not have taken effect; "
-                      f"it is not retried: this deployment has no tool {call.name!r}"), None, None
-    if claim.state == "taken_over" and not _retry_safe(agent.tools, message.call.name):
-        # The previous holder may have acted before it died: do not act twice.
-        return _error("this call was interrupted and may or may not have taken effect; it "
-                      "is not retried automatically because it is not safe to repeat"), None, None
+    if claim.state == "taken_over" and (
+            refused := _not_again(agent.tools, message.call.name, call.name)) is not None:
+        return refused, None, None
     started = time.monotonic()
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         with tracing.span(f"tool {message.call.name}", {"ackloop.tool": message.call.name}):
@@ -262,6 +257,20 @@ def _declared(toolbox: Toolbox, name: str) -> bool:
 def _retry_safe(toolbox: object, name: str) -> bool:
     check = getattr(toolbox, "is_retry_safe", None)
     return bool(check(name)) if callable(check) else True
+
+
+def _not_again(toolbox: Toolbox, name: str, called: str) -> ToolOutcome | None:
+    """Why a call taken over from a holder that died is not made again, if it is not: the
+    holder may have acted before it died. ``called``: the name as the call is made."""
+    if not _declared(toolbox, name):
+        # Started by a deployment that had the tool.
+        return _error("this call was interrupted and may or may not have taken effect; "
+                      f"it is not retried: this deployment has no tool {called!r}")
+    if not _retry_safe(toolbox, name):
+        # Do not act twice.
+        return _error("this call was interrupted and may or may not have taken effect; it "
+                      "is not retried automatically because it is not safe to repeat")
+    return None
 
 
 def _decision(message: ToolStepMessage, outcome: ToolOutcome, seconds: float | None,

@@ -64,36 +64,65 @@ def _flatten(node: JsonDict, defs: JsonDict, depth: int) -> JsonDict:
     if depth > _MAX_DEPTH:
         raise SchemaError("schema nests too deeply (is the model recursive?)")
     node = _resolve(node, defs)
-    notes: list[str] = []
+    if node.get("anyOf") or node.get("oneOf"):
+        return _flatten_variants(node, defs, depth)
+
     out: JsonDict = {}
+    if "const" in node:
+        node = {**node, "enum": [node["const"]]}
+    kind = _kind(node, out)
+    notes = _constraints(node, kind, out)
+    if kind == "object" and "properties" in node:
+        out["properties"] = {
+            name: _flatten(child, defs, depth + 1) for name, child in node["properties"].items()
+        }
+        if node.get("required"):
+            out["required"] = list(node["required"])
+    if kind == "array" and "items" in node:
+        out["items"] = _flatten(node["items"], defs, depth + 1)
 
-    variants = node.get("anyOf") or node.get("oneOf")
-    if variants:
-        non_null = [v for v in variants if v.get("type") != "null"]
-        nullable = len(non_null) < len(variants)
-        if len(non_null) == 1:
-            out = _flatten({**non_null[0], **_siblings(node)}, defs, depth + 1)
-        else:
-            out = {"anyOf": [_flatten(v, defs, depth + 1) for v in non_null]}
-            if "description" in node:
-                out["description"] = node["description"]
-        if nullable:
-            out["nullable"] = True
-        return out
+    description = node.get("description", "").strip()
+    if notes:
+        description = f"{description} ({'; '.join(notes)})" if description else "; ".join(notes)
+    if description:
+        out["description"] = description
+    return out
 
+
+def _flatten_variants(node: JsonDict, defs: JsonDict, depth: int) -> JsonDict:
+    """An ``anyOf``/``oneOf``: ``X | None`` is a nullable ``X``; other unions stay ``anyOf``."""
+    variants = node.get("anyOf") or node["oneOf"]
+    non_null = [v for v in variants if v.get("type") != "null"]
+    out: JsonDict
+    if len(non_null) == 1:
+        out = _flatten({**non_null[0], **_siblings(node)}, defs, depth + 1)
+    else:
+        out = {"anyOf": [_flatten(v, defs, depth + 1) for v in non_null]}
+        if "description" in node:
+            out["description"] = node["description"]
+    if len(non_null) < len(variants):
+        out["nullable"] = True
+    return out
+
+
+def _kind(node: JsonDict, out: JsonDict) -> str | None:
+    """The node's one type, written into ``out`` (with ``nullable`` for ``["x", "null"]``)."""
     kind = node.get("type")
     if isinstance(kind, list):  # ["string", "null"]
         kinds = [k for k in kind if k != "null"]
         if "null" in kind:
             out["nullable"] = True
         kind = kinds[0] if len(kinds) == 1 else None
-    if "const" in node:
-        node = {**node, "enum": [node["const"]]}
     if kind is None and "enum" in node:
         kind = "string"
     if kind is not None:
         out["type"] = kind
+    return kind
 
+
+def _constraints(node: JsonDict, kind: str | None, out: JsonDict) -> list[str]:
+    """The node's constraints Gemini takes, written into ``out``; the others in words."""
+    notes: list[str] = []
     if "enum" in node:
         if all(isinstance(value, str) for value in node["enum"]):
             out["enum"] = list(node["enum"])
@@ -119,22 +148,7 @@ def _flatten(node: JsonDict, defs: JsonDict, depth: int) -> JsonDict:
             out[inclusive] = node[key] + step
         else:
             notes.append(f"must be {words} {node[key]}")
-
-    if kind == "object" and "properties" in node:
-        out["properties"] = {
-            name: _flatten(child, defs, depth + 1) for name, child in node["properties"].items()
-        }
-        if node.get("required"):
-            out["required"] = list(node["required"])
-    if kind == "array" and "items" in node:
-        out["items"] = _flatten(node["items"], defs, depth + 1)
-
-    description = node.get("description", "").strip()
-    if notes:
-        description = f"{description} ({'; '.join(notes)})" if description else "; ".join(notes)
-    if description:
-        out["description"] = description
-    return out
+    return notes
 
 
 def _resolve(node: JsonDict, defs: JsonDict) -> JsonDict:
