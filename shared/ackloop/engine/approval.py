@@ -26,6 +26,7 @@ from typing import Literal
 
 from ackloop.engine import spend
 from ackloop.engine.deps import Deps
+from ackloop.engine.lease import ClaimRef
 from ackloop.engine.outbox import send
 from ackloop.errors import RunKeptChanging, StaleRead
 from ackloop.keys import StepKey
@@ -119,16 +120,25 @@ def wait_of(toolbox: object, call: FunctionCall) -> Wait | None:
     return Wait(tool, event) if event is not None else None
 
 
-async def wait_for_decision(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
+async def wait_for_decision(deps: Deps, ref: ClaimRef, read: RunRead, wait: Wait,
                             call: FunctionCall) -> ReceivedEvent | None:
     """Record the step as waiting and announce it; or, when the awaited event has already
-    arrived, return it (the call runs at once).
+    arrived, return it (the call runs at once; the wait it met is kept on ``ref`` for the
+    step's commit to record: :func:`met_at_once`).
 
     The waiting commit is conditional on the run document as read, which an event's arrival
     rewrites (:meth:`AgentStore.receive_event`): an event that arrives between this read and
     the commit makes the commit fail, and the run read again has the event. A commit refused
     because the run changed for another reason (another call of the turn started waiting) is
     tried again on the run as it is now."""
+    arrived = await _wait_or_arrived(deps, ref.claim, read, wait, call)
+    if arrived is not None:
+        ref.waited = met_at_once(deps, read.record, wait, call, arrived)
+    return arrived
+
+
+async def _wait_or_arrived(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
+                           call: FunctionCall) -> ReceivedEvent | None:
     now = deps.clock.now()
     for _ in range(WAIT_COMMIT_ATTEMPTS):
         run = read.record

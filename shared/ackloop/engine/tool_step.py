@@ -142,13 +142,11 @@ async def _run_claimed(
             return _error(f"not run: {exc}"), None, None
         if wait is not None:
             try:
-                arrived = await approval.wait_for_decision(deps, claim, run_read, wait, call)
+                arrived = await approval.wait_for_decision(deps, ref, run_read, wait, call)
             except approval.WaitCancelled:
                 return _error("not run: the run was cancelled"), None, None
             if arrived is None:
                 return None, None, None
-            if wait.event is not None:
-                ref.waited = approval.met_at_once(deps, run, wait, call, arrived)
             context = context.model_copy(update={"event": arrived.payload})
     elif decision.decision == "reject":
         return approval.rejection(decision, claim.step.waiting), None, None
@@ -210,14 +208,13 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
             return refused, None
         wait = approval.Wait(tool, children.event_name(claim.key))
         try:
-            arrived = await approval.wait_for_decision(deps, claim, run_read, wait, message.call)
+            arrived = await approval.wait_for_decision(deps, ref, run_read, wait, message.call)
         except approval.WaitCancelled:
             await children.cancel_child(deps, run_read.record, claim.key)
             return (_error("not run: the run was cancelled"),
                     await children.spent_so_far(deps, run_read.record, claim.key))
         if arrived is None:
             return None, None
-        ref.waited = approval.met_at_once(deps, run_read.record, wait, message.call, arrived)
         return children.outcome(arrived.payload), arrived.payload
     if decision.decision == "received":
         return children.outcome(decision.payload or {}), decision.payload or {}

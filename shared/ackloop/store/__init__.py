@@ -369,6 +369,14 @@ def _refusal(run: RunRecord, stored: RunRecord | None, conv: ConversationRecord 
     return None
 
 
+def _waited(decision: Decision) -> JsonDict:
+    """The step fields of a wait met at once (:attr:`Decision.waited`), if the call met one."""
+    if decision.waited is None:
+        return {}
+    waiting, resolved = decision.waited
+    return {"waiting": waiting.to_doc(), "decision": resolved.to_doc()}
+
+
 def _recorded_at(record: JsonDict) -> float:
     """When a poison or dead-letter record was received (its ``received_at``), else now."""
     received = record.get("received_at")
@@ -1353,8 +1361,7 @@ class AgentStore:
             update["usage"] = usage.model_dump(mode="json")
         if decision.call_seconds is not None:
             update["call_seconds"] = decision.call_seconds
-        if decision.waited is not None:
-            update["waiting"], update["decision"] = (r.to_doc() for r in decision.waited)
+        update |= _waited(decision)
         path = self.step_path(claim.run_id, claim.key)
         step_write = (Write("update", path, update, if_version=claim.version)
                       if claim.version is not None else
