@@ -127,11 +127,25 @@ async def test_ackloop_ask_research_team_answers_from_two_child_runs(
     # Resumed by its child's end (or, had the child ended before the call recorded its wait,
     # run at once by the waiting commit, which found the event).
     assert all(s.decision is None or s.decision.decision == "received" for s in calls)
-    called = _model_calls(stack, question)
-    assert (called[RESEARCHER], called[CRITIC]) == (1, 1) and called[NAME] >= 2
-    assert called[WRITER] >= 1
+    # One paid call per turn: the planner's two turns, one each for the children and the
+    # writer (the two children's ends resume their calls together; one of them joins).
+    assert _model_calls(stack, question) == {NAME: 2, RESEARCHER: 1, CRITIC: 1, WRITER: 1}
     assert asked.returncode == 0, (asked.stdout, asked.stderr)
     assert asked.stdout.strip() == _answer(question)
+
+
+async def test_trees_asked_at_once_make_one_model_call_per_turn(stack: RunningStack) -> None:
+    """Eight research-team trees at once (each a fan-in of two child runs): every request the
+    fake Gemini server received is a model call a run recorded, and each agent's turns are
+    called once."""
+    tag = uuid.uuid4().hex[:8]
+    questions = [_question(f"{tag}-{n}") for n in range(8)]
+    run_ids = [stack.ask(q, agent=NAME) for q in questions]
+    runs = [(await stack.wait_run(run_id, timeout=120))[0] for run_id in run_ids]
+    for run, question in zip(runs, questions, strict=True):
+        assert (run.status, run.answer) == (RunStatus.COMPLETED, _answer(question))
+        assert _model_calls(stack, question) == {NAME: 2, RESEARCHER: 1, CRITIC: 1, WRITER: 1}
+        assert run.usage.model_calls == 5
 
 
 async def test_a_call_published_again_after_its_child_ended_changes_nothing(
