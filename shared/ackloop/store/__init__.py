@@ -12,12 +12,14 @@ documents. The store stands in rooms, one module per aggregate, each a class ove
 - :mod:`~ackloop.store.base`: the paths, the retention and the values they all pass;
 - :mod:`~ackloop.store.commit`: what a step's commit is made of.
 
-:class:`AgentStore` is every room at once, so its callers are unchanged; a caller may also
-hold just the room it uses.
+:class:`AgentStore` holds every room: the letters as :attr:`AgentStore.letters` (callers use
+``store.letters.record_dead_letter(...)``), the others, for now, as its bases, so their callers
+are unchanged until they move to their room in the same way.
 """
 
 from __future__ import annotations
 
+from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.counting import DocumentCounters, delivery_counters
 from ackloop.store.base import (
     DAY_SECONDS,
@@ -52,7 +54,13 @@ __all__ = ["CHUNK_BYTES", "CREATE_RUN_ATTEMPTS", "DAY_SECONDS", "DEAD_LETTER_PAG
            "pointer_range"]
 
 
-class AgentStore(Steps, Waits, Letters):
+class AgentStore(Steps, Waits):
     """Every room of the store over one database: runs and conversations (:class:`Runs`),
-    steps (:class:`Steps`), the transcript (:class:`Transcripts`), waits (:class:`Waits`) and
-    letters (:class:`Letters`)."""
+    steps (:class:`Steps`), the transcript (:class:`Transcripts`) and waits (:class:`Waits`),
+    which it still is; poison and dead letters (:class:`Letters`) are :attr:`letters`, the
+    room its callers use."""
+
+    def __init__(self, db: DocumentDB, collection_prefix: str = "",
+                 retention: Retention | None = None) -> None:
+        super().__init__(db, collection_prefix, retention)
+        self.letters = Letters(db, collection_prefix, retention)
