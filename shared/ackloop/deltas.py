@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel
 
 from ackloop.docdb.base import DocumentDB, Write
-from ackloop.store import DAY_SECONDS, EXPIRE_AT, LAST_DOCUMENT_ID, AgentStore
+from ackloop.store.base import DAY_SECONDS, EXPIRE_AT, LAST_DOCUMENT_ID, StoreBase
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class DeltaRecord(BaseModel):
     text: str
 
 
-def deltas_collection(store: AgentStore, run_id: str) -> str:
+def deltas_collection(store: StoreBase, run_id: str) -> str:
     return f"{store.run_path(run_id)}/deltas"
 
 
@@ -217,7 +217,7 @@ class DeltaWriter:
         self.writes += 1
 
 
-def delta_expiry(store: AgentStore, now: float) -> datetime | None:
+def delta_expiry(store: StoreBase, now: float) -> datetime | None:
     """A delta matters while its step runs: it expires a day after it was written (within the
     deployment's retention), or never when the deployment keeps everything."""
     if store.retention is None:
@@ -225,7 +225,7 @@ def delta_expiry(store: AgentStore, now: float) -> datetime | None:
     return datetime.fromtimestamp(now + min(DAY_SECONDS, store.retention.seconds), UTC)
 
 
-async def read_deltas(store: AgentStore, run_id: str, start_id: str, limit: int | None, *,
+async def read_deltas(store: StoreBase, run_id: str, start_id: str, limit: int | None, *,
                       end_id: str = LAST_DOCUMENT_ID) -> list[tuple[str, DeltaRecord]]:
     """The run's deltas with ids from ``start_id`` to ``end_id``, by id, with their ids."""
     snaps = await store.db.list_range(deltas_collection(store, run_id), start_id, end_id, limit)

@@ -19,7 +19,7 @@ from ackloop.wire import (
 )
 
 if TYPE_CHECKING:
-    from ackloop.store import RunEnd
+    from ackloop.store.base import RunEnd
 
 
 def answer(run: RunRecord, end: RunEnd) -> Outgoing:

@@ -4,7 +4,7 @@ The dead-letter function kept each message in ``dead_letters/{message_id}`` and 
 Re-driving one:
 
 1. reopens the run, in a transaction, only if it failed by dead-lettering (see
-   :meth:`~ackloop.store.AgentStore.reopen_dead_lettered_run`), and gives the step a fresh
+   :meth:`~ackloop.store.Letters.reopen_dead_lettered_run`), and gives the step a fresh
    attempt budget;
 2. re-publishes the recorded message, unchanged, to the topic it came from;
 3. marks the dead letter ``redriven_at``.
@@ -60,9 +60,9 @@ async def pending_dead_letters(
     page_size: int = DEAD_LETTER_PAGE,
 ) -> list[dict[str, object]]:
     """Dead letters not yet re-driven, oldest first, optionally for one run or some ids. Every
-    dead letter is read, a page at a time (:meth:`AgentStore.list_dead_letters`)."""
+    dead letter is read, a page at a time (:meth:`~ackloop.store.Letters.list_dead_letters`)."""
     found = []
-    for snap in await store.list_dead_letters(page_size):
+    for snap in await store.letters.list_dead_letters(page_size):
         record = {"message_id": snap.id, **snap.data}
         if record.get("redriven_at") is not None:
             continue
@@ -113,7 +113,7 @@ async def _redrive_one(
     if dry_run:
         return result("dry_run")
     try:
-        state = await store.reopen_dead_lettered_run(run, step, clock.now())
+        state = await store.letters.reopen_dead_lettered_run(run, step, clock.now())
     except ConversationBusy as exc:
         log.warning("not re-driving %s: %s", message_id, exc)
         return result("conversation_busy")
@@ -121,12 +121,12 @@ async def _redrive_one(
         state = "reopened"  # the query never made its run: re-publishing it starts the run
     if state in ("finished", "missing"):
         outcome: Outcome = "run_finished" if state == "finished" else "run_missing"
-        await store.mark_redriven(message_id, clock.now(), outcome)
+        await store.letters.mark_redriven(message_id, clock.now(), outcome)
         return result(outcome)
     raw = record.get("attributes")
     attributes = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
     data = base64.b64decode(str(record.get("data") or ""))
     await publisher.publish(topic, data, attributes)
-    await store.mark_redriven(message_id, clock.now(), "redriven")
+    await store.letters.mark_redriven(message_id, clock.now(), "redriven")
     log.info("re-drove %s (run %s, %s) to %s", message_id, run, step, topic)
     return result("redriven")

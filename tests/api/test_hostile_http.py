@@ -158,7 +158,7 @@ async def test_budgets_above_the_deployment_ceilings_are_refused(
     store = api_stack.store()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        poison = [p for p in await store.list_poison() if p.get("reason") == "over_ceiling"]
+        poison = [p for p in await store.letters.list_poison() if p.get("reason") == "over_ceiling"]
         if poison:
             break
         await asyncio.sleep(0.5)

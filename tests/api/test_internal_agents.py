@@ -75,7 +75,7 @@ async def test_a_query_message_naming_an_internal_agent_is_poison() -> None:
     [delivery] = tester.loop.deliveries("query")
     assert delivery.outcome.status == 200 and delivery.outcome.body["acknowledged"] is True
     assert delivery.outcome.body["reason"] == "internal_agent"
-    [poison] = await tester.deps.store.list_poison()
+    [poison] = await tester.deps.store.letters.list_poison()
     assert poison["reason"] == "internal_agent"
     assert "agent 'researcher' is internal" in str(poison["error"])
     assert await tester.deps.store.get_run(run_id_for_request("ask-researcher")) is None

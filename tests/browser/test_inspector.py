@@ -248,7 +248,7 @@ def test_a_dead_letter_is_redriven_from_the_page_and_its_run_completes(
     assert f"{attempts} attempts" in (marked.get_attribute("aria-label") or "")
     driver.execute_script("document.getElementById('timeline').scrollIntoView()")
     screenshot("dead-lettered-run")
-    (letter,) = [d for d in asyncio.run(stack.store().list_dead_letters())
+    (letter,) = [d for d in asyncio.run(stack.store().letters.list_dead_letters())
                  if d.data["run_id"] == run_id]
     row = f'#dead-letters tr[data-message-id="{letter.data["message_id"]}"]'
 

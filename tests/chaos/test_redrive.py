@@ -33,7 +33,7 @@ async def dead_lettered_run(store: AgentStore) -> None:
     claim = await store.claim_step("run-1", StepKey.model(0), "model", owner="a", now=100,
                                    lease_seconds=3)
     await store.release_step(claim, error="ModelRetryableError: Gemini answered 500")
-    await store.record_dead_letter("m-1", {
+    await store.letters.record_dead_letter("m-1", {
         "message_id": "m-1", "origin": "model_steps", "run_id": "run-1", "step": "0000-model",
         "cause": "ModelRetryableError: Gemini answered 500",
         "data": base64.b64encode(MESSAGE).decode(), "attributes": {"run_id": "run-1"},
@@ -89,9 +89,9 @@ async def test_conversation_moved_on_blocks_the_redrive() -> None:
 async def test_dry_run_and_unknown_origin_publish_nothing() -> None:
     store, publisher, clock = AgentStore(MemoryDocumentDB()), MemoryPublisher(), ManualClock()
     await dead_lettered_run(store)
-    await store.record_dead_letter("junk", {"message_id": "junk", "origin": None, "run_id": None,
-                                            "data": "", "received_at": 99.0,
-                                            "redriven_at": None})
+    await store.letters.record_dead_letter("junk", {"message_id": "junk", "origin": None,
+                                                    "run_id": None, "data": "",
+                                                    "received_at": 99.0, "redriven_at": None})
 
     done = await redrive(store, publisher, SETTINGS, clock, dry_run=True)
 

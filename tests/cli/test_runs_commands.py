@@ -253,7 +253,7 @@ def test_dead_letters_redrive_and_sweep_use_the_stack_of_directory(
     stale = _run("run-stale", created=time.time() - 3600, status=RunStatus.RUNNING,
                  progress_at=time.time() - 3600)
     _seed(fake_stack, [stale])
-    fake_stack.run(lambda store: store.record_dead_letter("m-1", {
+    fake_stack.run(lambda store: store.letters.record_dead_letter("m-1", {
         "run_id": "run-gone", "step": "0000-model", "origin": "model_steps",
         "cause": "kept failing", "data": "{}", "received_at": time.time()}))
     d = str(fake_stack.directory)

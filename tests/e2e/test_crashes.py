@@ -77,6 +77,6 @@ async def test_a_step_that_exhausts_its_delivery_attempts_is_dead_lettered(fresh
     assert run.status is RunStatus.FAILED
     assert run.error is not None and run.error.startswith("dead_lettered")
     assert "429" in run.error  # the cause: the step's last recorded error
-    letters = await stack.store().list_dead_letters()
+    letters = await stack.store().letters.list_dead_letters()
     assert [d.data["run_id"] for d in letters] == [run_id]
     assert letters[0].data["step"] == "0000-model"

@@ -90,7 +90,7 @@ async def test_poison_messages_are_acknowledged_and_recorded(stack: RunningStack
     deadline = time.monotonic() + 20
     poison: list[dict] = []
     while time.monotonic() < deadline and len(poison) < 3:
-        poison = await store.list_poison()
+        poison = await store.letters.list_poison()
         await asyncio.sleep(0.2)
     reasons = sorted(p["reason"] for p in poison)
     assert reasons == ["poison_message", "poison_message", "unknown_run"]
@@ -98,7 +98,7 @@ async def test_poison_messages_are_acknowledged_and_recorded(stack: RunningStack
     # The push delivery's reading waits for what it holds, a nacked message included.
     for function in functions:
         assert stack.push_answers(function) - before[function] == {"200": 1}, function
-    assert len(await store.list_poison()) == 3
+    assert len(await store.letters.list_poison()) == 3
 
 
 async def test_malformed_push_body_gets_a_clear_400(stack: RunningStack) -> None:

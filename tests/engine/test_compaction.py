@@ -184,7 +184,7 @@ async def test_a_step_after_a_compaction_reads_from_it_on_not_the_whole_history(
     model = Recording()
     loop = loop_with(model, Context(max_input_tokens=400, keep_recent_turns=2))
     # Chunks of a few turns each, so that the history spans many documents.
-    import ackloop.store as store_module
+    import ackloop.store.transcript as store_module
 
     original = store_module.CHUNK_BYTES
     store_module.CHUNK_BYTES = 2048
@@ -393,7 +393,7 @@ async def test_the_chunks_before_a_compaction_keep_the_conversations_retention()
     it again (once), so a conversation in use loses no history to the TTL."""
     from datetime import datetime
 
-    import ackloop.store as store_module
+    import ackloop.store.transcript as store_module
     from ackloop.store import DAY_SECONDS, EXPIRE_AT, Retention
 
     model = Recording()

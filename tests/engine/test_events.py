@@ -277,7 +277,7 @@ async def test_an_event_message_for_no_run_is_acknowledged_and_recorded() -> Non
     await loop.run_until_idle()
     (entry,) = loop.deliveries("query")
     assert entry.outcome.acknowledged and entry.outcome.body["reason"] == "not_found"
-    poison = await loop.deps.store.list_poison()
+    poison = await loop.deps.store.letters.list_poison()
     assert [p["reason"] for p in poison] == ["not_found"]
 
 

@@ -67,7 +67,8 @@ async def state(loop: InProcessLoop, run_id: str) -> tuple[Any, ...]:
 
 
 async def poison_reasons(loop: InProcessLoop) -> dict[str, str]:
-    return {str(p["message_id"]): str(p["reason"]) for p in await loop.deps.store.list_poison()}
+    poison = await loop.deps.store.letters.list_poison()
+    return {str(p["message_id"]): str(p["reason"]) for p in poison}
 
 
 async def finish(loop: InProcessLoop, messages: list[Published]) -> None:
@@ -264,7 +265,7 @@ async def test_a_forged_dead_letter_does_not_fail_the_run(case: str) -> None:
     assert outcome.status == 200 and outcome.body["verdict"] == "unscheduled", outcome
     assert outcome.body["run_failed"] is False
     assert await state(loop, run_id) == before and take(loop) == []
-    (record,) = await loop.deps.store.list_dead_letters()
+    (record,) = await loop.deps.store.letters.list_dead_letters()
     assert record.data["verdict"] == "unscheduled" and "left alone" in record.data["cause"]
     assert record.data["origin"] is None  # never re-driven
     await finish(loop, [tool_a, tool_b])
@@ -280,7 +281,7 @@ async def test_a_dead_letter_over_1_mib_is_recorded_cut_short_and_acknowledged(
     outcome = await dead_letter(loop, huge, "big")
 
     assert outcome.status == 200, outcome
-    (record,) = await loop.deps.store.list_dead_letters()
+    (record,) = await loop.deps.store.letters.list_dead_letters()
     assert record.data["data_truncated"] is True and record.data["data_bytes"] == 2 * 1024 * 1024
     assert record.data["origin"] is None  # cut short: never re-driven
 
@@ -296,7 +297,7 @@ async def test_a_reused_message_id_never_overwrites_a_dead_letter(
     for letter in (real, real, other, other):
         assert (await dead_letter(loop, letter, "1")).status == 200
 
-    records = {s.id: s.data for s in await loop.deps.store.list_dead_letters()}
+    records = {s.id: s.data for s in await loop.deps.store.letters.list_dead_letters()}
     assert len(records) == 2
     assert base64.b64decode(records["1"]["data"]) == real.data
     (kept,) = [r for key, r in records.items() if key != "1"]
@@ -315,9 +316,9 @@ async def test_message_ids_never_nest_or_break_a_path(
         poison = Published(topic, b"not json", {}, message_id)
         assert (await deliver(loop, poison)).status == 200
         assert (await dead_letter(loop, poison, message_id)).status == 200
-    poison_ids = {str(p["message_id"]) for p in await loop.deps.store.list_poison()}
+    poison_ids = {str(p["message_id"]) for p in await loop.deps.store.letters.list_poison()}
     assert poison_ids == set(ODD_IDS)
-    letters = {s.id for s in await loop.deps.store.list_dead_letters()}
+    letters = {s.id for s in await loop.deps.store.letters.list_dead_letters()}
     assert letters == {message_doc_id(i) for i in ODD_IDS}
     assert all("/" not in i and not i.startswith("__") for i in letters)
 

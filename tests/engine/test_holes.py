@@ -145,7 +145,7 @@ async def test_h1_a_dead_letter_of_a_step_held_live_leaves_the_run_to_its_holder
     assert run.answer == "from the holder" and model.calls == 1
     assert [(a.run_id, a.status) for a in answers(loop, take(loop))] == [(run_id, "completed")]
     assert outcome.body.get("verdict") == "duplicate" and outcome.body["run_failed"] is False
-    (record,) = await loop.deps.store.list_dead_letters()
+    (record,) = await loop.deps.store.letters.list_dead_letters()
     assert record.data["verdict"] == "duplicate"
     assert "held by a live delivery" in record.data["cause"]
 

@@ -336,7 +336,7 @@ async def test_poison_messages_are_acknowledged_and_recorded():
     )
     await loop.run_until_idle()
     assert [e.outcome.status for e in loop.log] == [200, 200, 200]
-    poison = await loop.deps.store.list_poison()
+    poison = await loop.deps.store.letters.list_poison()
     assert sorted(p["reason"] for p in poison) == ["poison_message", "poison_message",
                                                    "unknown_run"]
 

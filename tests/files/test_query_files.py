@@ -282,7 +282,7 @@ async def test_a_query_on_the_topic_with_a_bad_file_is_poison_with_its_reason() 
         assert outcome.acknowledged and outcome.body["reason"] == reason, outcome
         assert await loop.deps.store.get_run(run_id_for_request(request_id)) is None
     assert len(loop.deliveries("query")) == 3  # each delivered once: never redelivered
-    poison = await loop.deps.store.list_poison()
+    poison = await loop.deps.store.letters.list_poison()
     assert sorted(p["reason"] for p in poison) == sorted(
         ["file_type_not_accepted", "file_too_large", "invalid_file"])
     assert all("files[0]" in p["error"] for p in poison), poison

@@ -25,8 +25,8 @@ async def _write_every_kind(store: AgentStore) -> None:
     await store.claim_step("r", StepKey.model(0), "model", owner="o", now=1.0, lease_seconds=1)
     await store.db.commit(store._append_writes(await store.load_transcript("c"), [{"a": 1}],
                                               "r/0", now=1.0))
-    await store.record_poison("p", {"received_at": 1.0})
-    await store.record_dead_letter("d", {"data": "", "received_at": 1.0})
+    await store.letters.record_poison("p", {"received_at": 1.0})
+    await store.letters.record_dead_letter("d", {"data": "", "received_at": 1.0})
     deltas = DeltaWriter(store.db, deltas_collection(store, "r"), "0000-model", 1,
                          flush_seconds=0.05, expire_at=delta_expiry(store, 1.0))
     deltas.add("a piece of text")

@@ -32,20 +32,22 @@ ROOT = PACKAGE.parents[1]
 # Import cycles (strongly connected components of the import graph, TYPE_CHECKING imports
 # left out), by their modules.
 ALLOWED_CYCLES: set[frozenset[str]] = {
-    frozenset({"ackloop.store", "ackloop.deltas"}),
     frozenset({"ackloop.engine.approval", "ackloop.engine.children", "ackloop.engine.ending",
                "ackloop.engine.events"}),
 }
 
 # Modules over LONG_MODULE lines.
 ALLOWED_LONG_MODULES: set[str] = {
-    "ackloop.store",
     "ackloop.engine.model_step",
 }
 
 # Classes over WIDE_CLASS public methods, as "module:Class".
+# (Inherited methods count: the store's rooms still build on each other, Steps on Runs on
+# Transcripts, and AgentStore on Steps and Waits, until callers use each room.)
 ALLOWED_WIDE_CLASSES: set[str] = {
     "ackloop.store:AgentStore",
+    "ackloop.store.runs:Runs",
+    "ackloop.store.steps:Steps",
 }
 
 # Layers, the highest first: a module of one imports nothing of a layer before it.

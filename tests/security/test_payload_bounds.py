@@ -90,7 +90,7 @@ async def test_a_published_event_with_such_a_payload_is_poison(api: Any, case: s
     outcome = await loop.deliver("query", Published(loop.deps.settings.queries_topic, data, {},
                                                     f"m-{case}"))
     assert outcome.acknowledged and outcome.status == 200
-    record = await loop.deps.store.get_poison(f"m-{case}")
+    record = await loop.deps.store.letters.get_poison(f"m-{case}")
     assert record is not None and says in record["error"]
 
 

@@ -142,9 +142,9 @@ async def test_dead_letters_are_listed_past_any_page(store: AgentStore) -> None:
               for n in range(count)]
     for start in range(0, count, 500):
         await store.db.commit(writes[start:start + 500])
-    listed = [snap.id for snap in await store.list_dead_letters()]
+    listed = [snap.id for snap in await store.letters.list_dead_letters()]
     assert listed == [f"m-{n:05d}" for n in range(count)]
-    small_pages = [snap.id for snap in await store.list_dead_letters(page_size=7)]
+    small_pages = [snap.id for snap in await store.letters.list_dead_letters(page_size=7)]
     assert small_pages == listed
     newest = await pending_dead_letters(store, run_id="run-1", page_size=7)
     assert [r["message_id"] for r in newest][-1] == f"m-{count - 1 - (count - 1 - 1) % 3:05d}"
@@ -180,9 +180,9 @@ async def test_recent_runs_newest_first_filtered_and_limited(store: AgentStore) 
 
 async def test_a_rejected_message_is_found_by_its_id(store: AgentStore) -> None:
     """What `ackloop ask` polls for: the reason its query was rejected, by message id."""
-    assert await store.get_poison("12345") is None
-    await store.record_poison("12345", {"reason": "unknown_agent", "received_at": 1.0})
-    poison = await store.get_poison("12345")
+    assert await store.letters.get_poison("12345") is None
+    await store.letters.record_poison("12345", {"reason": "unknown_agent", "received_at": 1.0})
+    poison = await store.letters.get_poison("12345")
     assert poison is not None and poison["reason"] == "unknown_agent"
 
 

@@ -166,7 +166,7 @@ async def test_a_poison_record_refused_by_contention_is_retried_not_dropped(
     it must not take the write for done: the delivery is redelivered instead."""
     store = AgentStore(contended_db(standin, grpc.StatusCode.ABORTED))
     with pytest.raises(StorageUnavailable):
-        await store.record_poison("m-1", {"reason": "poison_message"})
+        await store.letters.record_poison("m-1", {"reason": "poison_message"})
 
 
 # -- Firestore's own measure: numbers are 8 bytes, nesting stops at 20 ---------------------------

@@ -179,7 +179,7 @@ async def test_a_redriven_first_run_takes_its_conversation_back_and_its_end_hand
     it), and its end hands the conversation on."""
     first, _ = await store.create_run(run_record("first"))
     assert await store.fail_run(first.run_id, "dead_lettered: step 0000-model: boom", T0 + 5)
-    assert await store.reopen_dead_lettered_run(first.run_id, None, T0 + 10) == "reopened"
+    assert await store.letters.reopen_dead_lettered_run(first.run_id, None, T0 + 10) == "reopened"
     assert await store.get_conversation_snapshot(first.run_id) is None
     seen = await store.get_conversation(first.run_id)
     assert seen is not None and seen.active_run_id == first.run_id
@@ -202,7 +202,8 @@ async def test_a_redrive_restarts_the_runs_clock_and_the_time_it_waited(
     await store.db.commit([Write("update", store.run_path(first.run_id), {
         "waited_seconds": 5_000.0, "wait_ended_at": T0 + 5_000})])
     assert await store.fail_run(first.run_id, "dead_lettered: step 0000-model: boom", T0 + 6_000)
-    assert await store.reopen_dead_lettered_run(first.run_id, None, T0 + 7_000) == "reopened"
+    reopened = await store.letters.reopen_dead_lettered_run(first.run_id, None, T0 + 7_000)
+    assert reopened == "reopened"
     run = await store.get_run(first.run_id)
     assert run is not None and run.status is RunStatus.RUNNING
     assert (run.started_at, run.waited_seconds, run.wait_ended_at) == (T0 + 7_000, 0.0, T0 + 7_000)

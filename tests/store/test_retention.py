@@ -164,11 +164,11 @@ async def test_a_conversation_record_outlives_its_transcript(kept: AgentStore) -
 async def test_poison_and_dead_letters_expire_retention_after_they_were_received(
     kept: AgentStore, prefix: str
 ) -> None:
-    await kept.record_poison("m-1", {"message_id": "m-1", "reason": "bad",
-                                     "received_at": T0})
+    await kept.letters.record_poison("m-1", {"message_id": "m-1", "reason": "bad",
+                                             "received_at": T0})
     (poison,) = await kept.db.list_all(f"{prefix}poison")
     assert await expiry(kept, poison.path) == pytest.approx(after(T0))
-    doc_id = await kept.record_dead_letter("m-2", {"data": "eA==", "received_at": T0 + 7})
+    doc_id = await kept.letters.record_dead_letter("m-2", {"data": "eA==", "received_at": T0 + 7})
     assert await expiry(kept, f"{prefix}dead_letters/{doc_id}") == pytest.approx(after(T0 + 7))
 
 
@@ -179,7 +179,7 @@ async def test_a_redriven_run_no_longer_expires_until_it_ends_again(kept: AgentS
     await kept.fail_run("r", "dead_lettered: step 0000-model exhausted its attempts", T0 + 60)
     assert await expiry(kept, kept.run_path("r")) == pytest.approx(after(T0 + 60))
     redrive_at = T0 + 10 * DAY_SECONDS
-    assert await kept.reopen_dead_lettered_run("r", str(key), redrive_at) == "reopened"
+    assert await kept.letters.reopen_dead_lettered_run("r", str(key), redrive_at) == "reopened"
     assert await expiry(kept, kept.run_path("r")) is None
     assert await expiry(kept, kept.step_path("r", str(key))) == pytest.approx(live(redrive_at))
     assert (await expiry(kept, kept.conversation_path("r"))
@@ -195,8 +195,8 @@ async def test_without_retention_nothing_expires(store: AgentStore, prefix: str)
     await store.db.commit(store._append_writes(await store.load_transcript("r"), [{"a": 1}],
                                               "r/0", now=T0))
     await store.end_run_now("r", ended(), T0 + 2)
-    await store.record_poison("m", {"received_at": T0})
-    await store.record_dead_letter("d", {"data": "", "received_at": T0})
+    await store.letters.record_poison("m", {"received_at": T0})
+    await store.letters.record_dead_letter("d", {"data": "", "received_at": T0})
     paths = [store.run_path("r"), store.step_path("r", claim.key), store.conversation_path("r"),
              store.chunk_path("r", 0), f"{prefix}poison/m", f"{prefix}dead_letters/d"]
     assert [await expiry(store, p) for p in paths] == [None] * len(paths)

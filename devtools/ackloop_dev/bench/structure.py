@@ -21,7 +21,7 @@ import argparse
 import ast
 import importlib.util
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
@@ -59,6 +59,8 @@ class Class:
     name: str
     lines: int
     public_methods: tuple[str, ...]
+    """Its own and those it inherits from the package's classes: the width of its interface."""
+    bases: tuple[str, ...] = ()
 
 
 @dataclass
@@ -188,9 +190,11 @@ def _walk_defs(module: str, body: list[ast.stmt], prefix: str,
             public = tuple(item.name for item in node.body
                            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
                            and not item.name.startswith("_"))
+            bases = tuple(b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+                          if isinstance(b, ast.Name | ast.Attribute))
             into.classes.append(Class(module, qualname,
                                       (node.end_lineno or node.lineno) - node.lineno + 1,
-                                      public))
+                                      public, bases))
             _walk_defs(module, node.body, f"{qualname}.", into)
         else:
             # defs under ``if``/``try`` at module or class level
@@ -279,7 +283,19 @@ def functions(modules: dict[str, Module]) -> list[Function]:
 
 
 def classes(modules: dict[str, Module]) -> list[Class]:
-    return [c for m in modules.values() for c in m.classes]
+    """Every class, its public methods counted with those it inherits from the package's own
+    classes (by name: a mixin's methods are the class's interface too)."""
+    own = [c for m in modules.values() for c in m.classes]
+    by_name = {c.name: c for c in own}
+
+    def inherited(c: Class, seen: frozenset[str]) -> tuple[str, ...]:
+        names = list(c.public_methods)
+        for base in c.bases:
+            if base in by_name and base not in seen:
+                names += [n for n in inherited(by_name[base], seen | {base}) if n not in names]
+        return tuple(names)
+
+    return [replace(c, public_methods=inherited(c, frozenset({c.name}))) for c in own]
 
 
 # The report.

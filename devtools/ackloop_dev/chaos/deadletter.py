@@ -150,7 +150,7 @@ async def _settle(stack: ChaosStack, store: AgentStore, item: Submitted, record:
     record.seconds_to_end = round((run.finished_at or time.time()) - item.submitted_at, 1)
     record.step_claims = max((s.attempts for s in await store.list_steps(item.run_id)),
                              default=0)
-    letters = [s.data for s in await store.list_dead_letters()
+    letters = [s.data for s in await store.letters.list_dead_letters()
                if s.data.get("run_id") == item.run_id]
     if letters:
         record.dead_letter = {k: letters[0].get(k) for k in

@@ -74,8 +74,8 @@ def inject_poison(stack: ChaosStack, tag: str) -> PoisonReport:
 async def poison_outcome(stack: ChaosStack, report: PoisonReport) -> dict[str, int]:
     """How many poison messages were handled as they should be."""
     store = stack.store()
-    poison = {str(p.get("message_id")) for p in await store.list_poison()}
-    dead = {snap.id for snap in await store.list_dead_letters()}
+    poison = {str(p.get("message_id")) for p in await store.letters.list_poison()}
+    dead = {snap.id for snap in await store.letters.list_dead_letters()}
     recorded = 0
     for message_id, kind in [*report.published.items(), *report.direct.items()]:
         where = dead if kind == "dead_letter" else poison

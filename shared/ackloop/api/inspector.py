@@ -181,7 +181,7 @@ operators_only = [Depends(require_operator)]
 async def list_dead_letters(request: Request, limit: RecordLimit = 100) -> DeadLetters:
     """Every dead letter, re-driven or not (with its outcome), newest first."""
     store = (await deps_of(request)).store
-    records = [{"message_id": s.id, **s.data} for s in await store.list_dead_letters()]
+    records = [{"message_id": s.id, **s.data} for s in await store.letters.list_dead_letters()]
     return DeadLetters(dead_letters=[dead_letter_view(r) for r in newest_first(records, limit)])
 
 
@@ -189,7 +189,7 @@ async def list_dead_letters(request: Request, limit: RecordLimit = 100) -> DeadL
             dependencies=operators_only, summary="Poison messages (operators)")
 async def list_poison(request: Request, limit: RecordLimit = 100) -> PoisonList:
     """Messages acknowledged without effect (invalid, unscheduled, rejected), newest first."""
-    records = newest_first(await (await deps_of(request)).store.list_poison(), limit)
+    records = newest_first(await (await deps_of(request)).store.letters.list_poison(), limit)
     return PoisonList(poison=[PoisonView(
         message_id=str(r.get("message_id") or ""), kind=_text(r, "kind"),
         reason=_text(r, "reason"), error=_text(r, "error"),
@@ -207,7 +207,7 @@ async def redrive_dead_letter(
     """Reopen the dead letter's run if it failed by dead-lettering and re-publish the message
     to its topic, as ``ackloop runs redrive --message`` does."""
     deps = await deps_of(request)
-    record = await deps.store.get_dead_letter(message_id)
+    record = await deps.store.letters.get_dead_letter(message_id)
     if record is None:
         raise ApiError(404, "not_found", f"no dead letter {message_id}")
     if record.get("redriven_at") is not None:

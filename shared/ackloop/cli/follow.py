@@ -178,7 +178,7 @@ async def follow(
         while shown:
             give(shown.popleft())
         if run is None and message_id is not None:
-            followed.rejection = await store.get_poison(message_id)
+            followed.rejection = await store.letters.get_poison(message_id)
         followed.elapsed = time.monotonic() - started
         if followed.ended or (until_waiting and followed.settled) or (
                 timeout is not None and followed.elapsed >= timeout):

@@ -138,7 +138,7 @@ async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
         "received_at": deps.clock.now(),
         "redriven_at": None,
     }
-    doc_id = await deps.store.record_dead_letter(delivery.message_id, record)
+    doc_id = await deps.store.letters.record_dead_letter(delivery.message_id, record)
     failed = False
     if run_id and verdict == "fail":
         error = f"dead_lettered: step {step_key} exhausted its delivery attempts; cause: {cause}"

@@ -230,7 +230,7 @@ async def _record_rejection(
     deps: Deps, kind: Kind, delivery: Delivery, exc: PermanentError, message: BaseModel | None
 ) -> None:
     log.warning("%s message %s rejected (%s): %s", kind, delivery.message_id, exc.reason, exc)
-    await deps.store.record_poison(
+    await deps.store.letters.record_poison(
         delivery.message_id,
         {
             "message_id": delivery.message_id,

@@ -33,7 +33,7 @@ from ackloop.wire import Usage
 
 if TYPE_CHECKING:
     from ackloop.deltas import DeltaRecord
-    from ackloop.store import RunEnd, Transcript
+    from ackloop.store.base import RunEnd, Transcript
 
 
 @dataclass(frozen=True)
