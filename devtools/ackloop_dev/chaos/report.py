@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ackloop_dev.chaos.proxy import published_again
-
 
 def _row(label: str, value: object, indent: int = 0) -> str:
     return f"{' ' * indent}{label:<{52 - indent}} {value}"
@@ -91,7 +89,7 @@ def format_report(f: dict[str, Any]) -> str:
              f"extra calls of unclaimed steps under duplicated pushes (recorded once) "
              f"{dups.get('overlapping_unclaimed_calls', 0)}", 2),
         _row("model steps the engine published again (not the front's copies)",
-             published_again(*f["front"]) if "front" in f else "-", 2),
+             dups.get("model_steps_published_again", "-"), 2),
         _row("steps in flight at a kill / ran twice",
              f"{checks['steps_in_flight_at_kill']} / {checks['in_flight_ran_twice']}", 2),
         _row("tool requests: sandbox / logged executions",
