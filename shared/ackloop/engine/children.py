@@ -134,13 +134,22 @@ def left(deps: Deps, run: RunRecord, usage: Usage, calls: int = 1) -> Left:
     )
 
 
-def refusal(deps: Deps, parent: RunRecord, sub: SubAgent, budget: Left) -> str | None:
-    """Why the call may not start its child (the model reads it), or None."""
+def chain_of(parent: RunRecord, caller: str | None) -> list[str]:
+    """The agents working on the request when ``caller``'s turn of ``parent`` calls another:
+    the run's callers, then the agent whose turn makes the call (after a hand-off, not the
+    run's first agent)."""
+    return [*parent.lineage, caller or parent.agent]
+
+
+def refusal(deps: Deps, parent: RunRecord, sub: SubAgent, budget: Left,
+            caller: str | None = None) -> str | None:
+    """Why the call may not start its child (the model reads it), or None. ``caller``: the
+    agent whose turn made the call (the run's own when None)."""
     depth = parent.depth + 1
     if depth > deps.settings.max_agent_depth:
         return (f"not run: calling agent {sub.agent!r} would nest sub-agents {depth} deep; "
                 f"this deployment allows {deps.settings.max_agent_depth}")
-    chain = [*parent.lineage, parent.agent]
+    chain = chain_of(parent, caller)
     if sub.agent in chain:
         return (f"not run: agent {sub.agent!r} is already working on this request "
                 f"({' -> '.join([*chain, sub.agent])}); an agent may not call itself")
@@ -179,17 +188,19 @@ def child_limits(deps: Deps, sub: SubAgent, budget: Left) -> RunLimits:
 
 
 async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
-                      call: FunctionCall, usage: Usage, calls: int = 1) -> ToolOutcome | None:
+                      call: FunctionCall, usage: Usage, calls: int = 1,
+                      caller: str | None = None) -> ToolOutcome | None:
     """Start the child run of the call at ``step_key`` (or find it: one per call), and send
     its first step if it was never claimed. A :class:`ToolOutcome` when the call may not
-    start one (the model reads why); None once the child exists."""
+    start one (the model reads why); None once the child exists. ``caller``: the agent whose
+    turn made the call."""
     sub = tool.sub_agent
     assert sub is not None
     question = call.args.get("question")
     if not isinstance(question, str) or not question.strip():
         return _error(f"{tool.name} needs a 'question': the text to ask agent {sub.agent!r}")
     budget = left(deps, parent, usage, calls)
-    if (why := refusal(deps, parent, sub, budget)) is not None:
+    if (why := refusal(deps, parent, sub, budget, caller)) is not None:
         return _error(why)
     agent = deps.agents.get(sub.agent)  # known: refusal() checked it
     run_id = child_run_id(parent, step_key)
@@ -204,7 +215,7 @@ async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
         limits=child_limits(deps, sub, budget), owner=parent.owner,
         trace_id=parent.trace_id or tracing.run_trace_id(parent.run_id),
         parent_run_id=parent.run_id, parent_step=step_key, depth=parent.depth + 1,
-        lineage=[*parent.lineage, parent.agent],
+        lineage=chain_of(parent, caller),
     )
 
     def costed(run: RunRecord, writes: int) -> Cost:

@@ -109,7 +109,7 @@ async def _run_claimed(
         # turn so that the next model step ends the run as cancelled. A sub-agent's call whose
         # child had ended still counts what the child spent.
         return _error("not run: the run was cancelled"), None, children.recorded_end(claim.step)
-    agent = deps.agents.get(message.agent if message.agent in deps.agents else run.agent)
+    agent = deps.agents.get(_agent_name(deps, message, run_read))
     tracing.note(agent=agent.name)
     context = ToolContext(
         run_id=run.run_id,
@@ -206,7 +206,8 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
     if decision is None:
         used = message.usage.plus(Usage(tool_calls=message.call_count))  # this turn's too
         refused = await children.start_child(deps, run_read.record, claim.key, tool,
-                                             message.call, used, message.call_count)
+                                             message.call, used, message.call_count,
+                                             caller=_agent_name(deps, message, run_read))
         if refused is not None:
             return refused, None
         wait = approval.Wait(tool, children.event_name(claim.key))
@@ -248,6 +249,11 @@ async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessag
 
 def _error(text: str) -> ToolOutcome:
     return ToolOutcome(response={"error": text}, is_error=True)
+
+
+def _agent_name(deps: Deps, message: ToolStepMessage, run_read: RunRead) -> str:
+    """The agent whose turn made the call (the message names it; an older message, the run's)."""
+    return message.agent if message.agent in deps.agents else run_read.record.agent
 
 
 def _declared(toolbox: Toolbox, name: str) -> bool:

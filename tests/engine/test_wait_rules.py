@@ -1,0 +1,118 @@
+"""One wait, one set of rules: a call that waits for a person, a named event or a child run is
+resolved, ended, dead-lettered, redriven, swept and counted alike, whatever it waits for. On the
+in-memory engine with the real dispatch, a manual clock and no sleeps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ackloop.agents import Agent
+from ackloop.bus.memory import Published
+from ackloop.inprocess import InProcessLoop
+from ackloop.keys import run_id_for_request
+from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.turns import calls_turn, text_turn
+from ackloop.records import RunRecord, RunStatus
+from ackloop.redrive import redrive
+from ackloop.tools import ToolSet, tool
+from ackloop.wire import QueryMessage
+from tests.engine.test_children import (
+    Team,
+    _responses,
+    steps_of,
+    team_loop,
+)
+from tests.engine.test_guarantees import deliver_all, take
+
+
+async def run_of(loop: InProcessLoop, run_id: str) -> RunRecord:
+    run = await loop.deps.store.get_run(run_id)
+    assert run is not None
+    return run
+
+
+async def redrive_all(loop: InProcessLoop, **selected: Any) -> list[str]:
+    done = await redrive(loop.deps.store, loop.publisher, loop.deps.settings, loop.deps.clock,
+                         **selected)
+    return [r.outcome for r in done]
+
+
+def is_end(message: Published) -> bool:
+    return b"child_ended" in message.data
+
+
+async def until_the_childs_end(loop: InProcessLoop) -> list[Published]:
+    """Run planner -> researcher until the child has ended; its end's message, held back."""
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending, ends = take(loop), []
+    while pending:
+        ends += [m for m in pending if is_end(m)]
+        pending = await deliver_all(loop, [m for m in steps_of(loop, pending) if not is_end(m)])
+    return ends
+
+
+def parent_with_a_sibling_call() -> tuple[InProcessLoop, Team]:
+    """planner -> (researcher, an ordinary tool ``lookup``) in one turn."""
+
+    @tool
+    def lookup(question: str) -> str:
+        """Look something up."""
+        return "looked up"
+
+    researcher = Agent("researcher", "Find facts.")
+    planner = Agent("planner", "Plan.", [researcher.as_tool(), ToolSet([lookup])])
+    team = Team({"planner": ["ask_researcher", "lookup"]})
+    return team_loop([planner, researcher], team), team
+
+
+def sequential_children(loop_box: list[InProcessLoop]) -> Any:
+    """planner asks researcher, then critic; each child works 80 s (the clock moves)."""
+
+    def play(request: ModelRequest) -> ModelTurn:
+        answers = _responses(request)
+        if request.agent in ("researcher", "critic"):
+            loop_box[0].deps.clock.advance(80)  # type: ignore[attr-defined]
+            return text_turn(f"{request.agent} answers", request=request)
+        for name in ("ask_researcher", "ask_critic"):
+            if name not in answers:
+                return calls_turn([(name, {"question": "?"})], request=request)
+        return text_turn("planner answers", request=request)
+
+    return play
+
+
+def cycle_after_a_hand_off(seen: list[str]) -> tuple[list[Agent], Any]:
+    """triage hands off to planner; planner asks researcher; researcher asks planner."""
+    planner_stub = Agent("planner", "Plan.")
+    researcher = Agent("researcher", "Find.", [planner_stub.as_tool()])
+    planner = Agent("planner", "Plan.", [researcher.as_tool()])
+    triage = Agent("triage", "Route.", [planner_stub.as_handoff()])
+
+    def play(request: ModelRequest) -> ModelTurn:
+        answers = _responses(request)
+        agent = request.agent or ""
+        seen.append(agent)
+        wants = {"triage": "transfer_to_planner", "planner": "ask_researcher",
+                 "researcher": "ask_planner"}[agent]
+        if wants not in answers:
+            args = {"note": ""} if agent == "triage" else {"question": "?"}
+            return calls_turn([(wants, args)], request=request)
+        said = answers[wants].get("result", answers[wants].get("error"))
+        return text_turn(f"{agent}: {said}", request=request)
+
+    return [triage, planner, researcher], play
+
+
+async def test_a_cycle_is_refused_by_the_agent_whose_turn_made_the_call() -> None:
+    seen: list[str] = []
+    agents, play = cycle_after_a_hand_off(seen)
+    loop = team_loop(agents, play)
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="triage"))
+    await loop.run_until_idle()
+
+    root = await run_of(loop, run_id_for_request("q"))
+    assert root.status is RunStatus.COMPLETED, root
+    assert seen.count("planner") == 2, seen  # the hand-off's turn and its last: no child
+    assert "an agent may not call itself" in (root.answer or ""), root.answer
+    assert "triage -> planner -> researcher -> planner" not in (root.answer or "")
