@@ -13,13 +13,14 @@ from ackloop.inprocess import InProcessLoop
 from ackloop.keys import run_id_for_request
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunRecord, RunStatus
+from ackloop.records import RunRecord, RunStatus, StopReason
 from ackloop.redrive import redrive
 from ackloop.tools import ToolSet, tool
-from ackloop.wire import QueryMessage
+from ackloop.wire import QueryMessage, RunOptions
 from tests.engine.test_children import (
     Team,
     _responses,
+    planner_team,
     steps_of,
     team_loop,
 )
@@ -80,6 +81,18 @@ def sequential_children(loop_box: list[InProcessLoop]) -> Any:
         return text_turn("planner answers", request=request)
 
     return play
+
+
+async def test_a_parents_clock_runs_while_its_children_work() -> None:
+    box: list[InProcessLoop] = []
+    loop = team_loop(planner_team(), sequential_children(box))  # type: ignore[arg-type]
+    box.append(loop)
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner",
+                                   options=RunOptions(max_seconds=100)))
+    await loop.run_until_idle()
+
+    root = await run_of(loop, run_id_for_request("q"))
+    assert root.stop_reason is StopReason.MAX_SECONDS, root
 
 
 def cycle_after_a_hand_off(seen: list[str]) -> tuple[list[Agent], Any]:

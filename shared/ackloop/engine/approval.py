@@ -90,6 +90,12 @@ class Wait:
     def kind(self) -> Literal["approval", "event"]:
         return "approval" if self.event is None else "event"
 
+    @property
+    def clock_runs(self) -> bool:
+        """Whether the run's clock runs while the call waits: for its child run, whose work is
+        the run's time; not for a person or a named event."""
+        return self.event is not None and _is_child_event(self.event)
+
 
 def wait_timeout(deps: Deps, run: RunRecord, wait: Wait) -> float:
     """The wait's length: the shorter of the tool's and the run's, else the deployment's; never
@@ -140,7 +146,8 @@ async def wait_for_decision(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
         if wait.event is not None and (arrived := run.received.get(wait.event)) is not None:
             return await deps.store.event_payload(claim.run_id, wait.event, arrived)
         waiting = Waiting(kind=wait.kind, event=wait.event, tool=wait.tool.name,
-                          args=call.args, since=now, deadline=now + wait_timeout(deps, run, wait))
+                          args=call.args, since=now, deadline=now + wait_timeout(deps, run, wait),
+                          clock_runs=wait.clock_runs)
         # A person or a sender is told of the wait; a call waiting for its child run is not
         # (nobody outside acts on it: the child's end resumes it).
         notices = [] if _for_child(waiting) else [_notice(run, claim.key, waiting)]
@@ -176,9 +183,13 @@ async def announce(deps: Deps, run: RunRecord, step_key: str, waiting: Waiting) 
 
 
 def _for_child(waiting: Waiting) -> bool:
+    return waiting.event is not None and _is_child_event(waiting.event)
+
+
+def _is_child_event(name: str) -> bool:
     from ackloop.engine.children import is_reserved
 
-    return waiting.event is not None and is_reserved(waiting.event)
+    return is_reserved(name)
 
 
 def _notice(run: RunRecord, step_key: str, waiting: Waiting) -> Outgoing:
