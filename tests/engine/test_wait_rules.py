@@ -9,6 +9,7 @@ from typing import Any
 
 from ackloop.agents import Agent
 from ackloop.bus.memory import Published
+from ackloop.engine.ending import cancel_run
 from ackloop.inprocess import InProcessLoop
 from ackloop.keys import run_id_for_request
 from ackloop.model.base import ModelRequest, ModelTurn
@@ -20,6 +21,8 @@ from ackloop.wire import QueryMessage, RunOptions
 from tests.engine.test_children import (
     Team,
     _responses,
+    booking_loop,
+    child_of,
     planner_team,
     steps_of,
     team_loop,
@@ -65,6 +68,24 @@ def parent_with_a_sibling_call() -> tuple[InProcessLoop, Team]:
     planner = Agent("planner", "Plan.", [researcher.as_tool(), ToolSet([lookup])])
     team = Team({"planner": ["ask_researcher", "lookup"]})
     return team_loop([planner, researcher], team), team
+
+
+async def test_a_cancelled_root_counts_what_its_waiting_child_spent() -> None:
+    loop = booking_loop([])
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    await loop.run_until_idle()
+    root = await run_of(loop, run_id_for_request("q"))
+    child = await child_of(loop, root, "0000-tool-000")
+    assert child.status is RunStatus.RUNNING  # waiting for the approval
+
+    await cancel_run(loop.deps, root.run_id)
+    await loop.run_until_idle()
+
+    root = await run_of(loop, root.run_id)
+    child = await child_of(loop, root, "0000-tool-000")
+    assert root.status is RunStatus.CANCELLED and child.status is RunStatus.CANCELLED
+    assert root.cost is not None and root.cost.children_usd, root.cost
+    assert root.usage.children is not None and root.usage.children.model_calls >= 1
 
 
 def sequential_children(loop_box: list[InProcessLoop]) -> Any:

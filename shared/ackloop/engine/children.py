@@ -305,11 +305,25 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
 def recorded_end(step: StepRecord) -> JsonDict | None:
     """The end of the child a sub-agent's call at ``step`` waited for, when it has arrived (the
     call's decision, ``received``); None otherwise."""
-    waiting, decision = step.waiting, step.decision
-    if (waiting is None or waiting.event is None or not is_reserved(waiting.event)
-            or decision is None or decision.decision != "received"):
+    decision = step.decision
+    if not waits_for_child(step) or decision is None or decision.decision != "received":
         return None
     return decision.payload or {}
+
+
+def waits_for_child(step: StepRecord) -> bool:
+    """Whether ``step`` is a sub-agent's call that waited (or waits) for its child run."""
+    waiting = step.waiting
+    return waiting is not None and waiting.event is not None and is_reserved(waiting.event)
+
+
+async def counted_end(deps: Deps, parent: RunRecord, step: StepRecord) -> JsonDict | None:
+    """What a call that ends counts of its child, however it ends: the child's end when it
+    arrived, else what the child spent so far (the call rejected at its deadline, or its run
+    cancelled); None for a call without a child."""
+    if (end := recorded_end(step)) is not None:
+        return end
+    return await spent_so_far(deps, parent, step.key) if waits_for_child(step) else None
 
 
 async def spent_so_far(deps: Deps, parent: RunRecord, step_key: str) -> JsonDict | None:
@@ -345,8 +359,6 @@ async def cancel_children(deps: Deps, run_id: str) -> list[str]:
         return []
     cancelled = []
     for step in await deps.store.list_steps(run_id):
-        if (step.waiting is not None and step.waiting.event is not None
-                and is_reserved(step.waiting.event)
-                and await cancel_child(deps, run, step.key)):
+        if waits_for_child(step) and await cancel_child(deps, run, step.key):
             cancelled.append(child_run_id(run, step.key))
     return cancelled

@@ -106,9 +106,10 @@ async def _run_claimed(
         return None, None, None
     if run.cancel_requested:
         # Cancelled after the fan-out: the call is not made; the join still completes the
-        # turn so that the next model step ends the run as cancelled. A sub-agent's call whose
-        # child had ended still counts what the child spent.
-        return _error("not run: the run was cancelled"), None, children.recorded_end(claim.step)
+        # turn so that the next model step ends the run as cancelled. A sub-agent's call still
+        # counts what its child spent (its end, or its steps so far: the cancel stops it).
+        return (_error("not run: the run was cancelled"), None,
+                await children.counted_end(deps, run, claim.step))
     agent = deps.agents.get(_agent_name(deps, message, run_read))
     tracing.note(agent=agent.name)
     context = ToolContext(
@@ -226,7 +227,7 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
     # and what it spent until now counts in the parent's usage and cost.
     await children.cancel_child(deps, run_read.record, claim.key)
     return (approval.rejection(decision, claim.step.waiting),
-            await children.spent_so_far(deps, run_read.record, claim.key))
+            await children.counted_end(deps, run_read.record, claim.step))
 
 
 async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessage) -> bool:
