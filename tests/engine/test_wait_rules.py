@@ -28,6 +28,8 @@ from tests.engine.test_children import (
     team_loop,
 )
 from tests.engine.test_guarantees import deliver_all, take
+from tests.engine.test_handoffs import Desk, desk_agents
+from tests.engine.test_holes import dead_letter
 
 
 async def run_of(loop: InProcessLoop, run_id: str) -> RunRecord:
@@ -86,6 +88,26 @@ async def test_a_cancelled_root_counts_what_its_waiting_child_spent() -> None:
     assert root.status is RunStatus.CANCELLED and child.status is RunStatus.CANCELLED
     assert root.cost is not None and root.cost.children_usd, root.cost
     assert root.usage.children is not None and root.usage.children.model_calls >= 1
+
+
+async def test_a_hand_off_survives_a_run_ended_by_a_dead_letter() -> None:
+    desk = Desk()
+    loop = team_loop(desk_agents(), desk)  # type: ignore[arg-type]
+    await loop.submit(QueryMessage(request_id="first", text="the sea", agent="triage",
+                                   conversation_id="c"))
+    pending = take(loop)
+    for _ in range(3):  # the query; triage's turn; its hand-off
+        pending = await deliver_all(loop, steps_of(loop, pending))
+    (writers_turn,) = steps_of(loop, pending)
+    assert (await dead_letter(loop, writers_turn, "dl-writer")).acknowledged
+    first = await run_of(loop, run_id_for_request("first"))
+    assert first.status is RunStatus.FAILED and first.handed_to == "writer", first
+
+    await loop.submit(QueryMessage(request_id="second", text="the moon", conversation_id="c"))
+    await loop.run_until_idle()
+
+    second = await run_of(loop, run_id_for_request("second"))
+    assert second.answer == "writer: a poem about the moon", desk.seen
 
 
 def sequential_children(loop_box: list[InProcessLoop]) -> Any:

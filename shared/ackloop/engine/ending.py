@@ -11,6 +11,7 @@ from ackloop import outgoing
 from ackloop.cost import Cost
 from ackloop.engine import approval
 from ackloop.engine.deps import Deps
+from ackloop.engine.handoff import ended_with
 from ackloop.engine.outbox import send
 from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.records import RunRecord, RunStatus, StopReason
@@ -47,7 +48,8 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     if found is None or found.status.terminal:
         return None
     steps = await deps.store.list_steps(run_id)
-    end = replace(end, usage=steps_usage(steps), cost=rolled_up(found, steps))
+    end = replace(end, usage=steps_usage(steps), cost=rolled_up(found, steps),
+                  agent=end.agent or ended_with(found, steps))  # a hand-off survives any end
     now = deps.clock.now()
     ended = await deps.store.end_run_now(run_id, end, now, only_active=only_active)
     if ended is None:
