@@ -16,6 +16,7 @@ from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunRecord, RunStatus, StopReason
 from ackloop.redrive import redrive
+from ackloop.sweep import sweep
 from ackloop.tools import ToolSet, tool
 from ackloop.wire import QueryMessage, RunOptions
 from tests.engine.test_children import (
@@ -23,6 +24,7 @@ from tests.engine.test_children import (
     _responses,
     booking_loop,
     child_of,
+    drain,
     planner_team,
     steps_of,
     team_loop,
@@ -58,6 +60,56 @@ async def until_the_childs_end(loop: InProcessLoop) -> list[Published]:
     return ends
 
 
+async def test_a_dead_lettered_child_end_is_redriven_and_its_parent_answers() -> None:
+    loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
+    (end,) = await until_the_childs_end(loop)
+    outcome = await dead_letter(loop, end, "dl-end")
+    assert outcome.acknowledged, outcome
+
+    assert await redrive_all(loop) == ["redriven"]
+    await loop.run_until_idle()
+
+    parent = await run_of(loop, run_id_for_request("q"))
+    assert parent.status is RunStatus.COMPLETED, parent
+    assert parent.answer == "planner answers (ask_researcher=researcher answers)"
+
+
+async def test_the_sweeper_delivers_the_end_of_a_child_whose_end_message_was_lost() -> None:
+    loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
+    await until_the_childs_end(loop)  # its end's message is lost
+    loop.deps.clock.advance(loop.deps.settings.sweep_stale_seconds + 1)  # type: ignore[attr-defined]
+
+    swept = await sweep(loop.deps)
+    await loop.run_until_idle()
+
+    parent = await run_of(loop, run_id_for_request("q"))
+    assert parent.status is RunStatus.COMPLETED, (parent, swept)
+    assert parent.answer == "planner answers (ask_researcher=researcher answers)"
+
+
+async def test_a_child_is_not_run_again_by_a_redrive_once_its_parent_took_its_failure() -> None:
+    team = Team({"planner": ["ask_researcher"]})
+    loop = team_loop(planner_team(), team)
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(3):  # the query; the planner's turn; its call (which starts the child)
+        pending = await deliver_all(loop, steps_of(loop, pending))
+    (child_step,) = steps_of(loop, pending)
+    assert (await dead_letter(loop, child_step, "dl-child")).acknowledged
+    await drain(loop, take(loop))
+    parent = await run_of(loop, run_id_for_request("q"))
+    assert parent.status is RunStatus.COMPLETED
+    calls = list(team.calls)
+
+    outcomes = await redrive_all(loop)
+    await loop.run_until_idle()
+
+    assert team.calls == calls, "the child ran again"  # no model call paid for nothing
+    assert outcomes == ["parent_resolved"], outcomes
+    child = await child_of(loop, parent, "0000-tool-000")
+    assert child.status is RunStatus.FAILED
+
+
 def parent_with_a_sibling_call() -> tuple[InProcessLoop, Team]:
     """planner -> (researcher, an ordinary tool ``lookup``) in one turn."""
 
@@ -70,6 +122,32 @@ def parent_with_a_sibling_call() -> tuple[InProcessLoop, Team]:
     planner = Agent("planner", "Plan.", [researcher.as_tool(), ToolSet([lookup])])
     team = Team({"planner": ["ask_researcher", "lookup"]})
     return team_loop([planner, researcher], team), team
+
+
+async def test_a_parent_ended_by_a_sibling_dead_letter_cancels_its_child_and_a_redrive_finishes(
+) -> None:
+    loop, team = parent_with_a_sibling_call()
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(2):  # the query; the planner's turn
+        pending = await deliver_all(loop, steps_of(loop, pending))
+    call, sibling = pending
+    started = await deliver_all(loop, [call])  # the child starts; the call waits
+    assert (await dead_letter(loop, sibling, "dl-sibling")).acknowledged
+    parent = await run_of(loop, run_id_for_request("q"))
+    assert parent.status is RunStatus.FAILED
+    await drain(loop, [*started, *take(loop)])
+
+    child = await child_of(loop, parent, "0000-tool-000")
+    assert child.status is RunStatus.CANCELLED, child
+    assert [a for a, _ in team.calls].count("researcher") == 0  # the orphan spent nothing
+
+    assert await redrive_all(loop) == ["redriven"]
+    await loop.run_until_idle()
+    parent = await run_of(loop, parent.run_id)
+    assert parent.status is RunStatus.COMPLETED, parent
+    assert parent.answer == ("planner answers (ask_researcher=agent 'researcher' was "
+                             "cancelled before it answered; lookup=looked up)")
 
 
 async def test_a_cancelled_root_counts_what_its_waiting_child_spent() -> None:

@@ -78,6 +78,13 @@ def sweep_at(deps: Deps, deadline: float, now: float) -> float:
     return max(now, deadline - deps.settings.sweep_stale_seconds)
 
 
+def look_at(deps: Deps, waiting: Waiting, now: float) -> float:
+    """When the sweeper is to look at a run whose call waits so: at the wait's deadline; for a
+    child run, at once (``sweep_stale_seconds`` from now, and again each time), since the
+    child's end may be lost or refused (:func:`ackloop.engine.children.ended_children`)."""
+    return now if waiting.clock_runs else sweep_at(deps, waiting.deadline, now)
+
+
 @dataclass(frozen=True)
 class Wait:
     """What a call waits for before it runs: a person's decision, or the event ``event``."""
@@ -153,8 +160,7 @@ async def wait_for_decision(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
         notices = [] if _for_child(waiting) else [_notice(run, claim.key, waiting)]
         cost = spend.spent(deps, model=None, usage=None, commit_writes=2, outbox=notices)
         try:
-            await deps.store.wait_step(claim, waiting, read,
-                                       sweep_at(deps, waiting.deadline, now), cost)
+            await deps.store.wait_step(claim, waiting, read, look_at(deps, waiting, now), cost)
             break
         except StaleRead:
             fresh = await deps.store.read_run(claim.run_id)

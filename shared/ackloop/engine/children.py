@@ -57,8 +57,10 @@ from ackloop.records import (
     RunRecord,
     RunStatus,
     StepRecord,
+    StepStatus,
     StopReason,
 )
+from ackloop.store import AgentStore
 from ackloop.telemetry import tracing
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import SubAgent, Tool
@@ -352,13 +354,45 @@ async def cancel_child(deps: Deps, parent: RunRecord, step_key: str) -> bool:
     return True
 
 
-async def cancel_children(deps: Deps, run_id: str) -> list[str]:
-    """Cancel the children of ``run_id`` still active (a cancel of the parent); their ids."""
+async def cancel_children(deps: Deps, run_id: str,
+                          steps: list[StepRecord] | None = None) -> list[str]:
+    """Cancel the children of ``run_id`` still active (the parent was cancelled, or ended any
+    other way: a child whose caller has ended would run, and spend, for nobody); their ids.
+    ``steps``: the parent's steps, when the caller has read them."""
     run = await deps.store.get_run(run_id)
     if run is None:
         return []
     cancelled = []
-    for step in await deps.store.list_steps(run_id):
+    for step in steps if steps is not None else await deps.store.list_steps(run_id):
         if waits_for_child(step) and await cancel_child(deps, run, step.key):
             cancelled.append(child_run_id(run, step.key))
     return cancelled
+
+
+async def ended_children(store: AgentStore, run: RunRecord, steps: list[StepRecord]
+                         ) -> list[str]:
+    """The children of ``run``'s calls still waiting, undecided, whose run has ended: their
+    end's message was lost, dead-lettered, or refused while the parent was ended (before a
+    redrive reopened it). One read per such call; the sweeper delivers their ends, a redrive
+    sends them again (their handler, :func:`deliver_end`, reads the child's record)."""
+    ended = []
+    for step in steps:
+        if step.status is StepStatus.WAITING and step.decision is None and waits_for_child(step):
+            child = await store.get_run(child_run_id(run, step.key))
+            if child is not None and child.status.terminal:
+                ended.append(child.run_id)
+    return ended
+
+
+async def caller_moved_on(store: AgentStore, run: RunRecord) -> str | None:
+    """Why running child ``run`` again would be for nobody (its caller has ended, or its call
+    has already taken an end of it, or is gone), or None: the call still waits for it."""
+    if run.parent_run_id is None or run.parent_step is None:
+        return None
+    parent = await store.get_run(run.parent_run_id)
+    if parent is None or parent.status.terminal:
+        return f"its caller {run.parent_run_id} has ended"
+    (step,) = await store.get_steps(parent.run_id, [run.parent_step])
+    if step is None or step.status is StepStatus.COMPLETED or step.decision is not None:
+        return f"its caller's call {run.parent_step} has already taken its end"
+    return None
