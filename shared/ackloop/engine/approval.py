@@ -60,6 +60,17 @@ or ending its wait, an event kept, a decision): a turn of parallel calls whose c
 while the others record their waits changes it several times in a few milliseconds."""
 
 
+CHILD_EVENT_PREFIX = "child."
+"""Events named so are a child run's end (:mod:`ackloop.engine.children`): the engine's own,
+refused from callers. Defined here, with the wait, so that neither the wait nor the events
+import the child runs' module."""
+
+
+def is_child_event(name: str) -> bool:
+    """Whether the event ``name`` is a child run's end, which a call of its parent waits for."""
+    return name.startswith(CHILD_EVENT_PREFIX)
+
+
 def find_tool(toolbox: object, name: str) -> Tool | None:
     """The :class:`Tool` called ``name`` in a toolset or a combination of toolboxes."""
     get = getattr(toolbox, "get", None)
@@ -101,7 +112,7 @@ class Wait:
     def clock_runs(self) -> bool:
         """Whether the run's clock runs while the call waits: for its child run, whose work is
         the run's time; not for a person or a named event."""
-        return self.event is not None and _is_child_event(self.event)
+        return self.event is not None and is_child_event(self.event)
 
 
 def wait_timeout(deps: Deps, run: RunRecord, wait: Wait) -> float:
@@ -189,13 +200,7 @@ async def announce(deps: Deps, run: RunRecord, step_key: str, waiting: Waiting) 
 
 
 def _for_child(waiting: Waiting) -> bool:
-    return waiting.event is not None and _is_child_event(waiting.event)
-
-
-def _is_child_event(name: str) -> bool:
-    from ackloop.engine.children import is_reserved
-
-    return is_reserved(name)
+    return waiting.event is not None and is_child_event(waiting.event)
 
 
 def _notice(run: RunRecord, step_key: str, waiting: Waiting) -> Outgoing:

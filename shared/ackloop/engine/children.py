@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackloop.cost import Cost
+from ackloop.engine import events
+from ackloop.engine.approval import CHILD_EVENT_PREFIX, find_tool, is_child_event
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import resend, send
 from ackloop.engine.spend import rolled_up, spent, steps_usage
@@ -60,7 +62,7 @@ from ackloop.records import (
     StepStatus,
     StopReason,
 )
-from ackloop.store import AgentStore
+from ackloop.store import AgentStore, DecisionRefused
 from ackloop.telemetry import tracing
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import SubAgent, Tool
@@ -68,7 +70,7 @@ from ackloop.wire import FunctionCall, Usage
 
 log = logging.getLogger(__name__)
 
-EVENT_PREFIX = "child."
+EVENT_PREFIX = CHILD_EVENT_PREFIX
 """Events named so are a child run's end: the engine's own, refused from callers."""
 MAX_RESULT_CHARS = 8_000
 """The most of a child's answer (or error) its parent's event keeps."""
@@ -82,7 +84,7 @@ def event_name(step_key: str) -> str:
 
 
 def is_reserved(name: str) -> bool:
-    return name.startswith(EVENT_PREFIX)
+    return is_child_event(name)
 
 
 def child_request_id(parent_run_id: str, step_key: str) -> str:
@@ -95,8 +97,6 @@ def child_run_id(parent: RunRecord, step_key: str) -> str:
 
 def sub_agent_tool(toolbox: object, name: str) -> Tool | None:
     """The tool called ``name`` when it is a sub-agent's (``Agent.as_tool``)."""
-    from ackloop.engine.approval import find_tool
-
     found = find_tool(toolbox, name)
     return found if found is not None and found.sub_agent is not None else None
 
@@ -282,9 +282,6 @@ def child_usage(payload: JsonDict | None) -> Usage | None:
 async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
     """The handler of a :class:`~ackloop.wire.ChildEndedMessage`: the child's end, read from
     its record, delivered to its parent as the event its call waits for."""
-    from ackloop.engine import events
-    from ackloop.store import DecisionRefused
-
     child = await deps.store.get_run(child_id)
     if child is None or child.parent_run_id is None or child.parent_step is None:
         return {"run_id": child_id, "ignored": "not a child run"}
