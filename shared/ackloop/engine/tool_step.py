@@ -153,14 +153,9 @@ async def _run_claimed(
         context = context.model_copy(update={"event": decision.payload or {}})
     else:
         call = approval.decided_call(call, decision)
-    if claim.state == "taken_over" and not _declared(agent.tools, message.call.name):
-        # Started by a deployment that had the tool, which may have acted before it died.
-        return _error("this call was interrupted and may or may not have taken effect; "
-                      f"it is not retried: this deployment has no tool {call.name!r}"), None, None
-    if claim.state == "taken_over" and not _retry_safe(agent.tools, message.call.name):
-        # The previous holder may have acted before it died: do not act twice.
-        return _error("this call was interrupted and may or may not have taken effect; it "
-                      "is not retried automatically because it is not safe to repeat"), None, None
+    if claim.state == "taken_over" and (refused := _not_again(agent.tools, call.name,
+                                                               message.call.name)):
+        return refused, None, None
     started = time.monotonic()
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         with tracing.span(f"tool {message.call.name}", {"ackloop.tool": message.call.name}):
@@ -255,6 +250,19 @@ def _error(text: str) -> ToolOutcome:
 def _agent_name(deps: Deps, message: ToolStepMessage, run_read: RunRead) -> str:
     """The agent whose turn made the call (the message names it; an older message, the run's)."""
     return message.agent if message.agent in deps.agents else run_read.record.agent
+
+
+def _not_again(toolbox: Toolbox, name: str, asked: str) -> ToolOutcome | None:
+    """Why a call taken over from a holder that died is not made again, or None."""
+    if not _declared(toolbox, asked):
+        # Started by a deployment that had the tool, which may have acted before it died.
+        return _error("this call was interrupted and may or may not have taken effect; "
+                      f"it is not retried: this deployment has no tool {name!r}")
+    if not _retry_safe(toolbox, asked):
+        # The previous holder may have acted before it died: do not act twice.
+        return _error("this call was interrupted and may or may not have taken effect; it "
+                      "is not retried automatically because it is not safe to repeat")
+    return None
 
 
 def _declared(toolbox: Toolbox, name: str) -> bool:
