@@ -250,6 +250,10 @@ class Waiting(Record):
     deadline: float
     """Past it, the step is decided as rejected ("no decision before the deadline"), by the
     sweeper or by the first decision that comes too late; no later decision is accepted."""
+    clock_runs: bool = False
+    """The run's clock runs while the call waits: a child run's work is its parent's time
+    (``max_seconds``), while a person's decision or a named event is not counted
+    (``RunRecord.waited_seconds``)."""
 
 
 class StepDecision(Record):

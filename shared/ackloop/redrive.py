@@ -9,6 +9,11 @@ Re-driving one:
 2. re-publishes the recorded message, unchanged, to the topic it came from;
 3. marks the dead letter ``redriven_at``.
 
+A child run's dead-lettered end is re-published as it is (its handler reads the child). A
+child whose caller has ended or has taken its end already is not run again
+(``parent_resolved``); a parent reopened has the ends of its children that ended meanwhile
+sent again.
+
 Nothing here can make a step run twice: the step's claim (its lease and fence) is what decides
 who executes it, exactly as for any redelivery. A crash between 2 and 3 only means the message
 is published again by the next ``redrive``, which the claim absorbs too.
@@ -24,14 +29,18 @@ from typing import Literal
 
 from ackloop.bus.base import Publisher
 from ackloop.clock import Clock
+from ackloop.engine import children
+from ackloop.engine.dead_letter import CHILD_ENDED
+from ackloop.engine.outbox import encode
 from ackloop.errors import ConversationBusy
 from ackloop.settings import Settings
 from ackloop.store import DEAD_LETTER_PAGE, AgentStore
+from ackloop.wire import ChildEndedMessage
 
 log = logging.getLogger(__name__)
 
 Outcome = Literal["redriven", "run_finished", "run_missing", "conversation_busy",
-                  "unknown_origin", "dry_run"]
+                  "unknown_origin", "parent_resolved", "dry_run"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,7 @@ def origin_topic(settings: Settings, origin: str | None) -> str | None:
         "queries": settings.queries_topic,
         "model_steps": settings.model_steps_topic,
         "tool_steps": settings.tool_steps_topic,
+        CHILD_ENDED: settings.queries_topic,
     }.get(origin or "")
 
 
@@ -112,6 +122,16 @@ async def _redrive_one(
         return result("unknown_origin")  # not one of ours (poison on the dead-letter topic)
     if dry_run:
         return result("dry_run")
+    if origin == CHILD_ENDED:  # its handler reads the child and takes it, or says why not
+        await _publish(store, publisher, topic, clock, record)
+        return result("redriven")
+    found = await store.get_run(run)
+    if found is not None and (why := await children.caller_moved_on(store, found)):
+        # A child whose caller has ended, or whose call has already taken its end: running
+        # it again would spend for nobody (its end would be refused).
+        log.warning("not re-driving %s: %s", message_id, why)
+        await store.letters.mark_redriven(message_id, clock.now(), "parent_resolved")
+        return result("parent_resolved")
     try:
         state = await store.letters.reopen_dead_lettered_run(run, step, clock.now())
     except ConversationBusy as exc:
@@ -123,10 +143,23 @@ async def _redrive_one(
         outcome: Outcome = "run_finished" if state == "finished" else "run_missing"
         await store.letters.mark_redriven(message_id, clock.now(), outcome)
         return result(outcome)
+    await _publish(store, publisher, topic, clock, record)
+    if state == "reopened" and found is not None:
+        # Its children that ended while it was failed had their ends refused: send them again.
+        for child_id in await children.ended_children(store, found, await store.list_steps(run)):
+            notice = ChildEndedMessage(type="child_ended", run_id=child_id)
+            await publisher.publish(settings.queries_topic,
+                                    encode(notice.model_dump(mode="json")), {"run_id": child_id})
+    return result("redriven")
+
+
+async def _publish(store: AgentStore, publisher: Publisher, topic: str, clock: Clock,
+                   record: dict[str, object]) -> None:
+    """Re-publish a dead letter's message, unchanged, and mark it re-driven."""
     raw = record.get("attributes")
     attributes = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
     data = base64.b64decode(str(record.get("data") or ""))
     await publisher.publish(topic, data, attributes)
-    await store.letters.mark_redriven(message_id, clock.now(), "redriven")
-    log.info("re-drove %s (run %s, %s) to %s", message_id, run, step, topic)
-    return result("redriven")
+    await store.letters.mark_redriven(str(record["message_id"]), clock.now(), "redriven")
+    log.info("re-drove %s (run %s, %s) to %s", record["message_id"], record.get("run_id"),
+             record.get("step"), topic)

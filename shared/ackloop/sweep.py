@@ -18,6 +18,9 @@ undecided ("no decision before the deadline"). It also re-sends a decided step t
 decision, and otherwise moves ``progress_at`` to the earliest deadline again. A step waiting
 for a named event the run has received (its delivery stopped before deciding it: the event
 moved ``progress_at``) is decided and re-sent (:func:`ackloop.engine.events.decide_arrived`).
+A run whose call waits for a child run is looked at every ``sweep_stale_seconds``: a child that
+has ended has its end delivered (:func:`ackloop.engine.children.ended_children`: its end's
+message was lost or dead-lettered).
 
 It runs from ``ackloop runs sweep``, from ``POST /sweep`` on the API (Cloud Scheduler calls it;
 see ``infra/scheduler.tf``), and from the local stack.
@@ -29,7 +32,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from ackloop.engine import approval, events
+from ackloop.engine import approval, children, events
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ledger import scheduled_model_message
@@ -88,6 +91,10 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
         return Swept(run.run_id, "resumed", f"its awaited event had arrived: {', '.join(arrived)}")
     if (timed_out := await _decide_overdue(deps, run, steps, now)):
         return Swept(run.run_id, "resumed", f"no decision before the deadline: {timed_out}")
+    if (done := await children.ended_children(deps.store, run, steps)):
+        for child_id in done:  # their end's message was lost or dead-lettered
+            await children.deliver_end(deps, child_id)
+        return Swept(run.run_id, "resumed", f"its child runs had ended: {', '.join(done)}")
     busy = [s.key for s in steps if s.lease_expires_at > now or s.not_before > now
             or max(s.started_at, s.completed_at or 0.0) > threshold]
     if busy:
@@ -105,10 +112,10 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
     needed = next_messages(run, steps)
     waiting = [s for s in steps if _undecided(s)]
     if not needed and waiting:
-        # Nothing to do before a decision or the earliest deadline: look again then.
-        deadline = min(s.waiting.deadline for s in waiting if s.waiting is not None)
-        await deps.store.sweep_run_at(run.run_id, approval.sweep_at(deps, deadline, now),
-                                      if_progress_at=run.progress_at)
+        # Nothing to do before a decision or the earliest deadline (or, for a call waiting
+        # for a child run, before the next look at the child): look again then.
+        at = min(approval.look_at(deps, s.waiting, now) for s in waiting if s.waiting)
+        await deps.store.sweep_run_at(run.run_id, at, if_progress_at=run.progress_at)
         return Swept(run.run_id, "waiting", f"{', '.join(s.key for s in waiting)} wait(s) "
                      "for a decision")
     if not needed:

@@ -88,8 +88,9 @@ class RedriveResult(BaseModel):
     message_id: str
     run_id: str | None
     step: str | None
-    outcome: str = Field(description="redriven, run_finished, run_missing, conversation_busy "
-                         "or unknown_origin (see `ackloop runs redrive`).")
+    outcome: str = Field(description="redriven, run_finished, run_missing, conversation_busy, "
+                         "parent_resolved (a child run whose caller has ended or has taken "
+                         "its end) or unknown_origin (see `ackloop runs redrive`).")
     cause: str
 
 

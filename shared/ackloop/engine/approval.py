@@ -61,6 +61,17 @@ or ending its wait, an event kept, a decision): a turn of parallel calls whose c
 while the others record their waits changes it several times in a few milliseconds."""
 
 
+CHILD_EVENT_PREFIX = "child."
+"""Events named so are a child run's end (:mod:`ackloop.engine.children`): the engine's own,
+refused from callers. Defined here, with the wait, so that neither the wait nor the events
+import the child runs' module."""
+
+
+def is_child_event(name: str) -> bool:
+    """Whether the event ``name`` is a child run's end, which a call of its parent waits for."""
+    return name.startswith(CHILD_EVENT_PREFIX)
+
+
 def find_tool(toolbox: object, name: str) -> Tool | None:
     """The :class:`Tool` called ``name`` in a toolset or a combination of toolboxes."""
     get = getattr(toolbox, "get", None)
@@ -79,6 +90,13 @@ def sweep_at(deps: Deps, deadline: float, now: float) -> float:
     return max(now, deadline - deps.settings.sweep_stale_seconds)
 
 
+def look_at(deps: Deps, waiting: Waiting, now: float) -> float:
+    """When the sweeper is to look at a run whose call waits so: at the wait's deadline; for a
+    child run, at once (``sweep_stale_seconds`` from now, and again each time), since the
+    child's end may be lost or refused (:func:`ackloop.engine.children.ended_children`)."""
+    return now if waiting.clock_runs else sweep_at(deps, waiting.deadline, now)
+
+
 @dataclass(frozen=True)
 class Wait:
     """What a call waits for before it runs: a person's decision, or the event ``event``."""
@@ -90,6 +108,12 @@ class Wait:
     @property
     def kind(self) -> Literal["approval", "event"]:
         return "approval" if self.event is None else "event"
+
+    @property
+    def clock_runs(self) -> bool:
+        """Whether the run's clock runs while the call waits: for its child run, whose work is
+        the run's time; not for a person or a named event."""
+        return self.event is not None and is_child_event(self.event)
 
 
 def wait_timeout(deps: Deps, run: RunRecord, wait: Wait) -> float:
@@ -150,14 +174,14 @@ async def _wait_or_arrived(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
         if wait.event is not None and (arrived := run.received.get(wait.event)) is not None:
             return await deps.store.event_payload(claim.run_id, wait.event, arrived)
         waiting = Waiting(kind=wait.kind, event=wait.event, tool=wait.tool.name,
-                          args=call.args, since=now, deadline=now + wait_timeout(deps, run, wait))
+                          args=call.args, since=now, deadline=now + wait_timeout(deps, run, wait),
+                          clock_runs=wait.clock_runs)
         # A person or a sender is told of the wait; a call waiting for its child run is not
         # (nobody outside acts on it: the child's end resumes it).
         notices = [] if _for_child(waiting) else [_notice(run, claim.key, waiting)]
         cost = spend.spent(deps, model=None, usage=None, commit_writes=2, outbox=notices)
         try:
-            await deps.store.wait_step(claim, waiting, read,
-                                       sweep_at(deps, waiting.deadline, now), cost)
+            await deps.store.wait_step(claim, waiting, read, look_at(deps, waiting, now), cost)
             break
         except StaleRead:
             fresh = await deps.store.read_run(claim.run_id)
@@ -199,9 +223,7 @@ async def announce(deps: Deps, run: RunRecord, step_key: str, waiting: Waiting) 
 
 
 def _for_child(waiting: Waiting) -> bool:
-    from ackloop.engine.children import is_reserved
-
-    return waiting.event is not None and is_reserved(waiting.event)
+    return waiting.event is not None and is_child_event(waiting.event)
 
 
 def _notice(run: RunRecord, step_key: str, waiting: Waiting) -> Outgoing:

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackloop.cost import Cost
+from ackloop.engine import events
+from ackloop.engine.approval import CHILD_EVENT_PREFIX, find_tool, is_child_event
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import resend, send
 from ackloop.engine.spend import rolled_up, spent, steps_usage
@@ -57,8 +59,10 @@ from ackloop.records import (
     RunRecord,
     RunStatus,
     StepRecord,
+    StepStatus,
     StopReason,
 )
+from ackloop.store import AgentStore, DecisionRefused
 from ackloop.telemetry import tracing
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import SubAgent, Tool
@@ -66,7 +70,7 @@ from ackloop.wire import FunctionCall, Usage
 
 log = logging.getLogger(__name__)
 
-EVENT_PREFIX = "child."
+EVENT_PREFIX = CHILD_EVENT_PREFIX
 """Events named so are a child run's end: the engine's own, refused from callers."""
 MAX_RESULT_CHARS = 8_000
 """The most of a child's answer (or error) its parent's event keeps."""
@@ -80,7 +84,7 @@ def event_name(step_key: str) -> str:
 
 
 def is_reserved(name: str) -> bool:
-    return name.startswith(EVENT_PREFIX)
+    return is_child_event(name)
 
 
 def child_request_id(parent_run_id: str, step_key: str) -> str:
@@ -93,8 +97,6 @@ def child_run_id(parent: RunRecord, step_key: str) -> str:
 
 def sub_agent_tool(toolbox: object, name: str) -> Tool | None:
     """The tool called ``name`` when it is a sub-agent's (``Agent.as_tool``)."""
-    from ackloop.engine.approval import find_tool
-
     found = find_tool(toolbox, name)
     return found if found is not None and found.sub_agent is not None else None
 
@@ -134,13 +136,22 @@ def left(deps: Deps, run: RunRecord, usage: Usage, calls: int = 1) -> Left:
     )
 
 
-def refusal(deps: Deps, parent: RunRecord, sub: SubAgent, budget: Left) -> str | None:
-    """Why the call may not start its child (the model reads it), or None."""
+def chain_of(parent: RunRecord, caller: str | None) -> list[str]:
+    """The agents working on the request when ``caller``'s turn of ``parent`` calls another:
+    the run's callers, then the agent whose turn makes the call (after a hand-off, not the
+    run's first agent)."""
+    return [*parent.lineage, caller or parent.agent]
+
+
+def refusal(deps: Deps, parent: RunRecord, sub: SubAgent, budget: Left,
+            caller: str | None = None) -> str | None:
+    """Why the call may not start its child (the model reads it), or None. ``caller``: the
+    agent whose turn made the call (the run's own when None)."""
     depth = parent.depth + 1
     if depth > deps.settings.max_agent_depth:
         return (f"not run: calling agent {sub.agent!r} would nest sub-agents {depth} deep; "
                 f"this deployment allows {deps.settings.max_agent_depth}")
-    chain = [*parent.lineage, parent.agent]
+    chain = chain_of(parent, caller)
     if sub.agent in chain:
         return (f"not run: agent {sub.agent!r} is already working on this request "
                 f"({' -> '.join([*chain, sub.agent])}); an agent may not call itself")
@@ -179,17 +190,19 @@ def child_limits(deps: Deps, sub: SubAgent, budget: Left) -> RunLimits:
 
 
 async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
-                      call: FunctionCall, usage: Usage, calls: int = 1) -> ToolOutcome | None:
+                      call: FunctionCall, usage: Usage, calls: int = 1,
+                      caller: str | None = None) -> ToolOutcome | None:
     """Start the child run of the call at ``step_key`` (or find it: one per call), and send
     its first step if it was never claimed. A :class:`ToolOutcome` when the call may not
-    start one (the model reads why); None once the child exists."""
+    start one (the model reads why); None once the child exists. ``caller``: the agent whose
+    turn made the call."""
     sub = tool.sub_agent
     assert sub is not None
     question = call.args.get("question")
     if not isinstance(question, str) or not question.strip():
         return _error(f"{tool.name} needs a 'question': the text to ask agent {sub.agent!r}")
     budget = left(deps, parent, usage, calls)
-    if (why := refusal(deps, parent, sub, budget)) is not None:
+    if (why := refusal(deps, parent, sub, budget, caller)) is not None:
         return _error(why)
     agent = deps.agents.get(sub.agent)  # known: refusal() checked it
     run_id = child_run_id(parent, step_key)
@@ -204,7 +217,7 @@ async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
         limits=child_limits(deps, sub, budget), owner=parent.owner,
         trace_id=parent.trace_id or tracing.run_trace_id(parent.run_id),
         parent_run_id=parent.run_id, parent_step=step_key, depth=parent.depth + 1,
-        lineage=[*parent.lineage, parent.agent],
+        lineage=chain_of(parent, caller),
     )
 
     def costed(run: RunRecord, writes: int) -> Cost:
@@ -269,9 +282,6 @@ def child_usage(payload: JsonDict | None) -> Usage | None:
 async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
     """The handler of a :class:`~ackloop.wire.ChildEndedMessage`: the child's end, read from
     its record, delivered to its parent as the event its call waits for."""
-    from ackloop.engine import events
-    from ackloop.store import DecisionRefused
-
     child = await deps.store.get_run(child_id)
     if child is None or child.parent_run_id is None or child.parent_step is None:
         return {"run_id": child_id, "ignored": "not a child run"}
@@ -294,11 +304,25 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
 def recorded_end(step: StepRecord) -> JsonDict | None:
     """The end of the child a sub-agent's call at ``step`` waited for, when it has arrived (the
     call's decision, ``received``); None otherwise."""
-    waiting, decision = step.waiting, step.decision
-    if (waiting is None or waiting.event is None or not is_reserved(waiting.event)
-            or decision is None or decision.decision != "received"):
+    decision = step.decision
+    if not waits_for_child(step) or decision is None or decision.decision != "received":
         return None
     return decision.payload or {}
+
+
+def waits_for_child(step: StepRecord) -> bool:
+    """Whether ``step`` is a sub-agent's call that waited (or waits) for its child run."""
+    waiting = step.waiting
+    return waiting is not None and waiting.event is not None and is_reserved(waiting.event)
+
+
+async def counted_end(deps: Deps, parent: RunRecord, step: StepRecord) -> JsonDict | None:
+    """What a call that ends counts of its child, however it ends: the child's end when it
+    arrived, else what the child spent so far (the call rejected at its deadline, or its run
+    cancelled); None for a call without a child."""
+    if (end := recorded_end(step)) is not None:
+        return end
+    return await spent_so_far(deps, parent, step.key) if waits_for_child(step) else None
 
 
 async def spent_so_far(deps: Deps, parent: RunRecord, step_key: str) -> JsonDict | None:
@@ -327,15 +351,45 @@ async def cancel_child(deps: Deps, parent: RunRecord, step_key: str) -> bool:
     return True
 
 
-async def cancel_children(deps: Deps, run_id: str) -> list[str]:
-    """Cancel the children of ``run_id`` still active (a cancel of the parent); their ids."""
+async def cancel_children(deps: Deps, run_id: str,
+                          steps: list[StepRecord] | None = None) -> list[str]:
+    """Cancel the children of ``run_id`` still active (the parent was cancelled, or ended any
+    other way: a child whose caller has ended would run, and spend, for nobody); their ids.
+    ``steps``: the parent's steps, when the caller has read them."""
     run = await deps.store.get_run(run_id)
     if run is None:
         return []
     cancelled = []
-    for step in await deps.store.list_steps(run_id):
-        if (step.waiting is not None and step.waiting.event is not None
-                and is_reserved(step.waiting.event)
-                and await cancel_child(deps, run, step.key)):
+    for step in steps if steps is not None else await deps.store.list_steps(run_id):
+        if waits_for_child(step) and await cancel_child(deps, run, step.key):
             cancelled.append(child_run_id(run, step.key))
     return cancelled
+
+
+async def ended_children(store: AgentStore, run: RunRecord, steps: list[StepRecord]
+                         ) -> list[str]:
+    """The children of ``run``'s calls still waiting, undecided, whose run has ended: their
+    end's message was lost, dead-lettered, or refused while the parent was ended (before a
+    redrive reopened it). One read per such call; the sweeper delivers their ends, a redrive
+    sends them again (their handler, :func:`deliver_end`, reads the child's record)."""
+    ended = []
+    for step in steps:
+        if step.status is StepStatus.WAITING and step.decision is None and waits_for_child(step):
+            child = await store.get_run(child_run_id(run, step.key))
+            if child is not None and child.status.terminal:
+                ended.append(child.run_id)
+    return ended
+
+
+async def caller_moved_on(store: AgentStore, run: RunRecord) -> str | None:
+    """Why running child ``run`` again would be for nobody (its caller has ended, or its call
+    has already taken an end of it, or is gone), or None: the call still waits for it."""
+    if run.parent_run_id is None or run.parent_step is None:
+        return None
+    parent = await store.get_run(run.parent_run_id)
+    if parent is None or parent.status.terminal:
+        return f"its caller {run.parent_run_id} has ended"
+    (step,) = await store.get_steps(parent.run_id, [run.parent_step])
+    if step is None or step.status is StepStatus.COMPLETED or step.decision is not None:
+        return f"its caller's call {run.parent_step} has already taken its end"
+    return None

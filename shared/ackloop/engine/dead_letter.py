@@ -33,18 +33,31 @@ from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled
 from ackloop.keys import StepKey, run_id_for_request, turn_range
 from ackloop.push import Delivery
 from ackloop.records import StepStatus, StopReason
-from ackloop.wire import ModelStepMessage, QueryMessage, StepMessage, ToolStepMessage, Usage
+from ackloop.wire import (
+    ChildEndedMessage,
+    ModelStepMessage,
+    QueryMessage,
+    StepMessage,
+    ToolStepMessage,
+    Usage,
+)
 
 log = logging.getLogger(__name__)
 
-_ANY = TypeAdapter(ModelStepMessage | ToolStepMessage | QueryMessage)
+Ours = ModelStepMessage | ToolStepMessage | ChildEndedMessage | QueryMessage
+_ANY: TypeAdapter[Ours] = TypeAdapter(Ours)
+
+CHILD_ENDED = "child_ended"
+"""The origin of a dead-lettered child run's end (:class:`ChildEndedMessage`, on the queries
+topic): re-driven as it is, since its handler reads the child and delivers its end to the
+parent, or says why not."""
 
 MAX_KEPT_DATA_BYTES = 512 * 1024
 """What a dead-letter record keeps of the message's data (a document holds at most 1 MiB);
 a message cut short is kept for inspection and never re-driven."""
 
 
-def _identify(data: bytes) -> ModelStepMessage | ToolStepMessage | QueryMessage | None:
+def _identify(data: bytes) -> Ours | None:
     """The dead-lettered message, if it is one of ours."""
     try:
         return _ANY.validate_json(data)
@@ -52,10 +65,12 @@ def _identify(data: bytes) -> ModelStepMessage | ToolStepMessage | QueryMessage 
         return None
 
 
-def _where(message: StepMessage | QueryMessage | None) -> tuple[str | None, str | None, str | None]:
+def _where(message: Ours | None) -> tuple[str | None, str | None, str | None]:
     """(origin topic kind, run id, step key) of a dead-lettered message, as far as known."""
     if message is None:
         return None, None, None
+    if isinstance(message, ChildEndedMessage):
+        return CHILD_ENDED, message.run_id, None
     if isinstance(message, QueryMessage):
         return "queries", run_id_for_request(message.request_id), None
     if isinstance(message, ModelStepMessage):
@@ -85,35 +100,42 @@ async def _scheduled(deps: Deps, message: StepMessage) -> str | None:
         return str(exc)
 
 
+async def _verdict(deps: Deps, message: Ours | None, run_id: str | None,
+                   step_key: str | None) -> tuple[str, str]:
+    """(verdict, cause) of a dead-lettered message: ``fail`` fails its run."""
+    if message is None:
+        return "unknown", "not a message of ours: nothing to fail"
+    if isinstance(message, ChildEndedMessage):
+        return "child_end", ("a child run's end its parent did not take: the sweeper delivers "
+                             "it, or re-drive it")
+    if isinstance(message, QueryMessage):
+        # Its run either exists (the sweeper resumes it) or never started.
+        if run_id and await deps.store.get_run(run_id) is not None:
+            return "duplicate", "its run exists"
+        return "not_started", "the run was never created: re-drive the query"
+    if step_key is None or run_id is None:
+        return "fail", "no error was recorded"
+    unknown = await _scheduled(deps, message)
+    if unknown is not None:
+        return "unscheduled", ("not a step its run's ledger scheduled, so the run is left "
+                               f"alone: {unknown}")
+    (step,) = await deps.store.get_steps(run_id, [step_key])
+    if step is None:
+        return "fail", "the step was never claimed (every delivery was rejected)"
+    if step.status is StepStatus.COMPLETED:
+        return "duplicate", "the step has completed: this was a duplicate"
+    if step.lease_expires_at > deps.clock.now():
+        return "duplicate", f"the step is held by a live delivery ({step.owner})"
+    if step.status is StepStatus.WAITING:
+        return "duplicate", ("the step waits for a decision, which sends it again (or the "
+                             "sweeper does)")
+    return "fail", step.last_error or "no error was recorded"
+
+
 async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
     message = _identify(delivery.data)
     origin, run_id, step_key = _where(message)
-    cause = "no error was recorded"
-    verdict = "fail"
-    if message is None:
-        verdict, cause = "unknown", "not a message of ours: nothing to fail"
-    elif step_key is not None and run_id is not None and not isinstance(message, QueryMessage):
-        unknown = await _scheduled(deps, message)
-        (step,) = [None] if unknown else await deps.store.get_steps(run_id, [step_key])
-        if unknown is not None:
-            verdict = "unscheduled"
-            cause = f"not a step its run's ledger scheduled, so the run is left alone: {unknown}"
-        elif step is None:
-            cause = "the step was never claimed (every delivery was rejected)"
-        elif step.status is StepStatus.COMPLETED:
-            verdict, cause = "duplicate", "the step has completed: this was a duplicate"
-        elif step.lease_expires_at > deps.clock.now():
-            verdict, cause = "duplicate", f"the step is held by a live delivery ({step.owner})"
-        elif step.status is StepStatus.WAITING:
-            verdict, cause = "duplicate", ("the step waits for a decision, which sends it again "
-                                           "(or the sweeper does)")
-        elif step.last_error:
-            cause = step.last_error
-    elif run_id:  # a query: its run either exists (the sweeper resumes it) or never started
-        if await deps.store.get_run(run_id) is not None:
-            verdict, cause = "duplicate", "its run exists"
-        else:
-            verdict, cause = "not_started", "the run was never created: re-drive the query"
+    verdict, cause = await _verdict(deps, message, run_id, step_key)
     source = delivery.attributes.get("CloudPubSubDeadLetterSourceSubscription", "")
     kept = delivery.data[:MAX_KEPT_DATA_BYTES]
     truncated = len(kept) < len(delivery.data)

@@ -11,6 +11,7 @@ from ackloop import outgoing
 from ackloop.cost import Cost
 from ackloop.engine import approval
 from ackloop.engine.deps import Deps
+from ackloop.engine.handoff import ended_with
 from ackloop.engine.outbox import send
 from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.records import RunRecord, RunStatus, StopReason
@@ -39,7 +40,8 @@ def run_end(stop_reason: StopReason, usage: Usage, **fields: Any) -> RunEnd:
 async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
                       only_active: bool = False) -> RunRecord | None:
     """End a run outside any step (dead letter, conflict, sweeper, cancel of a queued run),
-    then publish its end and start the conversation's next queued run. None: nothing ended.
+    then publish its end, start the conversation's next queued run and cancel its children
+    still running. None: nothing ended.
 
     The run's usage and cost are rolled up from its steps as recorded (no step message carries
     them here): a run whose model step completed before a dead letter ended it says so."""
@@ -47,7 +49,8 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     if found is None or found.status.terminal:
         return None
     steps = await deps.store.list_steps(run_id)
-    end = replace(end, usage=steps_usage(steps), cost=rolled_up(found, steps))
+    end = replace(end, usage=steps_usage(steps), cost=rolled_up(found, steps),
+                  agent=end.agent or ended_with(found, steps))  # a hand-off survives any end
     now = deps.clock.now()
     ended = await deps.store.end_run_now(run_id, end, now, only_active=only_active)
     if ended is None:
@@ -61,6 +64,9 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
         outbox.append(outgoing.first_step(next_run_id, other_run=True,
                                           trace_id=queued.trace_id if queued else None))
     await send(deps, run_id, outbox)
+    from ackloop.engine.children import cancel_children
+
+    await cancel_children(deps, run_id, steps)  # a child of an ended run works for nobody
     return run
 
 

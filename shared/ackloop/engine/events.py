@@ -26,7 +26,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from ackloop.engine import approval, children
+from ackloop.engine import approval
 from ackloop.engine.deps import Deps
 from ackloop.records import DEADLINE, ReceivedEvent, RunRecord, StepDecision, StepRecord, StepStatus
 from ackloop.store import DecisionRefused
@@ -63,9 +63,9 @@ async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
 
     Raises :class:`DecisionRefused` (404 missing run, or another owner's; 409 ended run,
     another event of the name, or too many names; 422 a name reserved for the engine)."""
-    if not internal and children.is_reserved(name):
+    if not internal and approval.is_child_event(name):
         raise DecisionRefused(422, "reserved_event", (
-            f"event names starting with {children.EVENT_PREFIX!r} are the engine's (a child "
+            f"event names starting with {approval.CHILD_EVENT_PREFIX!r} are the engine's (a child "
             "run's end): choose another name"))
     kept, recorded, run = await deps.store.receive_event(run_id, name, event, owner)
     log.info("run %s %s event %r from %s", run_id, "received" if recorded else

@@ -25,6 +25,7 @@ from ackloop.deltas import DeltaRecord, DeltaWriter
 from ackloop.engine import claims, compaction, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
+from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import (
     ClaimAtFirstText,
     ClaimRef,
@@ -226,21 +227,6 @@ def with_children(message: ModelStepMessage, previous: list[StepRecord]) -> Mode
         if step.kind == "tool" and step.turn == message.turn - 1:
             usage = usage.plus(step.usage.children_part())
     return message if usage == message.usage else message.model_copy(update={"usage": usage})
-
-
-def turn_agent(run: RunRecord, turn: int, previous: list[StepRecord]) -> str:
-    """The agent whose turn ``turn`` is: the run's at turn 0; then the previous model step's
-    (recorded on it when a hand-off made it another agent's), or the one a hand-off call of
-    the previous turn handed over to (the last one, in call order)."""
-    if turn == 0:
-        return run.agent
-    model_step = next((s for s in previous if s.kind == "model"), None)
-    name = str((model_step.result or {}).get("agent") or run.agent) if model_step else run.agent
-    for step in sorted((s for s in previous if s.kind == "tool"), key=lambda s: s.index):
-        handed = ((step.result or {}).get("response") or {}).get("handoff")
-        if isinstance(handed, str) and handed:
-            name = handed
-    return name
 
 
 def recorded_since(transcript: Transcript, run_id: str, turn: int) -> bool:

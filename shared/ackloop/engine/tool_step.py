@@ -108,10 +108,11 @@ async def _run_claimed(
         return None, None, None
     if run.cancel_requested:
         # Cancelled after the fan-out: the call is not made; the join still completes the
-        # turn so that the next model step ends the run as cancelled. A sub-agent's call whose
-        # child had ended still counts what the child spent.
-        return _error("not run: the run was cancelled"), None, children.recorded_end(claim.step)
-    agent = deps.agents.get(message.agent if message.agent in deps.agents else run.agent)
+        # turn so that the next model step ends the run as cancelled. A sub-agent's call still
+        # counts what its child spent (its end, or its steps so far: the cancel stops it).
+        return (_error("not run: the run was cancelled"), None,
+                await children.counted_end(deps, run, claim.step))
+    agent = deps.agents.get(_agent_name(deps, message, run_read))
     tracing.note(agent=agent.name)
     context = ToolContext(
         run_id=run.run_id,
@@ -203,7 +204,8 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
     if decision is None:
         used = message.usage.plus(Usage(tool_calls=message.call_count))  # this turn's too
         refused = await children.start_child(deps, run_read.record, claim.key, tool,
-                                             message.call, used, message.call_count)
+                                             message.call, used, message.call_count,
+                                             caller=_agent_name(deps, message, run_read))
         if refused is not None:
             return refused, None
         wait = approval.Wait(tool, children.event_name(claim.key))
@@ -222,7 +224,7 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Too
     # and what it spent until now counts in the parent's usage and cost.
     await children.cancel_child(deps, run_read.record, claim.key)
     return (approval.rejection(decision, claim.step.waiting),
-            await children.spent_so_far(deps, run_read.record, claim.key))
+            await children.counted_end(deps, run_read.record, claim.step))
 
 
 async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessage) -> bool:
@@ -247,6 +249,24 @@ def _error(text: str) -> ToolOutcome:
     return ToolOutcome(response={"error": text}, is_error=True)
 
 
+def _agent_name(deps: Deps, message: ToolStepMessage, run_read: RunRead) -> str:
+    """The agent whose turn made the call (the message names it; an older message, the run's)."""
+    return message.agent if message.agent in deps.agents else run_read.record.agent
+
+
+def _not_again(toolbox: Toolbox, name: str, asked: str) -> ToolOutcome | None:
+    """Why a call taken over from a holder that died is not made again, or None."""
+    if not _declared(toolbox, asked):
+        # Started by a deployment that had the tool, which may have acted before it died.
+        return _error("this call was interrupted and may or may not have taken effect; "
+                      f"it is not retried: this deployment has no tool {name!r}")
+    if not _retry_safe(toolbox, asked):
+        # The previous holder may have acted before it died: do not act twice.
+        return _error("this call was interrupted and may or may not have taken effect; it "
+                      "is not retried automatically because it is not safe to repeat")
+    return None
+
+
 def _declared(toolbox: Toolbox, name: str) -> bool:
     return any(d.get("name") == name for d in toolbox.declarations())
 
@@ -254,20 +274,6 @@ def _declared(toolbox: Toolbox, name: str) -> bool:
 def _retry_safe(toolbox: object, name: str) -> bool:
     check = getattr(toolbox, "is_retry_safe", None)
     return bool(check(name)) if callable(check) else True
-
-
-def _not_again(toolbox: Toolbox, name: str, called: str) -> ToolOutcome | None:
-    """Why a call taken over from a holder that died is not made again, if it is not: the
-    holder may have acted before it died. ``called``: the name as the call is made."""
-    if not _declared(toolbox, name):
-        # Started by a deployment that had the tool.
-        return _error("this call was interrupted and may or may not have taken effect; "
-                      f"it is not retried: this deployment has no tool {called!r}")
-    if not _retry_safe(toolbox, name):
-        # Do not act twice.
-        return _error("this call was interrupted and may or may not have taken effect; it "
-                      "is not retried automatically because it is not safe to repeat")
-    return None
 
 
 def _decision(message: ToolStepMessage, outcome: ToolOutcome, seconds: float | None,

@@ -136,12 +136,15 @@ class Waits(StoreBase):
                 # (the caller sees that decision instead of theirs).
                 made = StepDecision(decision="reject", by=DEADLINE, at=step.waiting.deadline)
             waited = made.at - max(step.waiting.since, run.wait_ended_at)
+            # A child's wait is the run's own time (its clock runs): not counted as waited.
+            ended_at = run.wait_ended_at if step.waiting.clock_runs else made.at
+            waited = 0.0 if step.waiting.clock_runs else waited
             # A late decision is made as at its deadline, which may be before an overlapping
             # wait's decision already counted: the time counted so far never moves back.
             return [Write("update", snap.path, {"decision": made.to_doc()},
                           if_version=snap.version),
                     Write("update", run_snap.path, {
-                        "progress_at": made.at, "wait_ended_at": max(run.wait_ended_at, made.at),
+                        "progress_at": made.at, "wait_ended_at": max(run.wait_ended_at, ended_at),
                         "waited_seconds": run.waited_seconds + max(0.0, waited)},
                         if_version=run_snap.version)], (step.model_copy(
                             update={"decision": made}), True)
