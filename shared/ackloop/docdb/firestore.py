@@ -112,8 +112,10 @@ class FirestoreDocumentDB:
 
     @_translated
     async def create(self, path: str, data: JsonDict) -> Version:
-        result = await self._client.document(path).create(data)
-        return result.update_time
+        # A commit of one create, built on the raw messages like every other (firestore_codec):
+        # the library's create goes through proto-plus, 1-2 ms of CPU a step claim.
+        (version,) = await self.commit([Write("create", path, data)])
+        return version
 
     @_translated
     async def commit(self, writes: Sequence[Write]) -> list[Version]:
