@@ -71,6 +71,7 @@ locals {
     ACKLOOP_IP_ECHO_URL                     = var.tool_endpoints.ip_echo_url
     ACKLOOP_IPAPI_BASE_URL                  = var.tool_endpoints.ipapi_base_url
     ACKLOOP_LEASE_SECONDS                   = tostring(var.lease_seconds)
+    ACKLOOP_DECODE_CACHE_BYTES              = tostring(var.decode_cache_bytes)
     ACKLOOP_STEP_CLAIMS                     = var.step_claims
     ACKLOOP_CLAIM_WAIT_SECONDS              = tostring(var.in_request_waits.claim_wait_seconds)
     ACKLOOP_RETRY_WAIT_SECONDS              = tostring(var.in_request_waits.retry_wait_seconds)

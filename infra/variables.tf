@@ -171,6 +171,17 @@ variable "tool_endpoints" {
 
 # --- Steps and runs -------------------------------------------------------------------------
 
+variable "decode_cache_bytes" {
+  type        = number
+  description = "ACKLOOP_DECODE_CACHE_BYTES: memory a step function instance may keep of the transcript chunks it decoded (each turn as JSON, by its encoded bytes), so that a model step decodes only the turns it has not seen; least recently used first out. 0: every read decoded whole."
+  default     = 16777216
+
+  validation {
+    condition     = var.decode_cache_bytes >= 0
+    error_message = "decode_cache_bytes must not be negative."
+  }
+}
+
 variable "lease_seconds" {
   type        = number
   description = "ACKLOOP_LEASE_SECONDS: how long a claimed step stays exclusive without a heartbeat (renewed every third of it). It bounds crash recovery: a redelivery that finds a dead holder's lease waits it out inside its request, then takes the step over."

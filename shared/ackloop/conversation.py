@@ -128,15 +128,15 @@ def answer_dangling_calls(contents: Sequence[JsonDict]) -> list[JsonDict]:
     fixed: list[JsonDict] = []
     for i, content in enumerate(contents):
         fixed.append(content)
-        if content.get("role") != "model":
-            continue
-        calls = calls_in(content)
-        if not calls:
+        # Only a call left unanswered is parsed: this runs over the whole view on every turn.
+        if content.get("role") != "model" or not any(
+            p.get("function_call") for p in content.get("parts", [])
+        ):
             continue
         following = contents[i + 1] if i + 1 < len(contents) else None
         answered = following is not None and any(
             "function_response" in p for p in following.get("parts", [])
         )
         if not answered:
-            fixed.append(function_responses([(c, NOT_EXECUTED) for c in calls]))
+            fixed.append(function_responses([(c, NOT_EXECUTED) for c in calls_in(content)]))
     return fixed

@@ -32,6 +32,7 @@ from ackloop.files import FileStore, MemoryFileStore
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
 from ackloop.settings import Settings
 from ackloop.store import AgentStore, Retention
+from ackloop.store.chunk_cache import chunk_decode_cache
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +195,8 @@ async def build_deps(settings: Settings) -> Deps:
     configure_tracing(settings)
     configure_metrics(settings)
     db = CountingDocumentDB(
-        FirestoreDocumentDB.connect(settings.project_id, settings.firestore_database)
+        FirestoreDocumentDB.connect(settings.project_id, settings.firestore_database,
+                                    decode_cache=chunk_decode_cache(settings.decode_cache_bytes))
     )
     http = build_http(settings, _target)
     agents = build_agents(settings, http)

@@ -11,15 +11,20 @@ from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.store import AgentStore
+from ackloop.store.chunk_cache import chunk_decode_cache
 
 
-@pytest.fixture(params=["memory", pytest.param("firestore", marks=pytest.mark.emulator)])
+@pytest.fixture(params=["memory", pytest.param("firestore", marks=pytest.mark.emulator),
+                        pytest.param("firestore_cached", marks=pytest.mark.emulator)])
 async def db(request: pytest.FixtureRequest) -> AsyncIterator[DocumentDB]:
+    """``firestore_cached``: the adapter as a deployment builds it, decoding the transcript's
+    chunks through a decode cache (:mod:`ackloop.store.chunk_cache`)."""
     if request.param == "memory":
         yield MemoryDocumentDB()
         return
     session = request.getfixturevalue("emulator_session")
-    yield FirestoreDocumentDB.connect(session.project_id)
+    cache = chunk_decode_cache(1 << 20) if request.param == "firestore_cached" else None
+    yield FirestoreDocumentDB.connect(session.project_id, decode_cache=cache)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds as ValueTime
 from google.cloud._helpers import _datetime_to_pb_timestamp
@@ -30,6 +30,9 @@ from google.cloud.firestore_v1.types import document, write
 from proto.datetime_helpers import DatetimeWithNanoseconds as VersionTime
 
 from ackloop.jsondict import JsonDict
+
+if TYPE_CHECKING:
+    from ackloop.docdb.decode_cache import DecodeCache
 
 WritePb = write.Write.pb()
 ValuePb = document.Value.pb()
@@ -148,9 +151,33 @@ def version_of(timestamp_pb: Any) -> VersionTime:
     return VersionTime.from_timestamp_pb(timestamp_pb)
 
 
-def decode_fields(fields: Any, client: Any) -> JsonDict:
-    """A found document's fields (a raw ``map<string, Value>``) as Python values."""
-    return {key: _value(value, client) for key, value in fields.items()}
+def decode_fields(fields: Any, client: Any, cache: DecodeCache | None = None) -> JsonDict:
+    """A found document's fields (a raw ``map<string, Value>``) as Python values; with
+    ``cache``, each entry of a top-level map or array through it (the same values, decoded
+    once per process: :mod:`ackloop.docdb.decode_cache`)."""
+    if cache is None:
+        return {key: _value(value, client) for key, value in fields.items()}
+    return {key: _cached_field(value, client, cache) for key, value in fields.items()}
+
+
+def _cached_field(pb: Any, client: Any, cache: DecodeCache) -> Any:
+    def decode(entry: Any) -> Any:
+        return _value(entry, client)
+
+    kind = pb.WhichOneof("value_type")
+    if kind == "map_value":
+        fields = pb.map_value.fields
+        if not any(key.startswith("__") for key in fields):  # not a vector or BSON value
+            return {key: _entry(value, cache, decode) for key, value in fields.items()}
+    elif kind == "array_value":
+        return [_entry(item, cache, decode) for item in pb.array_value.values]
+    return _value(pb, client)
+
+
+def _entry(pb: Any, cache: DecodeCache, decode: Any) -> Any:
+    if pb.WhichOneof("value_type") in ("map_value", "array_value"):
+        return cache.decoded(pb, decode)
+    return decode(pb)  # a scalar: nothing to save
 
 
 def _value(pb: Any, client: Any) -> Any:
