@@ -51,8 +51,9 @@ def _count_entries(monkeypatch: pytest.MonkeyPatch, hinted: bool) -> Entries:
                 inside[0] -= 1
         return entry
 
-    for name, fn in list(vars(AgentStore).items()):
-        if not name.startswith("_") and inspect.iscoroutinefunction(fn):
+    # Its own methods and those of the rooms it is made of (inherited).
+    for name, fn in inspect.getmembers(AgentStore, inspect.iscoroutinefunction):
+        if not name.startswith("_"):
             monkeypatch.setattr(AgentStore, name, wrapped(name, fn))
     handle = dispatch_module._handle
 

@@ -12,7 +12,9 @@ The two calls of every step, :meth:`FirestoreDocumentDB.get_all` (``BatchGetDocu
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -203,15 +205,31 @@ class FirestoreDocumentDB:
         async def body(transaction: Any) -> T:
             return await fn(_FirestoreTransaction(client, transaction, self))
 
-        try:
-            result: T = await body(client.transaction())
-        except ValueError as exc:
-            # The client library gives up on a contended transaction with a ValueError
-            # ("Failed to commit transaction in N attempts"): contention, so retryable.
-            if isinstance(exc.__cause__, gexc.GoogleAPICallError) or "attempts" in str(exc):
-                raise StorageUnavailable(f"Firestore transaction: {exc}") from exc
-            raise
-        return result
+        last: Exception | None = None
+        for attempt in range(TRANSACTION_ATTEMPTS):
+            if attempt:
+                # Contended: the library retries at once, so transactions that collided
+                # collide again (the emulator's lock timeouts abort every one of them). A
+                # jittered pause between rounds lets one of them go first.
+                await asyncio.sleep(random.uniform(0.0, min(2.0, 0.1 * 2 ** attempt)))
+            try:
+                result: T = await body(client.transaction())
+                return result
+            except gexc.Aborted as exc:  # aborted in a read: a lock wait timed out
+                last = exc
+            except ValueError as exc:
+                # The client library gives up on a contended transaction with a ValueError
+                # ("Failed to commit transaction in N attempts"): contention, so retryable.
+                if not (isinstance(exc.__cause__, gexc.GoogleAPICallError)
+                        or "attempts" in str(exc)):
+                    raise
+                last = exc
+        raise StorageUnavailable(f"Firestore transaction: {last}") from last
+
+
+TRANSACTION_ATTEMPTS = 4
+"""Rounds of a contended transaction (each the client library's own retries), apart by a
+jittered pause."""
 
 
 class _FirestoreTransaction:
