@@ -371,6 +371,19 @@ async def test_cancelling_the_parent_cancels_its_children_and_a_child_cancelled_
     assert ended is not None and ended.status is RunStatus.CANCELLED
 
 
+async def _planner_call_crashed(loop: Any) -> Any:
+    """Ask the planner, deliver until its one call's message, and deliver that call into the
+    crash the test armed; the call's message, for its redelivery."""
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending = take(loop)
+    for _ in range(2):
+        pending = await deliver_all(loop, pending)
+    (call,) = pending
+    with pytest.raises(SimulatedCrash):
+        await loop.deliver("tool", call)
+    return call
+
+
 async def test_a_crash_between_starting_the_child_and_recording_the_wait_starts_one_child(
 ) -> None:
     """The parent's tool step dies after it created the child (and sent its first step), before
@@ -391,13 +404,7 @@ async def test_a_crash_between_starting_the_child_and_recording_the_wait_starts_
         return found
 
     loop.deps.store.create_run = create_then_die  # type: ignore[method-assign]
-    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
-    pending = take(loop)
-    for _ in range(2):
-        pending = await deliver_all(loop, pending)
-    (call,) = pending
-    with pytest.raises(SimulatedCrash):
-        await loop.deliver("tool", call)
+    call = await _planner_call_crashed(loop)
     sent = steps_of(loop, take(loop))  # the child's first step went out before the crash
     loop.deps.clock.advance(SETTINGS.lease_seconds + 1)  # type: ignore[attr-defined]
     await drain(loop, [call, *sent])  # the redelivery takes the step over
@@ -710,13 +717,7 @@ async def test_a_call_whose_child_ended_before_its_wait_was_recorded_records_the
         return await wait_step(*args, **options)
 
     loop.deps.store.wait_step = die_before_the_wait  # type: ignore[method-assign]
-    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
-    pending = take(loop)
-    for _ in range(2):
-        pending = await deliver_all(loop, pending)
-    (call,) = pending
-    with pytest.raises(SimulatedCrash):
-        await loop.deliver("tool", call)
+    call = await _planner_call_crashed(loop)
     started = steps_of(loop, take(loop))
     assert started  # the child's first step went out before the crash
     await drain(loop, started)  # the child runs and ends first

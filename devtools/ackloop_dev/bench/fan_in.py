@@ -22,26 +22,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ackloop_dev.devstack import emulators, ports
-from ackloop_dev.devstack.stack import LocalStack, StackOptions
+from ackloop_dev.bench.stack_runs import asked_at_once, free_stack
 
 AGENTS = "ackloop_dev.bench.fan_in_agents:agents"
 WORKLOADS = {
     "fan-in": "What are the price and the stock of item {n}?",
     "research-team": "Should a small team adopt durable agents for job {n}?",
 }
-_TERMINAL = {"completed", "failed", "cancelled"}
 
 
 @dataclass(frozen=True)
@@ -58,46 +54,16 @@ class Figures:
         return self.model_requests - self.recorded_model_calls
 
 
-def _stack(directory: Path) -> LocalStack:
-    for _ in range(20):
-        base = random.randrange(21000, 29000, 20)
-        options = StackOptions(
-            directory=directory, project_id="ackloop-fan-in",
-            pubsub_port=emulators.free_port(), firestore_port=emulators.free_port(),
-            base_port=base, fake_gemini=True, sandbox_apis=False, agents=AGENTS)
-        stack = LocalStack(options)
-        if not ports.taken(stack.planned_ports()):
-            return stack
-    raise RuntimeError("no free block of ports for the stack")
-
-
 def _recorded(view: dict[str, Any]) -> int:
     """The run's model calls, its child runs' included (``usage.children`` is their part)."""
     return int((view.get("usage") or {}).get("model_calls") or 0)
 
 
-def _one(api: str, agent: str, text: str, deadline: float) -> dict[str, Any]:
-    with httpx.Client(base_url=api, timeout=30.0) as http:
-        created = http.post("/runs", json={"text": text, "agent": agent})
-        created.raise_for_status()
-        run_id = created.json()["run_id"]
-        while time.monotonic() < deadline:
-            view: dict[str, Any] = http.get(f"/runs/{run_id}").json()
-            if view.get("status") in _TERMINAL:
-                return view
-            time.sleep(0.25)
-    raise TimeoutError(f"run {run_id} did not end in time")
-
-
 def measure(api: str, gemini: str, workload: str, runs: int) -> Figures:
     """``runs`` runs of ``workload`` at once; the server's requests against what they recorded."""
     before = int(httpx.get(f"{gemini}/_admin/stats").json()["requests"])
-    started = time.monotonic()
-    deadline = started + 300.0
-    texts = [WORKLOADS[workload].format(n=n) for n in range(runs)]
-    with ThreadPoolExecutor(max_workers=runs) as pool:
-        views = list(pool.map(lambda t: _one(api, workload, t, deadline), texts))
-    seconds = time.monotonic() - started
+    seconds, views = asked_at_once(
+        api, [(workload, WORKLOADS[workload].format(n=n)) for n in range(runs)], 300.0)
     time.sleep(2.0)  # a duplicate still calling is counted too
     after = int(httpx.get(f"{gemini}/_admin/stats").json()["requests"])
     return Figures(workload, runs, sum(v.get("status") == "completed" for v in views),
@@ -111,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     directory = args.workdir or Path(tempfile.mkdtemp(prefix="ackloop-fan-in-"))
-    stack = _stack(directory)
+    stack = free_stack(directory, "ackloop-fan-in", AGENTS, fake_gemini=True)
     state = stack.up(log=lambda line: print(line, file=sys.stderr))
     try:
         assert state.fake_gemini_url is not None

@@ -14,55 +14,14 @@ number of independent runs takes.
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
-
-import httpx
 
 from ackloop_dev.bench.fan_out_agents import LEAF, WIDTHS
-from ackloop_dev.devstack import emulators, ports
-from ackloop_dev.devstack.stack import LocalStack, StackOptions
+from ackloop_dev.bench.stack_runs import asked_at_once, free_stack
 
 AGENTS = "ackloop_dev.bench.fan_out_agents:agents"
-_TERMINAL = {"completed", "failed", "cancelled"}
-
-
-def _stack(directory: Path) -> LocalStack:
-    for _ in range(20):
-        options = StackOptions(
-            directory=directory, project_id="ackloop-fan-out",
-            pubsub_port=emulators.free_port(), firestore_port=emulators.free_port(),
-            base_port=random.randrange(21000, 29000, 20), sandbox_apis=False, agents=AGENTS)
-        stack = LocalStack(options)
-        if not ports.taken(stack.planned_ports()):
-            return stack
-    raise RuntimeError("no free block of ports for the stack")
-
-
-def _run(api: str, agent: str, text: str, deadline: float) -> dict[str, Any]:
-    with httpx.Client(base_url=api, timeout=30.0) as http:
-        created = http.post("/runs", json={"text": text, "agent": agent})
-        created.raise_for_status()
-        run_id = created.json()["run_id"]
-        while time.monotonic() < deadline:
-            view: dict[str, Any] = http.get(f"/runs/{run_id}").json()
-            if view.get("status") in _TERMINAL:
-                return view
-            time.sleep(0.1)
-    raise TimeoutError(f"run {run_id} did not end in time")
-
-
-def _timed(api: str, asks: list[tuple[str, str]]) -> tuple[float, list[dict[str, Any]]]:
-    started = time.monotonic()
-    deadline = started + 600.0
-    with ThreadPoolExecutor(max_workers=max(1, len(asks))) as pool:
-        views = list(pool.map(lambda a: _run(api, a[0], a[1], deadline), asks))
-    return time.monotonic() - started, views
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,13 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     widths = [int(n) for n in args.widths.split(",")]
     directory = args.workdir or Path(tempfile.mkdtemp(prefix="ackloop-fan-out-"))
-    stack = _stack(directory)
+    stack = free_stack(directory, "ackloop-fan-out", AGENTS)
     state = stack.up(log=lambda line: print(line, file=sys.stderr))
     rows = []
     try:
         for n in widths:
-            tree, (parent,) = _timed(state.api_url, [(f"fan-out-{n}", f"tree of {n}")])
-            alone, leaves = _timed(state.api_url, [(LEAF, f"leaf {i} of {n}")
+            tree, (parent,) = asked_at_once(state.api_url, [(f"fan-out-{n}", f"tree of {n}")])
+            alone, leaves = asked_at_once(state.api_url, [(LEAF, f"leaf {i} of {n}")
                                                    for i in range(n)])
             ok = parent.get("status") == "completed" and all(
                 v.get("status") == "completed" for v in leaves)
