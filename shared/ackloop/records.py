@@ -19,7 +19,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ackloop.context import summary_content
 from ackloop.cost import Cost
@@ -157,7 +157,7 @@ class RunRecord(Record):
     received: dict[str, ReceivedEvent] = Field(default_factory=dict)
     """The named events delivered to the run (``POST /runs/{id}/events/{name}`` or the queries
     topic), by name: each name once per run. A call that waits for one finds it here when it
-    arrived first (:mod:`ackloop.engine.approval`)."""
+    arrived first (:mod:`ackloop.engine.waits`)."""
     trace_id: str | None = None
     """The run's trace (32 lowercase hex): the caller's when the query carried a trace context,
     else derived from the run id (:mod:`ackloop.telemetry.tracing`); a child run's is its
@@ -237,13 +237,20 @@ class Outgoing(Record):
     trusted (:meth:`ackloop.store.AgentStore.model_step_inputs`)."""
 
 
-class Waiting(Record):
-    """What a waiting step waits for, before its deadline: an approval of its call, or the
-    named event ``event``."""
+CHILD_EVENT_PREFIX = "child."
+"""A child run's end is named ``child.<its parent's step key>``: the engine's own names, which
+no caller may send as an event."""
 
-    kind: Literal["approval", "event"] = "approval"
+WaitKindName = Literal["approval", "event", "child"]
+
+
+class Waiting(Record):
+    """What a waiting step waits for, before its deadline: an approval of its call, the named
+    event ``event``, or the end of its child run (:mod:`ackloop.engine.waits`)."""
+
+    kind: WaitKindName = "approval"
     event: str | None = None
-    """The awaited event's name (``kind == "event"``)."""
+    """The awaited event's name (``kind == "event"``); for a child, ``child.<step key>``."""
     tool: str
     args: JsonDict = Field(default_factory=dict)
     since: float
@@ -254,6 +261,17 @@ class Waiting(Record):
     """The run's clock runs while the call waits: a child run's work is its parent's time
     (``max_seconds``), while a person's decision or a named event is not counted
     (``RunRecord.waited_seconds``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _child_waits_of_before(cls, data: Any) -> Any:
+        """A child's wait was stored as kind ``event`` named ``child.<key>`` before it had a
+        kind of its own: such a record, in flight across an upgrade, loads as a child wait
+        (whose clock runs)."""
+        if (isinstance(data, dict) and data.get("kind") == "event"
+                and str(data.get("event") or "").startswith(CHILD_EVENT_PREFIX)):
+            return {**data, "kind": "child", "clock_runs": True}
+        return data
 
 
 class StepDecision(Record):

@@ -9,7 +9,9 @@ Re-driving one:
 2. re-publishes the recorded message, unchanged, to the topic it came from;
 3. marks the dead letter ``redriven_at``.
 
-A child run's dead-lettered end is re-published as it is (its handler reads the child). A
+What a waiting call waits for, dead-lettered (a child run's end, a named event published on
+the queries topic), is re-published as it is (its handler reads the child, or keeps the event,
+and resolves the waiting call). A
 child whose caller has ended or has taken its end already is not run again
 (``parent_resolved``); a parent reopened has the ends of its children that ended meanwhile
 sent again.
@@ -30,7 +32,7 @@ from typing import Literal
 from ackloop.bus.base import Publisher
 from ackloop.clock import Clock
 from ackloop.engine import children
-from ackloop.engine.dead_letter import CHILD_ENDED
+from ackloop.engine.dead_letter import CHILD_ENDED, EVENT, WAITED_FOR
 from ackloop.engine.outbox import encode
 from ackloop.errors import ConversationBusy
 from ackloop.settings import Settings
@@ -62,6 +64,7 @@ def origin_topic(settings: Settings, origin: str | None) -> str | None:
         "model_steps": settings.model_steps_topic,
         "tool_steps": settings.tool_steps_topic,
         CHILD_ENDED: settings.queries_topic,
+        EVENT: settings.queries_topic,
     }.get(origin or "")
 
 
@@ -122,7 +125,9 @@ async def _redrive_one(
         return result("unknown_origin")  # not one of ours (poison on the dead-letter topic)
     if dry_run:
         return result("dry_run")
-    if origin == CHILD_ENDED:  # its handler reads the child and takes it, or says why not
+    if origin in WAITED_FOR:
+        # What a waiting call waits for (a child's end, a named event): its handler reads the
+        # child or keeps the event and resolves the call, or says why not.
         await _publish(store, publisher, topic, clock, record)
         return result("redriven")
     found = await store.get_run(run)

@@ -11,16 +11,16 @@ which step message the run needs next and publishes it again. The step's claim t
 duplicate into a no-op, so sweeping a healthy run costs a message, never a second execution.
 A run the ledger cannot resume is failed with the cause (and its end is published).
 
-A run whose steps wait for a person is not stalled: a waiting step's commit moved the run's
-``progress_at`` to its deadline, so the sweeper first sees it then, and rejects what is still
-undecided ("no decision before the deadline"). It also re-sends a decided step that still waits
-(its re-send after the decision was lost) once the run is ``sweep_stale_seconds`` idle past the
-decision, and otherwise moves ``progress_at`` to the earliest deadline again. A step waiting
-for a named event the run has received (its delivery stopped before deciding it: the event
-moved ``progress_at``) is decided and re-sent (:func:`ackloop.engine.events.decide_arrived`).
-A run whose call waits for a child run is looked at every ``sweep_stale_seconds``: a child that
-has ended has its end delivered (:func:`ackloop.engine.children.ended_children`: its end's
-message was lost or dead-lettered).
+A run whose steps wait is not stalled. Its waits get one pass, the same for every kind of
+wait (:func:`ackloop.engine.waits.core.sweep_waits`): a run whose cancel was requested has
+its waits rejected; a wait whose awaited thing has arrived (an event the run keeps, a child run
+that has ended: its delivery was lost, dead-lettered or refused) is resolved with it; a wait
+past its deadline is rejected ("no decision before the deadline"). A person's or an event's
+wait moved the run's ``progress_at`` to its deadline, so the sweeper first sees the run then;
+a child's wait writes no run document, and a run waiting for a child is looked at every
+``sweep_stale_seconds``. The sweeper also re-sends a decided step that still waits (its
+re-send after the decision was lost) once the run is ``sweep_stale_seconds`` idle, and
+otherwise moves ``progress_at`` to the earliest time a wait asks for.
 
 It runs from ``ackloop runs sweep``, from ``POST /sweep`` on the API (Cloud Scheduler calls it;
 see ``infra/scheduler.tf``), and from the local stack.
@@ -32,15 +32,14 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from ackloop.engine import approval, children, events
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ledger import scheduled_model_message
 from ackloop.engine.outbox import send
+from ackloop.engine.waits import core as waits
 from ackloop.keys import StepKey
 from ackloop.outgoing import after_tools, first_step
 from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StepStatus, StopReason
-from ackloop.store import DecisionRefused
 from ackloop.telemetry import tracing
 from ackloop.wire import ToolStepMessage, Usage
 
@@ -87,14 +86,10 @@ async def sweep(deps: Deps, *, stale_after: float | None = None, limit: int = 20
 async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
     steps = await deps.store.list_steps(run.run_id)
     now = deps.clock.now()
-    if (arrived := await events.decide_arrived(deps, run, steps)):
-        return Swept(run.run_id, "resumed", f"its awaited event had arrived: {', '.join(arrived)}")
-    if (timed_out := await _decide_overdue(deps, run, steps, now)):
-        return Swept(run.run_id, "resumed", f"no decision before the deadline: {timed_out}")
-    if (done := await children.ended_children(deps.store, run, steps)):
-        for child_id in done:  # their end's message was lost or dead-lettered
-            await children.deliver_end(deps, child_id)
-        return Swept(run.run_id, "resumed", f"its child runs had ended: {', '.join(done)}")
+    with tracing.run_context(run.run_id, run.trace_id):
+        resolved = await waits.sweep_waits(deps, run, steps, now)
+    if resolved is not None:
+        return Swept(run.run_id, "resumed", resolved)
     busy = [s.key for s in steps if s.lease_expires_at > now or s.not_before > now
             or max(s.started_at, s.completed_at or 0.0) > threshold]
     if busy:
@@ -114,7 +109,7 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
     if not needed and waiting:
         # Nothing to do before a decision or the earliest deadline (or, for a call waiting
         # for a child run, before the next look at the child): look again then.
-        at = min(approval.look_at(deps, s.waiting, now) for s in waiting if s.waiting)
+        at = min(waits.look_at(deps, s.waiting, now) for s in waiting if s.waiting)
         await deps.store.sweep_run_at(run.run_id, at, if_progress_at=run.progress_at)
         return Swept(run.run_id, "waiting", f"{', '.join(s.key for s in waiting)} wait(s) "
                      "for a decision")
@@ -174,21 +169,6 @@ def _unfinished(step: StepRecord | None) -> bool:
 
 def _undecided(step: StepRecord) -> bool:
     return step.status is StepStatus.WAITING and step.decision is None
-
-
-async def _decide_overdue(deps: Deps, run: RunRecord, steps: list[StepRecord], now: float
-                          ) -> str:
-    """Reject the waiting steps whose deadline has passed (which re-sends them); their keys."""
-    overdue = [s for s in steps if _undecided(s) and s.waiting is not None
-               and s.waiting.deadline <= now]
-    for step in overdue:
-        with tracing.run_context(run.run_id, run.trace_id):
-            try:
-                await approval.decide(deps, run.run_id, step.key,
-                                      approval.deadline_rejection(now))
-            except DecisionRefused:
-                continue  # decided (or ended) meanwhile: that decision stands
-    return ", ".join(s.key for s in overdue)
 
 
 async def _start_if_free(deps: Deps, run: RunRecord) -> Swept | None:

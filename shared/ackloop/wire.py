@@ -283,7 +283,7 @@ def check_event_payload(payload: dict[str, Any]) -> dict[str, Any]:
 class EventMessage(WireModel):
     """A named event for a run, published to the queries topic; told from a
     :class:`QueryMessage` by ``type``. The calls of the run waiting for ``name`` resume with
-    ``payload`` (:mod:`ackloop.engine.events`); each name is received once per run."""
+    ``payload`` (:mod:`ackloop.engine.waits.arrivals`); each name is received once per run."""
 
     v: Literal[1] = 1
     type: Literal["event"]

@@ -14,8 +14,8 @@ import pytest
 from pydantic import BaseModel
 
 from ackloop.docdb.base import Write
-from ackloop.engine import approval
 from ackloop.engine.ending import cancel_run
+from ackloop.engine.waits import core as waits
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
@@ -86,7 +86,7 @@ async def test_a_call_that_needs_approval_waits_then_runs_with_the_edited_args()
 
     decision = StepDecision(decision="approve", args={"to": "bob", "amount": 300},
                             by="alice", at=loop.deps.clock.now())
-    _, decided = await approval.decide(loop.deps, run_id, step.key, decision)
+    _, decided = await waits.resolve(loop.deps, run_id, step.key, decision)
     assert decided
     await loop.run_until_idle()
     assert sent == [{"to": "bob", "amount": 300}]
@@ -100,7 +100,7 @@ async def test_a_call_that_needs_approval_waits_then_runs_with_the_edited_args()
 async def test_a_rejection_is_the_result_the_model_reads_and_the_tool_never_runs() -> None:
     sent: list[dict[str, Any]] = []
     loop, run_id = await transfer_run("reject", sent)
-    await approval.decide(loop.deps, run_id, str(StepKey.tool(0, 0)), StepDecision(
+    await waits.resolve(loop.deps, run_id, str(StepKey.tool(0, 0)), StepDecision(
         decision="reject", comment="too much", by="alice", at=loop.deps.clock.now()))
     await loop.run_until_idle()
     (step,) = await tool_result(loop, run_id)
@@ -113,16 +113,16 @@ async def test_the_first_decision_wins_and_the_same_one_again_is_idempotent() ->
     loop, run_id = await transfer_run("conflict", [])
     key = str(StepKey.tool(0, 0))
     first = StepDecision(decision="approve", by="alice", at=1.0)
-    await approval.decide(loop.deps, run_id, key, first)
-    step, decided = await approval.decide(loop.deps, run_id, key, first.model_copy(
+    await waits.resolve(loop.deps, run_id, key, first)
+    step, decided = await waits.resolve(loop.deps, run_id, key, first.model_copy(
         update={"at": 2.0}))
     assert not decided and step.decision == first
     with pytest.raises(DecisionRefused) as refused:
-        await approval.decide(loop.deps, run_id, key, StepDecision(decision="reject", by="bo",
+        await waits.resolve(loop.deps, run_id, key, StepDecision(decision="reject", by="bo",
                                                                    at=3.0))
     assert refused.value.status == 409
     with pytest.raises(DecisionRefused) as missing:
-        await approval.decide(loop.deps, run_id, str(StepKey.tool(0, 5)), first)
+        await waits.resolve(loop.deps, run_id, str(StepKey.tool(0, 5)), first)
     assert missing.value.status == 404
 
 
@@ -137,7 +137,7 @@ async def test_parallel_calls_one_waits_one_runs_and_the_join_holds_until_the_de
     assert ran is not None and ran.status is StepStatus.COMPLETED
     (next_model,) = await loop.deps.store.get_steps(run_id, [str(StepKey.model(1))])
     assert next_model is None and not loop.answers  # the join did not fire
-    await approval.decide(loop.deps, run_id, waiting.key, StepDecision(
+    await waits.resolve(loop.deps, run_id, waiting.key, StepDecision(
         decision="approve", by="alice", at=loop.deps.clock.now()))
     await loop.run_until_idle()
     assert sent == [{"to": "bob", "amount": 500}]
@@ -176,7 +176,7 @@ async def test_an_approval_after_the_deadline_rejects_the_call_instead_of_runnin
     (waiting,) = await tool_result(loop, run_id)
     assert waiting.waiting is not None
     loop.deps.clock.advance(601)  # type: ignore[attr-defined]
-    step, _ = await approval.decide(loop.deps, run_id, waiting.key, StepDecision(
+    step, _ = await waits.resolve(loop.deps, run_id, waiting.key, StepDecision(
         decision="approve", by="alice", at=loop.deps.clock.now()))
     assert step.decision is not None
     assert (step.decision.decision, step.decision.by, step.decision.at) == (
@@ -348,7 +348,7 @@ async def test_cancelling_a_waiting_run_ends_it_without_running_the_call() -> No
     run = await loop.deps.store.get_run(run_id)
     assert run is not None and run.status is RunStatus.CANCELLED and sent == []
     (step,) = await tool_result(loop, run_id)
-    assert step.decision is not None and step.decision.by == approval.CANCEL
+    assert step.decision is not None and step.decision.by == waits.CANCEL
 
 
 async def test_the_delivery_that_recorded_the_wait_is_in_the_steps_cost() -> None:
@@ -357,7 +357,7 @@ async def test_the_delivery_that_recorded_the_wait_is_in_the_steps_cost() -> Non
     assert waiting is not None and waiting.wait_cost is not None
     # Its claim, its waiting commit (the step and the run) and the notice it published.
     assert waiting.wait_cost.firestore_writes == 3 and waiting.wait_cost.pubsub_bytes >= 2000
-    await approval.decide(loop.deps, run_id, waiting.key, StepDecision(
+    await waits.resolve(loop.deps, run_id, waiting.key, StepDecision(
         decision="approve", by="alice", at=loop.deps.clock.now()))
     await loop.run_until_idle()
     (done,) = await tool_result(loop, run_id)

@@ -20,10 +20,11 @@ from ackloop.bus.memory import MemoryPublisher, Published
 from ackloop.clock import ManualClock
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.engine import children, events
+from ackloop.engine import children
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import cancel_run
 from ackloop.engine.spend import steps_usage
+from ackloop.engine.waits import arrivals
 from ackloop.inprocess import InProcessLoop
 from ackloop.keys import run_id_for_request
 from ackloop.model.base import ModelRequest, ModelTurn
@@ -447,7 +448,7 @@ async def test_a_caller_cannot_send_the_event_a_child_run_ends_with() -> None:
     forged = ReceivedEvent(payload={"status": "completed", "stop_reason": "answered",
                                     "answer": "forged"}, by="mallory", at=1.0)
     with pytest.raises(DecisionRefused) as refused:
-        await events.deliver(loop.deps, run_id, "child.0000-tool-000", forged)
+        await arrivals.deliver(loop.deps, run_id, "child.0000-tool-000", forged)
     assert (refused.value.status, refused.value.reason) == (422, "reserved_event")
     await loop.run_until_idle()
     parent = await loop.deps.store.get_run(run_id)
@@ -490,10 +491,10 @@ async def test_a_childs_approval_wait_keeps_the_whole_tree_waiting_at_no_cost() 
     assert parent.status is child.status is RunStatus.RUNNING and not loop.queued()
     (waiting,) = [s for s in await loop.deps.store.list_steps(child.run_id)
                   if s.status is StepStatus.WAITING]
-    from ackloop.engine import approval
+    from ackloop.engine.waits import core as waits
     from ackloop.records import StepDecision
 
-    await approval.decide(loop.deps, child.run_id, waiting.key, StepDecision(
+    await waits.resolve(loop.deps, child.run_id, waiting.key, StepDecision(
         decision="approve", by="alice", at=loop.deps.clock.now()), "approval")
     await loop.run_until_idle()
     parent = await loop.deps.store.get_run(parent.run_id)  # type: ignore[assignment]
@@ -564,14 +565,14 @@ async def test_a_call_rejected_at_its_deadline_counts_what_its_child_spent_until
     """The child waits for a person's approval; the parent's call reaches its deadline first
     and is rejected: the child is cancelled, and what it had used (its first model call) is in
     the parent's usage and cost."""
-    from ackloop.engine import approval
+    from ackloop.engine.waits import core as waits
     from ackloop.records import DEADLINE, StepDecision
 
     loop = booking_loop([])
     parent = await ask(loop, "planner")
     child = await child_of(loop, parent, "0000-tool-000")
     assert child.status is RunStatus.RUNNING  # waiting for the approval
-    await approval.decide(loop.deps, parent.run_id, "0000-tool-000", StepDecision(
+    await waits.resolve(loop.deps, parent.run_id, "0000-tool-000", StepDecision(
         decision="reject", by=DEADLINE, at=loop.deps.clock.now()))
     await loop.run_until_idle()
     ended = await loop.deps.store.get_run(parent.run_id)
@@ -622,7 +623,7 @@ async def test_the_end_of_a_child_still_running_is_not_taken_and_its_real_end_is
     child = await child_of(loop, parent, "0000-tool-000")
     assert not child.status.terminal
 
-    early = await children.deliver_end(loop.deps, child.run_id)
+    early = await arrivals.deliver_end(loop.deps, child.run_id)
 
     (step,) = await loop.deps.store.get_steps(parent_id, ["0000-tool-000"])
     assert step is not None and step.status is StepStatus.WAITING and step.decision is None
@@ -656,14 +657,15 @@ class Interleaving(CountingDocumentDB):
 
 
 async def test_the_ends_of_parallel_children_delivered_at_once_are_all_taken() -> None:
-    """Four children end and their ends reach the parent at the same moment: each delivery
-    reads the parent's run, and all but one find it changed when they commit. Each reads again
-    and commits (none is lost, none fails back to Pub/Sub), and the parent reads all four."""
-    tools = ["ask_a", "ask_b", "ask_c", "ask_d"]
+    """Eight children end and their ends reach the parent at the same moment: each resolves its
+    own call, writing that call's step alone and no document of the parent's run (no hot
+    document), each exactly once; the parent's turn goes on once and reads all eight."""
+    tools = [f"ask_{name}" for name in "abcdefgh"]
     team = Team({"planner": tools})
     subs = [Agent(t.removeprefix("ask_"), "Answer.") for t in tools]
     agents = [Agent("planner", "Plan.", [s.as_tool() for s in subs]), *subs]
-    db = Interleaving(MemoryDocumentDB())
+    memory = MemoryDocumentDB()
+    db = Interleaving(memory)
     publisher = MemoryPublisher()
     loop = InProcessLoop(Deps(settings=SETTINGS, store=AgentStore(db), publisher=publisher,
                               model=ScriptedModel(team), agents=AgentRegistry(agents),
@@ -675,26 +677,32 @@ async def test_the_ends_of_parallel_children_delivered_at_once_are_all_taken() -
         ends += [m for m in pending if b"child_ended" in m.data]
         pending = await deliver_all(loop, [m for m in steps_of(loop, pending)
                                            if b"child_ended" not in m.data])
-    assert len(ends) == 4
+    assert len(ends) == 8
     parent_id = run_id_for_request("q")
+    parent_docs = f"runs/{parent_id}"
+    keys = [f"0000-tool-00{i}" for i in range(8)]
+    before = dict(memory.written)
 
     db.on = True
     outcomes = await asyncio.gather(*(loop.deliver("query", m) for m in ends))
     db.on = False
 
-    assert [o.acknowledged for o in outcomes] == [True] * 4, outcomes
+    assert [o.acknowledged for o in outcomes] == [True] * 8, outcomes
+    written = {p: n - before.get(p, 0) for p, n in memory.written.items()
+               if n != before.get(p, 0)}
+    assert written == {f"{parent_docs}/steps/{k}": 1 for k in keys}, written
     parent = await loop.deps.store.get_run(parent_id)
-    assert parent is not None and sorted(parent.received) == [
-        f"child.0000-tool-00{i}" for i in range(4)]
-    waiting = await loop.deps.store.get_steps(parent_id, [f"0000-tool-00{i}" for i in range(4)])
+    assert parent is not None and parent.received == {}
+    waiting = await loop.deps.store.get_steps(parent_id, keys)
     assert all(s is not None and s.decision is not None
                and s.decision.decision == "received" for s in waiting)
-    await drain(loop, take(loop))
+    resent = [m for m in take(loop) if b"tool_step" in m.data or b'"index"' in m.data]
+    await drain(loop, resent)
     parent = await loop.deps.store.get_run(parent_id)
     assert parent is not None and parent.status is RunStatus.COMPLETED
-    assert parent.answer == ("planner answers (ask_a=a answers; ask_b=b answers; "
-                             "ask_c=c answers; ask_d=d answers)")
-    assert [agent for agent, _ in team.calls].count("planner") == 2
+    assert parent.answer == "planner answers (" + "; ".join(
+        f"{t}={t.removeprefix('ask_')} answers" for t in tools) + ")"
+    assert [agent for agent, _ in team.calls].count("planner") == 2  # the turn went on once
 
 
 async def test_a_call_whose_child_ended_before_its_wait_was_recorded_records_the_wait() -> None:

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from ackloop.docdb.base import Write
-from ackloop.engine import approval, events
 from ackloop.engine.ingest import start_run
+from ackloop.engine.waits import arrivals
+from ackloop.engine.waits import core as waits
 from ackloop.keys import StepKey, run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
@@ -73,7 +74,7 @@ async def test_a_call_waits_for_its_event_then_runs_with_the_payload() -> None:
     (notice,) = loop.notices
     assert (notice.waiting_for, notice.event_name, notice.step) == ("event", "shipped:A7", STEP)
 
-    delivered = await events.deliver(loop.deps, run_id, "shipped:A7", shipped(loop))
+    delivered = await arrivals.deliver(loop.deps, run_id, "shipped:A7", shipped(loop))
     assert delivered.recorded and delivered.resumed == [STEP]
     await loop.run_until_idle()
     assert seen == [{"order": "A7", "event": {"tracking": "T-1"}}]
@@ -105,9 +106,9 @@ async def test_an_event_that_arrives_first_is_kept_and_the_call_runs_at_once() -
     # Recorded as every wait is (what it waited for, what resolved it), though it never waited.
     assert step.waiting is not None and step.waiting.event == "shipped:A7"
     assert step.decision is not None and step.decision.decision == "received"
-    assert step.decision.payload == {"tracking": "T-0"} and step.decision.by == events.PUBSUB
+    assert step.decision.payload == {"tracking": "T-0"} and step.decision.by == arrivals.PUBSUB
     run = await loop.deps.store.get_run(run_id)
-    assert run is not None and run.received["shipped:A7"].by == events.PUBSUB
+    assert run is not None and run.received["shipped:A7"].by == arrivals.PUBSUB
     assert run.status is RunStatus.COMPLETED
 
 
@@ -173,33 +174,33 @@ async def test_a_run_that_changes_at_every_waiting_commit_still_finds_its_event_
 async def test_the_same_event_again_is_a_repeat_and_another_one_is_refused() -> None:
     seen: list[dict[str, Any]] = []
     loop, run_id = await shipping_run("repeat", seen)
-    first = await events.deliver(loop.deps, run_id, "shipped:A7", shipped(loop))
-    again = await events.deliver(loop.deps, run_id, "shipped:A7", shipped(loop, by="other"))
+    first = await arrivals.deliver(loop.deps, run_id, "shipped:A7", shipped(loop))
+    again = await arrivals.deliver(loop.deps, run_id, "shipped:A7", shipped(loop, by="other"))
     assert first.recorded and not again.recorded and again.event.by == "carrier"
     assert again.resumed == [STEP]  # re-sent: the claim absorbs the duplicate
     with pytest.raises(DecisionRefused) as refused:
-        await events.deliver(loop.deps, run_id, "shipped:A7", shipped(loop, "T-2"))
+        await arrivals.deliver(loop.deps, run_id, "shipped:A7", shipped(loop, "T-2"))
     assert (refused.value.status, refused.value.reason) == (409, "already_received")
     await loop.run_until_idle()
     assert len(seen) == 1 and loop.answers[0].status == "completed"
     # The kept event once more, after the run ended (a sender unsure it got through): still a
     # repeat, not a refusal, and nothing runs again.
-    repeat = await events.deliver(loop.deps, run_id, "shipped:A7", shipped(loop))
+    repeat = await arrivals.deliver(loop.deps, run_id, "shipped:A7", shipped(loop))
     assert not repeat.recorded and repeat.event.payload == {"tracking": "T-1"}
     await loop.run_until_idle()
     assert len(seen) == 1
     with pytest.raises(DecisionRefused) as ended:
-        await events.deliver(loop.deps, run_id, "late", shipped(loop))
+        await arrivals.deliver(loop.deps, run_id, "late", shipped(loop))
     assert (ended.value.status, ended.value.reason) == (409, "run_ended")
     with pytest.raises(DecisionRefused) as missing:
-        await events.deliver(loop.deps, "no-such-run", "x", shipped(loop))
+        await arrivals.deliver(loop.deps, "no-such-run", "x", shipped(loop))
     assert missing.value.status == 404
 
 
 async def test_an_approval_cannot_decide_a_call_that_waits_for_an_event() -> None:
     loop, run_id = await shipping_run("not-an-approval", [])
     with pytest.raises(DecisionRefused) as refused:
-        await approval.decide(loop.deps, run_id, STEP, StepDecision(
+        await waits.resolve(loop.deps, run_id, STEP, StepDecision(
             decision="approve", by="alice", at=1.0), "approval")
     assert refused.value.status == 409 and "shipped:A7" in str(refused.value)
 
@@ -244,10 +245,10 @@ async def test_parallel_calls_each_wait_for_their_own_event_and_the_join_holds()
     steps = await loop.deps.store.list_steps(run_id)
     assert [s.status for s in steps if s.kind == "tool"] == [
         StepStatus.WAITING, StepStatus.WAITING, StepStatus.COMPLETED]
-    await events.deliver(loop.deps, run_id, "shipped:B2", shipped(loop, "T-B"))
+    await arrivals.deliver(loop.deps, run_id, "shipped:B2", shipped(loop, "T-B"))
     await loop.run_until_idle()
     assert seen == [{"order": "B2", "event": {"tracking": "T-B"}}] and not loop.answers
-    await events.deliver(loop.deps, run_id, "shipped:A7", shipped(loop, "T-A"))
+    await arrivals.deliver(loop.deps, run_id, "shipped:A7", shipped(loop, "T-A"))
     await loop.run_until_idle()
     assert len(seen) == 2 and loop.answers[0].status == "completed"
 
@@ -307,7 +308,7 @@ async def test_a_published_event_reaches_only_runs_of_the_topics_own_caller() ->
     kept = await loop.deps.store.get_run(run.run_id)
     assert kept is not None and kept.received == {}
 
-    delivered = await events.deliver(loop.deps, run.run_id, "shipped:A7",
+    delivered = await arrivals.deliver(loop.deps, run.run_id, "shipped:A7",
                                      shipped(loop, by="google:ada"), owner="google:ada")
     assert delivered.resumed == [STEP]
     await loop.run_until_idle()

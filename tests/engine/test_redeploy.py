@@ -28,7 +28,7 @@ import pytest
 from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import Published
 from ackloop.clock import ManualClock
-from ackloop.engine import approval
+from ackloop.engine.waits import core as waits
 from ackloop.inprocess import InProcessLoop
 from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey, run_id_for_request
@@ -428,7 +428,7 @@ async def test_a_call_waiting_for_approval_on_a_tool_a_redeploy_removed_ends_its
         (swept,) = await sweep(b.deps)
         assert swept.action == "resumed"
     else:
-        await approval.decide(b.deps, run_id, "0000-tool-000", StepDecision(
+        await waits.resolve(b.deps, run_id, "0000-tool-000", StepDecision(
             decision="approve" if decision == "approve" else "reject",
             comment=None if decision == "approve" else "no", by="alice",
             at=b.deps.clock.now()))

@@ -3,7 +3,7 @@
 The decision is recorded on the step with who decided (the caller) and when, in one commit
 conditional on the step as read: the first decision wins, the same one again answers the
 recorded decision (200), another one 409. The step's message is then published again and the
-step resumes through the ordinary path (:mod:`ackloop.engine.approval`). Owner-checked like
+step resumes through the ordinary path (:mod:`ackloop.engine.waits`). Owner-checked like
 every run route.
 """
 
@@ -19,10 +19,11 @@ from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError
 from ackloop.api.models import ErrorBody
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
-from ackloop.engine import approval
+from ackloop.engine.waits import core as waits
 from ackloop.records import DEADLINE, StepDecision
 from ackloop.store import DecisionRefused
 from ackloop.tools.arguments import InvalidArguments, parse_arguments
+from ackloop.tools.definition import find_tool
 from ackloop.wire import check_json_value
 
 MAX_DECISION_ARGS_BYTES = 64 * 1024
@@ -82,8 +83,8 @@ async def decide(request: Request, run_id: RunId, step: StepKeyParam, body: Deci
         if body.decision == "reject":
             raise ApiError(422, "invalid_request", "args go with an approval, not a rejection")
         (record,) = await deps.store.get_steps(run_id, [step])
-        tool = approval.find_tool(deps.agents.get(run.agent).tools,
-                                  record.name if record is not None else "")
+        tool = find_tool(deps.agents.get(run.agent).tools,
+                         record.name if record is not None else "")
         if tool is not None:
             try:
                 parse_arguments(tool, body.args)
@@ -93,7 +94,7 @@ async def decide(request: Request, run_id: RunId, step: StepKeyParam, body: Deci
     decision = StepDecision(decision=body.decision, args=body.args, comment=body.comment,
                             by=caller, at=deps.clock.now())
     try:
-        recorded, decided = await approval.decide(deps, run_id, step, decision, "approval")
+        recorded, decided = await waits.resolve(deps, run_id, step, decision, "approval")
     except DecisionRefused as exc:
         raise ApiError(exc.status, exc.reason, str(exc)) from exc
     final = recorded.decision or decision

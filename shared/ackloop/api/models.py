@@ -194,7 +194,9 @@ class WaitingView(BaseModel):
         w = step.waiting
         if w is None or step.status is not StepStatus.WAITING or step.decision is not None:
             return None
-        return cls(step=step.key, waiting_for=w.kind, event_name=w.event, tool=w.tool,
+        # A child's wait shows as before it had a kind of its own: the event ``child.<step>``.
+        return cls(step=step.key, waiting_for="approval" if w.kind == "approval" else "event",
+                   event_name=w.event, tool=w.tool,
                    args=w.args, since=w.since, deadline=w.deadline)
 
 

@@ -2,7 +2,7 @@
 
 The calls of the run waiting for the event (a tool with ``waits_for``) resume with its
 payload; an event that arrives before any call waits for it is kept on the run, and a call
-that waits for it later runs at once (:mod:`ackloop.engine.events`). Each name is received
+that waits for it later runs at once (:mod:`ackloop.engine.waits.arrivals`). Each name is received
 once per run: the same event again (same payload and id) answers 200 with ``recorded: false``
 and re-sends the waiting steps' messages; another one under the name gets 409. The same
 events can be published to the queries topic (``{"type": "event", ...}``). Owner-checked like
@@ -21,7 +21,7 @@ from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError
 from ackloop.api.models import ErrorBody
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
-from ackloop.engine import events
+from ackloop.engine.waits import arrivals
 from ackloop.records import ReceivedEvent
 from ackloop.store import DecisionRefused
 from ackloop.wire import ID_PATTERN, MAX_EVENT_PAYLOAD_BYTES, Identifier, check_event_payload
@@ -77,7 +77,7 @@ async def send_event(request: Request, run_id: RunId, name: EventName, body: Eve
     await existing_run(deps, run_id, caller)
     event = ReceivedEvent(payload=body.payload, by=caller, at=deps.clock.now(), id=body.id)
     try:
-        delivered = await events.deliver(deps, run_id, name, event, owner=caller)
+        delivered = await arrivals.deliver(deps, run_id, name, event, owner=caller)
     except DecisionRefused as exc:
         raise ApiError(exc.status, exc.reason, str(exc)) from exc
     if delivered.too_late and delivered.too_late == delivered.resumed:

@@ -331,7 +331,7 @@ def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["a
             args: dict[str, Any] | None, comment: str | None, as_json: bool) -> None:
     """Record the decision as the API does (first wins) and resume the step. The decider is
     the local user at this host."""
-    from ackloop.engine import approval
+    from ackloop.engine.waits import core as waits
     from ackloop.records import StepDecision
     from ackloop.store import DecisionRefused
 
@@ -349,7 +349,7 @@ def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["a
         made = StepDecision(decision=decision, args=args, comment=comment, by=_local_user(),
                             at=deps.clock.now())
         try:
-            recorded, decided = await approval.decide(deps, run_id, key, made, "approval")
+            recorded, decided = await waits.resolve(deps, run_id, key, made, "approval")
         except DecisionRefused as exc:
             raise CliError(str(exc)) from exc
         return key, recorded, decided
@@ -381,7 +381,7 @@ def send_event(
     arrives first is kept until a call waits for it)."""
     from pydantic import ValidationError
 
-    from ackloop.engine import events
+    from ackloop.engine.waits import arrivals
     from ackloop.records import ReceivedEvent
     from ackloop.store import DecisionRefused
     from ackloop.wire import EventMessage
@@ -395,13 +395,13 @@ def send_event(
                                  for e in exc.errors())) from exc
     target = connect(directory)
 
-    async def deliver() -> events.Delivered:
+    async def deliver() -> arrivals.Delivered:
         await _existing(target, run_id)
         deps = await _deps(target)
         event = ReceivedEvent(payload=message.payload, by=_local_user(), at=deps.clock.now(),
                               id=message.id)
         try:
-            return await events.deliver(deps, run_id, name, event)
+            return await arrivals.deliver(deps, run_id, name, event)
         except DecisionRefused as exc:
             raise CliError(str(exc)) from exc
 

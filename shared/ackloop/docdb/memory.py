@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -37,6 +38,9 @@ class MemoryDocumentDB:
         self._docs: dict[str, tuple[JsonDict, int]] = {}
         self._versions = itertools.count(1)
         self._lock = asyncio.Lock()
+        self.written: Counter[str] = Counter()
+        """Writes applied, by document path: what tests and benches count of a hot
+        document (a parent's run written per child, say)."""
 
     def _snapshot(self, path: str) -> Snapshot | None:
         entry = self._docs.get(path)
@@ -85,6 +89,7 @@ class MemoryDocumentDB:
             else:
                 self._docs[w.path] = (copy.deepcopy(w.data), version)
             versions.append(version)
+            self.written[w.path] += 1
         return versions
 
     def _children(self, collection: str) -> list[Snapshot]:

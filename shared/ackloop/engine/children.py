@@ -45,8 +45,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackloop.cost import Cost
-from ackloop.engine import events
-from ackloop.engine.approval import CHILD_EVENT_PREFIX, find_tool, is_child_event
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import resend, send
 from ackloop.engine.spend import rolled_up, spent, steps_usage
@@ -54,7 +52,7 @@ from ackloop.jsondict import JsonDict
 from ackloop.keys import run_id_for_request
 from ackloop.outgoing import first_step
 from ackloop.records import (
-    ReceivedEvent,
+    CHILD_EVENT_PREFIX,
     RunLimits,
     RunRecord,
     RunStatus,
@@ -62,16 +60,17 @@ from ackloop.records import (
     StepStatus,
     StopReason,
 )
-from ackloop.store import AgentStore, DecisionRefused
+from ackloop.store import AgentStore
 from ackloop.telemetry import tracing
 from ackloop.tools.base import ToolOutcome
-from ackloop.tools.definition import SubAgent, Tool
+from ackloop.tools.definition import SubAgent, Tool, find_tool
 from ackloop.wire import FunctionCall, Usage
 
 log = logging.getLogger(__name__)
 
 EVENT_PREFIX = CHILD_EVENT_PREFIX
-"""Events named so are a child run's end: the engine's own, refused from callers."""
+"""A child's wait is named so (``child.<step key>``): the engine's own names, refused from
+callers as events."""
 MAX_RESULT_CHARS = 8_000
 """The most of a child's answer (or error) its parent's event keeps."""
 CHILD = "child"
@@ -84,7 +83,8 @@ def event_name(step_key: str) -> str:
 
 
 def is_reserved(name: str) -> bool:
-    return is_child_event(name)
+    """Whether the event ``name`` is a child run's end, which no caller may send."""
+    return name.startswith(EVENT_PREFIX)
 
 
 def child_request_id(parent_run_id: str, step_key: str) -> str:
@@ -191,11 +191,12 @@ def child_limits(deps: Deps, sub: SubAgent, budget: Left) -> RunLimits:
 
 async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
                       call: FunctionCall, usage: Usage, calls: int = 1,
-                      caller: str | None = None) -> ToolOutcome | None:
+                      caller: str | None = None) -> ToolOutcome | RunRecord:
     """Start the child run of the call at ``step_key`` (or find it: one per call), and send
     its first step if it was never claimed. A :class:`ToolOutcome` when the call may not
-    start one (the model reads why); None once the child exists. ``caller``: the agent whose
-    turn made the call."""
+    start one (the model reads why); else the child run as stored, which a call redelivered
+    after its child ended finds ended (the call then takes its end at once). ``caller``: the
+    agent whose turn made the call."""
     sub = tool.sub_agent
     assert sub is not None
     question = call.args.get("question")
@@ -233,7 +234,7 @@ async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
         await send(deps, parent.run_id, [entry])
     elif run.status is RunStatus.RUNNING:
         await resend(deps, parent.run_id, [entry])
-    return None
+    return run
 
 
 def end_payload(child: RunRecord) -> JsonDict:
@@ -279,52 +280,6 @@ def child_usage(payload: JsonDict | None) -> Usage | None:
     return Usage.model_validate(raw) if isinstance(raw, dict) else None
 
 
-async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
-    """The handler of a :class:`~ackloop.wire.ChildEndedMessage`: the child's end, read from
-    its record, delivered to its parent as the event its call waits for."""
-    child = await deps.store.get_run(child_id)
-    if child is None or child.parent_run_id is None or child.parent_step is None:
-        return {"run_id": child_id, "ignored": "not a child run"}
-    if not child.status.terminal:
-        return {"run_id": child_id, "ignored": f"the child is {child.status.value}"}
-    event = ReceivedEvent(payload=end_payload(child), by=CHILD, at=deps.clock.now(),
-                          id=child.run_id)
-    name = event_name(child.parent_step)
-    try:
-        delivered = await events.deliver(deps, child.parent_run_id, name, event, internal=True,
-                                         step=child.parent_step)
-    except DecisionRefused as exc:  # the parent ended (or is gone): nobody waits for it
-        log.info("child run %s ended; its parent %s did not take it: %s", child_id,
-                 child.parent_run_id, exc)
-        return {"run_id": child_id, "parent": child.parent_run_id, "refused": exc.reason}
-    return {"run_id": child_id, "parent": child.parent_run_id, "event": name,
-            "recorded": delivered.recorded, "resumed": delivered.resumed}
-
-
-def recorded_end(step: StepRecord) -> JsonDict | None:
-    """The end of the child a sub-agent's call at ``step`` waited for, when it has arrived (the
-    call's decision, ``received``); None otherwise."""
-    decision = step.decision
-    if not waits_for_child(step) or decision is None or decision.decision != "received":
-        return None
-    return decision.payload or {}
-
-
-def waits_for_child(step: StepRecord) -> bool:
-    """Whether ``step`` is a sub-agent's call that waited (or waits) for its child run."""
-    waiting = step.waiting
-    return waiting is not None and waiting.event is not None and is_reserved(waiting.event)
-
-
-async def counted_end(deps: Deps, parent: RunRecord, step: StepRecord) -> JsonDict | None:
-    """What a call that ends counts of its child, however it ends: the child's end when it
-    arrived, else what the child spent so far (the call rejected at its deadline, or its run
-    cancelled); None for a call without a child."""
-    if (end := recorded_end(step)) is not None:
-        return end
-    return await spent_so_far(deps, parent, step.key) if waits_for_child(step) else None
-
-
 async def spent_so_far(deps: Deps, parent: RunRecord, step_key: str) -> JsonDict | None:
     """What the child of the call at ``step_key`` has spent (its usage and cost), for a call
     that ends without the child's result (rejected at its deadline, or its run cancelled):
@@ -340,41 +295,16 @@ async def spent_so_far(deps: Deps, parent: RunRecord, step_key: str) -> JsonDict
             "cost": rolled_up(child, steps).model_dump(mode="json")}
 
 
-async def cancel_child(deps: Deps, parent: RunRecord, step_key: str) -> bool:
-    """Cancel the child of the call at ``step_key`` if it is still active: True if it was."""
-    from ackloop.engine.ending import cancel_run
-
-    child = await deps.store.get_run(child_run_id(parent, step_key))
-    if child is None or child.status.terminal:
-        return False
-    await cancel_run(deps, child.run_id)
-    return True
-
-
-async def cancel_children(deps: Deps, run_id: str,
-                          steps: list[StepRecord] | None = None) -> list[str]:
-    """Cancel the children of ``run_id`` still active (the parent was cancelled, or ended any
-    other way: a child whose caller has ended would run, and spend, for nobody); their ids.
-    ``steps``: the parent's steps, when the caller has read them."""
-    run = await deps.store.get_run(run_id)
-    if run is None:
-        return []
-    cancelled = []
-    for step in steps if steps is not None else await deps.store.list_steps(run_id):
-        if waits_for_child(step) and await cancel_child(deps, run, step.key):
-            cancelled.append(child_run_id(run, step.key))
-    return cancelled
-
-
 async def ended_children(store: AgentStore, run: RunRecord, steps: list[StepRecord]
                          ) -> list[str]:
-    """The children of ``run``'s calls still waiting, undecided, whose run has ended: their
+    """The children of ``run``'s calls still waiting, unresolved, whose run has ended: their
     end's message was lost, dead-lettered, or refused while the parent was ended (before a
-    redrive reopened it). One read per such call; the sweeper delivers their ends, a redrive
-    sends them again (their handler, :func:`deliver_end`, reads the child's record)."""
+    redrive reopened it), which a redrive sends again (the sweeper's pass over the waits
+    resolves them too). One read per such call."""
     ended = []
     for step in steps:
-        if step.status is StepStatus.WAITING and step.decision is None and waits_for_child(step):
+        if (step.status is StepStatus.WAITING and step.decision is None
+                and step.waiting is not None and step.waiting.kind == "child"):
             child = await store.get_run(child_run_id(run, step.key))
             if child is not None and child.status.terminal:
                 ended.append(child.run_id)

@@ -35,6 +35,7 @@ from ackloop.push import Delivery
 from ackloop.records import StepStatus, StopReason
 from ackloop.wire import (
     ChildEndedMessage,
+    EventMessage,
     ModelStepMessage,
     QueryMessage,
     StepMessage,
@@ -44,13 +45,21 @@ from ackloop.wire import (
 
 log = logging.getLogger(__name__)
 
-Ours = ModelStepMessage | ToolStepMessage | ChildEndedMessage | QueryMessage
+Ours = ModelStepMessage | ToolStepMessage | ChildEndedMessage | EventMessage | QueryMessage
 _ANY: TypeAdapter[Ours] = TypeAdapter(Ours)
 
 CHILD_ENDED = "child_ended"
 """The origin of a dead-lettered child run's end (:class:`ChildEndedMessage`, on the queries
 topic): re-driven as it is, since its handler reads the child and delivers its end to the
 parent, or says why not."""
+
+EVENT = "event"
+"""The origin of a dead-lettered named event (:class:`EventMessage`, on the queries topic):
+what a waiting call waits for, re-driven as it is (its handler keeps it on the run and resolves
+the calls waiting for it, or says why not)."""
+WAITED_FOR = (CHILD_ENDED, EVENT)
+"""The origins of what a waiting call waits for, arriving: re-driven to the queries topic as
+they are, never reopening a run."""
 
 MAX_KEPT_DATA_BYTES = 512 * 1024
 """What a dead-letter record keeps of the message's data (a document holds at most 1 MiB);
@@ -71,6 +80,8 @@ def _where(message: Ours | None) -> tuple[str | None, str | None, str | None]:
         return None, None, None
     if isinstance(message, ChildEndedMessage):
         return CHILD_ENDED, message.run_id, None
+    if isinstance(message, EventMessage):
+        return EVENT, message.run_id, None
     if isinstance(message, QueryMessage):
         return "queries", run_id_for_request(message.request_id), None
     if isinstance(message, ModelStepMessage):
@@ -108,6 +119,9 @@ async def _verdict(deps: Deps, message: Ours | None, run_id: str | None,
     if isinstance(message, ChildEndedMessage):
         return "child_end", ("a child run's end its parent did not take: the sweeper delivers "
                              "it, or re-drive it")
+    if isinstance(message, EventMessage):
+        return "event", (f"an event {message.name!r} its run did not take: a call waiting for "
+                         "it is rejected at its deadline unless it is re-driven")
     if isinstance(message, QueryMessage):
         # Its run either exists (the sweeper resumes it) or never started.
         if run_id and await deps.store.get_run(run_id) is not None:

@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from ackloop.engine import children, events
 from ackloop.engine.dead_letter import handle_dead_letter
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
@@ -24,6 +23,7 @@ from ackloop.engine.ingest import start_run
 from ackloop.engine.lease import RequestScope
 from ackloop.engine.spend import metered
 from ackloop.engine.tool_step import handle_tool_step
+from ackloop.engine.waits import arrivals
 from ackloop.errors import (
     PermanentError,
     PoisonMessage,
@@ -170,7 +170,7 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
         if isinstance(message, EventMessage):
             return Outcome(200, await _deliver_event(deps, message))
         if isinstance(message, ChildEndedMessage):
-            return Outcome(200, await children.deliver_end(deps, message.run_id))
+            return Outcome(200, await arrivals.deliver_end(deps, message.run_id))
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
                                        delivery.attributes.get("reads"))
         # A step whose model request inlines large files holds one of the process's slots
@@ -210,10 +210,10 @@ async def _deliver_event(deps: Deps, message: EventMessage) -> dict[str, Any]:
     """An event from the queries topic: kept and its waiting steps resumed; a refusal (no such
     run, an ended one, another event of the name) is permanent, so acknowledged and recorded."""
     update_log_context(run_id=message.run_id)
-    event = ReceivedEvent(payload=message.payload, by=events.PUBSUB, at=deps.clock.now(),
+    event = ReceivedEvent(payload=message.payload, by=arrivals.PUBSUB, at=deps.clock.now(),
                           id=message.id)
     try:
-        delivered = await events.deliver(deps, message.run_id, message.name, event,
+        delivered = await arrivals.deliver(deps, message.run_id, message.name, event,
                                          owner=ANONYMOUS)
     except DecisionRefused as exc:
         raise PermanentError(str(exc), reason=exc.reason) from exc

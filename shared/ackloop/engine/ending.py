@@ -9,11 +9,11 @@ from typing import Any
 
 from ackloop import outgoing
 from ackloop.cost import Cost
-from ackloop.engine import approval
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import ended_with
 from ackloop.engine.outbox import send
 from ackloop.engine.spend import rolled_up, steps_usage
+from ackloop.engine.waits import core as waits
 from ackloop.records import RunRecord, RunStatus, StopReason
 from ackloop.store import RunEnd
 from ackloop.telemetry import metrics
@@ -64,9 +64,7 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
         outbox.append(outgoing.first_step(next_run_id, other_run=True,
                                           trace_id=queued.trace_id if queued else None))
     await send(deps, run_id, outbox)
-    from ackloop.engine.children import cancel_children
-
-    await cancel_children(deps, run_id, steps)  # a child of an ended run works for nobody
+    await waits.abandon_all(deps, run, steps)  # a child of an ended run works for nobody
     return run
 
 
@@ -105,17 +103,14 @@ async def publish_end(deps: Deps, run: RunRecord) -> None:
 
 
 async def cancel_run(deps: Deps, run_id: str) -> RunRecord | None:
-    """Cancel a run: a queued one ends at once; a running one stops at its next step."""
+    """Cancel a run: a queued one ends at once; a running one stops at its next step, and its
+    waits are rejected (``by`` ``cancel``)."""
     run = await deps.store.get_run(run_id)
     if run is not None and run.status is RunStatus.QUEUED:
         ended = await end_run_now(deps, run_id, run_end(StopReason.CANCELLED, run.usage,
                                                         error="cancelled before it started"))
         if ended is not None:
             return ended
-    requested = await deps.store.request_cancel(run_id)
-    if requested is not None and requested.status is RunStatus.RUNNING:
-        await approval.reject_on_cancel(deps, run_id)
-        from ackloop.engine.children import cancel_children
-
-        await cancel_children(deps, run_id)  # its sub-agents' runs stop too
-    return requested
+    # A running one has its waits rejected and what they wait for abandoned: its sub-agents'
+    # runs stop too, and theirs in turn (the same pass the sweeper makes, :mod:`waits`).
+    return await waits.cancel_tree(deps, run_id)

@@ -83,7 +83,7 @@ class ClaimRef:
     def __init__(self, claim: Claim) -> None:
         self.claim = claim
         self.waited: tuple[Waiting, StepDecision] | None = None
-        """A wait met at once (:func:`ackloop.engine.approval.met_at_once`), for the commit."""
+        """A wait met at once (:func:`ackloop.engine.waits.core.met_at_once`), for the commit."""
 
 
 async def claim_waiting(

@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import replace
 
-from ackloop.engine import approval, children, claims, outbox
+from ackloop.engine import children, claims, outbox
 from ackloop.engine.commit import Basis, Decision, commit
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import (
@@ -30,17 +30,19 @@ from ackloop.engine.lease import (
     released_on_failure,
 )
 from ackloop.engine.ledger import committed_tool_message
+from ackloop.engine.waits import core as waits
+from ackloop.engine.waits.kinds import KINDS, Wait, kind_of, rejection, wait_of
 from ackloop.errors import PermanentError, UnknownRun
 from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey, tool_turn_range
 from ackloop.outgoing import after_tools
-from ackloop.records import RunStatus, StepStatus
+from ackloop.records import RunStatus, StepDecision, StepStatus, Waiting
 from ackloop.store import RunRead
 from ackloop.telemetry import tracing
 from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome, prepare_toolbox
-from ackloop.tools.definition import Tool
+from ackloop.tools.definition import find_tool
 from ackloop.tools.outcome import error_outcome
-from ackloop.wire import ToolStepMessage, Usage
+from ackloop.wire import FunctionCall, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +71,7 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
     if claim.state == "waiting":
         # A re-send of a step that waits for a decision: nothing runs; say it waits again.
         if claim.step.waiting is not None:
-            await approval.announce(deps, run_read.record,
-                                    claim.key, claim.step.waiting)
+            await waits.announce(deps, run_read.record, claim.key, claim.step.waiting)
         return
     if claim.state != "completed":
         ref = ClaimRef(claim)
@@ -99,7 +100,7 @@ async def _run_claimed(
     """Run the call, or say why not: its outcome, how long the call took and, for a
     sub-agent's call, its child run's end (what it cost and used). No outcome: the run has
     ended, or the call now waits for a decision, an event or a child run (recorded by
-    :mod:`ackloop.engine.approval`): record nothing more."""
+    :mod:`ackloop.engine.waits`): record nothing more."""
     claim = ref.claim
     run = run_read.record
     if run.status is not RunStatus.RUNNING:
@@ -108,10 +109,13 @@ async def _run_claimed(
         return None, None, None
     if run.cancel_requested:
         # Cancelled after the fan-out: the call is not made; the join still completes the
-        # turn so that the next model step ends the run as cancelled. A sub-agent's call still
-        # counts what its child spent (its end, or its steps so far: the cancel stops it).
+        # turn so that the next model step ends the run as cancelled. What the call waits for
+        # is abandoned (a child stops) and what it spent counts (a child's end, or its steps
+        # so far).
+        wait = _sub_agent_wait(deps, message, run_read)
         return (_error("not run: the run was cancelled"), None,
-                await children.counted_end(deps, run, claim.step))
+                await (waits.forsake(deps, run, claim.step, wait) if wait is not None
+                       else waits.counted(deps, run, claim.step)))
     agent = deps.agents.get(_agent_name(deps, message, run_read))
     tracing.note(agent=agent.name)
     context = ToolContext(
@@ -127,34 +131,32 @@ async def _run_claimed(
     await prepare_tools(deps, ref, agent.tools)  # what is_retry_safe reads, for MCP tools
     decision = claim.step.decision
     call = message.call
-    engine_run = approval.find_tool(agent.tools, call.name)
+    engine_run = find_tool(agent.tools, call.name)
     if engine_run is not None and (target := engine_run.handoff) is not None:
         # A hand-off runs nothing: its result says who takes over (the next model step
         # reads it from this step's record and becomes that agent's turn).
         return ToolOutcome(response={"result": f"agent {target!r} takes over the conversation",
                                      "handoff": target}), None, None
     if engine_run is not None and engine_run.sub_agent is not None:
-        outcome, child = await _run_sub_agent(deps, ref, run_read, engine_run, message)
+        outcome, child = await _run_sub_agent(deps, ref, run_read, Wait(engine_run,
+                                                                        KINDS["child"]), message)
         return outcome, None, child
     if decision is None:
         try:
-            wait = approval.wait_of(agent.tools, call)
+            wait = wait_of(agent.tools, call.name, call.args)
         except ValueError as exc:
             return _error(f"not run: {exc}"), None, None
         if wait is not None:
             try:
-                arrived = await approval.wait_for_decision(deps, ref, run_read, wait, call)
-            except approval.WaitCancelled:
+                decision = await waits.begin(deps, ref, run_read, wait, call)
+            except waits.WaitCancelled:
                 return _error("not run: the run was cancelled"), None, None
-            if arrived is None:
+            if decision is None:
                 return None, None, None
-            context = context.model_copy(update={"event": arrived.payload})
-    elif decision.decision == "reject":
-        return approval.rejection(decision, claim.step.waiting), None, None
-    elif decision.decision == "received":
-        context = context.model_copy(update={"event": decision.payload or {}})
-    else:
-        call = approval.decided_call(call, decision)
+    if decision is not None:
+        read, call, context = _resolved(decision, claim.step.waiting, call, context)
+        if read is not None:
+            return read, None, None
     if claim.state == "taken_over" and (
             refused := _not_again(agent.tools, message.call.name, call.name)) is not None:
         return refused, None, None
@@ -194,37 +196,59 @@ async def store_files(deps: Deps, outcome: ToolOutcome) -> ToolOutcome:
     return outcome.model_copy(update={"response": response, "files": ()})
 
 
-async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, tool: Tool,
+def _resolved(decision: StepDecision, waiting: Waiting | None, call: FunctionCall,
+              context: ToolContext) -> tuple[ToolOutcome | None, FunctionCall, ToolContext]:
+    """What a resolved wait makes of the call: what the model reads instead of running it (a
+    rejection), or the call to run (with a person's edited arguments) and its context (with
+    the event's payload)."""
+    read = kind_of(waiting).outcome(decision, waiting) if waiting is not None else None
+    if read is None and decision.decision == "reject":
+        read = rejection(decision, waiting)
+    if decision.decision == "received":
+        context = context.model_copy(update={"event": decision.payload or {}})
+    elif decision.args is not None:
+        call = call.model_copy(update={"args": decision.args})
+    return read, call, context
+
+
+def _sub_agent_wait(deps: Deps, message: ToolStepMessage, run_read: RunRead) -> Wait | None:
+    """The wait of a sub-agent's call (for its child), if the call is one."""
+    agent = _agent_name(deps, message, run_read)
+    if agent not in deps.agents:
+        return None
+    tool = children.sub_agent_tool(deps.agents.get(agent).tools, message.call.name)
+    return Wait(tool, KINDS["child"]) if tool is not None else None
+
+
+async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, wait: Wait,
                          message: ToolStepMessage) -> tuple[ToolOutcome | None, JsonDict | None]:
     """A sub-agent's call (:mod:`ackloop.engine.children`): start its child run and wait for
-    its end; resumed by that end, what the parent's model reads of it, and that end (its
-    payload: what the child cost and used)."""
+    its end (:mod:`ackloop.engine.waits`); resumed by that end (or finding it ended already),
+    what the parent's model reads of it, and that end (its payload: what the child cost and
+    used)."""
     claim = ref.claim
+    run = run_read.record
     decision = claim.step.decision
     if decision is None:
         used = message.usage.plus(Usage(tool_calls=message.call_count))  # this turn's too
-        refused = await children.start_child(deps, run_read.record, claim.key, tool,
-                                             message.call, used, message.call_count,
+        started = await children.start_child(deps, run, claim.key, wait.tool, message.call,
+                                             used, message.call_count,
                                              caller=_agent_name(deps, message, run_read))
-        if refused is not None:
-            return refused, None
-        wait = approval.Wait(tool, children.event_name(claim.key))
+        if isinstance(started, ToolOutcome):
+            return started, None
         try:
-            arrived = await approval.wait_for_decision(deps, ref, run_read, wait, message.call)
-        except approval.WaitCancelled:
-            await children.cancel_child(deps, run_read.record, claim.key)
+            decision = await waits.begin(deps, ref, run_read, wait, message.call)
+        except waits.WaitCancelled:
             return (_error("not run: the run was cancelled"),
-                    await children.spent_so_far(deps, run_read.record, claim.key))
-        if arrived is None:
+                    await waits.forsake(deps, run, claim.step, wait))
+        if decision is None:
             return None, None
-        return children.outcome(arrived.payload), arrived.payload
     if decision.decision == "received":
         return children.outcome(decision.payload or {}), decision.payload or {}
     # Rejected: the run was cancelled, or the child outlasted the wait's deadline; it stops,
     # and what it spent until now counts in the parent's usage and cost.
-    await children.cancel_child(deps, run_read.record, claim.key)
-    return (approval.rejection(decision, claim.step.waiting),
-            await children.counted_end(deps, run_read.record, claim.step))
+    return (rejection(decision, claim.step.waiting),
+            await waits.forsake(deps, run, claim.step, wait))
 
 
 async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessage) -> bool:
@@ -237,11 +261,10 @@ async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessag
         tools = deps.agents.get(message.agent if message.agent in deps.agents
                                 else run.agent).tools
         await prepare_toolbox(tools)  # what is_retry_safe reads, for MCP tools; kept once done
-        waits = (approval.wait_of(tools, message.call) is not None
-                 or children.sub_agent_tool(tools, message.call.name) is not None)
+        waiting = wait_of(tools, message.call.name, message.call.args) is not None
     except Exception:  # the claimed path reports it as it always did
         return False
-    return not claims.tool_call_claims(deps.settings, waits=waits,
+    return not claims.tool_call_claims(deps.settings, waits=waiting,
                                        retry_safe=_retry_safe(tools, message.call.name))
 
 

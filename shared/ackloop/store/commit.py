@@ -86,7 +86,7 @@ class Decision:
     waited: tuple[Waiting, StepDecision] | None = None
     """A call whose awaited event had arrived before it came to wait: its wait and what
     resolved it, recorded on the step as a wait resolved later is
-    (:func:`ackloop.engine.approval.met_at_once`)."""
+    (:func:`ackloop.engine.waits.core.met_at_once`)."""
     child_usage: Usage | None = None
     """A sub-agent's call: what its child run used (its whole tree), recorded in this step's
     usage and its children's part (:meth:`Usage.with_child`), from which the next model step

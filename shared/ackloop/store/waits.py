@@ -1,12 +1,12 @@
-"""The waits room: a step that waits for a person or a named event, the decision or event
-that ends the wait, and the run clocks the sweeper reads."""
+"""The waits room: a step that waits (for a person, a named event or its child run), the
+decision that ends the wait, the events a run keeps, and the run clocks the sweeper reads."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from ackloop.cost import Cost
 from ackloop.docdb.base import (
@@ -27,6 +27,7 @@ from ackloop.records import (
     StepRecord,
     StepStatus,
     Waiting,
+    WaitKindName,
 )
 from ackloop.store.base import Claim, StoreBase
 from ackloop.store.commit import RunRead
@@ -64,41 +65,50 @@ class Waits(StoreBase):
     """A waiting step's record, its decision, the events a run receives (and their payloads),
     and the writes that move a run's ``progress_at`` for the sweeper."""
 
-    async def wait_step(self, claim: Claim, waiting: Waiting, read: RunRead,
+    async def wait_step(self, claim: Claim, waiting: Waiting, read: RunRead | None,
                         sweep_at: float, cost: Cost | None = None) -> None:
-        """Record the step as waiting (lease given back) in one batch with the run's
-        ``progress_at`` moved to ``sweep_at`` (when the sweeper should find the run idle: at
-        the deadline) unless another call of the turn set an earlier one: the sweeper then
-        leaves the run alone until a decision or the deadline.
+        """Record the step as waiting (lease given back), conditional on the claim.
+
+        ``read``: the run as read, for a wait that keeps its clock on the run document (a
+        person's decision, a named event): in one batch, the run's ``progress_at`` moves to
+        ``sweep_at`` (when the sweeper should find the run idle: at the deadline) unless
+        another call of the turn set an earlier one, conditional on the run as read (an
+        event kept or a cancel requested meanwhile refuses it). None: the step alone is
+        written (a child's wait: the run's sweeper looks at it every ``sweep_stale_seconds``
+        anyway, and a parent's run document is never written per child).
 
         Raises :class:`LeaseLost` or :class:`StaleRead` (nothing written)."""
-        record, run = read.record, read.snapshot
-        turn = claim.step.turn
-        if record.wait_turn == turn and record.progress_at is not None:
-            # Another call of the turn waits (or was decided): the sweeper looks at the
-            # earliest time any of them asked for, which may already have come (a deadline
-            # nearer than sweep_stale_seconds); it then reschedules to the earliest deadline.
-            sweep_at = min(sweep_at, record.progress_at)
         step_write = Write("update", self.step_path(claim.run_id, claim.key), {
             "status": StepStatus.WAITING.value, "waiting": waiting.to_doc(),
             "lease_expires_at": 0.0,
             "wait_cost": cost.model_dump(mode="json") if cost is not None else None,
             } | self._live_expiry(waiting.deadline),
             if_version=claim.version)
-        run_write = Write("update", run.path, {"progress_at": sweep_at, "wait_turn": turn},
-                          if_version=run.version)
+        writes = [step_write]
+        if read is not None:
+            record, run = read.record, read.snapshot
+            turn = claim.step.turn
+            if record.wait_turn == turn and record.progress_at is not None:
+                # Another call of the turn waits (or was decided): the sweeper looks at the
+                # earliest time any of them asked for, which may already have come (a deadline
+                # nearer than sweep_stale_seconds); it then reschedules to the earliest one.
+                sweep_at = min(sweep_at, record.progress_at)
+            writes.append(Write("update", run.path, {"progress_at": sweep_at, "wait_turn": turn},
+                                if_version=run.version))
         try:
-            await self.db.commit([step_write, run_write])
+            await self.db.commit(writes)
         except (PreconditionFailed, AlreadyExists) as exc:
             await self._raise_conflict(claim, exc)
 
     async def decide_step(self, run_id: str, key: str, decision: StepDecision,
-                          kind: Literal["approval", "event"] | None = None
-                          ) -> tuple[StepRecord, bool]:
+                          kind: WaitKindName | None = None) -> tuple[StepRecord, bool]:
         """Record ``decision`` on a waiting step (one waiting for ``kind``, when given), with
         the run's clock (its ``progress_at`` and the time it waited), in one commit
         conditional on both as read (read again if either changed: see
-        :meth:`receive_event`).
+        :meth:`receive_event`). A wait whose clock runs (a child's) has no clock on the run
+        to stop: its decision writes the step alone, conditional on the step, and reads the
+        run only to refuse an ended one, so that the ends of many children never contend on
+        their parent's run document.
         Returns the step and whether this call decided it; the same decision again returns
         the recorded one.
 
@@ -125,8 +135,9 @@ class Waits(StoreBase):
                 raise DecisionRefused(409, "not_waiting",
                                       f"step {key} is {step.status}: it waits for no decision")
             if kind is not None and step.waiting.kind != kind:
-                what = (f"the event {step.waiting.event!r} (POST /runs/{run_id}/events/"
-                        f"{step.waiting.event})" if step.waiting.event else "an approval")
+                what = {"approval": "an approval", "child": "its child run's end"}.get(
+                    step.waiting.kind, f"the event {step.waiting.event!r} (POST /runs/{run_id}"
+                    f"/events/{step.waiting.event})")
                 raise DecisionRefused(409, "not_waiting", f"step {key} waits for {what}")
             if run.status.terminal:
                 raise DecisionRefused(409, "run_ended", f"run {run_id} is {run.status}")
@@ -135,19 +146,21 @@ class Waits(StoreBase):
                 # Too late: the step is rejected as at its deadline, as the sweeper would have
                 # (the caller sees that decision instead of theirs).
                 made = StepDecision(decision="reject", by=DEADLINE, at=step.waiting.deadline)
+            step_write = Write("update", snap.path, {"decision": made.to_doc()},
+                               if_version=snap.version)
+            decided = step.model_copy(update={"decision": made})
+            if step.waiting.clock_runs:
+                # The run's own time (a child's work): nothing of the run's clock to write.
+                return [step_write], (decided, True)
             waited = made.at - max(step.waiting.since, run.wait_ended_at)
-            # A child's wait is the run's own time (its clock runs): not counted as waited.
-            ended_at = run.wait_ended_at if step.waiting.clock_runs else made.at
-            waited = 0.0 if step.waiting.clock_runs else waited
             # A late decision is made as at its deadline, which may be before an overlapping
             # wait's decision already counted: the time counted so far never moves back.
-            return [Write("update", snap.path, {"decision": made.to_doc()},
-                          if_version=snap.version),
+            return [step_write,
                     Write("update", run_snap.path, {
-                        "progress_at": made.at, "wait_ended_at": max(run.wait_ended_at, ended_at),
+                        "progress_at": made.at,
+                        "wait_ended_at": max(run.wait_ended_at, made.at),
                         "waited_seconds": run.waited_seconds + max(0.0, waited)},
-                        if_version=run_snap.version)], (step.model_copy(
-                            update={"decision": made}), True)
+                        if_version=run_snap.version)], (decided, True)
 
         return await self._read_then_commit(
             [self.run_path(run_id), self.step_path(run_id, key)], body,
@@ -157,7 +170,7 @@ class Waits(StoreBase):
                             owner: str | None = None) -> tuple[ReceivedEvent, bool, RunRecord]:
         """Keep ``event`` on the run under ``name``, in one commit that rewrites the run
         document (which makes a concurrent waiting commit fail and read it again: see
-        :func:`ackloop.engine.approval.wait_for_decision`). Returns the event kept, whether
+        :func:`ackloop.engine.waits.core.begin`). Returns the event kept, whether
         this call kept it (the same event again, same payload and id, returns the kept one),
         and the run as read.
 

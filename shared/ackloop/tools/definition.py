@@ -338,3 +338,15 @@ def _as_async(fn: Handler) -> AsyncHandler:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     return in_thread
+
+
+def find_tool(toolbox: object, name: str) -> Tool | None:
+    """The :class:`Tool` called ``name`` in a toolset or a combination of toolboxes."""
+    get = getattr(toolbox, "get", None)
+    if callable(get):
+        found = get(name)
+        return found if isinstance(found, Tool) else None
+    for part in getattr(toolbox, "parts", ()):
+        if (found := find_tool(part, name)) is not None:
+            return found
+    return None
