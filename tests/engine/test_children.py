@@ -455,6 +455,14 @@ async def test_a_caller_cannot_send_the_event_a_child_run_ends_with() -> None:
     assert parent is not None and "forged" not in (parent.answer or "")
 
 
+def booker_turn(request: ModelRequest) -> ModelTurn:
+    """The booker's turn: book Lisbon (a call that waits for a person), then say how it went."""
+    answers = _responses(request)
+    if "book" not in answers:
+        return calls_turn([("book", {"place": "Lisbon"})], request=request)
+    return text_turn(str(answers["book"].get("result")), request=request)
+
+
 def booking_loop(sent: list[str]) -> InProcessLoop:
     """planner -> booker, whose ``book`` tool waits for a person's approval (each booking
     made is appended to ``sent``)."""
@@ -471,9 +479,7 @@ def booking_loop(sent: list[str]) -> InProcessLoop:
     def play(request: ModelRequest) -> ModelTurn:
         answers = _responses(request)
         if request.agent == "booker":
-            if "book" not in answers:
-                return calls_turn([("book", {"place": "Lisbon"})], request=request)
-            return text_turn(str(answers["book"].get("result")), request=request)
+            return booker_turn(request)
         if "ask_booker" not in answers:
             return calls_turn([("ask_booker", {"question": "book Lisbon"})], request=request)
         return text_turn(f"done: {answers['ask_booker'].get('result')}", request=request)
