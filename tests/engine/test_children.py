@@ -749,3 +749,45 @@ async def test_a_call_whose_child_ended_before_its_wait_was_recorded_records_the
                 if r.parent_run_id == parent.run_id]
     assert child_ids(parent, steps) == [(asked.key, child.run_id)]
     assert waits == 1  # the redelivery never waited: the end had arrived
+
+
+async def test_a_childs_end_before_its_call_waits_is_delivered_again_and_writes_nothing() -> None:
+    """The child ends while its call has not recorded its wait (the call's tool step died
+    before it, holding the step): the end's handler writes nothing of the parent (a tool step's
+    commits are conditional on its step's version) and asks for redelivery; the call's
+    redelivery takes the end at once, and the end's redelivery then finds the call ended."""
+    team = Team({"planner": ["ask_researcher"]})
+    loop = team_loop(planner_team(), team)
+    wait_step = loop.deps.store.wait_step
+    crashed = False
+
+    async def die_before_the_wait(*args: Any, **options: Any) -> Any:
+        nonlocal crashed
+        if not crashed:
+            crashed = True
+            raise SimulatedCrash("after the child was started, before its wait was recorded")
+        return await wait_step(*args, **options)
+
+    loop.deps.store.wait_step = die_before_the_wait  # type: ignore[method-assign]
+    call = await _planner_call_crashed(loop)
+    pending, ends = steps_of(loop, take(loop)), []
+    while pending:  # the child runs and ends; its end's message held back
+        ends += [m for m in pending if b"child_ended" in m.data]
+        pending = steps_of(loop, await deliver_all(
+            loop, [m for m in pending if b"child_ended" not in m.data]))
+    (end,) = ends
+    parent_id = run_id_for_request("q")
+    memory = loop.deps.store.db.inner  # type: ignore[attr-defined]
+    before = dict(memory.written)
+
+    early = await loop.deliver("query", end)
+
+    assert not early.acknowledged and early.retry_after, early  # delivered again
+    assert dict(memory.written) == before  # nothing of the parent (nor anything) written
+    loop.deps.clock.advance(SETTINGS.lease_seconds + 1)  # type: ignore[attr-defined]
+    await drain(loop, [call])  # the call's redelivery takes the end at once
+    late = await loop.deliver("query", end)
+    assert late.acknowledged and late.body.get("ignored") == "its call has ended", late
+    parent = await loop.deps.store.get_run(parent_id)
+    assert parent is not None and parent.status is RunStatus.COMPLETED
+    assert parent.answer == "planner answers (ask_researcher=researcher answers)"
