@@ -1,26 +1,25 @@
 """Agents that call agents: a call of an agent's tool (``Agent.as_tool``) is a child run.
 
 A call of a sub-agent's tool starts a **child run** of that agent, with the call's ``question``
-as its text, then waits for it exactly as a call waits for a named event
-(:mod:`ackloop.engine.approval`): the tool step records itself ``waiting`` for the event
-``child.<its step key>``, gives its lease back and is acknowledged, so nothing runs or is
-held while the child works, for seconds or days. The child is a run like any other (its own
-ledger, transcript, budgets, cost, answer), in the parent's trace.
+as its text, then waits for it through the one wait mechanism (:mod:`ackloop.engine.waits`, a
+wait of kind ``child``): the tool step records itself ``waiting`` (its step alone, never its
+run's document), gives its lease back and is acknowledged, so nothing runs or is held while
+the child works, for seconds or days. The child is a run like any other (its own ledger,
+transcript, budgets, cost, answer), in the parent's trace. This module is the child run's
+half: starting it, its budgets, what its end says to its caller and what it spent.
 
 - **One child per call.** The child's request id is derived from the parent's run and step
   key (``<parent run>.<step key>``), so its run id is too: a redelivered or taken-over parent
   step finds the child it started (the create is conditional on the run not existing) and
   re-sends its first step only if that step was never claimed; a crash between starting the
-  child and recording the wait starts no second child and loses none.
-- **The child's end is an event for its parent.** Every end of a run that has a parent (its
-  last step's commit, or an end outside a step: a dead letter, the sweeper, a cancel) carries
-  a :class:`~ackloop.wire.ChildEndedMessage` in its outbox, on the queries topic. Its handler
-  reads the child (the message names it and carries nothing else, so it cannot be forged into
-  a result), and delivers the event to the parent with the child's outcome as its payload
-  (:func:`ackloop.engine.events.deliver`): kept on the parent's run first, then the waiting
-  call decided and re-sent. If the child ended before the parent recorded its wait, the
-  parent's waiting commit, conditional on the run document the event rewrote, finds it and
-  runs at once.
+  child and recording the wait starts no second child and loses none, and a call that finds
+  its child ended takes its end at once.
+- **The child's end resolves its call.** Every end of a run that has a parent (its last
+  step's commit, or an end outside a step: a dead letter, the sweeper, a cancel) carries a
+  :class:`~ackloop.wire.ChildEndedMessage` in its outbox, on the queries topic. Its handler
+  (:func:`ackloop.engine.waits.arrivals.deliver_end`) reads the child (the message names it
+  and carries nothing else, so it cannot be forged into a result) and resolves the waiting
+  call with the child's outcome (:func:`end_payload`), writing the call's step alone.
 - **What the parent's model reads.** An answer (or a structured output) is the call's result;
   any other end (failed, cancelled, stopped by a budget) is an error naming the cause.
 - **Limits across the tree.** A child's budgets are at most its share of what its parent has

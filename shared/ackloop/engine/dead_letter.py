@@ -9,6 +9,10 @@ once the cause is fixed. Its step decides what happens to the run:
 - the step has completed, or a live delivery holds it: the dead letter was a duplicate, and the
   run is left alone (failing it would throw away the holder's work); so is a step that waits
   for a person's decision, which re-sends its message;
+- what a waiting call waits for (a child run's end, a named event published on the queries
+  topic) fails nothing: it is kept with its origin (``child_ended``, ``event``) for a redrive to
+  re-publish as it is (:mod:`ackloop.redrive`), and the sweeper resolves a call whose child
+  ended meanwhile;
 - otherwise the run fails with the cause (the step's last recorded error), its end is
   published on the answers topic, and the conversation's next queued run starts. A query
   dead-lettered before its run existed fails nothing: re-drive it.
