@@ -108,6 +108,11 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
     if step is None or step.status is StepStatus.COMPLETED:
         return found | {"ignored": "its call has ended"}
     if step.status is not StepStatus.WAITING:
+        if step.decision is not None:  # a repeat of an end its call has taken and runs with
+            return found | {"ignored": "its call has taken its end"}
+        parent = await deps.store.get_run(parent_id)
+        if parent is None or parent.status.terminal:  # nobody will come to wait for it
+            return found | {"refused": "run_ended"}
         raise NotWaitingYet(f"run {parent_id} step {key} has not recorded its wait for its "
                             f"child {child_id} yet", retry_after=1.0)
     try:
