@@ -156,7 +156,21 @@ async def _wait_or_met(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
              kind.name, waiting.event or "", wait.tool.name, waiting.deadline)
     if notices:
         await send(deps, claim.run_id, notices)
+    if kind.clock_runs:
+        await _arrived_meanwhile(deps, claim, read.record, waiting)
     return None
+
+
+async def _arrived_meanwhile(deps: Deps, claim: Claim, run: RunRecord, waiting: Waiting
+                             ) -> None:
+    """A wait not fenced on the run (a child's) looks once more, now that it is recorded: what
+    arrived between its first look and its commit found the step not yet waiting and was
+    sent back for redelivery, which would come only after Pub/Sub's backoff. Either that
+    delivery finds the step waiting, or this look finds the arrival (the first resolution
+    wins; the other re-sends, which the claim absorbs)."""
+    if (met := await kind_of(waiting).arrived(deps, run, claim.key, waiting)) is not None:
+        with contextlib.suppress(DecisionRefused):
+            await resolve(deps, claim.run_id, claim.key, met)
 
 
 def met_at_once(deps: Deps, run: RunRecord, key: str, wait: Wait, call: FunctionCall,
