@@ -272,7 +272,7 @@ async def sweep_waits(deps: Deps, run: RunRecord, steps: list[StepRecord], now: 
     overdue = [s for s in waiting if s.waiting is not None and s.waiting.deadline <= now]
     for step in overdue:
         await resolve_if_waiting(deps, run.run_id, step, deadline_rejection(now))
-    return f"no resolution before the deadline: {', '.join(s.key for s in overdue)}" if (
+    return f"no decision before the deadline: {', '.join(s.key for s in overdue)}" if (
         overdue) else None
 
 
