@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from ackloop.bus.memory import Published
 from ackloop.engine import approval, events
@@ -78,10 +79,14 @@ class Scheduler:
         self.letters = 0
         self.next_sweep = world.clock.now() + SWEEP_EVERY
         self.started = world.clock.now()
+        self._read: dict[str, list[Any]] = {}
+        """What :meth:`runs` and :meth:`waiting` read, until the next change."""
 
     # -- the pool ---------------------------------------------------------------------------
 
     def collect(self) -> None:
+        """Take what was published; the records may have changed: read them again."""
+        self._read.clear()
         s = self.world.deps.settings
         kinds: dict[str, Kind] = {s.queries_topic: "query", s.model_steps_topic: "model",
                                   s.tool_steps_topic: "tool"}
@@ -198,12 +203,16 @@ class Scheduler:
                                        before[1] if before and before[1] else result)
 
     async def runs(self) -> list[RunRecord]:
-        return await self.world.deps.store.recent_runs(limit=1000)
+        if "runs" not in self._read:
+            self._read["runs"] = await self.world.deps.store.recent_runs(limit=1000)
+        return self._read["runs"]
 
     # -- what people and operators do ---------------------------------------------------------
 
     async def waiting(self, tool: str) -> list[tuple[RunRecord, StepRecord]]:
         """The calls of ``tool`` (``gated``, ``waiter``) that wait, undecided, in running runs."""
+        if tool in self._read:
+            return self._read[tool]
         found = []
         for run in await self.runs():
             if run.status.terminal:
@@ -211,6 +220,7 @@ class Scheduler:
             found += [(run, s) for s in await self.world.deps.store.list_steps(run.run_id)
                       if s.name == tool and s.status is StepStatus.WAITING
                       and s.waiting is not None and s.decision is None]
+        self._read[tool] = found
         return found
 
     async def decide(self) -> None:
