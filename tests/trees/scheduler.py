@@ -262,8 +262,12 @@ class Scheduler:
         self.collect()
 
     async def redrive(self) -> None:
+        """Redrive every pending dead letter, or one of them (an operator picks)."""
         deps = self.world.deps
-        done = await redrive(deps.store, deps.publisher, deps.settings, deps.clock)
+        some = ([] if self.letters == 0 or self.rng.random() < 0.5
+                else [f"dl-{self.rng.randint(1, self.letters)}"])
+        done = await redrive(deps.store, deps.publisher, deps.settings, deps.clock,
+                             message_ids=some)
         if done:
             self.note(f"redrive {[r.outcome for r in done]}")
         self.collect()
