@@ -257,15 +257,27 @@ def test_prices_are_the_tables_and_an_unlisted_model_is_named_not_priced() -> No
     assert unknown.gemini_usd == 0 and unknown.unpriced_models == ["my-tuned-model"]
 
 
-def test_a_runs_roll_up_counts_a_step_without_cost_as_nothing() -> None:
+@pytest.mark.parametrize(("cost", "wait_cost", "usd"), [
+    (None, None, 1.5),  # a step in flight: nothing recorded yet
+    (None, 0.25, 1.75),  # a call that waits: the delivery that recorded its wait
+    (0.75, 0.25, 2.25),  # completed: its cost has added its wait already
+    (0.75, None, 2.25),
+])
+def test_a_runs_roll_up_counts_each_step_once_and_a_waiting_calls_recorded_wait(
+    cost: float | None, wait_cost: float | None, usd: float,
+) -> None:
+    """A run ended outside a step (dead letter, sweeper) while a call waits rolls its cost up
+    from its steps: the wait's delivery is spent, recorded on the step, and counted once."""
     steps = [StepRecord(key="0000-model", kind="model", name="m", turn=0,
                         cost=Cost(usd=1.0, requests=1)),
-             StepRecord(key="0000-tool-000", kind="tool", name="t", turn=0)]
+             StepRecord(key="0000-tool-000", kind="tool", name="t", turn=0,
+                        cost=Cost(usd=cost, requests=1) if cost is not None else None,
+                        wait_cost=Cost(usd=wait_cost) if wait_cost is not None else None)]
     run = RunRecord(run_id="r", request_id="r", request_hash="h", conversation_id="r",
                     agent="a", text="t", model="m", created_at=0.0,
                     limits=RunLimits(max_steps=1, max_seconds=1, max_tool_calls=1),
                     ingest_cost=Cost(usd=0.5, requests=1))
-    assert rolled_up(run, steps).usd == 1.5 and rolled_up(run, steps).requests == 2
+    assert rolled_up(run, steps).usd == pytest.approx(usd)
 
 
 @pytest.mark.parametrize("conversation_id", [None, "c-redrive"])

@@ -83,8 +83,11 @@ def spent(
 
 def rolled_up(run: RunRecord, steps: Sequence[StepRecord]) -> Cost:
     """The run's cost from its ingest and ``steps`` (every step: the run in flight, or a run
-    ended outside a step)."""
-    return Cost.total([run.ingest_cost, *(s.cost for s in steps)])
+    ended outside a step). A step that recorded a wait and has no cost of its own yet counts
+    that wait's delivery (``wait_cost``, which its completion would add to its cost): a run
+    ended by a dead letter or the sweeper while a call waits has spent it too."""
+    return Cost.total([run.ingest_cost,
+                       *(s.cost if s.cost is not None else s.wait_cost for s in steps)])
 
 
 def steps_usage(steps: Sequence[StepRecord]) -> Usage:
