@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ackloop.bus.memory import Published
-from ackloop.engine import approval, events
+from ackloop.engine.waits import arrivals, core
 from ackloop.engine.dispatch import Kind
 from ackloop.engine.ending import cancel_run
 from ackloop.keys import run_id_for_request
@@ -231,7 +231,7 @@ class Scheduler:
         verdict = "approve" if self.rng.random() < 0.7 else "reject"
         self.note(f"decide {run.text} {step.key} {verdict}")
         with contextlib.suppress(DecisionRefused):
-            await approval.decide(self.world.deps, run.run_id, step.key, StepDecision(
+            await core.resolve(self.world.deps, run.run_id, step.key, StepDecision(
                 decision=verdict, by="person", at=self.world.clock.now()), "approval")
         self.collect()
 
@@ -249,7 +249,7 @@ class Scheduler:
         event = ReceivedEvent(payload={"name": name}, by="sender", at=self.world.clock.now(),
                               id=name)
         with contextlib.suppress(DecisionRefused):
-            await events.deliver(self.world.deps, run.run_id, name, event)
+            await arrivals.deliver(self.world.deps, run.run_id, name, event)
         self.collect()
 
     async def cancel(self) -> None:
