@@ -10,7 +10,8 @@ import pytest
 from google.genai import types
 from pydantic import ValidationError
 
-from ackloop.model.validated import Validated
+from ackloop.model.turns import _words, contents_words
+from ackloop.model.validated import Validated, ValueMemo
 
 
 def _call(key: str) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def test_a_content_is_validated_once_per_distinct_value(first: dict[str, Any],
                                                         then: dict[str, Any],
                                                         validations: int) -> None:
     memo = Validated()
-    a, b = memo.get(types.Content, first), memo.get(types.Content, then)
+    a, b = memo.validate(types.Content, first), memo.validate(types.Content, then)
     assert memo.validations == validations
     assert a == types.Content.model_validate(first)
     assert b == types.Content.model_validate(then)
@@ -47,23 +48,47 @@ def test_what_marshal_refuses_is_validated_every_time_and_failures_are_not_kept(
 
     memo = Validated()
     for _ in range(2):
-        memo.get(types.Content, Mapping(_call("a")))
+        memo.validate(types.Content, Mapping(_call("a")))
     assert memo.validations == 2 and len(memo) == 0
     for _ in range(2):
         with pytest.raises(ValidationError):
-            memo.get(types.Content, {"role": "model", "parts": "not a list"})
+            memo.validate(types.Content, {"role": "model", "parts": "not a list"})
     assert memo.validations == 4 and len(memo) == 0
 
 
 def test_the_memo_keeps_its_newest_entries_and_each_model_apart() -> None:
     memo = Validated(max_entries=2)
     for key in ("a", "b", "c"):
-        memo.get(types.Content, _call(key))
+        memo.validate(types.Content, _call(key))
     assert len(memo) == 2
-    memo.get(types.Content, _call("c"))
+    memo.validate(types.Content, _call("c"))
     assert memo.validations == 3  # the newest is kept
-    memo.get(types.Content, _call("a"))
+    memo.validate(types.Content, _call("a"))
     assert memo.validations == 4  # the oldest went first
     declaration = {"name": "lookup", "description": "d"}
-    found = memo.get(types.FunctionDeclaration, declaration)
+    found = memo.validate(types.FunctionDeclaration, declaration)
     assert isinstance(found, types.FunctionDeclaration) and memo.validations == 5
+
+
+@pytest.mark.parametrize("contents", [
+    [],
+    [_call("a")],
+    [_call("a"), {"role": "user", "parts": [{"text": "two words\nand a line"}]}, _call("b")],
+    [{"role": "user", "parts": [{"text": ""}]}, {"role": "model", "parts": []}],
+])
+def test_a_requests_words_are_counted_a_content_at_a_time_as_a_whole(
+        contents: list[dict[str, Any]]) -> None:
+    assert contents_words(contents) == _words(contents)
+    assert contents_words(contents) == _words(contents)  # again, from the memo
+
+
+def test_the_value_memo_makes_each_distinct_value_once() -> None:
+    memo, made = ValueMemo(), []
+
+    def make(value: Any) -> int:
+        made.append(value)
+        return len(value)
+
+    assert [memo.get("len", v, make) for v in ([1, 2], [1, 2], [1, 2, 3])] == [2, 2, 3]
+    assert made == [[1, 2], [1, 2, 3]]
+    assert memo.get("other", [1, 2], lambda v: -1) == -1  # another tag, another entry

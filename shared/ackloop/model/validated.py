@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import marshal
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 _FORMAT = 2
 """marshal's format 2: a value's bytes without the back-references (format 3 on) that mark
@@ -38,36 +40,49 @@ MAX_ENTRIES = 4096
 """Validated values kept per process (a 101-step run's view holds about 100 contents)."""
 
 
-class Validated:
-    """A bounded memo of ``model.model_validate(value)`` by ``(model, JSON of value)``."""
+class ValueMemo:
+    """A bounded memo of what ``make(value)`` gives, by ``(tag, marshal bytes of value)``:
+    ``make`` must depend on the value alone (``tag`` names it)."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self.max_entries = max_entries
-        self._kept: OrderedDict[tuple[type, bytes], BaseModel] = OrderedDict()
-        self.validations = 0
-        """Values validated so far (misses, and values that are not plain JSON)."""
+        self._kept: OrderedDict[tuple[object, bytes], Any] = OrderedDict()
+        self.made = 0
+        """Values made so far (misses, and values marshal refuses)."""
 
     def __len__(self) -> int:
         return len(self._kept)
 
-    def get(self, model: type[M], value: Any) -> M:
-        """``value`` validated as ``model`` (raises :class:`pydantic.ValidationError`)."""
+    def get(self, tag: object, value: Any, make: Callable[[Any], T]) -> T:
+        """``make(value)``, once per distinct value (what ``make`` raises is not kept)."""
         try:
-            key = (model, marshal.dumps(value, _FORMAT))
-        except ValueError:  # not marshallable: validated every time
-            self.validations += 1
-            return model.model_validate(value)
-        found = self._kept.get(key)
-        if found is not None:
+            key = (tag, marshal.dumps(value, _FORMAT))
+        except ValueError:  # not marshallable: made every time
+            self.made += 1
+            return make(value)
+        if key in self._kept:
             self._kept.move_to_end(key)
-            return found  # type: ignore[return-value]  # kept under its own model
-        self.validations += 1
-        made = model.model_validate(value)
+            return self._kept[key]  # type: ignore[no-any-return]  # made by this tag's make
+        self.made += 1
+        made = make(value)
         if self.max_entries > 0:
             self._kept[key] = made
             while len(self._kept) > self.max_entries:
                 self._kept.popitem(last=False)
         return made
+
+
+class Validated(ValueMemo):
+    """A bounded memo of ``model.model_validate(value)`` by ``(model, value)``."""
+
+    @property
+    def validations(self) -> int:
+        """Values validated so far (misses, and values marshal refuses)."""
+        return self.made
+
+    def validate(self, model: type[M], value: Any) -> M:
+        """``value`` validated as ``model`` (raises :class:`pydantic.ValidationError`)."""
+        return self.get(model, value, model.model_validate)
 
 
 VALIDATED = Validated()
@@ -76,7 +91,7 @@ VALIDATED = Validated()
 
 def validated(model: type[M], value: Any) -> M:
     """``value`` validated as ``model``, once per distinct value per process (:data:`VALIDATED`)."""
-    return VALIDATED.get(model, value)
+    return VALIDATED.validate(model, value)
 
 
-__all__ = ["MAX_ENTRIES", "VALIDATED", "Validated", "validated"]
+__all__ = ["MAX_ENTRIES", "VALIDATED", "Validated", "ValueMemo", "validated"]
