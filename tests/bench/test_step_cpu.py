@@ -35,9 +35,11 @@ def test_the_summary_takes_the_median_over_runs_and_the_table_shows_each_side() 
     assert found["cpu_ms"] == {0: 2.0, 2: 4.0}
     assert found["ratio"] == {0: 1.0, 2: 2.0}
     assert found["ratio_by_run"] == [{0: 1.0, 2: 1.5}, {0: 1.0, 2: 2.0}, {0: 1.0, 2: 4.5}]
+    assert found["cpu_ms_least"] == {0: 2.0, 2: 3.0} and found["ratio_least"][2] == 1.5
     table = render({"before": found, "after": summary(runs[:1], (0, 2), 2)}, (0, 2), 2)
     assert "4.00 (x2.00)" in table and "3.00 (x1.50)" in table
     assert table.splitlines()[1].split() == ["turn", "before", "after"]
+    assert "before: least over runs 0: 2.00 ms (x1.00), 2: 3.00 ms (x1.50)" in table
 
 
 @pytest.mark.skipif(not (os.environ.get("FIRESTORE_EMULATOR_HOST")
