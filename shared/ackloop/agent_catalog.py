@@ -21,7 +21,6 @@ A user's agents come from their own package (``ACKLOOP_AGENTS``, :mod:`ackloop.c
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import TYPE_CHECKING
 
@@ -31,13 +30,13 @@ from pydantic import BaseModel, Field
 from ackloop.agents import SEED_INSTRUCTIONS, Agent
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.seed_agent import seed_agent_turn
-from ackloop.model.transcript import read_exchange
+from ackloop.model.transcript import Exchange, read_exchange
 from ackloop.settings import Settings
 from ackloop.tools.definition import tool
 from ackloop.tools.seed import seed_toolset
 
 if TYPE_CHECKING:
-    from ackloop.model.scripted import Script
+    pass
 
 REFERENCE_TOOL = "bench_lookup"
 REFERENCE_CALLS = 2
@@ -85,19 +84,21 @@ def bench_agents() -> list[Agent]:
     ]
 
 
-@functools.lru_cache(maxsize=64)
-def _reference(calls: int) -> Script:
-    from ackloop.model.scripted import reference_workload_script
-
-    return reference_workload_script(REFERENCE_TOOL, {"key": "k"}, calls=calls)
-
-
 def reference_calls(request: ModelRequest) -> int:
     """How many tool calls the question asks for (``calls=N``), else :data:`REFERENCE_CALLS`."""
-    found = _CALLS_ASKED.search(read_exchange(request.contents).question)
+    return _calls_asked(read_exchange(request.contents))
+
+
+def _calls_asked(exchange: Exchange) -> int:
+    found = _CALLS_ASKED.search(exchange.question)
     return int(found[1]) if found else REFERENCE_CALLS
 
 
 def reference_script(request: ModelRequest) -> ModelTurn:
-    """The benchmark agents' offline script: the reference loop, as many calls as asked."""
-    return _reference(reference_calls(request))(request)
+    """The benchmark agents' offline script: the reference loop, as many calls as asked (the
+    history read once for both)."""
+    from ackloop.model.scripted import reference_turn
+
+    exchange = read_exchange(request.contents)
+    return reference_turn(request, exchange, REFERENCE_TOOL, {"key": "k"},
+                          calls=_calls_asked(exchange))

@@ -126,17 +126,31 @@ def answer_dangling_calls(contents: Sequence[JsonDict]) -> list[JsonDict]:
     next turn of the conversation must still send Gemini a well-formed history.
     """
     fixed: list[JsonDict] = []
+    last = len(contents) - 1
+    # This runs over the whole view on every turn: plain loops, no generator per content, and
+    # only a call left unanswered is parsed.
     for i, content in enumerate(contents):
         fixed.append(content)
-        # Only a call left unanswered is parsed: this runs over the whole view on every turn.
-        if content.get("role") != "model" or not any(
-            p.get("function_call") for p in content.get("parts", [])
-        ):
+        if content.get("role") != "model" or not _asks(content):
             continue
-        following = contents[i + 1] if i + 1 < len(contents) else None
-        answered = following is not None and any(
-            "function_response" in p for p in following.get("parts", [])
-        )
-        if not answered:
-            fixed.append(function_responses([(c, NOT_EXECUTED) for c in calls_in(content)]))
+        if i < last and _answers(contents[i + 1]):
+            continue
+        fixed.append(function_responses([(c, NOT_EXECUTED) for c in calls_in(content)]))
     return fixed
+
+
+def _asks(content: JsonDict) -> bool:
+    """Whether ``content`` holds a function call (a loop: any() of a generator costs about as
+    much again, on every content of every request)."""
+    for part in content.get("parts", ()):  # noqa: SIM110
+        if part.get("function_call"):
+            return True
+    return False
+
+
+def _answers(content: JsonDict) -> bool:
+    """Whether ``content`` holds a function response (a loop, as :func:`_asks`)."""
+    for part in content.get("parts", ()):  # noqa: SIM110
+        if "function_response" in part:
+            return True
+    return False

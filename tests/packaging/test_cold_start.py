@@ -41,7 +41,8 @@ NOT_NEEDED = ("ackloop_dev", "temporalio", "matplotlib", "ackloop.cli.runs", "ac
               "fastapi", "mcp", "google.oauth2.id_token")
 # What only the model step uses: the Gemini SDK (0.3 s of CPU), its engine module and the JSON
 # Schema checks of structured output.
-MODEL_STEP_ONLY = ("google.genai", "ackloop.engine.model_step", "jsonschema")
+MODEL_STEP_ONLY = ("google.genai", "ackloop.engine.model_step", "ackloop.engine.model_call",
+                   "ackloop.engine.model_inputs", "jsonschema")
 # What only the tool step uses: the pool of the HTTP client its tools call through (every other
 # service builds it on the client's first request), and no function serves websockets.
 TOOL_STEP_ONLY = ("httpcore",)

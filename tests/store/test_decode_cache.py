@@ -103,14 +103,19 @@ def test_the_cache_stays_within_its_bytes_least_recently_used_out_first() -> Non
     assert len(tiny) == 0 and tiny.size == 0
 
 
-def test_values_that_are_not_plain_json_are_decoded_every_time() -> None:
+def test_values_marshal_cannot_carry_are_decoded_every_time() -> None:
     cache, client = DecodeCache(1 << 20, {TRANSCRIPT}), _client()
     at = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
-    data = {"turns": {"t000000": [{"blob": b"\x00\x01"}], "t000001": [{"at": at}]},
+    data = {"turns": {"t000000": [{"blob": b"\x00\x01", "n": 1, "x": 1.0, "ok": True}],
+                      "t000001": [{"at": at}]},
             "expire_at": at, "fence": None}
     for _ in range(2):
-        assert codec.decode_fields(_fields(data), client, cache) == data
-    assert len(cache) == 0 and cache.hits == 0
+        found = codec.decode_fields(_fields(data), client, cache)
+        assert found == data
+        # Exactly the values decoded, types included (bytes stay bytes, 1.0 a float).
+        assert {k: type(v) for k, v in found["turns"]["t000000"][0].items()} == {
+            "blob": bytes, "n": int, "x": float, "ok": bool}
+    assert len(cache) == 1 and cache.hits == 1  # the timestamp's turn is not kept
 
 
 def test_only_the_transcript_chunks_are_admitted() -> None:

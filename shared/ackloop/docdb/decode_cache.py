@@ -15,23 +15,30 @@ decoded, keyed by the exact encoded bytes of each entry:
   document in between (an entry changed, or the chunk deleted and written again, is other
   bytes: a miss, decoded afresh). The version alone would not do: the chunk read is always at
   a version no read of this process has seen (the previous step's append made it).
-* **Never shared.** What is kept is the entry's JSON text; each hit is ``json.loads`` of it
-  (C code: about a tenth of decoding the message), so every caller gets values of its own, and
-  nothing a caller does to them reaches the cache or another caller. An entry whose value is
-  not plain JSON (bytes, a timestamp, a reference...) is not kept.
-* **Bounded.** Least recently used entries go first once the encoded keys and texts together
-  pass ``max_bytes`` (``ACKLOOP_DECODE_CACHE_BYTES``; 0: no cache).
+* **Never shared.** What is kept is the entry's value in ``marshal``'s format 2; each hit is
+  ``marshal.loads`` of it (C code: about half of ``json.loads`` of the same value, which this
+  cache kept first, and a small part of decoding the message), so every caller gets values of
+  its own, and nothing a caller does to them reaches the cache or another caller. marshal
+  carries exactly the plain values a chunk holds (strings, numbers, booleans, None, bytes,
+  maps and arrays of them); an entry holding anything else (a timestamp, a reference...) is
+  not kept.
+* **Bounded.** Least recently used entries go first once the encoded keys and kept values
+  together pass ``max_bytes`` (``ACKLOOP_DECODE_CACHE_BYTES``; 0: no cache).
 """
 
 from __future__ import annotations
 
-import json
+import marshal
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
 ENTRY_OVERHEAD = 200
-"""Bytes counted per kept entry besides its key and text (the objects that hold them)."""
+"""Bytes counted per kept entry besides its key and value (the objects that hold them)."""
+
+_FORMAT = 2
+"""marshal's format 2: a value's bytes without back-references (format 3 on), whatever objects
+it shares."""
 
 
 class DecodeCache:
@@ -40,14 +47,14 @@ class DecodeCache:
     def __init__(self, max_bytes: int, collections: Collection[str]) -> None:
         self.max_bytes = max_bytes
         self.collections = frozenset(collections)
-        self._texts: OrderedDict[bytes, str] = OrderedDict()
+        self._kept: OrderedDict[bytes, bytes] = OrderedDict()
         self.size = 0
-        """Bytes counted now (keys, texts and :data:`ENTRY_OVERHEAD` each)."""
+        """Bytes counted now (keys, kept values and :data:`ENTRY_OVERHEAD` each)."""
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._texts)
+        return len(self._kept)
 
     def admits(self, path: str) -> bool:
         """Whether the document at ``path`` is decoded through the cache: it is in one of
@@ -59,11 +66,11 @@ class DecodeCache:
         """The value of the raw ``Value`` ``pb``: decoded by ``decode``, or, when the same
         bytes were decoded before, a fresh copy of what that gave."""
         raw: bytes = pb.SerializeToString(deterministic=True)
-        text = self._texts.get(raw)
-        if text is not None:
-            self._texts.move_to_end(raw)
+        kept = self._kept.get(raw)
+        if kept is not None:
+            self._kept.move_to_end(raw)
             self.hits += 1
-            return json.loads(text)
+            return marshal.loads(kept)
         self.misses += 1
         value = decode(pb)
         self._keep(raw, value)
@@ -71,17 +78,17 @@ class DecodeCache:
 
     def _keep(self, raw: bytes, value: Any) -> None:
         try:
-            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        except (TypeError, ValueError):
-            return  # not plain JSON: decoded every time
-        cost = len(raw) + len(text) + ENTRY_OVERHEAD
+            kept = marshal.dumps(value, _FORMAT)
+        except ValueError:
+            return  # a timestamp, a reference...: decoded every time
+        cost = len(raw) + len(kept) + ENTRY_OVERHEAD
         if cost > self.max_bytes:
             return
-        self._texts[raw] = text
+        self._kept[raw] = kept
         self.size += cost
         while self.size > self.max_bytes:
-            old, old_text = self._texts.popitem(last=False)
-            self.size -= len(old) + len(old_text) + ENTRY_OVERHEAD
+            old, old_kept = self._kept.popitem(last=False)
+            self.size -= len(old) + len(old_kept) + ENTRY_OVERHEAD
 
 
 __all__ = ["DecodeCache"]

@@ -9,49 +9,43 @@
 4. Call the model with the lease kept alive, and decide (:func:`decide`, a pure function):
    one tool step per call, or the run's end.
 5. Commit the decision (:func:`ackloop.engine.commit.commit`), then publish.
+
+The reads and the claim of step 1 are :mod:`ackloop.engine.model_inputs`'s, the call of step 4
+:mod:`ackloop.engine.model_call`'s.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ackloop import conversation, files
 from ackloop.agents import Agent
-from ackloop.deltas import DeltaRecord, DeltaWriter
-from ackloop.engine import claims, compaction, outbox
+from ackloop.engine import compaction, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import (
-    ClaimAtFirstText,
     ClaimRef,
     RequestScope,
-    claim_in_run,
-    heartbeat,
     prepare_tools,
     released_on_failure,
 )
-from ackloop.engine.ledger import scheduled_model_step
+from ackloop.engine.model_call import call_model
+from ackloop.engine.model_inputs import Inputs, claim_and_read, turn_input
 from ackloop.engine.structured import OutputContract, contract_for, judge
 from ackloop.errors import (
     ModelPermanentError,
-    ModelRetryableError,
     PermanentError,
-    RetryableError,
 )
 from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey
 from ackloop.model.base import (
-    ModelClient,
     ModelRequest,
     ModelTurn,
-    StreamingModelClient,
 )
-from ackloop.outgoing import parse_reads
 from ackloop.records import (
     Outgoing,
     RunRecord,
@@ -60,9 +54,8 @@ from ackloop.records import (
     StepStatus,
     StopReason,
 )
-from ackloop.store import Claim, ModelStepInputs, RunRead, Transcript
+from ackloop.store import Claim, RunRead, Transcript
 from ackloop.telemetry import tracing
-from ackloop.telemetry.context import update_log_context
 from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
@@ -91,29 +84,9 @@ def budget_stop(deps: Deps, run: RunRecord, message: ModelStepMessage) -> StopRe
     return None
 
 
-def tool_results(turn: int, call_count: int, steps: list[StepRecord]) -> list[StepRecord]:
-    """The completed tool steps of ``turn`` in call order; retryable if any is missing."""
-    tools = sorted((s for s in steps if s.kind == "tool" and s.turn == turn), key=lambda s: s.index)
-    done = [s for s in tools if s.status == "completed"]
-    if len(done) < call_count:
-        raise RetryableError(
-            f"turn {turn}: {len(done)} of {call_count} tool results recorded", retry_after=1.0
-        )
-    return done[:call_count]
-
-
-@dataclass(frozen=True)
-class Inputs:
-    """What a model step reads besides the run: the transcript (None: not read yet) and, after
-    turn 0, the previous turn's steps (its model step and tool results)."""
-
-    transcript: Transcript | None
-    previous: list[StepRecord]
-
-
 async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: RequestScope) -> None:
     key = StepKey.model(message.turn)
-    read = await _claim_and_read(deps, message, key, scope)
+    read = await claim_and_read(deps, message, key, scope)
     if read is None:
         return  # the run has ended: nothing to run
     message, run_read, claim, inputs = read
@@ -131,126 +104,27 @@ async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: Reques
                      kind="model", rolls_up=inputs.previous)
 
 
-async def _claim_and_read(
-    deps: Deps, message: ModelStepMessage, key: StepKey, scope: RequestScope
-) -> tuple[ModelStepMessage, RunRead, Claim, Inputs] | None:
-    """Read the step's inputs, check that the ledger scheduled it, then claim it or run it
-    unclaimed (:mod:`ackloop.engine.claims`), in as few round trips as possible. Returns the
-    message as the ledger scheduled it (its usage is the ledger's), or None when the run is not
-    running (nothing is claimed).
+@dataclass
+class _Turn:
+    """A claimed model step's working state: what it read and what a compaction made of it.
+    A compaction (an earlier delivery's, or this one's) changes the transcript the step builds
+    on and the usage it counts, so the pieces of :func:`_run_claimed` share them here."""
 
-    Turn 0 reads the run and the step's own document. Later turns read the previous turn's
-    steps and this step's document in one range (the previous turn must have scheduled this
-    step: :class:`~ackloop.engine.ledger.Unscheduled` otherwise); the previous model step
-    recorded where the transcript stands, so the run and the transcript chunks then come in one
-    read (the chunks are listed only for a step recorded without it). Nothing is written before
-    these checks pass.
-    """
-    wait_until = scope.wait_until(deps, deps.settings.model_timeout_seconds)
-    run_id = message.run_id
-    transcript: Transcript | None = None
-    found: RunRead | None
-    previous: list[StepRecord] = []
-    if message.turn == 0:
-        message = scheduled_model_step(message, {})
-        found, (own,) = await deps.store.run_and_steps(run_id, [str(key)])
-        if found is not None and found.record.new_conversation:
-            # The run created its conversation: nothing is in its transcript before this step
-            # (follow-ups wait in the conversation's queue until the run ends).
-            transcript = Transcript(found.record.conversation_id, [])
-    elif (hinted := await _read_as_hinted(deps, message, scope)) is not None:
-        found, previous, own, transcript = (hinted.run, hinted.previous, hinted.own,
-                                            hinted.transcript)
-        message = scheduled_model_step(message, {s.key: s for s in previous})
-    else:
-        turn = message.turn - 1
-        in_range = await deps.store.steps_in_range(run_id, str(StepKey.model(turn)), str(key))
-        own = next((s for s in in_range if s.key == str(key)), None)
-        previous = [s for s in in_range if s.key != str(key)]
-        message = scheduled_model_step(message, {s.key: s for s in previous})
-        model_step = next((s for s in previous if s.kind == "model"), None)
-        pointer = (model_step.result or {}).get("transcript") if model_step else None
-        if isinstance(pointer, dict):
-            found, transcript = await deps.store.run_and_transcript(run_id, pointer)
-        else:
-            found = await deps.store.read_run(run_id)
-    message = with_children(message, previous)
-    unclaimed = False
-    if own is None and found is not None and found.record.status is RunStatus.RUNNING:
-        if transcript is None or transcript.conversation_id != found.record.conversation_id:
-            transcript = await deps.store.load_transcript_view(found.record.conversation_id)
-        if recorded_since(transcript, run_id, message.turn):
-            # A duplicate delivery recorded this step between the read of its document and
-            # this read of the transcript: the call is not made again (on a context that
-            # already holds its answer). As for a duplicate whose commit loses (StepTaken),
-            # nothing is sent: the delivery that recorded the step sends its outbox.
-            log.info("run %s: step %s was recorded by another delivery", run_id, key)
-            return None
-        prompt_bytes = transcript.view_bytes + len(found.record.text)
-        # A streamed call that starts unclaimed claims at its first text (ClaimAtFirstText).
-        unclaimed = (not claims.model_call_claims(deps.settings, found.record.model,
-                                                  prompt_bytes)
-                     and not _compacts(deps, found.record, message, transcript, previous))
-    claimed = await claim_in_run(deps, run_id, found, key, "model", message_id=scope.message_id,
-                                 wait_until=wait_until, unclaimed=unclaimed,
-                                 attempt=scope.delivery_attempt)
-    if claimed is None:
-        return None
-    run_read, claim = claimed
-    if run_read is not found:
-        transcript = None  # the claim waited: read the transcript again
-    return message, run_read, claim, Inputs(transcript, previous)
+    run_read: RunRead
+    transcript: Transcript
+    scheduled: ModelStepMessage
+    """The message as the ledger scheduled it (before any compaction is counted)."""
+    ctx: TurnContext
+    compacted: compaction.Compacted | None
 
+    @property
+    def basis(self) -> Basis:
+        return Basis(self.run_read, self.transcript)
 
-def _compacts(deps: Deps, run: RunRecord, message: ModelStepMessage, transcript: Transcript,
-              previous: list[StepRecord]) -> bool:
-    """Whether the step will compact before its call (its agent's policy, on the estimate the
-    step makes again once claimed): such a step claims, since its summary is the dearest call
-    a step makes, and a concurrent duplicate should wait for it rather than pay for another."""
-    agent = deps.agents.get(turn_agent(run, message.turn, previous))
-    try:
-        new_contents, _ = _turn_input(run, message, previous)
-    except RetryableError:
-        return False  # the step will not call anything yet
-    return agent.context.over(compaction.estimated_tokens(agent, transcript, new_contents,
-                                                          previous))
-
-
-def with_children(message: ModelStepMessage, previous: list[StepRecord]) -> ModelStepMessage:
-    """``message`` with what the child runs of the previous turn's calls used added to its
-    usage, to the totals and to the children's part (``previous``: the previous turn's steps,
-    as read). Each sub-agent's call records its child's usage on its step
-    (:attr:`~ackloop.store.Decision.child_usage`); the ledger's message counts the turn's
-    calls only, so every delivery of this step counts the children alike, from what it read."""
-    usage = message.usage
-    for step in previous:
-        if step.kind == "tool" and step.turn == message.turn - 1:
-            usage = usage.plus(step.usage.children_part())
-    return message if usage == message.usage else message.model_copy(update={"usage": usage})
-
-
-def recorded_since(transcript: Transcript, run_id: str, turn: int) -> bool:
-    """Whether ``transcript`` already holds the model turn ``turn`` of ``run_id`` (or a later
-    one): a step whose own document was read missing just before was recorded meanwhile."""
-    owner, _, key = (transcript.tail or "").partition("/")
-    if owner != run_id:
-        return False
-    try:
-        return StepKey.parse(key).turn >= turn
-    except ValueError:
-        return False
-
-
-async def _read_as_hinted(deps: Deps, message: ModelStepMessage, scope: RequestScope
-                          ) -> ModelStepInputs | None:
-    """A later turn's inputs in one round trip, where the message's ``reads`` hint names them
-    and what is read bears it out (:meth:`~ackloop.store.AgentStore.model_step_inputs`); None
-    otherwise (the inputs are then read in two)."""
-    hint = parse_reads(scope.reads)
-    if hint is None:
-        return None
-    calls, pointer = hint
-    return await deps.store.model_step_inputs(message.run_id, message.turn, calls, pointer)
+    def compacted_now(self, made: compaction.Compacted) -> None:
+        """Build on ``made``'s transcript from now on, and count its calls."""
+        self.compacted, self.transcript = made, made.transcript
+        self.ctx = replace(self.ctx, message=compaction.counted(self.scheduled, made))
 
 
 async def _run_claimed(
@@ -267,35 +141,17 @@ async def _run_claimed(
     agent = deps.agents.get(turn_agent(run, message.turn, inputs.previous))
     tracing.note(agent=agent.name)
     transcript = await _transcript(deps, run, message, inputs)
-    new_contents, final_output = _turn_input(run, message, inputs.previous)
+    new_contents, final_output = turn_input(run, message, inputs.previous)
     if message.turn == 0:
         new_contents = [*await _answers_left_by_the_previous_run(deps, transcript), *new_contents]
-    basis = Basis(run_read, transcript)
     # A compaction an earlier delivery of this step committed: counted by whatever this one
     # records (an answer, a stop, a failure), never made again.
     compacted = compaction.made_by_this_step(run, message.turn, transcript)
-    scheduled = message
-    message = compaction.counted(scheduled, compacted)
-    turn_ctx = TurnContext(run, message, agent, new_contents)
+    state = _Turn(run_read, transcript, message,
+                  TurnContext(run, compaction.counted(message, compacted), agent, new_contents),
+                  compacted)
     try:
-        if claim.step.attempts > deps.settings.max_step_attempts:
-            raise PermanentError(
-                f"step {claim.key} was attempted {claim.step.attempts - 1} times; last error: "
-                f"{claim.step.last_error}",
-                reason="step_attempts_exhausted",
-            )
-        stop = budget_stop(deps, run, message)
-        if stop in _RUN_BUDGETS and claim.step.attempts > 1 and claim.step.last_error:
-            # The budget ran out while this very step kept failing: that failure, not the
-            # budget, is why the run has no answer, and the run says so.
-            raise PermanentError(
-                f"the run's {stop} budget ran out while step {claim.key} was being retried "
-                f"({claim.step.attempts - 1} failed attempt(s)); last error: "
-                f"{claim.step.last_error}",
-                reason="retries_outlasted_budget",
-            )
-        if stop is None and final_output is not None:
-            stop = StopReason.FINAL_TOOL
+        stop = _stop_before_call(deps, state.ctx, claim, final_output)
         contract = contract_for(run.output_schema, agent.output)
         tools: list[JsonDict] = []
         if stop is None:
@@ -303,60 +159,108 @@ async def _run_claimed(
             tools = agent.tools.declarations()
             if contract:
                 tools = [*tools, contract.declaration()]
-            if compacted is None and agent.context.over(compaction.estimated_tokens(
-                    agent, transcript, new_contents, inputs.previous)):
-                compacted = await compaction.compact(deps, ref, run, message.turn, agent,
-                                                     transcript, tools)
-                if compacted is not None:
-                    transcript, basis = compacted.transcript, Basis(run_read,
-                                                                    compacted.transcript)
-                    message = compaction.counted(scheduled, compacted)
-                    turn_ctx = replace(turn_ctx, message=message)
-                    # A summary is a model call: the step budget counts it before this one.
-                    stop = budget_stop(deps, run, message)
+            stop = await _compacted_if_over(deps, ref, state, tools, inputs.previous)
         if stop is not None:
-            decision = _stopped(stop, message, new_contents, final_output)
+            decision = _stopped(stop, state.ctx.message, new_contents, final_output)
         else:
-            request = await _request(deps, run, agent, transcript, new_contents, tools)
-            try:
-                model_turn, call_seconds, retried, last_text = await _call_model(
-                    deps, ref, request, scope)
-            except ModelPermanentError as exc:
-                # Gemini refused the request as too long: compact (keeping the last model turn
-                # only) and try once more; a second refusal fails the run with its cause.
-                if exc.reason != "model_input_too_long":
-                    raise
-                forced = await compaction.compact(deps, ref, run, message.turn, agent,
-                                                  transcript, tools, force=True)
-                if forced is None:
-                    raise
-                log.info("run %s: %s was too long for the model; compacted, trying once more",
-                         run.run_id, claim.key)
-                compacted = forced.after(compacted)
-                transcript, basis = forced.transcript, Basis(run_read, forced.transcript)
-                message = compaction.counted(scheduled, compacted)
-                turn_ctx = replace(turn_ctx, message=message)
-                request = await _request(deps, run, agent, transcript, new_contents, tools)
-                model_turn, call_seconds, retried, last_text = await _call_model(
-                    deps, ref, request, scope)
-            decision = decide(turn_ctx, model_turn, contract, call_seconds)
-            if last_text is not None:
-                decision = replace(decision, deltas=(last_text,))
-            if retried:  # the step record shows what was waited out inside this request
-                decision = replace(
-                    decision, result=(decision.result or {}) | {"model_retries": len(retried)},
-                    error=f"retried in the request: {retried[-1]}")
+            decision = await _asked(deps, ref, state, tools, contract, scope)
     except PermanentError as exc:
         log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
-        decision = _failure(exc, message.usage, new_contents)
-    if compacted is not None:  # its cost in the step's, its tokens in the run's (message)
+        decision = _failure(exc, state.ctx.message.usage, new_contents)
+    decision = _annotated(decision, state.compacted, agent.name, run.agent)
+    turn_ctx = state.ctx
+    await commit(deps, ref, decision, state.basis, kind="model", rolls_up=inputs.previous,
+                 redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
+
+
+def _stop_before_call(deps: Deps, ctx: TurnContext, claim: Claim,
+                      final_output: Any) -> StopReason | None:
+    """Why the step ends its run without calling the model, if it does: a budget, a cancel,
+    a final tool result. Raises :class:`PermanentError` when the step has been attempted too
+    often, or a budget ran out while it kept failing."""
+    if claim.step.attempts > deps.settings.max_step_attempts:
+        raise PermanentError(
+            f"step {claim.key} was attempted {claim.step.attempts - 1} times; last error: "
+            f"{claim.step.last_error}",
+            reason="step_attempts_exhausted",
+        )
+    stop = budget_stop(deps, ctx.run, ctx.message)
+    if stop in _RUN_BUDGETS and claim.step.attempts > 1 and claim.step.last_error:
+        # The budget ran out while this very step kept failing: that failure, not the
+        # budget, is why the run has no answer, and the run says so.
+        raise PermanentError(
+            f"the run's {stop} budget ran out while step {claim.key} was being retried "
+            f"({claim.step.attempts - 1} failed attempt(s)); last error: "
+            f"{claim.step.last_error}",
+            reason="retries_outlasted_budget",
+        )
+    if stop is None and final_output is not None:
+        stop = StopReason.FINAL_TOOL
+    return stop
+
+
+async def _compacted_if_over(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
+                             previous: list[StepRecord]) -> StopReason | None:
+    """Compact first when the agent's context policy says the call would be over its limit
+    (and no delivery of this step compacted yet); then the step budget, which counts the
+    summary's call before this one, may stop the run."""
+    ctx = state.ctx
+    if state.compacted is not None or not ctx.agent.context.over(compaction.estimated_tokens(
+            ctx.agent, state.transcript, ctx.new_contents, previous)):
+        return None
+    made = await compaction.compact(deps, ref, ctx.run, ctx.message.turn, ctx.agent,
+                                    state.transcript, tools)
+    if made is None:
+        return None
+    state.compacted_now(made)
+    return budget_stop(deps, ctx.run, state.ctx.message)
+
+
+async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
+                 contract: OutputContract | None, scope: RequestScope) -> Decision:
+    """The model's answer to the step's request, decided (:func:`decide`). Gemini refusing
+    the request as too long compacts it (keeping the last model turn only) and asks once
+    more; a second refusal fails the run with its cause."""
+    ctx = state.ctx
+    request = await _request(deps, ctx.run, ctx.agent, state.transcript, ctx.new_contents,
+                             tools)
+    try:
+        answered = await call_model(deps, ref, request, scope)
+    except ModelPermanentError as exc:
+        if exc.reason != "model_input_too_long":
+            raise
+        forced = await compaction.compact(deps, ref, ctx.run, ctx.message.turn, ctx.agent,
+                                          state.transcript, tools, force=True)
+        if forced is None:
+            raise
+        log.info("run %s: %s was too long for the model; compacted, trying once more",
+                 ctx.run.run_id, ref.claim.key)
+        state.compacted_now(forced.after(state.compacted))
+        request = await _request(deps, ctx.run, ctx.agent, state.transcript, ctx.new_contents,
+                                 tools)
+        answered = await call_model(deps, ref, request, scope)
+    model_turn, call_seconds, retried, last_text = answered
+    decision = decide(state.ctx, model_turn, contract, call_seconds)
+    if last_text is not None:
+        decision = replace(decision, deltas=(last_text,))
+    if retried:  # the step record shows what was waited out inside this request
+        decision = replace(
+            decision, result=(decision.result or {}) | {"model_retries": len(retried)},
+            error=f"retried in the request: {retried[-1]}")
+    return decision
+
+
+def _annotated(decision: Decision, compacted: compaction.Compacted | None, agent: str,
+               run_agent: str) -> Decision:
+    """``decision`` with what the step's compaction cost (its cost in the step's, its tokens
+    in the run's usage) and, on a hand-off's turn, whose turn it was (the ledger says so)."""
+    if compacted is not None:
         decision = replace(decision, compaction_cost=compacted.cost,
                            result=(decision.result or {}) | {"compaction": compacted.record})
-    if agent.name != run.agent:  # a hand-off's turn: the ledger says whose it was
-        decision = replace(decision, result=(decision.result or {}) | {"agent": agent.name},
-                           end=replace(decision.end, agent=agent.name) if decision.end else None)
-    await commit(deps, ref, decision, basis, kind="model", rolls_up=inputs.previous,
-                 redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
+    if agent != run_agent:
+        decision = replace(decision, result=(decision.result or {}) | {"agent": agent},
+                           end=replace(decision.end, agent=agent) if decision.end else None)
+    return decision
 
 
 def _stopped(stop: StopReason, message: ModelStepMessage, new_contents: list[JsonDict],
@@ -381,101 +285,6 @@ async def _request(deps: Deps, run: RunRecord, agent: Agent, transcript: Transcr
         tools=tools,
         timeout_seconds=deps.settings.model_timeout_seconds,
     )
-
-
-async def _call_model(
-    deps: Deps, ref: ClaimRef, request: ModelRequest, scope: RequestScope
-) -> tuple[ModelTurn, float, list[str], DeltaRecord | None]:
-    """Call the model with the lease kept alive, waiting out retryable errors in the request
-    while the wait is short (``retry_wait_seconds``) and the call still fits before the
-    request's deadline; a longer wait releases the step to Pub/Sub's redelivery.
-
-    A streamed call that fails after some of its text was shown is retried the same way, but
-    under the step's next attempt, taken in the store first (:meth:`Heartbeat.next_attempt`):
-    the new number tells clients to drop the failed call's text, and it counts toward
-    ``max_step_attempts`` (the last attempt is left to the redelivery, which fails the run).
-    A streamed call of a step that runs unclaimed claims it at its first text
-    (:class:`ClaimAtFirstText`); one that shows none stays unclaimed.
-
-    Returns the turn, the seconds spent, the retryable errors waited out, and the call's last
-    text not written yet (:meth:`DeltaWriter.finish`), which the step's commit writes."""
-    started = time.monotonic()
-    backoff = 1.0
-    retried: list[str] = []
-    async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
-        while True:
-            lazy = (ClaimAtFirstText(deps.store, deps.clock, ref, beat,
-                                     deps.settings.lease_seconds)
-                    if _streams(deps) and ref.claim.version is None else None)
-            deltas = _delta_writer(deps, ref, lazy)
-            try:
-                with tracing.span("gemini.generate_content",
-                                  {"gen_ai.request.model": request.model}) as call:
-                    turn, last_text = await _generate(deps.model, request, deltas, lazy)
-                    tracing.model_answered(call, turn.usage.prompt_tokens,
-                                           turn.usage.output_tokens, turn.model_version)
-                break
-            except ModelRetryableError as exc:
-                wait = exc.retry_after if exc.retry_after is not None else backoff
-                room = scope.deadline - deps.clock.now() - deps.settings.model_timeout_seconds
-                shown = deltas is not None and deltas.shown
-                last = ref.claim.step.attempts >= deps.settings.max_step_attempts
-                if (wait > min(deps.settings.retry_wait_seconds, room) or beat.lost
-                        or (shown and last)):
-                    raise
-                retried.append(f"{type(exc).__name__}: {exc}")
-                if shown:
-                    await beat.next_attempt(retried[-1])
-                    update_log_context(attempt=ref.claim.step.attempts)
-                log.info("model call for %s: %s; trying again in %.1f s", ref.claim.key, exc,
-                         wait)
-                tracing.event("model retry", error=retried[-1][:500], wait_seconds=wait,
-                              attempt=ref.claim.step.attempts)
-                await deps.clock.sleep(wait)
-                backoff = min(backoff * 2, 8.0)
-    beat.check()
-    return turn, time.monotonic() - started, retried, last_text
-
-
-def _streams(deps: Deps) -> bool:
-    """Whether model calls stream: the deployment asks for it and the model can."""
-    return deps.settings.model_stream and isinstance(deps.model, StreamingModelClient)
-
-
-def _delta_writer(deps: Deps, ref: ClaimRef, lazy: ClaimAtFirstText | None
-                  ) -> DeltaWriter | None:
-    """Where a model call's text goes while it runs, when the deployment streams and the model
-    can; None for a unary call. A step not claimed yet hands its first delta to ``lazy``, which
-    commits it with the step's claim, and writes the others under that claim's attempt."""
-    if not _streams(deps):
-        return None
-    claim = ref.claim
-    return deps.store.delta_writer(claim.run_id, claim.key, claim.step.attempts,
-                                   flush_seconds=deps.settings.stream_flush_seconds,
-                                   now=deps.clock.now(),
-                                   ready=lazy.attempt if lazy is not None else None,
-                                   claim=lazy.start if lazy is not None else None)
-
-
-async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWriter | None,
-                    lazy: ClaimAtFirstText | None = None
-                    ) -> tuple[ModelTurn, DeltaRecord | None]:
-    """One model call: streamed into ``deltas`` when given, else unary. Returns the turn and,
-    streamed, its last text not written yet: the step's commit writes it, so every delta of
-    a step is written by the time the step is, and a client sees them before the step's
-    event. With ``lazy``, the step is claimed at the call's first text
-    (:class:`ClaimAtFirstText`)."""
-    if deltas is None or not isinstance(model, StreamingModelClient):
-        return await model.generate(request), None
-    try:
-        if lazy is None:
-            turn = await model.generate_streaming(request, deltas.add)
-        else:
-            turn = await lazy.call(model.generate_streaming(request, deltas.add))
-    except BaseException:
-        await deltas.abandon()
-        raise
-    return turn, await deltas.finish()
 
 
 @dataclass(frozen=True)
@@ -585,29 +394,6 @@ async def _answers_left_by_the_previous_run(
         for call, step in zip(calls, steps, strict=True)
     ]
     return [conversation.function_responses(pairs)]
-
-
-def _turn_input(
-    run: RunRecord, message: ModelStepMessage, previous: list[StepRecord]
-) -> tuple[list[JsonDict], Any]:
-    """This turn's new contents, and a final tool output if a tool ended the run."""
-    if message.turn == 0:
-        return [conversation.user_content(run.text, run.files)], None
-    model_step = next(s for s in previous if s.kind == "model")
-    if (model_step.result or {}).get("feedback"):
-        return [], None  # the feedback is already in the transcript
-    calls = [FunctionCall.model_validate(c) for c in (model_step.result or {}).get("calls", [])]
-    results = tool_results(message.turn - 1, len(calls), previous)
-    pairs = [
-        (call, (step.result or {}).get("response", {}))
-        for call, step in zip(calls, results, strict=True)
-    ]
-    final = next(
-        ((s.result or {}).get("response", {}).get("result") for s in results
-         if (s.result or {}).get("final")),
-        None,
-    )
-    return [conversation.function_responses(pairs)], final
 
 
 def _next_model_step(run: RunRecord, turn: int, usage: Usage) -> list[Outgoing]:

@@ -302,7 +302,8 @@ def _retry_safe(toolbox: object, name: str) -> bool:
 def _decision(message: ToolStepMessage, outcome: ToolOutcome, seconds: float | None,
               model_result: JsonDict | None, child: JsonDict | None = None) -> Decision:
     """``child``: a sub-agent's call's child run's end, whose cost and usage the step counts
-    (the next model step carries its usage on: :func:`ackloop.engine.model_step.with_children`)."""
+    (the next model step carries its usage on:
+    :func:`ackloop.engine.model_inputs.with_children`)."""
     return Decision(
         child_cost=children.child_cost(child),
         child_usage=children.child_usage(child),

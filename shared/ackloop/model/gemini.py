@@ -20,6 +20,7 @@ from ackloop.errors import ModelPermanentError
 from ackloop.model.base import ModelRequest, ModelTurn, TextSink
 from ackloop.model.gemini_errors import TRANSPORT_ERRORS, from_api_error, from_transport_error
 from ackloop.model.gemini_turn import turn_from_response
+from ackloop.model.validated import validated
 from ackloop.settings import Settings
 from ackloop.tools.masking import register_secret
 
@@ -94,8 +95,10 @@ class GeminiModel:
         self, request: ModelRequest
     ) -> tuple[list[types.Content], types.GenerateContentConfig]:
         try:
-            contents = [types.Content.model_validate(content) for content in request.contents]
-            declarations = [types.FunctionDeclaration.model_validate(d) for d in request.tools]
+            # Once per distinct content per process: a run's history comes back whole on every
+            # call (ackloop.model.validated).
+            contents = [validated(types.Content, content) for content in request.contents]
+            declarations = [validated(types.FunctionDeclaration, d) for d in request.tools]
         except ValidationError as error:
             raise ModelPermanentError(
                 f"request does not fit the Gemini schema: {error}", reason="model_invalid_request"

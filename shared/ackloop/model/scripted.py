@@ -7,7 +7,6 @@ that a redelivered step, possibly in another process, gets the same turn again.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -18,8 +17,11 @@ from ackloop.context import is_summary_request
 from ackloop.errors import ModelPermanentError
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.seed_agent import seed_agent_turn
-from ackloop.model.transcript import count_model_contents, read_exchange
+from ackloop.model.transcript import Exchange, count_model_contents, read_exchange
 from ackloop.model.turns import calls_turn, text_turn
+from ackloop.model.validated import validated
+
+REFERENCE_ANSWER = "Reference workload done."
 
 Script = Callable[[ModelRequest], ModelTurn]
 """Decides one turn from one request. May raise ``ModelRetryableError``/``ModelPermanentError``."""
@@ -127,25 +129,10 @@ def validate_contents(request: ModelRequest) -> None:
             )
 
 
-_VALID: dict[tuple[type, str], str | None] = {}
-"""The JSON of contents and declarations already validated, with their role: a run's transcript
-comes back whole on each of its model calls, and the genai models validate slowly."""
-_MAX_VALID = 4096
-
-
 def _valid_role(value: Any, model: Any) -> str | None:
-    """``value`` validated as ``model`` (raises ValidationError), its ``role`` if it has one."""
-    try:
-        key = (model, json.dumps(value, sort_keys=True, separators=(",", ":")))
-    except (TypeError, ValueError):  # not plain JSON: validated every time
-        return getattr(model.model_validate(value), "role", None)
-    if key in _VALID:
-        return _VALID[key]
-    role = getattr(model.model_validate(value), "role", None)
-    if len(_VALID) >= _MAX_VALID:
-        _VALID.clear()
-    _VALID[key] = role
-    return role
+    """``value`` validated as ``model`` (raises ValidationError; once per distinct value per
+    process: :mod:`ackloop.model.validated`), its ``role`` if it has one."""
+    return getattr(validated(model, value), "role", None)
 
 
 def reference_workload_script(
@@ -153,7 +140,7 @@ def reference_workload_script(
     args: Mapping[str, Any] | None = None,
     *,
     calls: int = 2,
-    answer: str = "Reference workload done.",
+    answer: str = REFERENCE_ANSWER,
 ) -> Script:
     """model -> tool -> model -> tool -> model: call ``tool_name`` ``calls`` times, then answer.
 
@@ -163,9 +150,17 @@ def reference_workload_script(
     call_args = dict(args or {})
 
     def script(request: ModelRequest) -> ModelTurn:
-        done = len(read_exchange(request.contents).results)
-        if done < calls:
-            return calls_turn([(tool_name, call_args)], request=request)
-        return text_turn(answer, request=request)
+        return reference_turn(request, read_exchange(request.contents), tool_name, call_args,
+                              calls=calls, answer=answer)
 
     return script
+
+
+def reference_turn(request: ModelRequest, exchange: Exchange, tool_name: str,
+                   args: Mapping[str, Any], *, calls: int, answer: str = REFERENCE_ANSWER
+                   ) -> ModelTurn:
+    """The reference workload's turn, from the request's exchange as already read (a script
+    that read it for something else does not read the whole history twice)."""
+    if len(exchange.results) < calls:
+        return calls_turn([(tool_name, dict(args))], request=request)
+    return text_turn(answer, request=request)

@@ -14,6 +14,7 @@ from typing import Any
 
 from ackloop.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.validated import ValueMemo
 from ackloop.wire import FunctionCall, Usage
 
 CallSpec = FunctionCall | tuple[str, Mapping[str, Any]]
@@ -76,7 +77,8 @@ def estimate_usage(request: ModelRequest | None, output_parts: Iterable[JsonDict
     prompt = 0
     if request is not None:
         prompt = (
-            _words(request.system_instruction) + _words(request.contents) + _words(request.tools)
+            _words(request.system_instruction) + contents_words(request.contents)
+            + _words(request.tools)
         )
     output = _words(list(output_parts))
     return Usage(
@@ -94,3 +96,16 @@ def _as_call(call: CallSpec) -> FunctionCall:
 def _words(value: object) -> int:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return len(text.split())
+
+
+_CONTENT_WORDS = ValueMemo()
+"""Each content's word count, once per distinct content per process: a run's history comes back
+whole in every request (:mod:`ackloop.model.validated`)."""
+
+
+def contents_words(contents: Sequence[object]) -> int:
+    """``_words(list(contents))``, a content at a time: the JSON of a list is its items' JSON
+    joined by ``", "`` inside brackets, so its words are the items' words (none is empty)."""
+    if not contents:
+        return _words(list(contents))
+    return sum(_CONTENT_WORDS.get("words", c, _words) for c in contents)
