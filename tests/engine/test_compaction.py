@@ -685,7 +685,7 @@ async def test_a_delivery_whose_compaction_was_made_by_another_delivery_of_its_s
     loop = keyed_loop(model)
     await converse(loop, 3)
     store = loop.deps.store
-    commit_compaction = store.commit_compaction
+    commit_compaction = store.transcript.commit_compaction
     raced = 0
 
     async def made_by_the_other_delivery(*args: Any, **kwargs: Any) -> Any:
@@ -694,7 +694,7 @@ async def test_a_delivery_whose_compaction_was_made_by_another_delivery_of_its_s
         await commit_compaction(*args, **kwargs)  # the other delivery's, with the same record
         return None
 
-    store.commit_compaction = made_by_the_other_delivery  # type: ignore[method-assign]
+    store.transcript.commit_compaction = made_by_the_other_delivery  # type: ignore[method-assign]
     await converse(loop, 1, first=3)
     assert raced == 1
     run_id = run_id_for_request("q3")

@@ -21,6 +21,7 @@ from ackloop.model.scripted import ScriptedModel, reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunRecord, RunStatus, StopReason
 from ackloop.store import AgentStore
+from ackloop.store.transcript import append_writes
 from ackloop.wire import AnswerMessage, QueryMessage, RunOptions, Usage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.rendezvous import RendezvousDB
@@ -221,7 +222,7 @@ async def foreign_entry_before_turn_1(loop: InProcessLoop, request_id: str
     run = await run_of(loop, run_id)
     transcript = await store.load_transcript(run.conversation_id)
     interloper = {"role": "user", "parts": [{"text": "not from this run"}]}
-    await store.db.commit(store._append_writes(transcript, [interloper], FOREIGN_TAIL))
+    await store.db.commit(append_writes(store, transcript, [interloper], FOREIGN_TAIL))
     return run_id, next_model
 
 

@@ -12,6 +12,7 @@ from ackloop.keys import StepKey
 from ackloop.records import ReceivedEvent, RunLimits, RunRecord
 from ackloop.settings import Settings
 from ackloop.store import EXPIRE_AT, AgentStore, Retention
+from ackloop.store.transcript import append_writes
 from tests.infra.terraform import TerraformConfig, block, expression
 
 PREFIX = "pfx_"
@@ -23,7 +24,7 @@ async def _write_every_kind(store: AgentStore) -> None:
                     limits=RunLimits(max_steps=1, max_seconds=1, max_tool_calls=1))
     await store.create_run(run)
     await store.claim_step("r", StepKey.model(0), "model", owner="o", now=1.0, lease_seconds=1)
-    await store.db.commit(store._append_writes(await store.load_transcript("c"), [{"a": 1}],
+    await store.db.commit(append_writes(store, await store.load_transcript("c"), [{"a": 1}],
                                               "r/0", now=1.0))
     await store.letters.record_poison("p", {"received_at": 1.0})
     await store.letters.record_dead_letter("d", {"data": "", "received_at": 1.0})

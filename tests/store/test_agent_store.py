@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from ackloop.context import summary_content
 from ackloop.docdb.base import PreconditionFailed
 from ackloop.errors import IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
 from ackloop.keys import StepKey
 from ackloop.records import RunLimits, RunRecord, RunStatus
 from ackloop.store import CHUNK_BYTES, AgentStore
+from ackloop.store.transcript import append_writes
 from tests.support.commits import complete
 
 KEY = StepKey.model(0)
@@ -92,11 +94,11 @@ async def test_create_run_is_idempotent_and_queues_behind_the_active_run(
 
 async def test_a_stale_transcript_append_cannot_overwrite_a_newer_one(store: AgentStore) -> None:
     """A writer that read the transcript before another appended is refused (H3)."""
-    await store.db.commit(store._append_writes(await store.load_transcript("c"), [{"a": 1}], "r/0"))
+    await store.db.commit(append_writes(store, await store.load_transcript("c"), [{"a": 1}], "r/0"))
     stale = await store.load_transcript("c")
-    await store.db.commit(store._append_writes(stale, [{"b": 2}], "r2/0"))
+    await store.db.commit(append_writes(store, stale, [{"b": 2}], "r2/0"))
     with pytest.raises(PreconditionFailed):
-        await store.db.commit(store._append_writes(stale, [{"c": 3}], "r/1"))
+        await store.db.commit(append_writes(store, stale, [{"c": 3}], "r/1"))
     assert (await store.load_transcript("c")).contents == [{"a": 1}, {"b": 2}]
 
 
@@ -106,7 +108,7 @@ async def test_transcript_appends_roll_over_to_new_chunks(store: AgentStore) -> 
     for i in range(5):
         transcript = await store.load_transcript("conv")
         assert transcript.tail == tail
-        await store.db.commit(store._append_writes(transcript, [big], f"run/{i:04d}-model"))
+        await store.db.commit(append_writes(store, transcript, [big], f"run/{i:04d}-model"))
         tail = f"run/{i:04d}-model"
     transcript = await store.load_transcript("conv")
     assert len(transcript.contents) == 5 and len(transcript.chunks) >= 2
@@ -121,7 +123,7 @@ async def test_an_append_sends_only_its_own_turn(store: AgentStore) -> None:
     sent = []
     for i in range(6):
         transcript = await store.load_transcript("grow")
-        writes = store._append_writes(transcript, [turn], f"run/{i:04d}-model")
+        writes = append_writes(store, transcript, [turn], f"run/{i:04d}-model")
         sent.append(sum(len(str(w.data)) + len(str(w.into)) for w in writes))
         await store.db.commit(writes)
     transcript = await store.load_transcript("grow")
@@ -198,22 +200,25 @@ async def test_a_compaction_commit_that_finds_its_chunk_made_returns_none(
     turn = {"role": "user", "parts": [{"text": "hello"}]}
     for i in range(3):
         transcript = await store.load_transcript("squash")
-        await store.db.commit(store._append_writes(transcript, [turn], f"run/{i:04d}-model"))
+        await store.db.commit(append_writes(store, transcript, [turn], f"run/{i:04d}-model"))
     read = await store.load_transcript("squash")
     last = read.chunks[-1].index
     record = {"by": "run/0003-model", "chunk": last + 1}
-    made = await store.commit_compaction(read, "the summary", [turn], record, 100.0)
+    made = await store.commit_compaction(read, "the summary", [turn], record, 100.0,
+                                         opening=summary_content("the summary"))
     assert made is not None and made.chunks[0].summary == "the summary"
 
     with pytest.raises(StaleRead):
-        await store.commit_compaction(read, "another", [turn], record, 101.0)
+        await store.commit_compaction(read, "another", [turn], record, 101.0,
+                                      opening=summary_content("another"))
     found = await store.read_chunk("squash", last)
     assert found is not None
     chunk, version = found
     assert chunk.compacted_into == last + 1
     fenced = Transcript("squash", [*read.chunks[:-1], chunk], version)
     again = await store.commit_compaction(fenced, "another summary", [turn],
-                                          record | {"at": 101.0}, 101.0)
+                                          record | {"at": 101.0}, 101.0,
+                                          opening=summary_content("another summary"))
     assert again is None
     kept = await store.read_chunk("squash", last + 1)
     assert kept is not None and kept[0].summary == "the summary"

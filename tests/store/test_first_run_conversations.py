@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ackloop.docdb.base import Write
+from ackloop.engine.commit import record
 from ackloop.errors import ConversationNotStarted, PermanentError, StaleRead
 from ackloop.keys import StepKey, is_run_id, run_id_for_request
 from ackloop.records import ConversationRecord, RunLimits, RunRecord, RunStatus, StopReason
@@ -48,7 +49,7 @@ async def end_by_its_step(store: AgentStore, run_id: str, now: float,
         assert read is not None
         basis = Basis(read)
     claim = store.unclaimed(run_id, StepKey.model(0), "model", owner="a", now=now)
-    committed = await store.commit_step(claim, basis, Decision(result={}, end=answered()),
+    committed = await record(store, claim, basis, Decision(result={}, end=answered()),
                                         now=now, price=free)
     assert committed.end is not None
 

@@ -20,6 +20,7 @@ from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.settings import Settings
 from ackloop.store import CHUNK_BYTES, DAY_SECONDS, EXPIRE_AT, AgentStore, Retention, RunEnd
+from ackloop.store.transcript import append_writes
 from ackloop.wire import QueryMessage, Usage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.commits import complete
@@ -119,13 +120,13 @@ async def test_transcript_chunks_expire_with_their_conversation_not_while_it_is_
     kept: AgentStore,
 ) -> None:
     chunk0, chunk1 = kept.chunk_path("c", 0), kept.chunk_path("c", 1)
-    await kept.db.commit(kept._append_writes(await kept.load_transcript("c"), [{"a": 1}], "r/0",
+    await kept.db.commit(append_writes(kept, await kept.load_transcript("c"), [{"a": 1}], "r/0",
                                             now=T0))
     assert await expiry(kept, chunk0) == pytest.approx(live(T0))
     # A chunk that fills up: the next append starts chunk 1, fenced on chunk 0 (written
     # unchanged); chunk 0, written less than a day ago, keeps its expiry.
     big = {"text": "x" * CHUNK_BYTES}
-    writes = kept._append_writes(await kept.load_transcript("c"), [big], "r/1", now=T0 + 60)
+    writes = append_writes(kept, await kept.load_transcript("c"), [big], "r/1", now=T0 + 60)
     assert [w.path for w in writes] == [chunk0, chunk1]
     assert writes[0].if_version is not None and EXPIRE_AT not in writes[0].data
     await kept.db.commit(writes)
@@ -135,14 +136,14 @@ async def test_transcript_chunks_expire_with_their_conversation_not_while_it_is_
     # one, chunk 1 being full) and every older chunk move to the new horizon, in one commit.
     used = T0 + 20 * DAY_SECONDS
     transcript = await kept.load_transcript("c")
-    await kept.db.commit(kept._append_writes(transcript, [{"b": 2}], "r2/0", now=used))
+    await kept.db.commit(append_writes(kept, transcript, [{"b": 2}], "r2/0", now=used))
     for index in (0, 1, 2):
         assert await expiry(kept, kept.chunk_path("c", index)) == pytest.approx(live(used))
     loaded = await kept.load_transcript("c")
     assert [c.index for c in loaded.chunks] == [0, 1, 2] and loaded.contents[-1] == {"b": 2}
     # And an append to a chunk that is not full rewrites it with the new horizon as well.
     again = used + 2 * DAY_SECONDS
-    await kept.db.commit(kept._append_writes(loaded, [{"c": 3}], "r3/0", now=again))
+    await kept.db.commit(append_writes(kept, loaded, [{"c": 3}], "r3/0", now=again))
     for index in (0, 1, 2):
         assert await expiry(kept, kept.chunk_path("c", index)) == pytest.approx(live(again))
     assert len((await kept.load_transcript("c")).chunks) == 3
@@ -153,7 +154,7 @@ async def test_a_conversation_record_outlives_its_transcript(kept: AgentStore) -
     without its owner's record (TTL deletes within about a day, in no given order)."""
     run, _ = await kept.create_run(run_record("r", "c", at=T0))
     transcript = await kept.load_transcript("c")
-    await kept.db.commit(kept._append_writes(transcript, [{"a": 1}], "r/0", now=T0 + 100))
+    await kept.db.commit(append_writes(kept, transcript, [{"a": 1}], "r/0", now=T0 + 100))
     await kept.end_run_now("r", ended(), T0 + 120)
     conv_expires = await expiry(kept, kept.conversation_path(run.conversation_id))
     chunk_expires = await expiry(kept, kept.chunk_path("c", 0))
@@ -192,7 +193,7 @@ async def test_without_retention_nothing_expires(store: AgentStore, prefix: str)
     claim = await store.claim_step("r", StepKey.model(0), "model", owner="a", now=T0,
                                    lease_seconds=10)
     await complete(store, claim, now=T0 + 1, result={})
-    await store.db.commit(store._append_writes(await store.load_transcript("r"), [{"a": 1}],
+    await store.db.commit(append_writes(store, await store.load_transcript("r"), [{"a": 1}],
                                               "r/0", now=T0))
     await store.end_run_now("r", ended(), T0 + 2)
     await store.letters.record_poison("m", {"received_at": T0})

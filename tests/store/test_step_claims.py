@@ -11,6 +11,7 @@ import asyncio
 import pytest
 
 from ackloop.docdb.base import DocumentDB
+from ackloop.engine.commit import record
 from ackloop.errors import StaleRead, StepBusy
 from ackloop.keys import StepKey
 from ackloop.records import RunLimits, RunRecord, RunStatus, StepStatus, StopReason
@@ -99,7 +100,7 @@ async def test_a_run_end_written_from_a_stale_read_of_the_run_commits_nothing(
     end = RunEnd(RunStatus.COMPLETED, StopReason.ANSWERED, Usage(model_calls=1),
                  answer="too late")
     with pytest.raises(StaleRead):
-        await store.commit_step(claim, Basis(read), Decision(result={}, end=end), now=106,
+        await record(store, claim, Basis(read), Decision(result={}, end=end), now=106,
                                 price=free)
     (step,) = await store.get_steps("run-1", [claim.key])
     assert step is not None and step.status is StepStatus.RUNNING

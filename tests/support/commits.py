@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ackloop.cost import Cost
+from ackloop.engine.commit import record
 from ackloop.jsondict import JsonDict
 from ackloop.records import Outgoing, RunLimits, RunRecord
 from ackloop.store import AgentStore, Basis, Claim, Committed, Decision, RunRead
@@ -32,4 +33,4 @@ async def complete(store: AgentStore, claim: Claim, *, now: float,
                    result: JsonDict | None = None) -> Committed:
     """Complete ``claim`` with ``result`` (a tool step's kind of commit: no transcript)."""
     basis = Basis(await run_read(store, claim.run_id))
-    return await store.commit_step(claim, basis, Decision(result=result), now=now, price=free)
+    return await record(store, claim, basis, Decision(result=result), now=now, price=free)

@@ -35,7 +35,13 @@ from typing import Any
 
 from ackloop import conversation, files
 from ackloop.agents import Agent
-from ackloop.context import cut_index, json_size, summary_request_contents, tokens_of_bytes
+from ackloop.context import (
+    cut_index,
+    json_size,
+    summary_content,
+    summary_request_contents,
+    tokens_of_bytes,
+)
 from ackloop.cost import Cost, Spend, price
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimRef, heartbeat
@@ -180,8 +186,9 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
         "usage": usage.model_dump(mode="json"), "cost": cost.model_dump(mode="json"),
         "at": deps.clock.now()}
     try:
-        compacted = await deps.store.commit_compaction(transcript, summary, view[cut:], record,
-                                                       deps.clock.now())
+        compacted = await deps.store.commit_compaction(
+            transcript, summary, view[cut:], record, deps.clock.now(),
+            opening=summary_content(summary))
     except StaleRead:
         # The last chunk changed: a run's end outside a step, or a cancel, wrote its fence. The
         # redelivery reads the run again and ends (or drops) the step as it finds it.

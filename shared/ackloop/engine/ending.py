@@ -17,6 +17,7 @@ from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.records import RunRecord, RunStatus, StopReason
 from ackloop.store import RunEnd
 from ackloop.telemetry import metrics
+from ackloop.tools.masking import mask_secrets
 from ackloop.wire import Usage
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,10 @@ STOP_STATUS = {
 
 
 def run_end(stop_reason: StopReason, usage: Usage, **fields: Any) -> RunEnd:
+    """A run's end as the store writes it and its answer tells it: the error it ends with is
+    stored and published, so never with a credential in it (the store masks nothing)."""
+    if fields.get("error") is not None:
+        fields["error"] = mask_secrets(fields["error"])
     return RunEnd(STOP_STATUS[stop_reason], stop_reason, usage, **fields)
 
 

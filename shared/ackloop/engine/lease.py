@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ackloop.clock import Clock
-from ackloop.deltas import DeltaRecord
+from ackloop.deltas import DeltaRecord, run_delta_write
 from ackloop.engine.deps import Deps
 from ackloop.errors import (
     LeaseLost,
@@ -39,6 +39,7 @@ from ackloop.store import AgentStore, Claim, RunRead
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import update_log_context
 from ackloop.tools.base import Toolbox, prepare_toolbox
+from ackloop.tools.masking import mask_secrets
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ async def claim_in_run(
         fresh = await deps.store.read_run(run_id)
     except Exception as exc:
         if claim.state != "completed":
-            await deps.store.release_step(claim, error=f"run not read: {exc}")
+            await deps.store.release_step(claim, error=mask_secrets(f"run not read: {exc}"))
         raise
     if fresh is None:
         raise UnknownRun(run_id)
@@ -248,7 +249,7 @@ class Heartbeat:
             try:
                 self.ref.claim = await self._store.next_attempt(
                     self.ref.claim, now=self._clock.now(), lease_seconds=self._lease,
-                    error=error)
+                    error=mask_secrets(error))
             except LeaseLost:
                 self.lost = True
                 self._stop.set()
@@ -289,9 +290,11 @@ class ClaimAtFirstText:
     async def _claim(self, first: DeltaRecord | None) -> Claim | None:
         unclaimed = self._ref.claim
         try:
+            now = self._clock.now()
+            words = () if first is None else (
+                run_delta_write(self._store, unclaimed.run_id, first, now),)
             claim = await self._store.claim_unclaimed(
-                unclaimed, now=self._clock.now(), lease_seconds=self._lease,
-                first_delta=first)
+                unclaimed, now=now, lease_seconds=self._lease, with_writes=words)
         except Exception as exc:
             log.info("step %s of %s not claimed at its first text: %s", unclaimed.key,
                      unclaimed.run_id, exc)
@@ -374,7 +377,7 @@ async def released_on_failure(
     except RetryableError as exc:
         await store.release_step(
             ref.claim,
-            error=f"{type(exc).__name__}: {exc}",
+            error=mask_secrets(f"{type(exc).__name__}: {exc}"),
             not_before=clock.now() + exc.retry_after if exc.retry_after else 0.0,
         )
         raise
@@ -382,5 +385,6 @@ async def released_on_failure(
         raise  # the handler records the failure with this claim: the lease must still be held
     except Exception as exc:
         with contextlib.suppress(Exception):  # the lease then simply expires
-            await store.release_step(ref.claim, error=f"{type(exc).__name__}: {exc}")
+            await store.release_step(ref.claim,
+                                     error=mask_secrets(f"{type(exc).__name__}: {exc}"))
         raise

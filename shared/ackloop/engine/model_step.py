@@ -21,7 +21,7 @@ from typing import Any
 
 from ackloop import conversation, files
 from ackloop.agents import Agent
-from ackloop.deltas import DeltaRecord, DeltaWriter
+from ackloop.deltas import DeltaRecord, DeltaWriter, run_delta_write, run_delta_writer
 from ackloop.engine import claims, compaction, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
@@ -341,7 +341,8 @@ async def _run_claimed(
                     deps, ref, request, scope)
             decision = decide(turn_ctx, model_turn, contract, call_seconds)
             if last_text is not None:
-                decision = replace(decision, deltas=(last_text,))
+                decision = replace(decision, writes=(run_delta_write(
+                    deps.store, run.run_id, last_text, deps.clock.now()),))
             if retried:  # the step record shows what was waited out inside this request
                 decision = replace(
                     decision, result=(decision.result or {}) | {"model_retries": len(retried)},
@@ -450,11 +451,11 @@ def _delta_writer(deps: Deps, ref: ClaimRef, lazy: ClaimAtFirstText | None
     if not _streams(deps):
         return None
     claim = ref.claim
-    return deps.store.delta_writer(claim.run_id, claim.key, claim.step.attempts,
-                                   flush_seconds=deps.settings.stream_flush_seconds,
-                                   now=deps.clock.now(),
-                                   ready=lazy.attempt if lazy is not None else None,
-                                   claim=lazy.start if lazy is not None else None)
+    return run_delta_writer(deps.store, claim.run_id, claim.key, claim.step.attempts,
+                            flush_seconds=deps.settings.stream_flush_seconds,
+                            now=deps.clock.now(),
+                            ready=lazy.attempt if lazy is not None else None,
+                            claim=lazy.start if lazy is not None else None)
 
 
 async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWriter | None,
