@@ -38,8 +38,8 @@ async def test_a_next_attempt_waits_for_a_renewal_under_way_and_neither_loses_th
 ) -> None:
     store, clock = AgentStore(MemoryDocumentDB()), ManualClock()
     held = store.steps = HeldRenewals(store)
-    claim = await store.claim_step("run-1", StepKey.model(0), "gemini", owner="me",
-                                   now=clock.now(), lease_seconds=LEASE_S)
+    claim = await store.steps.claim_step("run-1", StepKey.model(0), "gemini", owner="me",
+                                         now=clock.now(), lease_seconds=LEASE_S)
     ref = ClaimRef(claim)
     beat = Heartbeat(store, clock, ref, LEASE_S)
     beat.start()
@@ -56,7 +56,7 @@ async def test_a_next_attempt_waits_for_a_renewal_under_way_and_neither_loses_th
 
     assert not beat.lost
     assert after.step.attempts == 2
-    (stored,) = await store.get_steps("run-1", [str(StepKey.model(0))])
+    (stored,) = await store.steps.get_steps("run-1", [str(StepKey.model(0))])
     assert stored is not None and stored.attempts == 2
     assert stored.last_error == "503 mid-stream"
     # The claim the step holds is the one the database holds: its commit would go through.

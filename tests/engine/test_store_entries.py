@@ -88,7 +88,7 @@ async def _two_runs(claims: Literal["auto", "always"]) -> InProcessLoop:
     await loop.submit(QueryMessage(request_id="first", text="profile, calls=3", agent=AGENT,
                                    options=RunOptions(max_steps=4, max_tool_calls=3)))
     await loop.run_until_idle()
-    run = await deps.store.get_run(loop.answers[-1].run_id)
+    run = await deps.store.runs.get_run(loop.answers[-1].run_id)
     assert run is not None
     await loop.submit(QueryMessage(request_id="follow-up", text="again, calls=1", agent=AGENT,
                                    conversation_id=run.conversation_id,

@@ -9,7 +9,7 @@ lease is renewed and nothing is redelivered. The same commit moves the run's ``p
 (``received``, with its payload: :mod:`ackloop.engine.events`); what follows is the same.
 
 A decision is recorded on the step in one commit conditional on the step and the run as read
-(:meth:`AgentStore.decide_step`: the first one wins), then the step's message, the model
+(:meth:`Waits.decide_step`: the first one wins), then the step's message, the model
 step's committed outbox entry for it, is published again, so the step resumes through the
 ordinary path and the ledger check holds. If that publish is lost, the decision moved the run's
 ``progress_at``, and the sweeper re-sends the message of a decided step that still waits once
@@ -151,7 +151,7 @@ async def wait_for_decision(deps: Deps, ref: ClaimRef, read: RunRead, wait: Wait
     step's commit to record: :func:`met_at_once`).
 
     The waiting commit is conditional on the run document as read, which an event's arrival
-    rewrites (:meth:`AgentStore.receive_event`): an event that arrives between this read and
+    rewrites (:meth:`Waits.receive_event`): an event that arrives between this read and
     the commit makes the commit fail, and the run read again has the event. A commit refused
     because the run changed for another reason (another call of the turn started waiting) is
     tried again on the run as it is now."""
@@ -172,7 +172,7 @@ async def _wait_or_arrived(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
             # must not wait (R1), or the run would wait for its deadline.
             raise WaitCancelled(f"run {claim.run_id} was cancelled")
         if wait.event is not None and (arrived := run.received.get(wait.event)) is not None:
-            return await deps.store.event_payload(claim.run_id, wait.event, arrived)
+            return await deps.store.waits.event_payload(claim.run_id, wait.event, arrived)
         waiting = Waiting(kind=wait.kind, event=wait.event, tool=wait.tool.name,
                           args=call.args, since=now, deadline=now + wait_timeout(deps, run, wait),
                           clock_runs=wait.clock_runs)
@@ -181,17 +181,17 @@ async def _wait_or_arrived(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
         notices = [] if _for_child(waiting) else [_notice(run, claim.key, waiting)]
         cost = spend.spent(deps, model=None, usage=None, commit_writes=2, outbox=notices)
         try:
-            await deps.store.wait_step(claim, waiting, read, look_at(deps, waiting, now), cost)
+            await deps.store.waits.wait_step(claim, waiting, read, look_at(deps, waiting, now), cost)
             break
         except StaleRead:
-            fresh = await deps.store.read_run(claim.run_id)
+            fresh = await deps.store.runs.read_run(claim.run_id)
             if fresh is None:
                 return None
             read = fresh
     else:
         # Still the run's news first: the change that refused the last commit may be the event.
         if wait.event is not None and (arrived := read.record.received.get(wait.event)):
-            return await deps.store.event_payload(claim.run_id, wait.event, arrived)
+            return await deps.store.waits.event_payload(claim.run_id, wait.event, arrived)
         raise RunKeptChanging(f"step {claim.key} of {claim.run_id}: the run kept changing "
                               "while the step recorded its wait", retry_after=1.0)
     log.info("run %s step %s waits for %s of %s until %.0f", claim.run_id, claim.key,
@@ -248,7 +248,7 @@ async def reject_on_cancel(deps: Deps, run_id: str) -> None:
     """Reject the undecided waiting steps of a run whose cancel was requested: a cancel takes
     effect at the next step boundary, which a turn that waits would otherwise reach only at a
     decision or its deadline."""
-    for step in await deps.store.list_steps(run_id):
+    for step in await deps.store.steps.list_steps(run_id):
         if step.status is StepStatus.WAITING and step.decision is None:
             with contextlib.suppress(DecisionRefused):  # decided meanwhile: that one stands
                 await decide(deps, run_id, step.key, StepDecision(
@@ -271,19 +271,19 @@ def rejection(decision: StepDecision, waiting: Waiting | None = None) -> ToolOut
 
 async def decide(deps: Deps, run_id: str, key: str, decision: StepDecision,
                  kind: Literal["approval", "event"] | None = None) -> tuple[StepRecord, bool]:
-    """Record ``decision`` (:meth:`AgentStore.decide_step`; only on a wait of ``kind`` when
+    """Record ``decision`` (:meth:`Waits.decide_step`; only on a wait of ``kind`` when
     given) and re-send the step's message.
 
     The message sent is the model step's committed outbox entry for the step; a duplicate of
     an already recorded decision sends it again too (the claim absorbs it)."""
-    step, decided = await deps.store.decide_step(run_id, key, decision, kind)
+    step, decided = await deps.store.waits.decide_step(run_id, key, decision, kind)
     await resume(deps, run_id, step)
     return step, decided
 
 
 async def resume(deps: Deps, run_id: str, step: StepRecord) -> None:
     """Send the committed message of a decided step."""
-    (model_step,) = await deps.store.get_steps(run_id, [str(StepKey.model(step.turn))])
+    (model_step,) = await deps.store.steps.get_steps(run_id, [str(StepKey.model(step.turn))])
     entry = _entry(model_step, step.key)
     if entry is not None:
         await send(deps, run_id, [entry])

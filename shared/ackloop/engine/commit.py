@@ -76,7 +76,7 @@ async def commit(
             basis = await _read_again(deps, basis)
             fresh = basis.run.record
             if fresh.status.terminal:
-                await deps.store.release_step(
+                await deps.store.steps.release_step(
                     claim, error=f"not recorded: the run became {fresh.status} meanwhile")
                 return
             if redecide is not None and decision.end is None:

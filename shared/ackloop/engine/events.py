@@ -1,6 +1,6 @@
 """Named events delivered to a run: ``POST /runs/{id}/events/{name}`` or the queries topic.
 
-An event is kept on the run first (:meth:`AgentStore.receive_event`, one commit conditional on the
+An event is kept on the run first (:meth:`Waits.receive_event`, one commit conditional on the
 run as read: the
 first event of a name wins, the same one again is recognised; the run document records who
 sent it and its payload's digest, the payload goes to ``runs/{run_id}/events/{name}``, so no
@@ -50,7 +50,7 @@ class Delivered:
     """The keys of the steps the event resumed (or re-sent, for a repeat)."""
     too_late: list[str] = field(default_factory=list)
     """Those of them that waited past their deadline before it came: they are rejected as at
-    their deadline (:meth:`AgentStore.decide_step`), not run with it."""
+    their deadline (:meth:`Waits.decide_step`), not run with it."""
 
 
 async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
@@ -67,12 +67,12 @@ async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
         raise DecisionRefused(422, "reserved_event", (
             f"event names starting with {approval.CHILD_EVENT_PREFIX!r} are the engine's (a child "
             "run's end): choose another name"))
-    kept, recorded, run = await deps.store.receive_event(run_id, name, event, owner)
+    kept, recorded, run = await deps.store.waits.receive_event(run_id, name, event, owner)
     log.info("run %s %s event %r from %s", run_id, "received" if recorded else
              "received again", name, kept.by)
     with tracing.run_context(run_id, run.trace_id):
-        steps = ([s for s in await deps.store.get_steps(run_id, [step]) if s is not None]
-                 if step is not None else await deps.store.list_steps(run_id))
+        steps = ([s for s in await deps.store.steps.get_steps(run_id, [step]) if s is not None]
+                 if step is not None else await deps.store.steps.list_steps(run_id))
         decided = await resume_waiting(deps, run_id, name, kept, steps)
     return Delivered(kept, recorded, [s.key for s in decided],
                      [s.key for s in decided if s.decision and s.decision.by == DEADLINE])
@@ -93,7 +93,7 @@ async def resume_waiting(deps: Deps, run_id: str, name: str, event: ReceivedEven
             decision = StepDecision(decision="received", payload=event.payload, by=event.by,
                                     at=deps.clock.now())
             with contextlib.suppress(DecisionRefused):  # decided meanwhile: that one stands
-                step, _ = await deps.store.decide_step(run_id, step.key, decision, "event")
+                step, _ = await deps.store.waits.decide_step(run_id, step.key, decision, "event")
         await approval.resume(deps, run_id, step)
         resumed.append(step)
     return resumed
@@ -108,7 +108,7 @@ async def decide_arrived(deps: Deps, run: RunRecord, steps: list[StepRecord]) ->
     resumed: list[str] = []
     for name in sorted(names):
         try:
-            event = await deps.store.event_payload(run.run_id, name, run.received[name])
+            event = await deps.store.waits.event_payload(run.run_id, name, run.received[name])
         except DecisionRefused:
             continue  # its payload is gone: the waiting call's deadline rejects it
         resumed += [s.key for s in await resume_waiting(

@@ -33,7 +33,7 @@ LAST_DOCUMENT_ID = "\U0010ffff"
 ClaimState = Literal["new", "taken_over", "completed", "waiting", "unclaimed"]
 """``waiting``: the step waits for a decision; nothing is claimed and nothing runs.
 ``unclaimed``: run without a claim; its document is created by the commit that records it
-(:meth:`AgentStore.unclaimed`)."""
+(:meth:`Steps.unclaimed`)."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from ackloop.store.commit import RunRead
 from ackloop.store.transcript import newest_chunk, transcript_fence
 from ackloop.wire import Usage
 
-# Optimistic retries of :meth:`AgentStore.create_run` when its documents change meanwhile.
+# Optimistic retries of :meth:`Runs.create_run` when its documents change meanwhile.
 CREATE_RUN_ATTEMPTS = 5
 # Runs that may wait behind a conversation's active run (the queue lives on one document).
 MAX_QUEUED_RUNS = 100

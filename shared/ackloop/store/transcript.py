@@ -37,12 +37,12 @@ log = logging.getLogger(__name__)
 
 VIEW_PAGE = 2
 """Transcript chunks a model step lists at a time, newest first, to find the last compaction
-(:meth:`AgentStore.load_transcript_view`)."""
+(:meth:`Transcripts.load_transcript_view`)."""
 
 
 @dataclass(frozen=True)
 class ModelStepInputs:
-    """What a model step reads before its call (:meth:`AgentStore.model_step_inputs`)."""
+    """What a model step reads before its call (:meth:`Transcripts.model_step_inputs`)."""
 
     run: RunRead | None
     previous: list[StepRecord]
@@ -56,7 +56,7 @@ class ModelStepInputs:
 
 def pointer_after(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
     """Where ``transcript`` stands once ``writes`` (its append) commit: the next step reads
-    exactly these chunks, with the run, in one round trip (:meth:`AgentStore.run_and_transcript`)
+    exactly these chunks, with the run, in one round trip (:meth:`Transcripts.run_and_transcript`)
     instead of querying the collection."""
     indexes = [int(w.path.rsplit("/", 1)[1]) for w in writes]
     indexes += [c.index for c in transcript.chunks]
