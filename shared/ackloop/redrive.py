@@ -146,7 +146,8 @@ async def _redrive_one(
     await _publish(store, publisher, topic, clock, record)
     if state == "reopened" and found is not None:
         # Its children that ended while it was failed had their ends refused: send them again.
-        for child_id in await children.ended_children(store, found, await store.steps.list_steps(run)):
+        steps = await store.steps.list_steps(run)
+        for child_id in await children.ended_children(store, found, steps):
             notice = ChildEndedMessage(type="child_ended", run_id=child_id)
             await publisher.publish(settings.queries_topic,
                                     encode(notice.model_dump(mode="json")), {"run_id": child_id})

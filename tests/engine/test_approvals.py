@@ -369,8 +369,8 @@ async def test_the_delivery_that_recorded_the_wait_is_in_the_steps_cost() -> Non
     assert (done.cost.requests, plain.cost.requests) == (2, 1)
     assert done.cost.firestore_writes >= plain.cost.firestore_writes + 3
     assert done.cost.pubsub_bytes >= plain.cost.pubsub_bytes + waiting.wait_cost.pubsub_bytes
-    run, other = await loop.deps.store.runs.get_run(run_id), await plain_loop.deps.store.runs.get_run(
-        plain_run)
+    run = await loop.deps.store.runs.get_run(run_id)
+    other = await plain_loop.deps.store.runs.get_run(plain_run)
     assert run is not None and other is not None and run.cost and other.cost
     assert run.cost.usd > other.cost.usd
 

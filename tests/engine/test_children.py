@@ -318,7 +318,8 @@ async def test_the_depth_limit_and_a_cycle_are_refused_with_an_error_the_model_r
     bob_run = await child_of(loop, run, "0000-tool-000")
     assert bob_run.status is RunStatus.COMPLETED
     assert "already working on this request (alice -> bob -> alice)" in (bob_run.answer or "")
-    assert await loop.deps.store.runs.get_run(children.child_run_id(bob_run, "0000-tool-000")) is None
+    child_id = children.child_run_id(bob_run, "0000-tool-000")
+    assert await loop.deps.store.runs.get_run(child_id) is None
 
     chain = [Agent("a3", "Leaf.")]
     for name in ("a2", "a1", "a0"):
@@ -686,7 +687,8 @@ async def test_the_ends_of_parallel_children_delivered_at_once_are_all_taken() -
     parent = await loop.deps.store.runs.get_run(parent_id)
     assert parent is not None and sorted(parent.received) == [
         f"child.0000-tool-00{i}" for i in range(4)]
-    waiting = await loop.deps.store.steps.get_steps(parent_id, [f"0000-tool-00{i}" for i in range(4)])
+    waiting = await loop.deps.store.steps.get_steps(parent_id,
+                                                    [f"0000-tool-00{i}" for i in range(4)])
     assert all(s is not None and s.decision is not None
                and s.decision.decision == "received" for s in waiting)
     await drain(loop, take(loop))

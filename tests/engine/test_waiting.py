@@ -228,7 +228,8 @@ async def test_a_conversation_queue_is_bounded_with_a_clear_refusal(extra: int) 
     outcomes = [await loop.deliver(kind, q) for kind, q in list(loop._queue)]
     loop._queue.clear()
     assert all(o.acknowledged for o in outcomes)  # a refusal is acknowledged and recorded
-    last = await loop.deps.store.runs.get_run(run_id_for_request(f"bound-{MAX_QUEUED_RUNS + extra}"))
+    last = await loop.deps.store.runs.get_run(
+        run_id_for_request(f"bound-{MAX_QUEUED_RUNS + extra}"))
     if extra:
         assert last is None or last.status is RunStatus.FAILED
         assert "conversation_queue_full" in str(outcomes[-1].body)

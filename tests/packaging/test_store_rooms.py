@@ -13,6 +13,7 @@ another, and :class:`~ackloop.store.AgentStore` holds each as an attribute.
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,10 @@ def test_the_rooms_stand_on_one_ground_and_the_port_holds_them() -> None:
         room = type(getattr(store, name))
         assert room.__bases__ == (StoreBase,), f"{room.__name__} is built on another room"
         assert getattr(store, name).db is store.db
+    # The port forwards nothing: a room's method is called on its room.
+    assert "__getattr__" not in vars(AgentStore)
+    with pytest.raises(AttributeError):
+        store.get_run  # type: ignore[attr-defined]  # noqa: B018
+    public = [n for n, _ in inspect.getmembers(AgentStore) if not n.startswith("_")]
+    assert not any(callable(getattr(AgentStore, n)) and n in dir(type(store.runs))
+                   and n not in dir(StoreBase) for n in public)

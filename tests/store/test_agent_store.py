@@ -94,7 +94,8 @@ async def test_create_run_is_idempotent_and_queues_behind_the_active_run(
 
 async def test_a_stale_transcript_append_cannot_overwrite_a_newer_one(store: AgentStore) -> None:
     """A writer that read the transcript before another appended is refused (H3)."""
-    await store.db.commit(append_writes(store, await store.transcript.load_transcript("c"), [{"a": 1}], "r/0"))
+    transcript = await store.transcript.load_transcript("c")
+    await store.db.commit(append_writes(store, transcript, [{"a": 1}], "r/0"))
     stale = await store.transcript.load_transcript("c")
     await store.db.commit(append_writes(store, stale, [{"b": 2}], "r2/0"))
     with pytest.raises(PreconditionFailed):
@@ -175,7 +176,8 @@ async def test_recent_runs_newest_first_filtered_and_limited(store: AgentStore) 
     assert ids(await store.runs.recent_runs(status=RunStatus.FAILED)) == ["run-3", "run-2", "run-1"]
     assert ids(await store.runs.recent_runs(agent="other")) == ["run-4", "run-1"]
     assert ids(await store.runs.recent_runs(conversation_id="c2")) == ["run-4", "run-2"]
-    both = await store.runs.recent_runs(status=RunStatus.FAILED, agent="default", conversation_id="c1")
+    both = await store.runs.recent_runs(status=RunStatus.FAILED, agent="default",
+                                        conversation_id="c1")
     assert ids(both) == ["run-3"]
     assert await store.runs.recent_runs(agent="nobody") == []
 

@@ -202,7 +202,8 @@ async def test_a_redrive_restarts_the_runs_clock_and_the_time_it_waited(
     first, _ = await store.runs.create_run(run_record("waited"))
     await store.db.commit([Write("update", store.run_path(first.run_id), {
         "waited_seconds": 5_000.0, "wait_ended_at": T0 + 5_000})])
-    assert await store.runs.fail_run(first.run_id, "dead_lettered: step 0000-model: boom", T0 + 6_000)
+    assert await store.runs.fail_run(first.run_id, "dead_lettered: step 0000-model: boom",
+                                     T0 + 6_000)
     reopened = await store.letters.reopen_dead_lettered_run(first.run_id, None, T0 + 7_000)
     assert reopened == "reopened"
     run = await store.runs.get_run(first.run_id)

@@ -120,13 +120,14 @@ async def test_transcript_chunks_expire_with_their_conversation_not_while_it_is_
     kept: AgentStore,
 ) -> None:
     chunk0, chunk1 = kept.chunk_path("c", 0), kept.chunk_path("c", 1)
-    await kept.db.commit(append_writes(kept, await kept.transcript.load_transcript("c"), [{"a": 1}], "r/0",
-                                            now=T0))
+    transcript = await kept.transcript.load_transcript("c")
+    await kept.db.commit(append_writes(kept, transcript, [{"a": 1}], "r/0", now=T0))
     assert await expiry(kept, chunk0) == pytest.approx(live(T0))
     # A chunk that fills up: the next append starts chunk 1, fenced on chunk 0 (written
     # unchanged); chunk 0, written less than a day ago, keeps its expiry.
     big = {"text": "x" * CHUNK_BYTES}
-    writes = append_writes(kept, await kept.transcript.load_transcript("c"), [big], "r/1", now=T0 + 60)
+    transcript = await kept.transcript.load_transcript("c")
+    writes = append_writes(kept, transcript, [big], "r/1", now=T0 + 60)
     assert [w.path for w in writes] == [chunk0, chunk1]
     assert writes[0].if_version is not None and EXPIRE_AT not in writes[0].data
     await kept.db.commit(writes)
@@ -193,8 +194,8 @@ async def test_without_retention_nothing_expires(store: AgentStore, prefix: str)
     claim = await store.steps.claim_step("r", StepKey.model(0), "model", owner="a", now=T0,
                                          lease_seconds=10)
     await complete(store, claim, now=T0 + 1, result={})
-    await store.db.commit(append_writes(store, await store.transcript.load_transcript("r"), [{"a": 1}],
-                                              "r/0", now=T0))
+    transcript = await store.transcript.load_transcript("r")
+    await store.db.commit(append_writes(store, transcript, [{"a": 1}], "r/0", now=T0))
     await store.runs.end_run_now("r", ended(), T0 + 2)
     await store.letters.record_poison("m", {"received_at": T0})
     await store.letters.record_dead_letter("d", {"data": "", "received_at": T0})

@@ -57,7 +57,8 @@ async def test_a_claim_that_read_before_the_holder_renewed_does_not_take_the_ste
 ) -> None:
     """A late heartbeat between a claimer's read and its takeover keeps the lease its holder's."""
     store, racing = racing_store(db, prefix)
-    holder = await store.steps.claim_step("r", KEY, "lookup", owner="a", now=100, lease_seconds=LEASE)
+    holder = await store.steps.claim_step("r", KEY, "lookup", owner="a", now=100,
+                                          lease_seconds=LEASE)
     path = store.step_path("r", str(KEY))
     racing.arm(path)
     # The claimer reads the expired lease and waits at the rendezvous...

@@ -112,8 +112,8 @@ async def test_the_most_events_of_the_largest_size_leave_the_run_small_and_endab
                                                                         at=501.0))
     assert other.value.reason == "already_received"
 
-    ended = await store.runs.end_run_now(run.run_id, RunEnd(RunStatus.COMPLETED, StopReason.ANSWERED,
-                                                            Usage(), answer="done"), 600.0)
+    end = RunEnd(RunStatus.COMPLETED, StopReason.ANSWERED, Usage(), answer="done")
+    ended = await store.runs.end_run_now(run.run_id, end, 600.0)
     assert ended is not None
     final = await store.runs.get_run(run.run_id)
     assert final is not None and final.status is RunStatus.COMPLETED and final.answer == "done"

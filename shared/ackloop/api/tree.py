@@ -69,6 +69,7 @@ async def tree(store: AgentStore, run: RunRecord, steps: Sequence[StepRecord],
     found = await children_of(store, run, steps)
     if not found:
         return []
-    their_steps = await asyncio.gather(*(store.steps.list_steps(child.run_id) for _, child in found))
+    their_steps = await asyncio.gather(*(store.steps.list_steps(child.run_id)
+                                         for _, child in found))
     return [Node(key, child, await tree(store, child, child_steps, depth - 1))
             for (key, child), child_steps in zip(found, their_steps, strict=True)]

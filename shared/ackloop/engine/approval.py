@@ -181,7 +181,8 @@ async def _wait_or_arrived(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
         notices = [] if _for_child(waiting) else [_notice(run, claim.key, waiting)]
         cost = spend.spent(deps, model=None, usage=None, commit_writes=2, outbox=notices)
         try:
-            await deps.store.waits.wait_step(claim, waiting, read, look_at(deps, waiting, now), cost)
+            await deps.store.waits.wait_step(claim, waiting, read, look_at(deps, waiting, now),
+                                             cost)
             break
         except StaleRead:
             fresh = await deps.store.runs.read_run(claim.run_id)

@@ -146,8 +146,9 @@ async def claim_in_run(
         tracing.claimed(done.key, done.step.attempts, done.state, 0.0)
         return read, done
     if unclaimed:
-        claim = deps.store.steps.unclaimed(run_id, key, name, owner=deps.owner, now=deps.clock.now(),
-                                           message_id=message_id, attempt=attempt)
+        claim = deps.store.steps.unclaimed(run_id, key, name, owner=deps.owner,
+                                           now=deps.clock.now(), message_id=message_id,
+                                           attempt=attempt)
         tracing.claimed(claim.key, attempt, claim.state, 0.0)
         _observe(read.record, claim)
         return read, claim

@@ -178,7 +178,8 @@ async def _claim_and_read(
     unclaimed = False
     if own is None and found is not None and found.record.status is RunStatus.RUNNING:
         if transcript is None or transcript.conversation_id != found.record.conversation_id:
-            transcript = await deps.store.transcript.load_transcript_view(found.record.conversation_id)
+            transcript = await deps.store.transcript.load_transcript_view(
+                found.record.conversation_id)
         if recorded_since(transcript, run_id, message.turn):
             # A duplicate delivery recorded this step between the read of its document and
             # this read of the transcript: the call is not made again (on a context that
@@ -250,7 +251,8 @@ async def _read_as_hinted(deps: Deps, message: ModelStepMessage, scope: RequestS
     if hint is None:
         return None
     calls, pointer = hint
-    return await deps.store.transcript.model_step_inputs(message.run_id, message.turn, calls, pointer)
+    return await deps.store.transcript.model_step_inputs(message.run_id, message.turn, calls,
+                                                         pointer)
 
 
 async def _run_claimed(

@@ -25,8 +25,6 @@ hands it all of that (:data:`Composer`), and it writes it with its preconditions
 
 from __future__ import annotations
 
-from typing import Any
-
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.counting import DocumentCounters, delivery_counters
 from ackloop.store.base import (
@@ -85,10 +83,3 @@ class AgentStore(StoreBase):
         self.transcript = Transcripts(db, collection_prefix, retention)
         self.waits = Waits(db, collection_prefix, retention)
         self.letters = Letters(db, collection_prefix, retention)
-
-    def __getattr__(self, name: str) -> Any:  # the callers' move to the rooms: removed after it
-        for room in ("runs", "steps", "transcript", "waits"):
-            found = self.__dict__.get(room)
-            if found is not None and not name.startswith("_") and hasattr(found, name):
-                return getattr(found, name)
-        raise AttributeError(name)
