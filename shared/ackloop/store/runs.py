@@ -399,7 +399,8 @@ class Runs(StoreBase):
         return await self.db.transact(body)
 
     async def fail_run(self, run_id: str, error: str, now: float) -> bool:
-        """Mark a running run failed (used where no step can commit). True if it changed."""
+        """Mark a running run failed (used where no step can commit). True if it changed.
+        ``error`` is written as given: the caller masks it (the store masks nothing)."""
         end = RunEnd(RunStatus.FAILED, StopReason.FAILED, Usage(), error=error)
         return await self.end_run_now(run_id, end, now) is not None
 

@@ -212,7 +212,7 @@ class Steps(StoreBase):
         up by one (what a client watching its text reads as "drop the last attempt's") and
         ``started_at`` is now, the lease is renewed and ``error`` is recorded as why. Fenced on
         the holder's version like every write of a claim. Raises :class:`LeaseLost` if the step
-        was taken over."""
+        was taken over. ``error`` is written as given (the engine masks it)."""
         fields: JsonDict = {"attempts": claim.step.attempts + 1, "started_at": now,
                             "lease_expires_at": now + lease_seconds,
                             "last_error": error}
@@ -232,7 +232,8 @@ class Steps(StoreBase):
         """Give the lease back after a retryable failure so the redelivery need not wait.
 
         An unclaimed step's failure creates its document, released (attempt 1, the error):
-        the redelivery then claims it as its next attempt, so attempts are counted."""
+        the redelivery then claims it as its next attempt, so attempts are counted. ``error``
+        is written as given (the engine masks it)."""
         if claim.version is None:
             released = claim.step.model_copy(update={
                 "last_error": error, "not_before": not_before})
