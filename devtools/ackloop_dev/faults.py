@@ -25,7 +25,7 @@ import signal
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ackloop.agents import AgentRegistry
 from ackloop.engine.deps import Deps
@@ -36,7 +36,8 @@ from ackloop.model.base import (
     StreamingModelClient,
     TextSink,
 )
-from ackloop.store import AgentStore, Basis, Claim, Committed, Decision, Pricer
+from ackloop.records import RunRecord
+from ackloop.store import AgentStore, Basis, Claim, Committed, Composer, Decision, Runs, Steps
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.wire import FunctionCall
 
@@ -84,26 +85,49 @@ class FaultPoints:
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-class _CrashingStore(AgentStore):
-    """The store, with ``<kind>:after_commit`` reached once a step's commit has landed, and
-    ``tool:after_child`` once a child run is created."""
+class _CrashingRuns:
+    """The runs room of a store, with ``tool:after_child`` reached once a child run is
+    created; everything else is the room's own."""
 
-    faults: FaultPoints
+    def __init__(self, runs: Runs, faults: FaultPoints) -> None:
+        self._runs, self._faults = runs, faults
 
-    async def create_run(self, run: Any, costed: Any = None, *,
-                         continue_agent: bool = False) -> Any:
-        created = await super().create_run(run, costed, continue_agent=continue_agent)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runs, name)
+
+    async def create_run(self, run: RunRecord, costed: Any = None, *,
+                         continue_agent: bool = False) -> tuple[RunRecord, bool]:
+        created = await self._runs.create_run(run, costed, continue_agent=continue_agent)
         if run.parent_run_id is not None and created[1]:
-            self.faults.hit("tool:after_child")
+            self._faults.hit("tool:after_child")
         return created
 
+
+class _CrashingSteps:
+    """The steps room of a store, with ``<kind>:after_commit`` reached once a step's commit
+    has landed."""
+
+    def __init__(self, steps: Steps, faults: FaultPoints) -> None:
+        self._steps, self._faults = steps, faults
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._steps, name)
+
     async def commit_step(self, claim: Claim, basis: Basis, decision: Decision, *,
-                          now: float, price: Pricer, rolls_up: Any = (),
-                          carried: Any = None) -> Committed:
-        committed = await super().commit_step(claim, basis, decision, now=now, price=price,
-                                              rolls_up=rolls_up, carried=carried)
-        self.faults.hit(f"{claim.step.kind}:after_commit")
+                          now: float, compose: Composer) -> Committed:
+        committed = await self._steps.commit_step(claim, basis, decision, now=now,
+                                                  compose=compose)
+        self._faults.hit(f"{claim.step.kind}:after_commit")
         return committed
+
+
+def crashing_store(store: AgentStore, faults: FaultPoints) -> AgentStore:
+    """A port onto ``store``'s rooms (its database, its paths), whose runs and steps rooms
+    reach ``faults``' points: the rooms are wrapped, the store is not changed."""
+    port = copy.copy(store)
+    port.runs = cast(Runs, _CrashingRuns(store.runs, faults))
+    port.steps = cast(Steps, _CrashingSteps(store.steps, faults))
+    return port
 
 
 class _CrashingModel:
@@ -160,9 +184,7 @@ def with_faults(deps: Deps, faults: FaultPoints) -> Deps:
     is named)."""
     if not faults.crash_at:
         return deps
-    store = copy.copy(deps.store)
-    store.__class__ = _CrashingStore
-    store.faults = faults  # type: ignore[attr-defined]
+    store = crashing_store(deps.store, faults)
     wrapper = (_CrashingStreamingModel if isinstance(deps.model, StreamingModelClient)
                else _CrashingModel)
     model: Any = wrapper(deps.model, faults)

@@ -151,8 +151,8 @@ class DeltaWriter:
     async def finish(self) -> DeltaRecord | None:
         """End the call's text: wait (at most :data:`CLOSE_TIMEOUT_SECONDS`) for a write in
         flight, then return what is left as the last delta, for the step's commit to write
-        (:meth:`AgentStore.commit_step`); None when nothing is left, or nothing may be
-        written (the step is another delivery's)."""
+        (:meth:`ackloop.store.steps.Steps.commit_step`); None when nothing is left, or nothing
+        may be written (the step is another delivery's)."""
         self._handing_over = True
         await self._end()
         if not self._pending:
@@ -223,6 +223,22 @@ def delta_expiry(store: StoreBase, now: float) -> datetime | None:
     if store.retention is None:
         return None
     return datetime.fromtimestamp(now + min(DAY_SECONDS, store.retention.seconds), UTC)
+
+
+def run_delta_write(store: StoreBase, run_id: str, record: DeltaRecord, now: float) -> Write:
+    """The write of ``record`` among ``run_id``'s deltas, expiring as :func:`delta_expiry`
+    says: what a step's claim or commit writes with it (the store writes, it builds none)."""
+    return delta_write(deltas_collection(store, run_id), record, delta_expiry(store, now))
+
+
+def run_delta_writer(store: StoreBase, run_id: str, step: str, attempt: int, *,
+                     flush_seconds: float, now: float, ready: DeltasReady | None = None,
+                     claim: ClaimWith | None = None) -> DeltaWriter:
+    """Where the text of a streamed model call of ``step`` goes while the call runs
+    (``ready``, ``claim``: for a step not claimed yet, see :class:`DeltaWriter`)."""
+    return DeltaWriter(store.db, deltas_collection(store, run_id), step, attempt,
+                       flush_seconds=flush_seconds, expire_at=delta_expiry(store, now),
+                       ready=ready, claim=claim)
 
 
 async def read_deltas(store: StoreBase, run_id: str, start_id: str, limit: int | None, *,

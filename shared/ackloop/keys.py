@@ -87,7 +87,7 @@ _RUN_ID = re.compile(r"^run-[0-9a-f]{20}$")
 def is_run_id(value: str) -> bool:
     """Whether ``value`` has the shape of a run id (:func:`run_id_for_request`): the id of a
     run that exists or may be created later. A conversation named by such an id is that run's
-    own conversation, which the run starts (:meth:`ackloop.store.AgentStore.create_run`)."""
+    own conversation, which the run starts (:meth:`ackloop.store.Runs.create_run`)."""
     return _RUN_ID.match(value) is not None
 
 

@@ -117,7 +117,7 @@ class RunRecord(Record):
     """The run started its own conversation (its id is the conversation's): nothing is in the
     transcript before its first step, and the conversation has no document while this run is
     its only run, so the run's end neither reads nor writes one
-    (:meth:`ackloop.store.AgentStore.create_run`; a follow-up naming a run that does not exist
+    (:meth:`ackloop.store.Runs.create_run`; a follow-up naming a run that does not exist
     yet waits for it, so none is in the conversation before the run)."""
     conversation_document: bool = False
     """Set on a run that started its own conversation when that conversation got a document
@@ -184,7 +184,7 @@ class RunRecord(Record):
 class ConversationRecord(Record):
     """``conversations/{conversation_id}``. A conversation started by a run (its id is that
     run's) has no document while that run is its only run, before and after that run ends:
-    the first follow-up creates it (:meth:`ackloop.store.AgentStore.get_conversation` reads
+    the first follow-up creates it (:meth:`ackloop.store.Runs.get_conversation` reads
     the run in its place until then)."""
 
     conversation_id: str
@@ -234,7 +234,7 @@ class Outgoing(Record):
     """What the target model step will read, so that it reads it in one round trip:
     ``{calls},{chunks},{conversation_id}`` (the previous turn's calls, the transcript's chunks).
     Sent as the ``reads`` attribute; a hint the step checks against what it reads, never
-    trusted (:meth:`ackloop.store.AgentStore.model_step_inputs`)."""
+    trusted (:meth:`ackloop.store.Transcripts.model_step_inputs`)."""
 
 
 CHILD_EVENT_PREFIX = "child."

@@ -130,7 +130,7 @@ async def _redrive_one(
         # child or keeps the event and resolves the call, or says why not.
         await _publish(store, publisher, topic, clock, record)
         return result("redriven")
-    found = await store.get_run(run)
+    found = await store.runs.get_run(run)
     if found is not None and (why := await children.caller_moved_on(store, found)):
         # A child whose caller has ended, or whose call has already taken its end: running
         # it again would spend for nobody (its end would be refused).
@@ -151,7 +151,8 @@ async def _redrive_one(
     await _publish(store, publisher, topic, clock, record)
     if state == "reopened" and found is not None:
         # Its children that ended while it was failed had their ends refused: send them again.
-        for child_id in await children.ended_children(store, found, await store.list_steps(run)):
+        steps = await store.steps.list_steps(run)
+        for child_id in await children.ended_children(store, found, steps):
             notice = ChildEndedMessage(type="child_ended", run_id=child_id)
             await publisher.publish(settings.queries_topic,
                                     encode(notice.model_dump(mode="json")), {"run_id": child_id})

@@ -63,28 +63,28 @@ async def sweep(deps: Deps, *, stale_after: float | None = None, limit: int = 20
     stale_after = deps.settings.sweep_stale_seconds if stale_after is None else stale_after
     threshold = deps.clock.now() - stale_after
     swept: list[Swept] = []
-    for run in await deps.store.runs_in_status(RunStatus.RUNNING, "progress_at", limit):
+    for run in await deps.store.runs.runs_in_status(RunStatus.RUNNING, "progress_at", limit):
         if (run.progress_at or run.created_at) > threshold:
             break  # oldest first: the rest moved recently
         swept.append(await resume_run(deps, run, threshold))
     # Queued runs the sweeper has not looked at yet (progress_at null) first, then the ones it
     # looked at longest ago: a run still waiting its turn goes to the back (progress_at = now),
     # so a page of them never hides a queued run whose start was lost behind them.
-    for run in await deps.store.runs_in_status(RunStatus.QUEUED, "progress_at", limit):
+    for run in await deps.store.runs.runs_in_status(RunStatus.QUEUED, "progress_at", limit):
         if (run.progress_at or run.created_at) > threshold:
             break
         if (started := await _start_if_free(deps, run)) is not None:
             swept.append(started)
         else:
-            await deps.store.sweep_run_at(run.run_id, deps.clock.now(),
-                                          if_progress_at=run.progress_at)
+            await deps.store.waits.sweep_run_at(run.run_id, deps.clock.now(),
+                                                if_progress_at=run.progress_at)
     for item in swept:
         log.warning("sweeper: run %s %s (%s)", item.run_id, item.action, item.detail)
     return swept
 
 
 async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
-    steps = await deps.store.list_steps(run.run_id)
+    steps = await deps.store.steps.list_steps(run.run_id)
     now = deps.clock.now()
     with tracing.run_context(run.run_id, run.trace_id):
         resolved = await waits.sweep_waits(deps, run, steps, now)
@@ -102,7 +102,7 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
         in_flight = any(s.lease_expires_at > now or s.not_before > now for s in steps)
         at = now if in_flight else min(newest, now)
         if at > (run.progress_at or run.created_at):
-            await deps.store.sweep_run_at(run.run_id, at, if_progress_at=run.progress_at)
+            await deps.store.waits.sweep_run_at(run.run_id, at, if_progress_at=run.progress_at)
         return Swept(run.run_id, "progressing", f"step {busy[-1]} is live")
     needed = next_messages(run, steps)
     waiting = [s for s in steps if _undecided(s)]
@@ -110,7 +110,7 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
         # Nothing to do before a decision or the earliest deadline (or, for a call waiting
         # for a child run, before the next look at the child): look again then.
         at = min(waits.look_at(deps, s.waiting, now) for s in waiting if s.waiting)
-        await deps.store.sweep_run_at(run.run_id, at, if_progress_at=run.progress_at)
+        await deps.store.waits.sweep_run_at(run.run_id, at, if_progress_at=run.progress_at)
         return Swept(run.run_id, "waiting", f"{', '.join(s.key for s in waiting)} wait(s) "
                      "for a decision")
     if not needed:
@@ -122,7 +122,7 @@ async def resume_run(deps: Deps, run: RunRecord, threshold: float) -> Swept:
     if not steps:
         # Its first step was never sent (the API's publish failed after its commit): the run
         # starts now, and the time it sat unsent is not taken from its max_seconds.
-        await deps.store.start_clock_again(run.run_id, now, if_progress_at=run.progress_at)
+        await deps.store.waits.start_clock_again(run.run_id, now, if_progress_at=run.progress_at)
     with tracing.run_context(run.run_id, run.trace_id):  # the re-sent steps join the run's trace
         await send(deps, run.run_id, needed)
     targets = ", ".join(str(o.target_step) for o in needed)
@@ -173,15 +173,15 @@ def _undecided(step: StepRecord) -> bool:
 
 async def _start_if_free(deps: Deps, run: RunRecord) -> Swept | None:
     """A queued run whose conversation has no active run: its start message was lost."""
-    conv = await deps.store.get_conversation(run.conversation_id)
+    conv = await deps.store.runs.get_conversation(run.conversation_id)
     active = conv.active_run_id if conv else None
     if active == run.run_id:
         return None  # promoted already; the running pass looks after it
     if active is not None:
-        other = await deps.store.get_run(str(active))
+        other = await deps.store.runs.get_run(str(active))
         if other is not None and not other.status.terminal:
             return None  # still waiting its turn
-    started = await deps.store.promote_queued(run.run_id, deps.clock.now())
+    started = await deps.store.runs.promote_queued(run.run_id, deps.clock.now())
     if not started:
         return None
     # In the run's own trace, not the sweeper's.

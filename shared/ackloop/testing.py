@@ -140,11 +140,11 @@ class AgentTester:
             request_id=request_id, text=question, agent=agent, conversation_id=conversation_id,
             options=options or RunOptions()))
         await self.loop.run_until_idle(max_deliveries=max_deliveries)
-        run = await self.deps.store.get_run(run_id_for_request(request_id))
+        run = await self.deps.store.runs.get_run(run_id_for_request(request_id))
         if run is None:
             refused = self.loop.deliveries("query")[-1].outcome.body
             raise ValueError(f"the question started no run: {refused}")
-        return _result(run, await self.deps.store.list_steps(run.run_id))
+        return _result(run, await self.deps.store.steps.list_steps(run.run_id))
 
 
 async def run_agent(

@@ -193,7 +193,7 @@ async def measure(agents: list[Agent], agent: str) -> Measured:
                       counters.round_trips + 2 * counters.transactions, counters.docs_read,
                       counters.docs_written, publisher.requests, publisher.sent, len(loop.log))
     store = AgentStore(db.inner)
-    run = await store.get_run(run_id_for_request("q"))
+    run = await store.runs.get_run(run_id_for_request("q"))
     assert run is not None and run.status is RunStatus.COMPLETED, run
     return Measured(figures, loop.costs, run, store)
 
@@ -210,7 +210,7 @@ async def test_what_a_child_run_adds_beyond_the_run_it_is(
 
     # The same answers every way: the difference is only how the call was run.
     assert plain.run.answer == parent.run.answer == f"planner: {ANSWER}"
-    (child,) = [r for r in await parent.store.recent_runs(limit=10)
+    (child,) = [r for r in await parent.store.runs.recent_runs(limit=10)
                 if r.parent_run_id == parent.run.run_id]
     assert (child.answer, child.usage) == (alone.run.answer, alone.run.usage)
     assert alone.run.usage.model_calls == 1

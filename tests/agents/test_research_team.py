@@ -92,20 +92,20 @@ async def _ask_the_team(tester: AgentTester) -> AgentResult:
     assert [(s.result or {}).get("agent") for k, s in steps.items() if s.kind == "model"] == [
         None, None, "writer"]
     store = tester.deps.store
-    run = await store.get_run(result.run_id)
+    run = await store.runs.get_run(result.run_id)
     assert run is not None and (run.agent, run.handed_to) == ("research-team", "writer")
-    conversation = await store.get_conversation(result.conversation_id)
+    conversation = await store.runs.get_conversation(result.conversation_id)
     assert conversation is not None and conversation.agent == "writer"
 
     # The transcript: the hand-off's call and result, then the writer's answer, last.
-    contents = (await store.load_transcript(result.conversation_id)).contents
+    contents = (await store.transcript.load_transcript(result.conversation_id)).contents
     calls = [p["function_call"]["name"] for c in contents for p in c.get("parts", [])
              if "function_call" in p]
     assert calls == ["ask_researcher", "ask_critic", "transfer_to_writer"]
     assert contents[-1]["role"] == "model"
     assert [p.get("text") for p in contents[-1]["parts"]] == [ANSWER]
 
-    runs = await store.recent_runs(limit=10)
+    runs = await store.runs.recent_runs(limit=10)
     kids = sorted((r for r in runs if r.parent_run_id == result.run_id), key=lambda r: r.agent)
     assert [(k.agent, k.status.value, k.depth, k.answer) for k in kids] == [
         ("critic", "completed", 1, CAVEATS), ("researcher", "completed", 1, FINDINGS)]
@@ -138,7 +138,7 @@ async def test_the_conversation_continues_with_the_writer_after_the_hand_off() -
     assert (later.status, later.agent, later.tool_calls) == ("completed", "writer", [])
     assert later.answer == writer_follow_up(follow_up, FINDINGS, CAVEATS)
     assert later.answer == f"On 'and in winter?', from the findings so far:\n{ANSWER}"
-    assert len(await tester.deps.store.recent_runs(limit=10)) == 4  # no new child run
+    assert len(await tester.deps.store.runs.recent_runs(limit=10)) == 4  # no new child run
 
 
 async def test_no_query_may_name_a_member_of_the_team() -> None:
@@ -148,7 +148,7 @@ async def test_no_query_may_name_a_member_of_the_team() -> None:
     for name in ("researcher", "critic", "writer"):
         with pytest.raises(InternalAgent, match=f"agent {name!r} is internal"):
             await tester.ask("the 1850 census", agent=name)
-    assert await tester.deps.store.recent_runs(limit=10) == []
+    assert await tester.deps.store.runs.recent_runs(limit=10) == []
     by_name = {a.name: a for a in _agents()}
     critic = await run_agent(by_name["critic"], "the 1850 census")
     assert critic.answer == critic_answer("the 1850 census") and critic.tool_calls == []

@@ -160,7 +160,7 @@ async def test_cloud_run_iam_without_emails_names_each_invoker_apart(
     assert theirs.status_code == 404
     assert run_id not in listed_for_bo.text and listed_for_bo.status_code == 200
     assert nobody.status_code == 401
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.owner == "google:111"
     with caplog.at_level("WARNING", logger="ackloop.api.auth"):
         create_app(Settings(api_auth="none"))

@@ -56,12 +56,12 @@ async def finished_tree() -> tuple[InProcessLoop, dict[str, RunRecord]]:
     await loop.submit(QueryMessage(request_id="q", text="plan a trip", agent="planner"))
     await loop.run_until_idle()
     store = loop.deps.store
-    planner = await store.get_run(run_id_for_request("q"))
+    planner = await store.runs.get_run(run_id_for_request("q"))
     assert planner is not None and planner.status is RunStatus.COMPLETED
-    researcher = await store.get_run(child_run_id(planner, FIRST_CALL))
-    critic = await store.get_run(child_run_id(planner, SECOND_CALL))
+    researcher = await store.runs.get_run(child_run_id(planner, FIRST_CALL))
+    critic = await store.runs.get_run(child_run_id(planner, SECOND_CALL))
     assert researcher is not None and critic is not None
-    librarian = await store.get_run(child_run_id(researcher, FIRST_CALL))
+    librarian = await store.runs.get_run(child_run_id(researcher, FIRST_CALL))
     assert librarian is not None
     return loop, {"planner": planner, "researcher": researcher, "critic": critic,
                   "librarian": librarian}
@@ -163,7 +163,7 @@ def step_events(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
 async def test_the_event_stream_carries_every_step_of_the_tree_tagged_with_its_run() -> None:
     loop, runs = await finished_tree()
     store = loop.deps.store
-    keys = {agent: [s.key for s in await store.list_steps(run.run_id)]
+    keys = {agent: [s.key for s in await store.steps.list_steps(run.run_id)]
             for agent, run in runs.items()}
     planner = runs["planner"]
     async with api_of(loop) as api:
@@ -211,7 +211,7 @@ async def test_a_live_stream_sends_a_childs_steps_while_its_parent_waits_for_it(
     for _ in range(3):  # the query; the planner's turn; its call, which starts the child
         pending = await deliver_all(loop, pending)
     store = loop.deps.store
-    planner = await store.get_run(run_id_for_request("q"))
+    planner = await store.runs.get_run(run_id_for_request("q"))
     assert planner is not None
     critic_id = child_run_id(planner, FIRST_CALL)
 
@@ -240,7 +240,7 @@ async def test_a_live_stream_sends_a_childs_steps_while_its_parent_waits_for_it(
         follow_ups = await deliver_all(loop, [child_step])
         await until(lambda: steps_of(critic_id) == ["0000-model"])
         # Sent while the parent still waits for the child's end (not delivered yet).
-        parent = await store.get_run(planner.run_id)
+        parent = await store.runs.get_run(planner.run_id)
         assert parent is not None and parent.status is RunStatus.RUNNING
         assert steps_of(planner.run_id) == ["0000-model"]
 

@@ -146,7 +146,7 @@ async def test_budgets_above_the_deployment_ceilings_are_refused(
         assert response.status_code == 422, (name, response.text)
         assert response.json()["code"] == "over_ceiling"
         assert f"{name} {value:g} is above this deployment's ceiling" in response.json()["error"]
-        assert await api_stack.store().get_run(run_id_for_request(key)) is None
+        assert await api_stack.store().runs.get_run(run_id_for_request(key)) is None
     at = {"max_steps": SHIPPED.max_steps_ceiling, "max_tool_calls": SHIPPED.max_tool_calls_ceiling}
     accepted = await api.post("/runs", json={"text": "write me a haiku", "options": at})
     assert accepted.status_code == 202, accepted.text
@@ -163,7 +163,7 @@ async def test_budgets_above_the_deployment_ceilings_are_refused(
             break
         await asyncio.sleep(0.5)
     assert poison and "max_steps" in poison[-1]["error"]
-    assert await store.get_run(run_id) is None
+    assert await store.runs.get_run(run_id) is None
 
 
 def test_the_benchmark_agents_are_served_only_when_asked_for() -> None:

@@ -47,7 +47,7 @@ async def test_the_http_api_refuses_a_query_naming_an_internal_agent() -> None:
             created = await api.post("/runs", json={"text": "hi", "agent": agent})
             _refused(created, agent)
         unknown = await api.post("/runs", json={"text": "hi", "agent": "nobody"})
-    assert tester.loop.queued() == [] and await tester.deps.store.recent_runs(limit=10) == []
+    assert tester.loop.queued() == [] and await tester.deps.store.runs.recent_runs(limit=10) == []
     # The agents a refusal offers are those a query may name: no internal one.
     assert unknown.status_code == 422 and NAME in unknown.json()["error"]
     assert not any(agent in unknown.json()["error"] for agent in INTERNAL)
@@ -62,7 +62,7 @@ async def test_the_agent_runtime_refuses_a_query_naming_an_internal_agent() -> N
             "class_method": "stream_query", "input": {"message": "hi", "agent": CRITIC}})
     _refused(query, WRITER)
     _refused(stream, CRITIC)
-    assert await tester.deps.store.recent_runs(limit=10) == []
+    assert await tester.deps.store.runs.recent_runs(limit=10) == []
 
 
 async def test_a_query_message_naming_an_internal_agent_is_poison() -> None:
@@ -78,7 +78,7 @@ async def test_a_query_message_naming_an_internal_agent_is_poison() -> None:
     [poison] = await tester.deps.store.letters.list_poison()
     assert poison["reason"] == "internal_agent"
     assert "agent 'researcher' is internal" in str(poison["error"])
-    assert await tester.deps.store.get_run(run_id_for_request("ask-researcher")) is None
+    assert await tester.deps.store.runs.get_run(run_id_for_request("ask-researcher")) is None
 
 
 async def test_a_tree_of_internal_sub_agents_and_hand_off_target_answers() -> None:
@@ -88,9 +88,9 @@ async def test_a_tree_of_internal_sub_agents_and_hand_off_target_answers() -> No
     tester = _tester()
     result = await tester.ask(QUESTION, agent=NAME)
     assert result.answer == team_answer(QUESTION)
-    run = await tester.deps.store.get_run(result.run_id)
+    run = await tester.deps.store.runs.get_run(result.run_id)
     assert run is not None and run.handed_to == WRITER
-    children = [await tester.deps.store.get_run(child_run_id(run, key))
+    children = [await tester.deps.store.runs.get_run(child_run_id(run, key))
                 for key in ("0000-tool-000", "0000-tool-001")]
     assert [(c.agent, c.status) for c in children if c is not None] == [
         (RESEARCHER, RunStatus.COMPLETED), (CRITIC, RunStatus.COMPLETED)]

@@ -80,7 +80,7 @@ async def test_another_callers_conversation_is_not_found_and_nothing_is_written(
     assert first.status_code == 202
     await wait_finished(callers.alice, first.json()["run_id"])
     store = api_stack.store()
-    before = await store.get_conversation_snapshot(conversation)
+    before = await store.runs.get_conversation_snapshot(conversation)
     assert before is not None
 
     key = f"plant-{uuid.uuid4().hex[:8]}"
@@ -90,9 +90,9 @@ async def test_another_callers_conversation_is_not_found_and_nothing_is_written(
     assert planted.status_code == 404, planted.text
     assert planted.json()["code"] == "conversation_not_found"
     assert conversation in planted.json()["error"]
-    after = await store.get_conversation_snapshot(conversation)
+    after = await store.runs.get_conversation_snapshot(conversation)
     assert after is not None and after.version == before.version  # not touched
-    assert [r.run_id for r in await store.list_runs(conversation)] == [first.json()["run_id"]]
+    assert [r.run_id for r in await store.runs.list_runs(conversation)] == [first.json()["run_id"]]
     answer = await callers.mallory.get(f"/conversations/{conversation}/runs")
     assert answer.status_code == 404
 
@@ -127,5 +127,5 @@ async def test_another_callers_run_cannot_be_read_streamed_or_cancelled(
     assert (await callers.alice.get(f"/runs/{run_id}")).status_code == 200
     events = await callers.alice.get(f"/runs/{run_id}/events")
     assert events.status_code == 200 and '"type":"finished"' in events.text
-    run = await api_stack.store().get_run(run_id)
+    run = await api_stack.store().runs.get_run(run_id)
     assert run is not None and not run.cancel_requested

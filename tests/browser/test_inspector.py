@@ -341,7 +341,7 @@ def test_a_waiting_payment_is_approved_from_the_page_with_edited_args(
              "the answer: the payment with the edited args")
     assert '"status": "sent"' in text_of(driver, "#answer")
     wait_for(driver, lambda d: text_of(d, "#approvals-title") == "Decided", "the title: Decided")
-    (step,) = asyncio.run(bearer_inspector.stack.store().get_steps(run_id, ["0000-tool-000"]))
+    (step,) = asyncio.run(bearer_inspector.stack.store().steps.get_steps(run_id, ["0000-tool-000"]))
     assert step is not None and step.decision is not None
     assert (step.decision.decision, step.decision.by, step.decision.args) == (
         "approve", "bearer", {"to": "Ada", "amount": 30})

@@ -29,18 +29,18 @@ def run_record(run_id: str = "run-1") -> RunRecord:
 async def dead_lettered_run(store: AgentStore) -> None:
     """A run whose first model step used up its deliveries, as the dead-letter function leaves
     it: step claimed and released with an error, run failed, dead letter recorded."""
-    await store.create_run(run_record())
-    claim = await store.claim_step("run-1", StepKey.model(0), "model", owner="a", now=100,
-                                   lease_seconds=3)
-    await store.release_step(claim, error="ModelRetryableError: Gemini answered 500")
+    await store.runs.create_run(run_record())
+    claim = await store.steps.claim_step("run-1", StepKey.model(0), "model", owner="a", now=100,
+                                         lease_seconds=3)
+    await store.steps.release_step(claim, error="ModelRetryableError: Gemini answered 500")
     await store.letters.record_dead_letter("m-1", {
         "message_id": "m-1", "origin": "model_steps", "run_id": "run-1", "step": "0000-model",
         "cause": "ModelRetryableError: Gemini answered 500",
         "data": base64.b64encode(MESSAGE).decode(), "attributes": {"run_id": "run-1"},
         "received_at": 101.0, "redriven_at": None,
     })
-    await store.fail_run("run-1", "dead_lettered: step 0000-model exhausted its delivery "
-                         "attempts; cause: ModelRetryableError: Gemini answered 500", 101.0)
+    await store.runs.fail_run("run-1", "dead_lettered: step 0000-model exhausted its delivery "
+                              "attempts; cause: ModelRetryableError: Gemini answered 500", 101.0)
 
 
 async def test_redrive_reopens_the_run_and_republishes_once() -> None:
@@ -50,11 +50,11 @@ async def test_redrive_reopens_the_run_and_republishes_once() -> None:
     done = await redrive(store, publisher, SETTINGS, clock)
 
     assert [r.outcome for r in done] == ["redriven"]
-    run = await store.get_run("run-1")
+    run = await store.runs.get_run("run-1")
     assert run is not None and run.status is RunStatus.RUNNING and run.error is None
     conv = (await store.db.get_all([store.conversation_path("conv-1")]))[0]
     assert conv is not None and conv.data["active_run_id"] == "run-1"
-    (step,) = await store.get_steps("run-1", ["0000-model"])
+    (step,) = await store.steps.get_steps("run-1", ["0000-model"])
     assert step is not None and step.attempts == 0  # a fresh attempt budget
     assert [(m.topic, m.data, m.attributes) for m in publisher.messages] == [
         ("model-steps", MESSAGE, {"run_id": "run-1"})]
@@ -77,12 +77,12 @@ async def test_a_run_that_ended_otherwise_is_not_reopened() -> None:
 async def test_conversation_moved_on_blocks_the_redrive() -> None:
     store, publisher, clock = AgentStore(MemoryDocumentDB()), MemoryPublisher(), ManualClock()
     await dead_lettered_run(store)
-    await store.create_run(run_record("run-2"))  # the conversation's next run
+    await store.runs.create_run(run_record("run-2"))  # the conversation's next run
 
     done = await redrive(store, publisher, SETTINGS, clock)
 
     assert [r.outcome for r in done] == ["conversation_busy"] and publisher.messages == []
-    run = await store.get_run("run-1")
+    run = await store.runs.get_run("run-1")
     assert run is not None and run.status is RunStatus.FAILED
 
 

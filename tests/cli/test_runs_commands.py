@@ -240,7 +240,7 @@ def test_cancel_requests_a_running_run_and_leaves_an_ended_one(cli: Cli, fake_st
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.strip() == (
         "run run-moving: cancel requested; it stops at its next step boundary")
-    stored = fake_stack.run(lambda store: store.get_run("run-moving"))
+    stored = fake_stack.run(lambda store: store.runs.get_run("run-moving"))
     assert stored is not None and stored.cancel_requested
     again = json.loads(cli("runs", "cancel", "run-done", "--json", "--directory", d).stdout)
     assert again == {"run_id": "run-done", "outcome": "already_ended", "status": "completed",

@@ -64,7 +64,7 @@ async def test_exact_request_body_at_each_model_step(stack: RunningStack) -> Non
     stored = {s.key: s for s in steps}
     assert stored["0000-model"].result and stored["0000-model"].result["calls"][0]["name"] == (
         "get_ip_address")
-    transcript = await stack.store().load_transcript(run.conversation_id)
+    transcript = await stack.store().transcript.load_transcript(run.conversation_id)
     stored_sigs = [types.Part.model_validate(p).thought_signature
                    for c in transcript.contents if c["role"] == "model"
                    for p in c["parts"] if p.get("thought_signature")]
@@ -83,7 +83,7 @@ async def test_follow_up_question_continues_the_conversation(stack: RunningStack
     body = _bodies_for(stack, "turns-1")[-1]
     assert [c["role"] for c in body["contents"]] == ["user", "model", "user", "model", "user"]
     assert body["contents"][-1]["parts"][0]["text"] == "tell me a joke (turns-1)"
-    runs = await stack.store().list_runs("conv-turns-1")
+    runs = await stack.store().runs.list_runs("conv-turns-1")
     assert [r.run_id for r in runs] == [first.run_id, second.run_id]
 
 

@@ -27,7 +27,7 @@ async def _wait_status(stack: RunningStack, run_id: str, status: StepStatus,
     store = stack.store()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        (step,) = await store.get_steps(run_id, [PAYMENT])
+        (step,) = await store.steps.get_steps(run_id, [PAYMENT])
         if step is not None and step.status is status:
             return
         await asyncio.sleep(0.1)
@@ -56,7 +56,7 @@ async def test_a_run_waits_with_every_process_stopped_and_resumes_when_approved(
     stack.stop_every_process()
     assert all(stack.stack.processes[n].process.poll() is not None  # type: ignore[union-attr]
                for n in (*SERVICES, PUSH_DELIVERY))
-    (step,) = await stack.store().get_steps(run_id, [PAYMENT])
+    (step,) = await stack.store().steps.get_steps(run_id, [PAYMENT])
     assert step is not None and step.status is StepStatus.WAITING and step.lease_expires_at == 0
 
     approved = await asyncio.to_thread(cli, "runs", "approve", run_id, "--args",
@@ -82,10 +82,10 @@ async def test_a_decision_whose_publish_was_lost_is_resumed_by_the_sweeper(
     run_id = stack.ask("pay 40 to Ada", agent="approval-demo")
     await _wait_status(stack, run_id, StepStatus.WAITING)
     # The decider died right after its commit: the decision is recorded, nothing was sent.
-    await stack.store().decide_step(run_id, PAYMENT, StepDecision(
+    await stack.store().waits.decide_step(run_id, PAYMENT, StepDecision(
         decision="approve", by="alice", at=time.time()))
     await asyncio.sleep(3)
-    (step,) = await stack.store().get_steps(run_id, [PAYMENT])
+    (step,) = await stack.store().steps.get_steps(run_id, [PAYMENT])
     assert step is not None and step.status is StepStatus.WAITING  # nothing resumed it yet
     async with httpx.AsyncClient(base_url=stack.state.api_url, timeout=30) as api:
         swept = (await api.post("/sweep", params={"stale_seconds": 1})).json()["swept"]

@@ -68,7 +68,7 @@ async def _children(stack: RunningStack, run: RunRecord) -> list[RunRecord]:
     """Every run of the team's sub-agents whose parent is ``run``, by the agent's name."""
     store = stack.store()
     found = [r for agent in (CRITIC, RESEARCHER)
-             for r in await store.recent_runs(limit=200, agent=agent)
+             for r in await store.runs.recent_runs(limit=200, agent=agent)
              if r.parent_run_id == run.run_id]
     return sorted(found, key=lambda r: r.agent)
 
@@ -174,9 +174,9 @@ async def test_a_call_published_again_after_its_child_ended_changes_nothing(
         await asyncio.sleep(0.2)
 
     assert all(status.startswith("2") for status in answered), answered  # acknowledged
-    after_run = await store.get_run(run_id)
+    after_run = await store.runs.get_run(run_id)
     assert after_run is not None
-    after = (after_run.model_dump(), [s.model_dump() for s in await store.list_steps(run_id)],
+    after = (after_run.model_dump(), [s.model_dump() for s in await store.steps.list_steps(run_id)],
              [k.model_dump() for k in await _children(stack, run)],
              _model_calls(stack, question))
     assert after == before
@@ -213,10 +213,10 @@ async def test_a_kill_between_starting_a_child_and_recording_the_wait_starts_one
     # model may be asked its last turn twice: the turn's killed calls, delivered again, may
     # each send it while it runs unclaimed; one commit records it.)
     for kid in kids:
-        assert [(s.key, s.attempts) for s in await stack.store().list_steps(kid.run_id)] == [
+        assert [(s.key, s.attempts) for s in await stack.store().steps.list_steps(kid.run_id)] == [
             ("0000-model", 1)]
     called = _model_calls(stack, question)
     assert (called[RESEARCHER], called[CRITIC]) == (1, 1) and called[NAME] >= 2
     # Every run the stack holds is the planner's or one of its two children.
-    runs = await stack.store().recent_runs(limit=50)
+    runs = await stack.store().runs.recent_runs(limit=50)
     assert sorted(r.agent for r in runs) == sorted([NAME, RESEARCHER, CRITIC])

@@ -55,7 +55,7 @@ async def test_kill_at_a_fault_point_loses_nothing_and_duplicates_nothing(
     assert "Norman, Oklahoma" in (run.answer or "")
     assert [s.key for s in steps] == [
         "0000-model", "0000-tool-000", "0001-model", "0001-tool-000", "0002-model"]
-    transcript = await stack.store().load_transcript(run.conversation_id)
+    transcript = await stack.store().transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"] * 3
     assert stack.model_stats()["answered"] == model_calls
     # Each tool call is one request to the tool APIs' sandbox.

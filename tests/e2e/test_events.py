@@ -40,7 +40,7 @@ async def test_a_run_waits_for_its_event_with_every_process_stopped(
     assert f"  send: ackloop runs send-event {run_id} receipt:Ada [--payload JSON]" in lines
 
     stack.stop_every_process()
-    steps = {s.key: s for s in await stack.store().list_steps(run_id)}
+    steps = {s.key: s for s in await stack.store().steps.list_steps(run_id)}
     assert steps[RECEIPT].status is StepStatus.WAITING and steps[RECEIPT].lease_expires_at == 0
 
     # The event goes to the queries topic with nothing running: Pub/Sub holds it.

@@ -69,10 +69,10 @@ async def test_forged_pushes_run_nothing_and_change_nothing(stack: RunningStack)
     assert letter.status_code == 200 and letter.json()["verdict"] == "unscheduled", letter.text
 
     assert stack.sandbox_stats().get("requests", 0) == served
-    after = await store.get_run(run_id)
+    after = await store.runs.get_run(run_id)
     assert after is not None
     assert (after.model_dump(), [(s.key, s.status, s.attempts)
-                                 for s in await store.list_steps(run_id)]) == before
+                                 for s in await store.steps.list_steps(run_id)]) == before
     reasons = {p["message_id"]: p["reason"] for p in await store.letters.list_poison()}
     assert {k: v for k, v in reasons.items() if k.startswith(tag)} == {
         f"{tag}-tool_step-0": "unscheduled_step", f"{tag}-tool_step-1": "unscheduled_step",

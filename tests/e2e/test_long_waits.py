@@ -30,7 +30,7 @@ async def _waiting(store: AgentStore, run_id: str, keys: list[str], timeout: flo
                    ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        steps = await store.get_steps(run_id, keys)
+        steps = await store.steps.get_steps(run_id, keys)
         if all(s is not None and s.status is StepStatus.WAITING for s in steps):
             return
         await asyncio.sleep(0.1)
@@ -41,12 +41,12 @@ async def _days_pass(store: AgentStore, run_id: str, days: float) -> None:
     """Move every time of the run and its steps back by ``days``: what the documents would
     hold had it waited that long."""
     shift = days * DAY
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run is not None
     writes = [Write("update", store.run_path(run_id), {
         "created_at": run.created_at - shift, "started_at": (run.started_at or 0) - shift,
         "progress_at": (run.progress_at or 0) - shift})]
-    for step in await store.list_steps(run_id):
+    for step in await store.steps.list_steps(run_id):
         fields: dict[str, object] = {"created_at": step.created_at - shift,
                                      "started_at": step.started_at - shift}
         if step.completed_at is not None:
@@ -87,7 +87,7 @@ async def test_runs_left_waiting_for_days_with_no_process(fresh_stack, tmp_path:
         assert approved.status_code == 200, approved.text
         deadline = time.monotonic() + 60
         while True:
-            (ada,) = await store.get_steps(parallel, [ADA])
+            (ada,) = await store.steps.get_steps(parallel, [ADA])
             if ada is not None and ada.status is StepStatus.COMPLETED:
                 break
             assert time.monotonic() < deadline, ada

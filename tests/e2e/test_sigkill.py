@@ -34,7 +34,7 @@ async def _wait_in_flight(stack: RunningStack, run_id: str, key: str, timeout: f
     store = stack.store()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        (step,) = await store.get_steps(run_id, [key])
+        (step,) = await store.steps.get_steps(run_id, [key])
         if step is not None and step.status is StepStatus.RUNNING:
             return
         if "tool" in key and stack.sandbox_stats().get("faults:delay", 0) > 0:
@@ -80,7 +80,7 @@ async def test_sigkill_mid_call_recovers_with_one_redelivery(
     killed = next(s for s in steps if s.key == key)
     assert killed.attempts == 2, killed  # the dead delivery, then the one redelivery
     assert all(s.attempts == 1 for s in steps if s.key != key)
-    transcript = await stack.store().load_transcript(run.conversation_id)
+    transcript = await stack.store().transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"] * 3
     # The push delivery saw one failed push (the killed request) and no other non-2xx answer.
     subscriptions = stack.stack.push_stats()["subscriptions"]

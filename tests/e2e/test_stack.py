@@ -56,7 +56,7 @@ async def test_same_request_id_published_twice_makes_one_run(stack: RunningStack
     run, steps = await stack.wait_run(run_id)
     await asyncio.sleep(1.0)
     assert run.status is RunStatus.COMPLETED and len(steps) == 3
-    assert len(await stack.store().list_runs(run.conversation_id)) == 1
+    assert len(await stack.store().runs.list_runs(run.conversation_id)) == 1
 
 
 async def test_step_delivered_twice_and_concurrently_executes_once(stack: RunningStack) -> None:

@@ -66,7 +66,7 @@ async def transfer_run(request_id: str, sent: list[dict[str, Any]], *, amount: i
 
 
 def tool_result(loop, run_id: str, index: int = 0):  # type: ignore[no-untyped-def]
-    return loop.deps.store.get_steps(run_id, [str(StepKey.tool(0, index))])
+    return loop.deps.store.steps.get_steps(run_id, [str(StepKey.tool(0, index))])
 
 
 async def test_a_call_that_needs_approval_waits_then_runs_with_the_edited_args() -> None:
@@ -79,7 +79,7 @@ async def test_a_call_that_needs_approval_waits_then_runs_with_the_edited_args()
     assert sent == [] and not loop.queued()  # acknowledged: nothing runs, nothing is queued
     (notice,) = loop.notices
     assert (notice.run_id, notice.step, notice.tool) == (run_id, step.key, "transfer")
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.RUNNING
     # The sweeper, which resumes runs idle for sweep_stale_seconds, looks again at the deadline.
     assert run.progress_at == step.waiting.deadline - SETTINGS.sweep_stale_seconds
@@ -131,11 +131,11 @@ async def test_parallel_calls_one_waits_one_runs_and_the_join_holds_until_the_de
     loop = make_loop(model(("transfer", {"to": "bob", "amount": 500}), ("balance", {})),
                      transfer_tools(sent))
     run_id = await started(loop, "parallel")
-    waiting, ran = await loop.deps.store.get_steps(
+    waiting, ran = await loop.deps.store.steps.get_steps(
         run_id, [str(StepKey.tool(0, 0)), str(StepKey.tool(0, 1))])
     assert waiting is not None and waiting.status is StepStatus.WAITING
     assert ran is not None and ran.status is StepStatus.COMPLETED
-    (next_model,) = await loop.deps.store.get_steps(run_id, [str(StepKey.model(1))])
+    (next_model,) = await loop.deps.store.steps.get_steps(run_id, [str(StepKey.model(1))])
     assert next_model is None and not loop.answers  # the join did not fire
     await waits.resolve(loop.deps, run_id, waiting.key, StepDecision(
         decision="approve", by="alice", at=loop.deps.clock.now()))
@@ -162,7 +162,7 @@ async def test_a_wait_past_its_deadline_is_rejected_by_the_sweeper() -> None:
     (step,) = await tool_result(loop, run_id)
     assert sent == [] and step.result is not None
     assert step.result["response"] == {"error": "not run: no decision before the deadline"}
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     # The run's max_seconds (300 s) does not count the hour it waited for a person.
     assert run is not None and run.status is RunStatus.COMPLETED and run.answer == "done"
 
@@ -185,7 +185,7 @@ async def test_an_approval_after_the_deadline_rejects_the_call_instead_of_runnin
     (step,) = await tool_result(loop, run_id)
     assert sent == [] and step.result is not None
     assert step.result["response"] == {"error": "not run: no decision before the deadline"}
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.waited_seconds == pytest.approx(waiting.waiting.deadline - waiting.waiting.since)
 
@@ -210,7 +210,7 @@ async def test_a_cancel_between_the_read_and_the_waiting_commit_is_not_dropped()
     loop = make_loop(model(("transfer", {"to": "bob", "amount": 500})), transfer_tools(sent),
                      settings=SETTINGS)
     store = loop.deps.store
-    wait_step = store.wait_step
+    wait_step = store.waits.wait_step
     raced: list[bool] = []
 
     async def racing_wait_step(*args: Any, **kwargs: Any) -> None:
@@ -219,11 +219,11 @@ async def test_a_cancel_between_the_read_and_the_waiting_commit_is_not_dropped()
             await cancel_run(loop.deps, run_id_for_request("cancel-race"))
         await wait_step(*args, **kwargs)
 
-    store.wait_step = racing_wait_step  # type: ignore[method-assign]
+    store.waits.wait_step = racing_wait_step  # type: ignore[method-assign]
     await loop.submit(QueryMessage(request_id="cancel-race", text="pay Bob"))
     await loop.run_until_idle()
     assert raced and sent == [] and not loop.notices
-    run = await store.get_run(run_id_for_request("cancel-race"))
+    run = await store.runs.get_run(run_id_for_request("cancel-race"))
     assert run is not None and run.status is RunStatus.CANCELLED, run
     (step,) = await tool_result(loop, run.run_id)
     assert step is not None and step.waiting is None
@@ -235,7 +235,7 @@ async def test_a_decision_whose_resend_was_lost_is_resent_by_the_sweeper() -> No
     sent: list[dict[str, Any]] = []
     loop, run_id = await transfer_run("lost-resend", sent)
     key = str(StepKey.tool(0, 0))
-    await loop.deps.store.decide_step(run_id, key, StepDecision(
+    await loop.deps.store.waits.decide_step(run_id, key, StepDecision(
         decision="approve", by="alice", at=loop.deps.clock.now()))  # no re-send: "crashed"
     loop.deps.clock.advance(SETTINGS.sweep_stale_seconds - 1)  # type: ignore[attr-defined]
     assert await sweep(loop.deps) == []
@@ -262,22 +262,22 @@ async def test_a_decision_made_while_the_sweeper_reschedules_a_waiting_run_is_no
     # An idle run whose wait's deadline is far: the sweeper's waiting pass reschedules it.
     await store.db.commit([Write("update", store.run_path(run_id),
                                  {"progress_at": now - stale - 10})])
-    list_steps = store.list_steps
+    list_steps = store.steps.list_steps
     decided: list[bool] = []
 
     async def deciding_meanwhile(run: str) -> Any:
         steps = await list_steps(run)
         if not decided:  # after the sweeper read the steps, before it writes
             decided.append(True)
-            await store.decide_step(run_id, key, StepDecision(
+            await store.waits.decide_step(run_id, key, StepDecision(
                 decision="approve", by="alice", at=loop.deps.clock.now()))  # re-send lost
         return steps
 
-    store.list_steps = deciding_meanwhile  # type: ignore[method-assign]
+    store.steps.list_steps = deciding_meanwhile  # type: ignore[method-assign]
     (first,) = await sweep(loop.deps)
-    store.list_steps = list_steps  # type: ignore[method-assign]
+    store.steps.list_steps = list_steps  # type: ignore[method-assign]
     assert decided and first.action == "waiting", first
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run is not None and run.progress_at == now  # the decision's time, kept
 
     loop.deps.clock.advance(stale + 1)  # type: ignore[attr-defined]
@@ -290,7 +290,7 @@ async def test_a_decision_made_while_the_sweeper_reschedules_a_waiting_run_is_no
 async def test_a_resent_waiting_step_runs_nothing_and_says_it_waits_again() -> None:
     sent: list[dict[str, Any]] = []
     loop, run_id = await transfer_run("duplicate", sent)
-    (model_step,) = await loop.deps.store.get_steps(run_id, [str(StepKey.model(0))])
+    (model_step,) = await loop.deps.store.steps.get_steps(run_id, [str(StepKey.model(0))])
     assert model_step is not None
     from ackloop.engine.outbox import send
     await send(loop.deps, run_id, model_step.outbox)
@@ -304,7 +304,7 @@ async def test_a_dead_letter_of_a_waiting_step_leaves_the_run_waiting() -> None:
     from ackloop.bus.memory import Published
 
     loop, run_id = await transfer_run("dead-letter", [])
-    (model_step,) = await loop.deps.store.get_steps(run_id, [str(StepKey.model(0))])
+    (model_step,) = await loop.deps.store.steps.get_steps(run_id, [str(StepKey.model(0))])
     assert model_step is not None
     (entry,) = model_step.outbox
     forwarded = Published(loop.deps.settings.dead_letter_topic,
@@ -313,7 +313,7 @@ async def test_a_dead_letter_of_a_waiting_step_leaves_the_run_waiting() -> None:
                            "CloudPubSubDeadLetterSourceDeliveryCount": "10"}, "dl-wait")
     outcome = await loop.deliver("dead_letter", forwarded)
     assert outcome.body.get("verdict") == "duplicate" and outcome.body["run_failed"] is False
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.RUNNING
 
 
@@ -345,7 +345,7 @@ async def test_cancelling_a_waiting_run_ends_it_without_running_the_call() -> No
     loop, run_id = await transfer_run("cancel", sent)
     await cancel_run(loop.deps, run_id)
     await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.CANCELLED and sent == []
     (step,) = await tool_result(loop, run_id)
     assert step.decision is not None and step.decision.by == waits.CANCEL
@@ -369,8 +369,8 @@ async def test_the_delivery_that_recorded_the_wait_is_in_the_steps_cost() -> Non
     assert (done.cost.requests, plain.cost.requests) == (2, 1)
     assert done.cost.firestore_writes >= plain.cost.firestore_writes + 3
     assert done.cost.pubsub_bytes >= plain.cost.pubsub_bytes + waiting.wait_cost.pubsub_bytes
-    run, other = await loop.deps.store.get_run(run_id), await plain_loop.deps.store.get_run(
-        plain_run)
+    run = await loop.deps.store.runs.get_run(run_id)
+    other = await plain_loop.deps.store.runs.get_run(plain_run)
     assert run is not None and other is not None and run.cost and other.cost
     assert run.cost.usd > other.cost.usd
 
@@ -381,9 +381,9 @@ async def test_the_delivery_that_recorded_the_wait_is_in_the_steps_cost() -> Non
 async def test_no_decision_is_recorded_on_a_run_that_has_ended() -> None:
     sent: list[dict[str, Any]] = []
     loop, run_id = await transfer_run("ended", sent)
-    assert await loop.deps.store.fail_run(run_id, "dead_lettered: gone", loop.deps.clock.now())
+    assert await loop.deps.store.runs.fail_run(run_id, "dead_lettered: gone", loop.deps.clock.now())
     with pytest.raises(DecisionRefused) as refused:
-        await loop.deps.store.decide_step(run_id, str(StepKey.tool(0, 0)), StepDecision(
+        await loop.deps.store.waits.decide_step(run_id, str(StepKey.tool(0, 0)), StepDecision(
             decision="approve", by="alice", at=loop.deps.clock.now()))
     assert refused.value.reason == "run_ended"
     (step,) = await tool_result(loop, run_id)
@@ -436,21 +436,21 @@ async def test_overlapping_waits_count_once_and_a_later_wait_keeps_the_earlier_d
     await deliver_all(loop, [first])
     run_id = run_id_for_request("overlap")
     store = loop.deps.store
-    after_first = (await store.get_run(run_id)).progress_at  # type: ignore[union-attr]
+    after_first = (await store.runs.get_run(run_id)).progress_at  # type: ignore[union-attr]
     loop.deps.clock.advance(100)  # type: ignore[attr-defined]
     await deliver_all(loop, [second])
-    assert (await store.get_run(run_id)).progress_at == after_first  # type: ignore[union-attr]
-    waits = await store.get_steps(run_id, ["0000-tool-000", "0000-tool-001"])
+    assert (await store.runs.get_run(run_id)).progress_at == after_first  # type: ignore[union-attr]
+    waits = await store.steps.get_steps(run_id, ["0000-tool-000", "0000-tool-001"])
     assert all(s is not None and s.status is StepStatus.WAITING for s in waits)
     assert waits[1].waiting.since - waits[0].waiting.since == 100  # type: ignore[union-attr]
 
     loop.deps.clock.advance(100)  # type: ignore[attr-defined]
-    await store.decide_step(run_id, "0000-tool-000", StepDecision(
+    await store.waits.decide_step(run_id, "0000-tool-000", StepDecision(
         decision="approve", by="alice", at=loop.deps.clock.now()))
     loop.deps.clock.advance(50)  # type: ignore[attr-defined]
-    await store.decide_step(run_id, "0000-tool-001", StepDecision(
+    await store.waits.decide_step(run_id, "0000-tool-001", StepDecision(
         decision="approve", by="alice", at=loop.deps.clock.now()))
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run is not None and run.waited_seconds == pytest.approx(250.0)
 
 
@@ -480,7 +480,7 @@ async def test_a_late_decision_does_not_count_again_time_an_overlapping_wait_cou
     await loop.run_until_idle()
     run_id, store = run_id_for_request("late-overlap"), loop.deps.store
     clock = loop.deps.clock
-    waits = await store.get_steps(run_id, ["0000-tool-000", "0000-tool-001", "0000-tool-002"])
+    waits = await store.steps.get_steps(run_id, ["0000-tool-000", "0000-tool-001", "0000-tool-002"])
     assert all(s is not None and s.status is StepStatus.WAITING for s in waits)
     assert len({s.waiting.since for s in waits if s and s.waiting}) == 1
     start = clock.now()
@@ -489,13 +489,13 @@ async def test_a_late_decision_does_not_count_again_time_an_overlapping_wait_cou
         return StepDecision(decision="approve", by="alice", at=clock.now())
 
     clock.advance(1000)  # type: ignore[attr-defined]
-    await store.decide_step(run_id, "0000-tool-001", approve())
+    await store.waits.decide_step(run_id, "0000-tool-001", approve())
     clock.advance(200)  # type: ignore[attr-defined]
-    late, _ = await store.decide_step(run_id, "0000-tool-000", approve())
+    late, _ = await store.waits.decide_step(run_id, "0000-tool-000", approve())
     assert late.decision is not None and late.decision.by == "deadline"
     clock.advance(300)  # type: ignore[attr-defined]
-    await store.decide_step(run_id, "0000-tool-002", approve())
-    run = await store.get_run(run_id)
+    await store.waits.decide_step(run_id, "0000-tool-002", approve())
+    run = await store.runs.get_run(run_id)
     assert run is not None
     assert run.waited_seconds == pytest.approx(clock.now() - start) == pytest.approx(1500.0)
 
@@ -525,13 +525,13 @@ async def test_a_near_deadline_is_swept_on_time_when_another_call_of_the_turn_wa
     await loop.submit(QueryMessage(request_id="near-deadline", text="x"))
     await loop.run_until_idle()
     run_id, store = run_id_for_request("near-deadline"), loop.deps.store
-    waits = await store.get_steps(run_id, ["0000-tool-000", "0000-tool-001"])
+    waits = await store.steps.get_steps(run_id, ["0000-tool-000", "0000-tool-001"])
     assert all(s is not None and s.status is StepStatus.WAITING for s in waits)
 
     loop.deps.clock.advance(200)  # type: ignore[attr-defined]
     swept = await sweep(loop.deps)
     assert [(s.run_id, s.action) for s in swept] == [(run_id, "resumed")], swept
-    quick_step, slow_step = await store.get_steps(run_id, ["0000-tool-000", "0000-tool-001"])
+    quick_step, slow_step = await store.steps.get_steps(run_id, ["0000-tool-000", "0000-tool-001"])
     assert quick_step is not None and quick_step.decision is not None
     assert (quick_step.decision.decision, quick_step.decision.by) == ("reject", "deadline")
     assert slow_step is not None and slow_step.decision is None and sent == []
@@ -551,7 +551,7 @@ async def test_a_wait_never_outlasts_the_documents_it_resumes_with() -> None:
     await loop.submit(QueryMessage(request_id="short-retention", text="pay"))
     await loop.run_until_idle()
     run_id = run_id_for_request("short-retention")
-    (waiting,) = await loop.deps.store.get_steps(run_id, ["0000-tool-000"])
+    (waiting,) = await loop.deps.store.steps.get_steps(run_id, ["0000-tool-000"])
     assert waiting is not None and waiting.waiting is not None
     assert waiting.waiting.deadline - waiting.waiting.since == DAY_SECONDS
     deadline = datetime.fromtimestamp(waiting.waiting.deadline, UTC)

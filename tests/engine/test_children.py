@@ -105,7 +105,7 @@ async def ask(loop: InProcessLoop, agent: str, request_id: str = "q",
     await loop.submit(QueryMessage(request_id=request_id, text="plan a trip", agent=agent,
                                    options=RunOptions(**options)))
     await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id_for_request(request_id))
+    run = await loop.deps.store.runs.get_run(run_id_for_request(request_id))
     assert run is not None
     return run
 
@@ -122,7 +122,7 @@ async def drain(loop: InProcessLoop, pending: list[Published]) -> None:
 
 
 async def child_of(loop: InProcessLoop, parent: RunRecord, step: str) -> RunRecord:
-    child = await loop.deps.store.get_run(children.child_run_id(parent, step))
+    child = await loop.deps.store.runs.get_run(children.child_run_id(parent, step))
     assert child is not None, f"no child run for {step}"
     return child
 
@@ -146,7 +146,7 @@ async def test_a_sub_agent_call_is_a_child_run_whose_answer_the_parent_reads() -
         assert kid.text == f"planner asks ask_{agent}" and kid.lineage == ["planner"]
         assert kid.trace_id == run.trace_id and kid.owner == run.owner
         assert kid.cost is not None and kid.cost.usd >= 0
-    steps = await loop.deps.store.list_steps(run.run_id)
+    steps = await loop.deps.store.steps.list_steps(run.run_id)
     tools = [s for s in steps if s.kind == "tool"]
     assert [s.status for s in tools] == [StepStatus.COMPLETED] * 2
     assert all(s.decision is not None and s.decision.decision == "received" for s in tools)
@@ -232,7 +232,7 @@ async def test_a_parents_usage_counts_its_childrens_with_their_part_apart() -> N
     assert all(k.usage.model_calls == 1 and k.usage.total_tokens > 0 for k in kids)
     theirs = kids[0].usage.plus(kids[1].usage)
     assert run.usage.children == theirs
-    steps = await loop.deps.store.list_steps(run.run_id)
+    steps = await loop.deps.store.steps.list_steps(run.run_id)
     own = Usage(tool_calls=2)  # its two calls, and its two model steps
     for step in steps:
         if step.kind == "model":
@@ -319,7 +319,8 @@ async def test_the_depth_limit_and_a_cycle_are_refused_with_an_error_the_model_r
     bob_run = await child_of(loop, run, "0000-tool-000")
     assert bob_run.status is RunStatus.COMPLETED
     assert "already working on this request (alice -> bob -> alice)" in (bob_run.answer or "")
-    assert await loop.deps.store.get_run(children.child_run_id(bob_run, "0000-tool-000")) is None
+    child_id = children.child_run_id(bob_run, "0000-tool-000")
+    assert await loop.deps.store.runs.get_run(child_id) is None
 
     chain = [Agent("a3", "Leaf.")]
     for name in ("a2", "a1", "a0"):
@@ -342,7 +343,7 @@ async def test_cancelling_the_parent_cancels_its_children_and_a_child_cancelled_
     for _ in range(3):  # the query; the planner's turn; its two calls (each starts a child)
         pending = await deliver_all(loop, steps_of(loop, pending))
     run_id = run_id_for_request("q")
-    parent = await loop.deps.store.get_run(run_id)
+    parent = await loop.deps.store.runs.get_run(run_id)
     assert parent is not None
     researcher = await child_of(loop, parent, "0000-tool-000")
     critic = await child_of(loop, parent, "0000-tool-001")
@@ -351,7 +352,7 @@ async def test_cancelling_the_parent_cancels_its_children_and_a_child_cancelled_
     # A child cancelled on its own: the parent's call ends with an error its model reads.
     await cancel_run(loop.deps, critic.run_id)
     await drain(loop, pending)  # the children's first steps, and all that follows
-    parent = await loop.deps.store.get_run(run_id)
+    parent = await loop.deps.store.runs.get_run(run_id)
     assert parent is not None and parent.status is RunStatus.COMPLETED
     assert "ask_critic=agent 'critic' was cancelled before it answered" in (parent.answer or "")
 
@@ -361,14 +362,14 @@ async def test_cancelling_the_parent_cancels_its_children_and_a_child_cancelled_
     pending = take(loop2)
     for _ in range(3):
         pending = await deliver_all(loop2, steps_of(loop2, pending))
-    parent2 = await loop2.deps.store.get_run(run_id_for_request("q2"))
+    parent2 = await loop2.deps.store.runs.get_run(run_id_for_request("q2"))
     assert parent2 is not None
     child2 = await child_of(loop2, parent2, "0000-tool-000")
     assert child2.status is RunStatus.RUNNING
     await cancel_run(loop2.deps, parent2.run_id)
     await drain(loop2, pending)
     assert (await child_of(loop2, parent2, "0000-tool-000")).status is RunStatus.CANCELLED
-    ended = await loop2.deps.store.get_run(parent2.run_id)
+    ended = await loop2.deps.store.runs.get_run(parent2.run_id)
     assert ended is not None and ended.status is RunStatus.CANCELLED
 
 
@@ -393,7 +394,7 @@ async def test_a_crash_between_starting_the_child_and_recording_the_wait_starts_
     team = Team({"planner": ["ask_researcher"]})
     loop = team_loop(planner_team(), team)
     created = 0
-    create_run = loop.deps.store.create_run
+    create_run = loop.deps.store.runs.create_run
 
     async def create_then_die(run: RunRecord, costed: Any, **options: Any) -> Any:
         nonlocal created
@@ -404,16 +405,16 @@ async def test_a_crash_between_starting_the_child_and_recording_the_wait_starts_
                 raise SimulatedCrash("after the child was created")
         return found
 
-    loop.deps.store.create_run = create_then_die  # type: ignore[method-assign]
+    loop.deps.store.runs.create_run = create_then_die  # type: ignore[method-assign]
     call = await _planner_call_crashed(loop)
     sent = steps_of(loop, take(loop))  # the child's first step went out before the crash
     loop.deps.clock.advance(SETTINGS.lease_seconds + 1)  # type: ignore[attr-defined]
     await drain(loop, [call, *sent])  # the redelivery takes the step over
 
-    parent = await loop.deps.store.get_run(run_id_for_request("q"))
+    parent = await loop.deps.store.runs.get_run(run_id_for_request("q"))
     assert parent is not None and parent.status is RunStatus.COMPLETED
     assert parent.answer == "planner answers (ask_researcher=researcher answers)"
-    children_runs = [r for r in await loop.deps.store.recent_runs(limit=10)
+    children_runs = [r for r in await loop.deps.store.runs.recent_runs(limit=10)
                      if r.parent_run_id == parent.run_id]
     assert len(children_runs) == 1 and created == 2
     assert [agent for agent, _ in team.calls].count("researcher") == 1  # one child, run once
@@ -428,13 +429,13 @@ async def test_a_parent_step_redelivered_after_its_child_ended_changes_nothing()
         pending = await deliver_all(loop, pending)
     (call,) = pending
     await drain(loop, [call])
-    parent = await loop.deps.store.get_run(run_id_for_request("q"))
+    parent = await loop.deps.store.runs.get_run(run_id_for_request("q"))
     assert parent is not None and parent.status is RunStatus.COMPLETED
-    before = (list(model.calls), await loop.deps.store.list_steps(parent.run_id),
-              await loop.deps.store.recent_runs(limit=10))
+    before = (list(model.calls), await loop.deps.store.steps.list_steps(parent.run_id),
+              await loop.deps.store.runs.recent_runs(limit=10))
     await drain(loop, [call])  # the call's message once more
-    after = (list(model.calls), await loop.deps.store.list_steps(parent.run_id),
-             await loop.deps.store.recent_runs(limit=10))
+    after = (list(model.calls), await loop.deps.store.steps.list_steps(parent.run_id),
+             await loop.deps.store.runs.recent_runs(limit=10))
     assert after == before  # no model call, no step, no run: nothing changed
 
 
@@ -451,7 +452,7 @@ async def test_a_caller_cannot_send_the_event_a_child_run_ends_with() -> None:
         await arrivals.deliver(loop.deps, run_id, "child.0000-tool-000", forged)
     assert (refused.value.status, refused.value.reason) == (422, "reserved_event")
     await loop.run_until_idle()
-    parent = await loop.deps.store.get_run(run_id)
+    parent = await loop.deps.store.runs.get_run(run_id)
     assert parent is not None and "forged" not in (parent.answer or "")
 
 
@@ -495,7 +496,7 @@ async def test_a_childs_approval_wait_keeps_the_whole_tree_waiting_at_no_cost() 
     parent = await ask(loop, "planner")
     child = await child_of(loop, parent, "0000-tool-000")
     assert parent.status is child.status is RunStatus.RUNNING and not loop.queued()
-    (waiting,) = [s for s in await loop.deps.store.list_steps(child.run_id)
+    (waiting,) = [s for s in await loop.deps.store.steps.list_steps(child.run_id)
                   if s.status is StepStatus.WAITING]
     from ackloop.engine.waits import core as waits
     from ackloop.records import StepDecision
@@ -503,7 +504,7 @@ async def test_a_childs_approval_wait_keeps_the_whole_tree_waiting_at_no_cost() 
     await waits.resolve(loop.deps, child.run_id, waiting.key, StepDecision(
         decision="approve", by="alice", at=loop.deps.clock.now()), "approval")
     await loop.run_until_idle()
-    parent = await loop.deps.store.get_run(parent.run_id)  # type: ignore[assignment]
+    parent = await loop.deps.store.runs.get_run(parent.run_id)  # type: ignore[assignment]
     assert parent is not None and parent.answer == "done: booked Lisbon" and sent == ["Lisbon"]
 
 
@@ -522,7 +523,7 @@ async def test_a_child_ended_by_its_dead_letter_tells_its_parent_which_goes_on()
     assert (await dead_letter(loop, child_step, "dl-child")).acknowledged
     await drain(loop, take(loop))
 
-    parent = await loop.deps.store.get_run(run_id_for_request("q"))
+    parent = await loop.deps.store.runs.get_run(run_id_for_request("q"))
     assert parent is not None and parent.status is RunStatus.COMPLETED
     child = await child_of(loop, parent, "0000-tool-000")
     assert child.status is RunStatus.FAILED and "dead_lettered" in (child.error or "")
@@ -544,7 +545,7 @@ async def test_a_parent_cancelled_after_its_childs_end_arrived_still_counts_what
             break
         later = []
         for message in pending:
-            (step,) = await store.get_steps(parent_id, ["0000-tool-000"])
+            (step,) = await store.steps.get_steps(parent_id, ["0000-tool-000"])
             if (message.attributes.get("run_id") == parent_id
                     and message.attributes.get("step") == "0000-tool-000"
                     and step is not None and step.decision is not None):
@@ -553,7 +554,7 @@ async def test_a_parent_cancelled_after_its_childs_end_arrived_still_counts_what
             later += await deliver_all(loop, [message])
         pending = [m for m in later if m.topic != loop.deps.settings.answers_topic]
     assert held
-    parent = await store.get_run(parent_id)
+    parent = await store.runs.get_run(parent_id)
     assert parent is not None
     child = await child_of(loop, parent, "0000-tool-000")
     assert child.status is RunStatus.COMPLETED and child.cost is not None
@@ -561,7 +562,7 @@ async def test_a_parent_cancelled_after_its_childs_end_arrived_still_counts_what
     pending = held + take(loop)
     while pending := [m for m in pending if m.topic != loop.deps.settings.answers_topic]:
         pending = await deliver_all(loop, pending)
-    parent = await store.get_run(parent_id)
+    parent = await store.runs.get_run(parent_id)
     assert parent is not None and parent.status is RunStatus.CANCELLED
     assert parent.usage.children == child.usage and child.usage.model_calls == 1
     assert parent.cost is not None and parent.cost.children_usd == pytest.approx(child.cost.usd)
@@ -581,7 +582,7 @@ async def test_a_call_rejected_at_its_deadline_counts_what_its_child_spent_until
     await waits.resolve(loop.deps, parent.run_id, "0000-tool-000", StepDecision(
         decision="reject", by=DEADLINE, at=loop.deps.clock.now()))
     await loop.run_until_idle()
-    ended = await loop.deps.store.get_run(parent.run_id)
+    ended = await loop.deps.store.runs.get_run(parent.run_id)
     child = await child_of(loop, parent, "0000-tool-000")
     assert child.status is RunStatus.CANCELLED and child.usage.model_calls >= 1
     assert ended is not None and ended.usage.children is not None
@@ -603,8 +604,8 @@ async def test_the_cost_metric_counts_each_step_of_the_tree_once(
     loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
     run = await ask(loop, "planner")
     kid = await child_of(loop, run, "0000-tool-000")
-    steps = [*await loop.deps.store.list_steps(run.run_id),
-             *await loop.deps.store.list_steps(kid.run_id)]
+    steps = [*await loop.deps.store.steps.list_steps(run.run_id),
+             *await loop.deps.store.steps.list_steps(kid.run_id)]
     assert all(s.cost is not None for s in steps)
     own = [s.cost.usd - s.cost.children_usd for s in steps if s.cost is not None]
     assert sum(seen) == pytest.approx(sum(own))
@@ -624,26 +625,26 @@ async def test_the_end_of_a_child_still_running_is_not_taken_and_its_real_end_is
     (call,) = pending
     sent = await deliver_all(loop, [call])  # the call starts its child and waits
     parent_id = run_id_for_request("q")
-    parent = await loop.deps.store.get_run(parent_id)
+    parent = await loop.deps.store.runs.get_run(parent_id)
     assert parent is not None
     child = await child_of(loop, parent, "0000-tool-000")
     assert not child.status.terminal
 
     early = await arrivals.deliver_end(loop.deps, child.run_id)
 
-    (step,) = await loop.deps.store.get_steps(parent_id, ["0000-tool-000"])
+    (step,) = await loop.deps.store.steps.get_steps(parent_id, ["0000-tool-000"])
     assert step is not None and step.status is StepStatus.WAITING and step.decision is None
-    parent = await loop.deps.store.get_run(parent_id)
+    parent = await loop.deps.store.runs.get_run(parent_id)
     assert parent is not None and parent.status is RunStatus.RUNNING and not parent.received
     assert "ignored" in early and "event" not in early, early
     assert not steps_of(loop, take(loop))  # nothing resumed
 
     await drain(loop, sent)  # the child runs to its end, which its parent takes
-    parent = await loop.deps.store.get_run(parent_id)
+    parent = await loop.deps.store.runs.get_run(parent_id)
     assert parent is not None and parent.status is RunStatus.COMPLETED
     assert parent.answer == "planner answers (ask_researcher=researcher answers)"
     assert [agent for agent, _ in team.calls] == ["planner", "researcher", "planner"]
-    (step,) = await loop.deps.store.get_steps(parent_id, ["0000-tool-000"])
+    (step,) = await loop.deps.store.steps.get_steps(parent_id, ["0000-tool-000"])
     assert step is not None and step.status is StepStatus.COMPLETED
     assert step.result is not None
     assert step.result["response"] == {"result": "researcher answers"}
@@ -697,14 +698,14 @@ async def test_the_ends_of_parallel_children_delivered_at_once_are_all_taken() -
     written = {p: n - before.get(p, 0) for p, n in memory.written.items()
                if n != before.get(p, 0)}
     assert written == {f"{parent_docs}/steps/{k}": 1 for k in keys}, written
-    parent = await loop.deps.store.get_run(parent_id)
+    parent = await loop.deps.store.runs.get_run(parent_id)
     assert parent is not None and parent.received == {}
-    waiting = await loop.deps.store.get_steps(parent_id, keys)
+    waiting = await loop.deps.store.steps.get_steps(parent_id, keys)
     assert all(s is not None and s.decision is not None
                and s.decision.decision == "received" for s in waiting)
     resent = [m for m in take(loop) if b"tool_step" in m.data or b'"index"' in m.data]
     await drain(loop, resent)
-    parent = await loop.deps.store.get_run(parent_id)
+    parent = await loop.deps.store.runs.get_run(parent_id)
     assert parent is not None and parent.status is RunStatus.COMPLETED
     assert parent.answer == "planner answers (" + "; ".join(
         f"{t}={t.removeprefix('ask_')} answers" for t in tools) + ")"
@@ -721,7 +722,7 @@ async def test_a_call_whose_child_ended_before_its_wait_was_recorded_records_the
     team = Team({"planner": ["ask_researcher"]})
     loop = team_loop(planner_team(), team)
     waits = 0
-    wait_step = loop.deps.store.wait_step
+    wait_step = loop.deps.store.waits.wait_step
 
     async def die_before_the_wait(*args: Any, **options: Any) -> Any:
         nonlocal waits
@@ -730,7 +731,7 @@ async def test_a_call_whose_child_ended_before_its_wait_was_recorded_records_the
             raise SimulatedCrash("after the child was started, before its wait was recorded")
         return await wait_step(*args, **options)
 
-    loop.deps.store.wait_step = die_before_the_wait  # type: ignore[method-assign]
+    loop.deps.store.waits.wait_step = die_before_the_wait  # type: ignore[method-assign]
     call = await _planner_call_crashed(loop)
     started = steps_of(loop, take(loop))
     assert started  # the child's first step went out before the crash
@@ -738,14 +739,14 @@ async def test_a_call_whose_child_ended_before_its_wait_was_recorded_records_the
     loop.deps.clock.advance(SETTINGS.lease_seconds + 1)  # type: ignore[attr-defined]
     await drain(loop, [call])  # the redelivery finds the child's end already arrived
 
-    parent = await loop.deps.store.get_run(run_id_for_request("q"))
+    parent = await loop.deps.store.runs.get_run(run_id_for_request("q"))
     assert parent is not None and parent.status is RunStatus.COMPLETED
     assert parent.answer == "planner answers (ask_researcher=researcher answers)"
-    steps = await loop.deps.store.list_steps(parent.run_id)
+    steps = await loop.deps.store.steps.list_steps(parent.run_id)
     (asked,) = [s for s in steps if s.kind == "tool"]
     assert starts_child(asked), asked
     assert asked.decision is not None and asked.decision.decision == "received"
-    (child,) = [r for r in await loop.deps.store.recent_runs(limit=10)
+    (child,) = [r for r in await loop.deps.store.runs.recent_runs(limit=10)
                 if r.parent_run_id == parent.run_id]
     assert child_ids(parent, steps) == [(asked.key, child.run_id)]
     assert waits == 1  # the redelivery never waited: the end had arrived
@@ -758,7 +759,7 @@ async def test_a_childs_end_before_its_call_waits_is_delivered_again_and_writes_
     redelivery takes the end at once, and the end's redelivery then finds the call ended."""
     team = Team({"planner": ["ask_researcher"]})
     loop = team_loop(planner_team(), team)
-    wait_step = loop.deps.store.wait_step
+    wait_step = loop.deps.store.waits.wait_step
     crashed = False
 
     async def die_before_the_wait(*args: Any, **options: Any) -> Any:
@@ -768,7 +769,7 @@ async def test_a_childs_end_before_its_call_waits_is_delivered_again_and_writes_
             raise SimulatedCrash("after the child was started, before its wait was recorded")
         return await wait_step(*args, **options)
 
-    loop.deps.store.wait_step = die_before_the_wait  # type: ignore[method-assign]
+    loop.deps.store.waits.wait_step = die_before_the_wait  # type: ignore[method-assign]
     call = await _planner_call_crashed(loop)
     pending, ends = steps_of(loop, take(loop)), []
     while pending:  # the child runs and ends; its end's message held back
@@ -788,6 +789,6 @@ async def test_a_childs_end_before_its_call_waits_is_delivered_again_and_writes_
     await drain(loop, [call])  # the call's redelivery takes the end at once
     late = await loop.deliver("query", end)
     assert late.acknowledged and late.body.get("ignored") == "its call has ended", late
-    parent = await loop.deps.store.get_run(parent_id)
+    parent = await loop.deps.store.runs.get_run(parent_id)
     assert parent is not None and parent.status is RunStatus.COMPLETED
     assert parent.answer == "planner answers (ask_researcher=researcher answers)"

@@ -134,7 +134,7 @@ def _writes_to(log: list[str], step: str) -> list[str]:
 
 
 async def _step(loop: InProcessLoop, run_id: str, key: str) -> StepRecord:
-    (step,) = await loop.deps.store.get_steps(run_id, [key])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [key])
     assert step is not None
     return step
 
@@ -157,7 +157,7 @@ async def _counted(settings: Settings) -> tuple[dict[str, tuple[int, int]], InPr
     loop.deliver = counted  # type: ignore[method-assign]
     await loop.submit(QueryMessage(request_id="counted", text="go"))
     await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id_for_request("counted"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("counted"))
     assert run is not None and run.status is RunStatus.COMPLETED and run.answer == ANSWER
     return per_step, loop, db.log
 
@@ -271,10 +271,10 @@ async def test_a_duplicate_that_shows_text_after_the_claim_gives_its_call_up() -
     # The duplicate's redelivery finds the step completed: nothing is called again.
     again = await loop.deliver(kind, message)
     assert again.acknowledged and model.calls == 2
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.answer == f"{ANSWER} (1)"
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"]
 
 
@@ -298,7 +298,7 @@ async def test_a_duplicate_of_function_calls_only_loses_its_commit_to_the_claime
     assert model.calls == 2
     loop._collect()
     assert loop.queued() == []  # no tool step: the call the duplicate asked for is not made
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert await delta_texts(loop, run_id) == {1: f"{ANSWER} (1)"}
 
@@ -327,7 +327,7 @@ async def test_a_crash_after_the_claim_at_first_text_is_taken_over_by_the_redeli
     assert set(texts) == {1, 2} and texts[2] == f"{ANSWER} (2)"
     assert texts[1] and f"{ANSWER} (1)".startswith(texts[1])  # what was shown before the crash
     assert [d.outcome.status for d in loop.deliveries("model")] == [204]  # the redelivery
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"]

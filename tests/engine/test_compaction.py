@@ -147,7 +147,7 @@ async def test_a_long_conversation_is_compacted_and_its_requests_stay_bounded() 
     assert after.contents[0]["parts"][0]["text"].startswith(SUMMARY_HEADER)
 
     # The history keeps every turn once: the inspector and the API show them all.
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     texts = [p["text"] for c in transcript.contents if c["role"] == "user"
              for p in c["parts"] if "text" in p]
     assert texts == [f"question {i}" for i in range(40)]
@@ -160,13 +160,13 @@ async def test_each_compaction_is_recorded_once_with_its_cost_in_the_ledger() ->
     model = Recording()
     loop = loop_with(model, POLICY)
     await converse(loop, 12)
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     compactions = [c for c in transcript.chunks if c.summary is not None]
     assert compactions and len(compactions) == len(model.summaries())
     for chunk in compactions:
         record = chunk.compaction or {}
         run_id, _, key = str(record["by"]).partition("/")
-        (step,) = await loop.deps.store.get_steps(run_id, [key])
+        (step,) = await loop.deps.store.steps.get_steps(run_id, [key])
         assert step is not None and step.result is not None
         assert step.result["compaction"]["chunk"] == chunk.index
         summary_usage = step.result["compaction"]["usage"]
@@ -174,7 +174,7 @@ async def test_each_compaction_is_recorded_once_with_its_cost_in_the_ledger() ->
         # Its cost is in the step's, and its tokens in the run's.
         assert step.cost is not None and step.cost.prompt_tokens == (
             step.usage.prompt_tokens + summary_usage["prompt_tokens"])
-        run = await loop.deps.store.get_run(run_id)
+        run = await loop.deps.store.runs.get_run(run_id)
         assert run is not None and run.usage.model_calls == 3  # two turns and the summary
 
 
@@ -209,12 +209,12 @@ async def test_a_step_after_a_compaction_reads_from_it_on_not_the_whole_history(
         await loop.run_until_idle()
     finally:
         store_module.CHUNK_BYTES = original
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     assert len(transcript.chunks) > 10
     assert loop.answers[-1].answer == "answer to one more"
     assert first_step_reads <= 2 + 2 * VIEW_PAGE < len(transcript.chunks)
     last_run = run_id_for_request("q29")
-    (step,) = await loop.deps.store.get_steps(last_run, ["0000-model"])
+    (step,) = await loop.deps.store.steps.get_steps(last_run, ["0000-model"])
     assert step is not None and step.result is not None
     pointer = step.result["transcript"]
     assert pointer["start"] >= transcript.chunks[transcript.start].index - 1 > 0
@@ -233,7 +233,7 @@ async def test_a_compaction_killed_is_recorded_once(when: str) -> None:
     model.die = when
     await converse(loop, 10, first=5, crash=True)
     assert model.die is None  # the kill happened
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     compactions = [c for c in transcript.chunks if c.summary is not None]
     made = len(model.summaries()) - summaries_before
     killed_calls = 1 if when == "during_summary" else 0
@@ -243,7 +243,7 @@ async def test_a_compaction_killed_is_recorded_once(when: str) -> None:
     assert len(byes) == len(set(byes))  # no step compacted twice
     assert all(a.answer == f"answer to question {i}" for i, a in enumerate(loop.answers))
     assert len(loop.answers) == 15
-    runs = [await loop.deps.store.get_run(run_id_for_request(f"q{i}")) for i in range(15)]
+    runs = [await loop.deps.store.runs.get_run(run_id_for_request(f"q{i}")) for i in range(15)]
     compacting = {str(b).partition("/")[0] for b in byes}
     for run in runs:
         assert run is not None and run.status is RunStatus.COMPLETED
@@ -291,7 +291,7 @@ async def test_a_request_gemini_refuses_as_too_long_is_compacted_and_sent_once_m
     assert refused  # each refusal was followed by one compaction and a request that fit
     made = [r for r in model.summaries() if prompt_tokens(r) <= 500]
     assert len(refused) == len(made)
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     assert len([c for c in transcript.chunks if c.summary is not None]) == len(made)
 
 
@@ -299,7 +299,7 @@ async def test_a_request_still_too_long_after_compacting_fails_the_run_with_the_
     model = Recording(refuse_over=60)
     loop = loop_with(model, Context.unbounded())
     await converse(loop, 3)
-    failed = [await loop.deps.store.get_run(run_id_for_request(f"q{i}")) for i in range(3)]
+    failed = [await loop.deps.store.runs.get_run(run_id_for_request(f"q{i}")) for i in range(3)]
     last = failed[-1]
     assert last is not None and last.status is RunStatus.FAILED
     assert last.error is not None and last.error.startswith("model_input_too_long")
@@ -318,7 +318,7 @@ async def test_a_long_conversation_on_the_store_under_test(db: DocumentDB) -> No
     assert [a.answer for a in loop.answers] == [f"answer to question {i}" for i in range(200)]
     sizes = [prompt_tokens(r) for r in model.main()]
     assert max(sizes) <= 1500 + 150
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     assert sum(1 for c in transcript.contents if c["role"] == "model") == 400
 
 
@@ -348,7 +348,7 @@ async def test_through_the_real_client_geminis_400_compacts_and_the_run_answers(
     # Each refusal was answered by a compaction: a request that fit, or a summary of less.
     answered = [r for r in requests if prompt_tokens(r) <= 600]
     assert len(requests) - len(answered) == refused
-    runs = [await loop.deps.store.get_run(run_id_for_request(f"q{i}")) for i in range(16)]
+    runs = [await loop.deps.store.runs.get_run(run_id_for_request(f"q{i}")) for i in range(16)]
     assert all(r is not None and r.status is RunStatus.COMPLETED for r in runs)
 
 
@@ -380,7 +380,7 @@ async def test_between_compactions_the_request_prefix_is_stable_so_geminis_cache
     compactions = sum(1 for r in requests if is_summary_request(r.contents))
     assert stable >= len(main) - 1 - compactions
     steps = [s for i in range(14)
-             for s in await loop.deps.store.list_steps(run_id_for_request(f"q{i}"))
+             for s in await loop.deps.store.steps.list_steps(run_id_for_request(f"q{i}"))
              if s.kind == "model"]
     cached = sum(s.usage.cached_tokens for s in steps)
     prompt = sum(s.usage.prompt_tokens for s in steps)
@@ -417,7 +417,7 @@ async def test_the_chunks_before_a_compaction_keep_the_conversations_retention()
                 found[int(snap.data["index"])] = expires.timestamp()
             return found
 
-        transcript = await loop.deps.store.load_transcript(CONVERSATION)
+        transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
         first = transcript.chunks[transcript.start].index
         assert first > 2
         before = await horizons()
@@ -439,10 +439,10 @@ async def test_ask_and_runs_show_say_a_step_compacted_first() -> None:
     model = Recording()
     loop = loop_with(model, POLICY)
     await converse(loop, 8)
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     chunk = next(c for c in transcript.chunks if c.summary is not None)
     run_id, _, key = str((chunk.compaction or {})["by"]).partition("/")
-    (step,) = await loop.deps.store.get_steps(run_id, [key])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [key])
     assert step is not None
     record = chunk.compaction or {}
     assert describe_step(step).startswith(
@@ -539,11 +539,11 @@ async def test_a_redelivery_that_stops_after_its_compaction_records_after_it_and
     await cancel_run(loop.deps, run_id)
     loop._queue.append(pending)
     await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.CANCELLED
     assert len(model.summaries()) == 1
     assert run.usage.model_calls == 2  # its turn 0 and the summary
-    view = await loop.deps.store.load_transcript_view(CONVERSATION)
+    view = await loop.deps.store.transcript.load_transcript_view(CONVERSATION)
     assert BIG in json.dumps(view.view)  # after the compaction, where the next run reads
     asked = len(model.requests)
     await converse(loop, 1, first=4)
@@ -585,12 +585,12 @@ async def test_a_step_that_fails_after_compacting_counts_the_summary() -> None:
 
     model.generate = refuse_after_the_summary  # type: ignore[method-assign]
     await converse(loop, 1, first=3)
-    run = await loop.deps.store.get_run(run_id_for_request("q3"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("q3"))
     assert run is not None and run.status is RunStatus.FAILED
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     (record,) = [c.compaction for c in transcript.chunks if c.compaction]
     summary_tokens = record["usage"]["prompt_tokens"]
-    steps = {s.key: s for s in await loop.deps.store.list_steps(run.run_id)}
+    steps = {s.key: s for s in await loop.deps.store.steps.list_steps(run.run_id)}
     failed = steps["0001-model"]
     assert failed.result is not None and failed.result["compaction"]["chunk"] == record["chunk"]
     assert failed.cost is not None and failed.cost.prompt_tokens == summary_tokens
@@ -611,15 +611,15 @@ async def test_a_redelivery_after_its_compaction_was_committed_goes_on_from_it_w
     loop._queue.append(pending)
     await loop.run_until_idle()
 
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.answer == "answer to question 3"
     assert len(model.summaries()) == 1
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     (record,) = [c.compaction for c in transcript.chunks if c.compaction]
     assert record["by"] == f"{run_id}/0001-model"
     assert run.usage.model_calls == 3  # its two turns and the one summary
-    steps = {s.key: s for s in await loop.deps.store.list_steps(run_id)}
+    steps = {s.key: s for s in await loop.deps.store.steps.list_steps(run_id)}
     step = steps["0001-model"]
     assert step.result is not None and step.result["compaction"]["chunk"] == record["chunk"]
     summary_tokens = record["usage"]["prompt_tokens"]
@@ -654,11 +654,11 @@ async def test_a_step_that_compacts_by_its_policy_then_on_geminis_400_counts_bot
     assert refused == 1 and len(model.summaries()) >= 2
     assert all(a.answer == f"answer to question {i}" for i, a in enumerate(loop.answers))
 
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     first, second = [c.compaction or {} for c in transcript.chunks if c.summary is not None][:2]
     assert first["by"] == second["by"]  # one step made both
     run_id, _, key = str(first["by"]).partition("/")
-    steps = {s.key: s for s in await loop.deps.store.list_steps(run_id)}
+    steps = {s.key: s for s in await loop.deps.store.steps.list_steps(run_id)}
     step = steps[key]
     summaries = Usage.model_validate(first["usage"]).plus(Usage.model_validate(second["usage"]))
     assert summaries.model_calls == 2
@@ -667,7 +667,7 @@ async def test_a_step_that_compacts_by_its_policy_then_on_geminis_400_counts_bot
     assert step.cost is not None and step.cost.prompt_tokens == (
         step.usage.prompt_tokens + summaries.prompt_tokens)
     assert step.cost.output_tokens == step.usage.output_tokens + summaries.output_tokens
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     own = [s for s in steps.values() if s.kind == "model"]
     assert run.usage.model_calls == len(own) + 2
@@ -685,7 +685,7 @@ async def test_a_delivery_whose_compaction_was_made_by_another_delivery_of_its_s
     loop = keyed_loop(model)
     await converse(loop, 3)
     store = loop.deps.store
-    commit_compaction = store.commit_compaction
+    commit_compaction = store.transcript.commit_compaction
     raced = 0
 
     async def made_by_the_other_delivery(*args: Any, **kwargs: Any) -> Any:
@@ -694,18 +694,18 @@ async def test_a_delivery_whose_compaction_was_made_by_another_delivery_of_its_s
         await commit_compaction(*args, **kwargs)  # the other delivery's, with the same record
         return None
 
-    store.commit_compaction = made_by_the_other_delivery  # type: ignore[method-assign]
+    store.transcript.commit_compaction = made_by_the_other_delivery  # type: ignore[method-assign]
     await converse(loop, 1, first=3)
     assert raced == 1
     run_id = run_id_for_request("q3")
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.answer == "answer to question 3"
-    transcript = await store.load_transcript(CONVERSATION)
+    transcript = await store.transcript.load_transcript(CONVERSATION)
     (record,) = [c.compaction for c in transcript.chunks if c.compaction]
     assert record["by"] == f"{run_id}/0001-model"
     assert run.usage.model_calls == 3
-    (step,) = await store.get_steps(run_id, ["0001-model"])
+    (step,) = await store.steps.get_steps(run_id, ["0001-model"])
     assert step is not None and step.result is not None
     assert step.result["compaction"]["chunk"] == record["chunk"]
     assert step.cost is not None and step.cost.prompt_tokens == (

@@ -82,14 +82,14 @@ async def test_concurrent_deliveries_of_a_compacting_step_make_one_summary(
     answers = {a.run_id: a.answer for a in loop.answers}
     assert answers == {run_id_for_request(f"q{i}"): f"answer to question {i}" for i in range(10)}
     assert all(o.acknowledged for o in outcomes), [o for o in outcomes if not o.acknowledged]
-    transcript = await loop.deps.store.load_transcript(CONVERSATION)
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
     chunks = [c for c in transcript.chunks if c.summary is not None]
     assert len(chunks) >= 2
     assert len(model.summaries()) == len(chunks)
     # Every model turn once in the history, each step recorded once and completed.
     assert sum(1 for c in transcript.contents if c["role"] == "model") == 20
     for i in range(10):
-        steps = await loop.deps.store.list_steps(run_id_for_request(f"q{i}"))
+        steps = await loop.deps.store.steps.list_steps(run_id_for_request(f"q{i}"))
         assert [s.status for s in steps] == [StepStatus.COMPLETED] * 3
         compacting = [s for s in steps if (s.result or {}).get("compaction")]
         assert all(s.attempts == 1 for s in compacting)
@@ -122,7 +122,7 @@ async def test_a_summary_counts_against_max_steps() -> None:
         await loop.submit(QueryMessage(request_id=f"q{i}", text=f"question {i}",
                                        conversation_id=CONVERSATION))
         await loop.run_until_idle()
-    runs = [await loop.deps.store.get_run(run_id_for_request(f"q{i}")) for i in range(8)]
+    runs = [await loop.deps.store.runs.get_run(run_id_for_request(f"q{i}")) for i in range(8)]
     compacted = [r for r in runs if r is not None and r.usage.model_calls > 2]
     assert not compacted, [(r.run_id, r.usage.model_calls) for r in compacted]
     stopped = [r for r in runs if r is not None and r.stop_reason is StopReason.MAX_STEPS]

@@ -123,21 +123,21 @@ async def up_to_its_last_step(loop: InProcessLoop, request_id: str) -> tuple[str
 
 
 async def conversation(loop: InProcessLoop, conversation_id: str) -> ConversationRecord:
-    snap = await loop.deps.store.get_conversation_snapshot(conversation_id)
+    snap = await loop.deps.store.runs.get_conversation_snapshot(conversation_id)
     assert snap is not None, f"conversation {conversation_id} has no document"
     return ConversationRecord.model_validate(snap.data)
 
 
 async def sole_run_conversation(loop: InProcessLoop, run_id: str) -> ConversationRecord:
     """The conversation ``run_id`` started, which has no document: what the run makes it."""
-    assert await loop.deps.store.get_conversation_snapshot(run_id) is None
-    conv = await loop.deps.store.get_conversation(run_id)
+    assert await loop.deps.store.runs.get_conversation_snapshot(run_id) is None
+    conv = await loop.deps.store.runs.get_conversation(run_id)
     assert conv is not None
     return conv
 
 
 async def users_said(loop: InProcessLoop, conversation_id: str) -> list[str]:
-    transcript = await loop.deps.store.load_transcript(conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(conversation_id)
     return [c["parts"][0]["text"] for c in transcript.contents
             if c["role"] == "user" and "text" in c["parts"][0]]
 
@@ -203,21 +203,21 @@ async def test_a_run_in_its_own_conversation_never_writes_its_conversation(
     assert (await ingest(loop, "count")).acknowledged
     assert (counters.round_trips, counters.docs_written, counters.docs_read) == (1, 1, 0)
     run_id = run_id_for_request("count")
-    assert await uncounted.get_conversation_snapshot(run_id) is None
-    while_running = await uncounted.get_conversation(run_id)
+    assert await uncounted.runs.get_conversation_snapshot(run_id) is None
+    while_running = await uncounted.runs.get_conversation(run_id)
     assert while_running is not None
     assert (while_running.active_run_id, while_running.run_count) == (run_id, 1)
     assert while_running.owner == ANONYMOUS
 
     await loop.run_until_idle()
 
-    run = await uncounted.get_run(run_id)
+    run = await uncounted.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.usage.model_calls == calls + 1
     assert (counters.round_trips, counters.docs_written) == (round_trips, written)
-    assert len(await uncounted.list_steps(run_id)) == 2 * calls + 1
-    assert await uncounted.get_conversation_snapshot(run_id) is None
-    conv = await uncounted.get_conversation(run_id)
+    assert len(await uncounted.steps.list_steps(run_id)) == 2 * calls + 1
+    assert await uncounted.runs.get_conversation_snapshot(run_id) is None
+    conv = await uncounted.runs.get_conversation(run_id)
     assert conv is not None
     assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
         None, [], 1, ANONYMOUS)
@@ -303,7 +303,7 @@ async def test_a_crash_after_the_end_that_started_the_follow_up_starts_it_once()
     runs = [await run_of(loop, first), await run_of(loop, second)]
     assert [r.status for r in runs] == [RunStatus.COMPLETED] * 2
     assert model.calls == 6 and tools.executed["lookup"] == 4
-    steps = await loop.deps.store.list_steps(second)
+    steps = await loop.deps.store.steps.list_steps(second)
     assert len(steps) == 5 and all(s.attempts == 1 for s in steps)
     assert await users_said(loop, first) == ["go", "then"]
     conv = await conversation(loop, first)
@@ -396,8 +396,8 @@ async def test_another_callers_run_conversation_does_not_exist_for_them() -> Non
         assert refused.value.reason == "conversation_not_found"
         assert db._docs == before  # nothing written
         await loop.run_until_idle()
-    assert await loop.deps.store.get_run(run_id_for_request(planted.request_id,
-                                                            "mallory")) is None
+    assert await loop.deps.store.runs.get_run(run_id_for_request(planted.request_id,
+                                                                 "mallory")) is None
 
     async def deps() -> Deps:
         return loop.deps
@@ -420,7 +420,7 @@ async def test_the_conversation_list_checks_the_first_runs_owner_while_it_has_no
     await start_run(loop.deps, mine, owner="anonymous")
     await start_run(loop.deps, theirs, owner="mallory")
     own, other = run_id_for_request("mine"), run_id_for_request("theirs", "mallory")
-    assert await loop.deps.store.get_conversation_snapshot(own) is None
+    assert await loop.deps.store.runs.get_conversation_snapshot(own) is None
 
     async def deps() -> Deps:
         return loop.deps
@@ -454,7 +454,7 @@ async def test_a_dead_lettered_first_run_fences_its_transcript_and_leaves_no_con
     conv = await sole_run_conversation(loop, first)
     assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
         None, [], 1, ANONYMOUS)
-    transcript = await loop.deps.store.load_transcript(first)
+    transcript = await loop.deps.store.transcript.load_transcript(first)
     assert transcript.chunks and transcript.chunks[-1].fence  # an empty, fenced first chunk
 
     late = await deliver_all(loop, [step])  # records nothing, re-publishes the end

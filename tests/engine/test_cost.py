@@ -88,9 +88,9 @@ async def test_a_runs_cost_is_its_ingest_and_its_steps_and_counts_every_document
     await loop.run_until_idle()
     seen = counted(loop).counters.as_dict()  # before the test's own reads
 
-    run = await loop.deps.store.get_run(run_id_for_request("cost-1"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("cost-1"))
     assert run is not None and run.status is RunStatus.COMPLETED and run.cost is not None
-    steps = await loop.deps.store.list_steps(run.run_id)
+    steps = await loop.deps.store.steps.list_steps(run.run_id)
     assert [s.key for s in steps] == ["0000-model", "0000-tool-000", "0001-model"]
     assert all(s.cost is not None for s in steps) and run.ingest_cost is not None
     assert_sum(run.cost, [run.ingest_cost, *(s.cost for s in steps)])
@@ -110,8 +110,8 @@ async def test_a_runs_cost_is_its_ingest_and_its_steps_and_counts_every_document
     assert tool is not None and tool.gemini_usd == 0 and tool.prompt_tokens == 0
 
     # Its own conversation has no document: the run stands for it, with the same figures.
-    assert await loop.deps.store.get_conversation_snapshot(run.conversation_id) is None
-    conversation = await loop.deps.store.get_conversation(run.conversation_id)
+    assert await loop.deps.store.runs.get_conversation_snapshot(run.conversation_id) is None
+    conversation = await loop.deps.store.runs.get_conversation(run.conversation_id)
     assert conversation is not None and conversation.cost is not None
     assert conversation.cost.usd == pytest.approx(run.cost.usd)
     assert conversation.usage.model_calls == 2
@@ -123,9 +123,9 @@ async def test_a_conversation_adds_up_the_cost_of_each_of_its_runs() -> None:
     for n in (1, 2):
         await loop.submit(QueryMessage(request_id=f"conv-{n}", text="go", conversation_id="c1"))
         await loop.run_until_idle()
-    runs = [await loop.deps.store.get_run(run_id_for_request(f"conv-{n}")) for n in (1, 2)]
+    runs = [await loop.deps.store.runs.get_run(run_id_for_request(f"conv-{n}")) for n in (1, 2)]
     costs = [r.cost for r in runs if r is not None]
-    conversation = await loop.deps.store.get_conversation_snapshot("c1")
+    conversation = await loop.deps.store.runs.get_conversation_snapshot("c1")
     assert conversation is not None and len(costs) == 2
     assert_sum(Cost.model_validate(conversation.data["cost"]), list(costs))
     assert conversation.data["usage"]["model_calls"] == 2
@@ -138,7 +138,7 @@ async def test_a_model_steps_pubsub_bytes_are_the_message_it_received_and_its_ou
     tools = await deliver_all(loop, [first])
     assert len(tools) == 3
 
-    (step,) = await loop.deps.store.get_steps(run_id_for_request("bytes"), ["0000-model"])
+    (step,) = await loop.deps.store.steps.get_steps(run_id_for_request("bytes"), ["0000-model"])
     assert step is not None and step.cost is not None
     assert step.cost.pubsub_bytes == pubsub_billed_bytes(len(first.data)) + sum(
         pubsub_billed_bytes(len(m.data)) for m in tools)
@@ -175,7 +175,7 @@ async def test_get_run_shows_usage_and_cost_while_the_run_is_in_flight() -> None
 
 
 async def _ingest_usd(loop: InProcessLoop, run_id: str) -> float:
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.ingest_cost is not None
     return run.ingest_cost.usd
 
@@ -190,12 +190,12 @@ async def test_a_dead_lettered_run_counts_the_model_step_that_completed() -> Non
     outcome = await dead_letter(loop, tool)  # the tool step never got a delivery through
     assert outcome.body["run_failed"] is True
 
-    run = await loop.deps.store.get_run(run_id_for_request("dl-usage"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("dl-usage"))
     assert run is not None and run.status is RunStatus.FAILED
     assert run.usage.model_calls == 1 and run.usage.prompt_tokens == 1000
     assert run.steps_total == 1
     assert run.cost is not None and run.cost.prompt_tokens == 1000
-    steps = await loop.deps.store.list_steps(run.run_id)
+    steps = await loop.deps.store.steps.list_steps(run.run_id)
     assert_sum(run.cost, [run.ingest_cost, *(s.cost for s in steps)])
     (answer,) = [m for m in take(loop) if m.topic == loop.deps.settings.answers_topic]
     assert '"model_calls":1' in answer.data.decode()
@@ -214,7 +214,7 @@ async def test_run_finished_is_logged_once_even_when_the_last_step_is_redelivere
     finished = [r for r in caplog.records if r.getMessage() == "run finished"]
     assert len(finished) == 1
     fields = finished[0].__dict__["fields"]
-    run = await loop.deps.store.get_run(run_id_for_request("once"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("once"))
     assert run is not None and run.cost is not None
     assert fields["run_id"] == run.run_id and fields["status"] == "completed"
     assert fields["stop_reason"] == "answered" and fields["steps"] == 3
@@ -301,20 +301,20 @@ async def test_a_redriven_run_counts_each_step_once_in_its_cost_and_its_conversa
     assert (await dead_letter(loop, pending[0], "dl-redrive")).acknowledged
     store = loop.deps.store
     run_id = run_id_for_request("redriven")
-    failed = await store.get_run(run_id)
+    failed = await store.runs.get_run(run_id)
     assert failed is not None and failed.status is RunStatus.FAILED
 
     done = await redrive(store, loop.publisher, loop.deps.settings, loop.deps.clock)
     assert [d.outcome for d in done] == ["redriven"]
     await loop.run_until_idle()
 
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED and run.cost is not None
-    steps = await store.list_steps(run_id)
+    steps = await store.steps.list_steps(run_id)
     assert [s.key for s in steps] == ["0000-model", "0000-tool-000", "0001-model"]
     assert_sum(run.cost, [run.ingest_cost, *(s.cost for s in steps)])
     assert run.cost.requests == 4 and run.usage.model_calls == 2
-    conversation = await store.get_conversation(run.conversation_id)
+    conversation = await store.runs.get_conversation(run.conversation_id)
     assert conversation is not None and conversation.cost is not None
     assert conversation.usage == run.usage
     assert_sum(conversation.cost, [run.cost])
@@ -376,7 +376,7 @@ async def test_a_model_step_records_the_tokens_gemini_served_from_its_cache() ->
         await loop.run_until_idle()
         requests = server.requests
     assert loop.answers[0].answer == "found it"
-    steps = {s.key: s for s in await loop.deps.store.list_steps(run_id_for_request("cached"))}
+    steps = {s.key: s for s in await loop.deps.store.steps.list_steps(run_id_for_request("cached"))}
     first, second = steps["0000-model"], steps["0001-model"]
     assert first.usage.cached_tokens == 0 and second.usage.prompt_tokens > 0
     # What the second request repeats of the first: its instructions, tools and question.
@@ -405,7 +405,7 @@ async def test_a_request_past_the_models_input_limit_fails_the_run_with_that_cau
                                        "a model that takes five tokens"))
         await loop.run_until_idle()
         served = server.stats()["faults_served"]
-    run = await loop.deps.store.get_run(run_id_for_request("long"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("long"))
     assert run is not None and run.status is RunStatus.FAILED
     assert run.error is not None and run.error.startswith("model_input_too_long")
     assert "exceeds the maximum number of tokens allowed (5)" in run.error

@@ -67,7 +67,7 @@ def shipped(loop, tracking: str = "T-1", by: str = "carrier") -> ReceivedEvent: 
 async def test_a_call_waits_for_its_event_then_runs_with_the_payload() -> None:
     seen: list[dict[str, Any]] = []
     loop, run_id = await shipping_run("wait", seen)
-    (step,) = await loop.deps.store.get_steps(run_id, [STEP])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [STEP])
     assert step is not None and step.status is StepStatus.WAITING and step.waiting is not None
     assert (step.waiting.kind, step.waiting.event) == ("event", "shipped:A7")
     assert step.lease_expires_at == 0.0 and seen == [] and not loop.queued()
@@ -78,7 +78,7 @@ async def test_a_call_waits_for_its_event_then_runs_with_the_payload() -> None:
     assert delivered.recorded and delivered.resumed == [STEP]
     await loop.run_until_idle()
     assert seen == [{"order": "A7", "event": {"tracking": "T-1"}}]
-    (step,) = await loop.deps.store.get_steps(run_id, [STEP])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [STEP])
     assert step is not None and step.status is StepStatus.COMPLETED
     assert step.decision is not None and step.decision.decision == "received"
     assert step.decision.by == "carrier"
@@ -101,13 +101,13 @@ async def test_an_event_that_arrives_first_is_kept_and_the_call_runs_at_once() -
                                  event.model_dump_json().encode())
     await loop.run_until_idle()
     assert seen == [{"order": "A7", "event": {"tracking": "T-0"}}] and not loop.notices
-    (step,) = await loop.deps.store.get_steps(run_id, [STEP])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [STEP])
     assert step is not None and step.status is StepStatus.COMPLETED
     # Recorded as every wait is (what it waited for, what resolved it), though it never waited.
     assert step.waiting is not None and step.waiting.event == "shipped:A7"
     assert step.decision is not None and step.decision.decision == "received"
     assert step.decision.payload == {"tracking": "T-0"} and step.decision.by == arrivals.PUBSUB
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.received["shipped:A7"].by == arrivals.PUBSUB
     assert run.status is RunStatus.COMPLETED
 
@@ -118,18 +118,18 @@ async def test_an_event_that_lands_between_the_read_and_the_waiting_commit_is_no
     loop = make_loop(model(("await_shipment", {"order": "A7"})), shipping_tools(seen),
                      settings=SETTINGS)
     store = loop.deps.store
-    wait_step = store.wait_step
+    wait_step = store.waits.wait_step
     raced: list[bool] = []
 
     async def racing_wait_step(*args: Any, **kwargs: Any) -> None:
         # The event is kept after the step read the run and before its waiting commit.
         if not raced:
             raced.append(True)
-            await store.receive_event(run_id_for_request("race"), "shipped:A7",
-                                      shipped(loop, "T-9"))
+            await store.waits.receive_event(run_id_for_request("race"), "shipped:A7",
+                                            shipped(loop, "T-9"))
         await wait_step(*args, **kwargs)
 
-    store.wait_step = racing_wait_step  # type: ignore[method-assign]
+    store.waits.wait_step = racing_wait_step  # type: ignore[method-assign]
     await loop.submit(QueryMessage(request_id="race", text="ship A7"))
     await loop.run_until_idle()
     assert raced and seen == [{"order": "A7", "event": {"tracking": "T-9"}}]
@@ -146,7 +146,7 @@ async def test_a_run_that_changes_at_every_waiting_commit_still_finds_its_event_
     loop = make_loop(model(("await_shipment", {"order": "A7"})), shipping_tools(seen),
                      settings=SETTINGS)
     store = loop.deps.store
-    wait_step = store.wait_step
+    wait_step = store.waits.wait_step
     changes = 8  # twice the attempts a waiting step used to make
 
     async def busy_wait_step(*args: Any, **kwargs: Any) -> None:
@@ -157,11 +157,11 @@ async def test_a_run_that_changes_at_every_waiting_commit_still_finds_its_event_
                                          {"progress_at": float(len(raced))})])
         elif len(raced) == changes - 1:
             raced.append(True)
-            await store.receive_event(run_id, "shipped:A7", shipped(loop, "T-9"))
+            await store.waits.receive_event(run_id, "shipped:A7", shipped(loop, "T-9"))
         await wait_step(*args, **kwargs)
 
     raced: list[bool] = []
-    store.wait_step = busy_wait_step  # type: ignore[method-assign]
+    store.waits.wait_step = busy_wait_step  # type: ignore[method-assign]
     await loop.submit(QueryMessage(request_id="busy", text="ship A7"))
     await loop.run_until_idle()
     assert len(raced) == changes
@@ -214,11 +214,11 @@ async def test_no_event_before_the_deadline_is_an_error_the_model_reads() -> Non
     (swept,) = await sweep(loop.deps)
     assert swept.action == "resumed"
     await loop.run_until_idle()
-    (step,) = await loop.deps.store.get_steps(run_id, [STEP])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [STEP])
     assert seen == [] and step is not None and step.result is not None
     assert step.result["response"] == {
         "error": "not run: no 'shipped:A7' event before the deadline"}
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED  # the hour is not counted
 
 
@@ -226,7 +226,7 @@ async def test_an_event_kept_by_a_delivery_that_died_before_resuming_is_finished
 ) -> None:
     seen: list[dict[str, Any]] = []
     loop, run_id = await shipping_run("lost-half", seen)
-    await loop.deps.store.receive_event(run_id, "shipped:A7", shipped(loop))  # then "crashed"
+    await loop.deps.store.waits.receive_event(run_id, "shipped:A7", shipped(loop))  # then "crashed"
     loop.deps.clock.advance(SETTINGS.sweep_stale_seconds - 1)  # type: ignore[attr-defined]
     assert await sweep(loop.deps) == []
     loop.deps.clock.advance(2)  # type: ignore[attr-defined]
@@ -242,7 +242,7 @@ async def test_parallel_calls_each_wait_for_their_own_event_and_the_join_holds()
     loop, run_id = await shipping_run("parallel", seen, model_client=model(
         ("await_shipment", {"order": "A7"}), ("await_shipment", {"order": "B2"}),
         ("stock", {"order": "A7"})))
-    steps = await loop.deps.store.list_steps(run_id)
+    steps = await loop.deps.store.steps.list_steps(run_id)
     assert [s.status for s in steps if s.kind == "tool"] == [
         StepStatus.WAITING, StepStatus.WAITING, StepStatus.COMPLETED]
     await arrivals.deliver(loop.deps, run_id, "shipped:B2", shipped(loop, "T-B"))
@@ -263,7 +263,7 @@ async def test_a_call_whose_event_cannot_be_named_fails_for_the_model() -> None:
                      settings=SETTINGS)
     await loop.submit(QueryMessage(request_id="badname", text="x"))
     await loop.run_until_idle()
-    (step,) = await loop.deps.store.get_steps(run_id_for_request("badname"), [STEP])
+    (step,) = await loop.deps.store.steps.get_steps(run_id_for_request("badname"), [STEP])
     assert step is not None and step.result is not None
     assert "not run: the event this call waits for is named 'bad name/A7'" in json.dumps(
         step.result["response"])
@@ -293,7 +293,7 @@ async def test_a_published_event_reaches_only_runs_of_the_topics_own_caller() ->
     run, _ = await start_run(loop.deps, QueryMessage(request_id="ada", text="ship A7"),
                              owner="google:ada")
     await loop.run_until_idle()
-    (step,) = await loop.deps.store.get_steps(run.run_id, [STEP])
+    (step,) = await loop.deps.store.steps.get_steps(run.run_id, [STEP])
     assert step is not None and step.status is StepStatus.WAITING
 
     forged = EventMessage(type="event", run_id=run.run_id, name="shipped:A7",
@@ -303,9 +303,9 @@ async def test_a_published_event_reaches_only_runs_of_the_topics_own_caller() ->
     await loop.run_until_idle()
     refused = loop.deliveries("query")[-1].outcome
     assert refused.acknowledged and refused.body["reason"] == "not_found"
-    (step,) = await loop.deps.store.get_steps(run.run_id, [STEP])
+    (step,) = await loop.deps.store.steps.get_steps(run.run_id, [STEP])
     assert step is not None and step.status is StepStatus.WAITING and seen == []
-    kept = await loop.deps.store.get_run(run.run_id)
+    kept = await loop.deps.store.runs.get_run(run.run_id)
     assert kept is not None and kept.received == {}
 
     delivered = await arrivals.deliver(loop.deps, run.run_id, "shipped:A7",
@@ -340,9 +340,9 @@ async def test_an_event_after_the_deadline_is_answered_409_and_runs_nothing() ->
     assert late.json()["code"] == "deadline_passed" and STEP in late.text
     await loop.run_until_idle()
     assert seen == []
-    (step,) = await loop.deps.store.get_steps(run_id, [STEP])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [STEP])
     assert step is not None and step.decision is not None
     assert (step.decision.decision, step.decision.by) == ("reject", "deadline")
     assert step.result is not None and "before the deadline" in str(step.result)
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED

@@ -104,7 +104,7 @@ async def test_siblings_ending_together_publish_the_next_model_step_once(width: 
     assert len(_model_steps(loop, 1)) == 1, loop.queued()
 
     await loop.run_until_idle(duplicate_every=False)
-    run = await loop.deps.store.get_run(run_id_for_request("fan"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("fan"))
     assert run is not None and run.status is RunStatus.COMPLETED
     assert model.calls == run.usage.model_calls == 2
 
@@ -131,6 +131,6 @@ async def test_a_redelivery_of_the_joining_sibling_sends_the_trigger_again() -> 
         loop._queue.clear()
     assert sorted(sent) == [0, 1], sent
     index = json.loads(tools[sent.index(1)][1].data)["index"]
-    steps = await loop.deps.store.list_steps(run_id_for_request("again"))
+    steps = await loop.deps.store.steps.list_steps(run_id_for_request("again"))
     last = max((s for s in steps if s.kind == "tool"), key=lambda s: s.completed_at or 0)
     assert last.index == index

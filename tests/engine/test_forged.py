@@ -60,8 +60,8 @@ async def fan_out(loop: InProcessLoop, request_id: str) -> tuple[str, list[Publi
 async def state(loop: InProcessLoop, run_id: str) -> tuple[Any, ...]:
     """What a forged message must not change: the run, its steps, its transcript."""
     run = await run_of(loop, run_id)
-    steps = await loop.deps.store.list_steps(run_id)
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    steps = await loop.deps.store.steps.list_steps(run_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     return (run.model_dump(), [(s.key, s.status, s.attempts) for s in steps],
             transcript.contents, transcript.tail)
 
@@ -117,7 +117,7 @@ async def test_a_forged_tool_step_runs_nothing_and_changes_nothing(
     assert take(loop) == []
     assert (await poison_reasons(loop)) == {"forged-1": reason}
     if case == "a_run_that_does_not_exist":
-        assert await loop.deps.store.list_steps("run-nope") == []
+        assert await loop.deps.store.steps.list_steps("run-nope") == []
     # The run goes on with the calls its model step committed.
     await finish(loop, [tool_a, tool_b])
     run = await run_of(loop, run_id)
@@ -200,7 +200,7 @@ async def test_values_a_step_key_or_a_budget_cannot_hold_are_poison(case: str) -
     run_id, first = await start(loop, f"poison-{case}")
     outcome = await deliver(loop, forge(first, "bad", **POISON_BODIES[case]))
     refused(outcome, "poison_message")
-    assert await loop.deps.store.list_steps(run_id) == []
+    assert await loop.deps.store.steps.list_steps(run_id) == []
 
 
 async def test_a_tool_index_beyond_the_key_is_poison() -> None:
@@ -208,7 +208,7 @@ async def test_a_tool_index_beyond_the_key_is_poison() -> None:
     run_id, (tool_a, _) = await fan_out(loop, "poison-index")
     refused(await deliver(loop, forge(tool_a, "bad", index=1000, call_count=1000)),
             "poison_message")
-    assert [s.key for s in await loop.deps.store.list_steps(run_id)] == ["0000-model"]
+    assert [s.key for s in await loop.deps.store.steps.list_steps(run_id)] == ["0000-model"]
 
 
 async def test_a_step_of_a_run_that_does_not_exist_writes_only_its_poison_record(
@@ -218,8 +218,8 @@ async def test_a_step_of_a_run_that_does_not_exist_writes_only_its_poison_record
     loop = on(make_loop(model, tools), db, prefix)
     _, first = await start(loop, "exists")
     refused(await deliver(loop, forge(first, "nope", run_id="run-nope")), "unknown_run")
-    assert await loop.deps.store.list_steps("run-nope") == []
-    assert await loop.deps.store.get_run("run-nope") is None
+    assert await loop.deps.store.steps.list_steps("run-nope") == []
+    assert await loop.deps.store.runs.get_run("run-nope") is None
 
 
 # -- a step conflict acts on the run of the message's body --------------------------------------
@@ -231,8 +231,8 @@ async def test_a_step_conflict_fails_the_run_in_the_body_never_the_one_in_the_at
     victim, _ = await fan_out(loop, "victim")
     run_id, (tool_a, _) = await fan_out(loop, "conflicted")
     # Another step is recorded at the key (what the conflict check exists for).
-    await loop.deps.store.claim_step(run_id, StepKey.tool(0, 0), "other", owner="x",
-                                     now=loop.deps.clock.now(), lease_seconds=10.0)
+    await loop.deps.store.steps.claim_step(run_id, StepKey.tool(0, 0), "other", owner="x",
+                                           now=loop.deps.clock.now(), lease_seconds=10.0)
     aimed = Published(tool_a.topic, tool_a.data, {"run_id": victim, "step": "0000-tool-000"},
                       "aimed")
 
@@ -374,6 +374,6 @@ async def test_steps_the_ledger_scheduled_still_complete_a_whole_run(
     await loop.run_until_idle(duplicate_every=True)
     run = await run_of(loop, loop.answers[0].run_id)
     assert run.status is RunStatus.COMPLETED and await poison_reasons(loop) == {}
-    steps = await loop.deps.store.list_steps(run.run_id)
+    steps = await loop.deps.store.steps.list_steps(run.run_id)
     assert all(s.status is StepStatus.COMPLETED for s in steps)
     assert (model.calls, tools.executed["lookup"]) == (2, 2)

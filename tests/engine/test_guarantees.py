@@ -21,6 +21,7 @@ from ackloop.model.scripted import ScriptedModel, reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunRecord, RunStatus, StopReason
 from ackloop.store import AgentStore
+from ackloop.store.transcript import append_writes
 from ackloop.wire import AnswerMessage, QueryMessage, RunOptions, Usage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.rendezvous import RendezvousDB
@@ -67,7 +68,7 @@ async def start(loop: InProcessLoop, request_id: str) -> tuple[str, Published]:
 
 
 async def run_of(loop: InProcessLoop, run_id: str) -> RunRecord:
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None
     return run
 
@@ -98,8 +99,8 @@ async def test_two_deliveries_racing_for_an_expired_tool_lease_run_the_tool_once
     (tool,) = await deliver_all(loop, [first])
     # A delivery claimed the tool step and died; its lease runs out.
     key = StepKey.tool(0, 0)
-    await loop.deps.store.claim_step(run_id, key, "lookup", owner="dead",
-                                     now=loop.deps.clock.now(), lease_seconds=LEASE)
+    await loop.deps.store.steps.claim_step(run_id, key, "lookup", owner="dead",
+                                           now=loop.deps.clock.now(), lease_seconds=LEASE)
     loop.deps.clock.advance(LEASE + 1)  # type: ignore[attr-defined]
 
     racing.arm(loop.deps.store.step_path(run_id, str(key)))
@@ -108,7 +109,7 @@ async def test_two_deliveries_racing_for_an_expired_tool_lease_run_the_tool_once
     assert tools.executed["lookup"] == 1
     assert all(o.acknowledged for o in outcomes), outcomes
     assert set(targets(take(loop))) == {"0001-model"}
-    (step,) = await loop.deps.store.get_steps(run_id, [str(key)])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [str(key)])
     assert step is not None and step.status == "completed"
     assert (step.fence, step.attempts) == (2, 2)  # one takeover, not two
 
@@ -147,8 +148,8 @@ async def test_the_join_waits_for_every_sibling_to_complete_and_fires_once() -> 
     assert targets(await deliver_all(loop, [tool_a])) == []  # nor on a redelivery
     # The sibling is claimed by a delivery still running its call.
     clock = loop.deps.clock
-    await loop.deps.store.claim_step(run_id, StepKey.tool(0, 1), "lookup", owner="slow",
-                                     now=clock.now(), lease_seconds=LEASE)
+    await loop.deps.store.steps.claim_step(run_id, StepKey.tool(0, 1), "lookup", owner="slow",
+                                           now=clock.now(), lease_seconds=LEASE)
     assert targets(await deliver_all(loop, [tool_a])) == []
 
     # The slow holder dies; the sibling's own delivery takes it over and is the last to complete.
@@ -166,11 +167,11 @@ async def test_tool_steps_redelivered_after_the_next_model_step_was_claimed_send
     (next_model,) = await deliver_all(loop, [tool_a, tool_b])
 
     clock = loop.deps.clock
-    claim = await loop.deps.store.claim_step(run_id, StepKey.model(1), "model", owner="busy",
-                                             now=clock.now(), lease_seconds=LEASE)
+    claim = await loop.deps.store.steps.claim_step(run_id, StepKey.model(1), "model", owner="busy",
+                                                   now=clock.now(), lease_seconds=LEASE)
     assert targets(await deliver_all(loop, [tool_a, tool_b])) == []  # claimed, running
 
-    await loop.deps.store.release_step(claim, error="test: let it go")
+    await loop.deps.store.steps.release_step(claim, error="test: let it go")
     assert targets(await deliver_all(loop, [next_model])) == ["answer"]
     assert targets(await deliver_all(loop, [tool_a, tool_b])) == []  # claimed, completed
     assert (model.calls, tools.executed["lookup"]) == (2, 2)
@@ -219,9 +220,9 @@ async def foreign_entry_before_turn_1(loop: InProcessLoop, request_id: str
     (next_model,) = await deliver_all(loop, await deliver_all(loop, [first]))
     store = loop.deps.store
     run = await run_of(loop, run_id)
-    transcript = await store.load_transcript(run.conversation_id)
+    transcript = await store.transcript.load_transcript(run.conversation_id)
     interloper = {"role": "user", "parts": [{"text": "not from this run"}]}
-    await store.db.commit(store._append_writes(transcript, [interloper], FOREIGN_TAIL))
+    await store.db.commit(append_writes(store, transcript, [interloper], FOREIGN_TAIL))
     return run_id, next_model
 
 
@@ -239,7 +240,7 @@ async def test_a_model_step_never_builds_on_a_transcript_with_a_foreign_tail() -
 
     assert model.calls == 1
     run = await run_of(loop, run_id)
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert transcript.tail == FOREIGN_TAIL and len(transcript.contents) == 3
     assert run.status is not RunStatus.COMPLETED
     statuses = [AnswerMessage.model_validate_json(m.data).status for m in published
@@ -281,7 +282,7 @@ class FailsTheRunDuringTheCall:
         self.calls += 1
         run_id = run_id_for_request("fenced")
         if self.calls == 1:
-            assert await self.store.fail_run(run_id, "dead_lettered: gave up", self.now)
+            assert await self.store.runs.fail_run(run_id, "dead_lettered: gave up", self.now)
         return text_turn("too late", request=request)
 
 
@@ -308,13 +309,13 @@ async def test_tool_steps_of_a_run_that_ended_do_not_run() -> None:
     loop = make_loop(model, tools)
     run_id, first = await start(loop, "ended")
     (tool,) = await deliver_all(loop, [first])
-    assert await loop.deps.store.fail_run(run_id, "failed by operator", loop.deps.clock.now())
+    assert await loop.deps.store.runs.fail_run(run_id, "failed by operator", loop.deps.clock.now())
 
     outcome = await deliver(loop, tool)
 
     assert outcome.acknowledged and targets(take(loop)) == []
     assert tools.executed["lookup"] == 0 and model.calls == 1
-    (step,) = await loop.deps.store.get_steps(run_id, [str(StepKey.tool(0, 0))])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [str(StepKey.tool(0, 0))])
     assert step is None  # not even claimed: the run was read first
     run = await run_of(loop, run_id)
     assert run.status is RunStatus.FAILED and run.error == "failed by operator"
@@ -328,7 +329,7 @@ async def test_a_query_redelivered_after_a_crash_before_its_first_publish_starts
     model, tools = one_call_then_answer(), CountingToolbox({"lookup": "42"})
     loop = make_loop(model, tools)
     query = QueryMessage(request_id="lost", text="go")
-    await loop.deps.store.create_run(new_run(loop.deps, query))  # then the process died
+    await loop.deps.store.runs.create_run(new_run(loop.deps, query))  # then the process died
 
     await loop.submit(query)
     published = await deliver_all(loop, take(loop))

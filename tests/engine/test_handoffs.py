@@ -54,7 +54,7 @@ async def ask(loop: Any, request_id: str, text: str, conversation_id: str | None
     await loop.submit(QueryMessage(request_id=request_id, text=text, agent=agent,
                                    conversation_id=conversation_id))
     await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id_for_request(request_id))
+    run = await loop.deps.store.runs.get_run(run_id_for_request(request_id))
     assert run is not None and run.status is RunStatus.COMPLETED, run
     return run
 
@@ -68,7 +68,7 @@ async def test_a_hand_off_makes_the_next_turn_the_other_agents_with_its_tools() 
     assert [(a, i) for a, i, _ in desk.seen] == [("triage", "Route questions."),
                                                 ("writer", "Write poems.")]
     assert desk.seen[1][2] == ["transfer_to_triage"]  # the writer's tools, not triage's
-    steps = {s.key: s for s in await loop.deps.store.list_steps(run.run_id)}
+    steps = {s.key: s for s in await loop.deps.store.steps.list_steps(run.run_id)}
     assert steps["0000-tool-000"].result is not None
     assert steps["0000-tool-000"].result["response"]["handoff"] == "writer"
     assert steps["0001-model"].result is not None
@@ -93,5 +93,5 @@ async def test_the_conversations_later_runs_are_the_agents_that_took_over_until_
 
     named = await ask(loop, "fifth", "the stars", conversation, agent="writer")
     assert named.agent == "writer"  # a run that names its agent gets it
-    conv = await loop.deps.store.get_conversation(conversation)
+    conv = await loop.deps.store.runs.get_conversation(conversation)
     assert conv is not None and conv.agent == "triage" and conv.run_count == 5

@@ -13,17 +13,18 @@ from ackloop.clock import ManualClock
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.engine.lease import ClaimRef, Heartbeat
 from ackloop.keys import StepKey
-from ackloop.store import AgentStore, Claim
+from ackloop.store import AgentStore, Claim, Steps
 
 LEASE_S = 0.3
 """Real seconds: the heartbeat renews every third of it."""
 
 
-class HeldRenewals(AgentStore):
-    """A store whose lease renewals wait at a gate after reading the claim they fence on."""
+class HeldRenewals(Steps):
+    """A steps room whose lease renewals wait at a gate after reading the claim they fence
+    on."""
 
-    def __init__(self) -> None:
-        super().__init__(MemoryDocumentDB())
+    def __init__(self, store: AgentStore) -> None:
+        super().__init__(store.db)
         self.renewing = asyncio.Event()
         self.gate = asyncio.Event()
 
@@ -35,29 +36,30 @@ class HeldRenewals(AgentStore):
 
 async def test_a_next_attempt_waits_for_a_renewal_under_way_and_neither_loses_the_lease(
 ) -> None:
-    store, clock = HeldRenewals(), ManualClock()
-    claim = await store.claim_step("run-1", StepKey.model(0), "gemini", owner="me",
-                                   now=clock.now(), lease_seconds=LEASE_S)
+    store, clock = AgentStore(MemoryDocumentDB()), ManualClock()
+    held = store.steps = HeldRenewals(store)
+    claim = await store.steps.claim_step("run-1", StepKey.model(0), "gemini", owner="me",
+                                         now=clock.now(), lease_seconds=LEASE_S)
     ref = ClaimRef(claim)
     beat = Heartbeat(store, clock, ref, LEASE_S)
     beat.start()
     try:
-        await asyncio.wait_for(store.renewing.wait(), 5)
+        await asyncio.wait_for(held.renewing.wait(), 5)
         retry = asyncio.create_task(beat.next_attempt("503 mid-stream"))
         await asyncio.sleep(LEASE_S)
         assert not retry.done(), "the next attempt was written during a renewal"
-        store.gate.set()
+        held.gate.set()
         after = await asyncio.wait_for(retry, 5)
     finally:
-        store.gate.set()
+        held.gate.set()
         await beat.stop()
 
     assert not beat.lost
     assert after.step.attempts == 2
-    (stored,) = await store.get_steps("run-1", [str(StepKey.model(0))])
+    (stored,) = await store.steps.get_steps("run-1", [str(StepKey.model(0))])
     assert stored is not None and stored.attempts == 2
     assert stored.last_error == "503 mid-stream"
     # The claim the step holds is the one the database holds: its commit would go through.
-    renewed = await AgentStore.renew_lease(store, ref.claim, now=clock.now(),
-                                           lease_seconds=LEASE_S)
+    renewed = await Steps.renew_lease(held, ref.claim, now=clock.now(),
+                                      lease_seconds=LEASE_S)
     assert renewed.step.attempts == 2

@@ -208,7 +208,7 @@ async def test_h2_a_run_redriven_after_its_step_completed_anyway_resumes_from_it
     assert [a.status for a in answers(loop, published)] == ["failed"]
     (next_model,) = [m for m in published if m.topic != loop.deps.settings.answers_topic]
     assert await deliver_all(loop, [next_model]) == []  # the run has failed: not run
-    assert await loop.deps.store.get_steps(run_id, ["0001-model"]) == [None]  # nor claimed
+    assert await loop.deps.store.steps.get_steps(run_id, ["0001-model"]) == [None]  # nor claimed
 
     assert [r.outcome for r in await redrive(loop.deps.store, loop.publisher,
                                              loop.deps.settings, loop.deps.clock)] == ["redriven"]
@@ -305,7 +305,7 @@ async def test_h5_a_query_dead_lettered_before_its_run_existed_is_redriven_and_r
     run_id = run_id_for_request("h5")
     outcome = await dead_letter(loop, Published(loop.deps.settings.queries_topic,
                                                 query.model_dump_json().encode(), {}, "q-1"))
-    assert await loop.deps.store.get_run(run_id) is None and take(loop) == []
+    assert await loop.deps.store.runs.get_run(run_id) is None and take(loop) == []
 
     done = await redrive(loop.deps.store, loop.publisher, loop.deps.settings, loop.deps.clock)
 
@@ -441,11 +441,11 @@ async def test_h9_a_step_whose_run_could_not_be_read_is_not_claimed(step: str) -
     failed = await deliver(loop, message)
 
     assert failed.status == 503, failed
-    assert await loop.deps.store.get_steps(run_id, [step]) == [None]
+    assert await loop.deps.store.steps.get_steps(run_id, [step]) == [None]
     again = await deliver(loop, message)
     assert again.status == 204, again
     assert loop.deps.clock.now() == before
-    (record,) = await loop.deps.store.get_steps(run_id, [step])
+    (record,) = await loop.deps.store.steps.get_steps(run_id, [step])
     assert record is not None and record.status is StepStatus.COMPLETED
     # Run unclaimed, the step takes its attempt from Pub/Sub's count of the message's
     # deliveries: the failed read left no document to count it.
@@ -494,7 +494,7 @@ async def test_a_cancel_during_the_model_call_wins_over_its_fan_out_and_is_publi
     run_id, first = await start(loop, "cancel-mid-call")
 
     async def cancel() -> None:
-        assert await loop.deps.store.request_cancel(run_id) is not None
+        assert await loop.deps.store.runs.request_cancel(run_id) is not None
 
     model.during = cancel
     published = await deliver_all(loop, [first])
@@ -503,7 +503,7 @@ async def test_a_cancel_during_the_model_call_wins_over_its_fan_out_and_is_publi
     assert [(a.run_id, a.status) for a in answers(loop, published)] == [(run_id, "cancelled")]
     run = await run_of(loop, run_id)
     assert run.status is RunStatus.CANCELLED and tools.executed["lookup"] == 0
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user"]
 
 
@@ -525,19 +525,19 @@ async def test_a_run_ended_outside_a_step_during_a_model_call_gets_no_late_turn(
         (tool_message,) = await deliver_all(loop, [message])
         (message,) = await deliver_all(loop, [tool_message])
     run = await run_of(loop, run_id)
-    before = await loop.deps.store.load_transcript(run.conversation_id)
+    before = await loop.deps.store.transcript.load_transcript(run.conversation_id)
 
     async def end_outside() -> None:
-        assert await loop.deps.store.fail_run(run_id, "dead-lettered", loop.deps.clock.now())
+        assert await loop.deps.store.runs.fail_run(run_id, "dead-lettered", loop.deps.clock.now())
 
     model.during = end_outside
     published = await deliver_all(loop, [message])
 
     assert [m for m in published if m.topic != loop.deps.settings.answers_topic] == []
     assert tools.executed["lookup"] == turn
-    after = await loop.deps.store.load_transcript(run.conversation_id)
+    after = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert after.contents == before.contents and after.tail == before.tail
-    (step,) = await loop.deps.store.get_steps(run_id, [message.attributes["step"]])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [message.attributes["step"]])
     assert step is None or step.status is not StepStatus.COMPLETED
     assert (await run_of(loop, run_id)).status is RunStatus.FAILED
 
@@ -661,7 +661,7 @@ async def test_sweeper_starts_a_queued_run_whose_conversation_is_free() -> None:
     run = await run_of(loop, queued)
     assert run.status is RunStatus.COMPLETED and run.answer == "ok" and model.calls == 1
     assert [a.run_id for a in loop.answers] == [queued]
-    conversation = await store.get_conversation_snapshot("conv-sweep-q")
+    conversation = await store.runs.get_conversation_snapshot("conv-sweep-q")
     assert conversation is not None and conversation.data["active_run_id"] is None
 
 
@@ -739,8 +739,8 @@ async def test_runs_with_long_calls_in_flight_do_not_hide_a_stalled_run_from_the
         # run moved last after the call started (an event, a decision of another call)
         await store.db.commit([Write("create", store.run_path(f"busy-{n}"),
                                      run(f"busy-{n}", start + 20 + n).to_doc())])
-        await store.claim_step(f"busy-{n}", StepKey.model(0), "model", owner="o",
-                               now=start + 10, lease_seconds=3600)
+        await store.steps.claim_step(f"busy-{n}", StepKey.model(0), "model", owner="o",
+                                     now=start + 10, lease_seconds=3600)
     await store.db.commit([Write("create", store.run_path("stalled"),
                                  run("stalled", start + 30).to_doc())])
     advance(loop, STALE + 100)

@@ -73,10 +73,10 @@ async def test_a_step_whose_run_ended_before_its_commit_is_released_unrecorded(
 
     assert outcome.acknowledged, outcome
     run_id = run_id_for_request("q")
-    run = await deps.store.get_run(run_id)
+    run = await deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.FAILED and run.answer is None
     assert run.error == "dead-lettered"
-    (step,) = await deps.store.get_steps(run_id, ["0000-model"])
+    (step,) = await deps.store.steps.get_steps(run_id, ["0000-model"])
     assert step is not None and step.status is StepStatus.RUNNING and step.result is None
     assert step.lease_expires_at <= clock.now(), (step.lease_expires_at, clock.now())
     assert step.last_error is not None and "not recorded" in step.last_error

@@ -45,18 +45,18 @@ async def test_reference_run_completes_with_three_model_calls_and_two_tool_calls
     loop = make_loop(model, tools)
     run_id = await run_query(loop)
 
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.stop_reason is StopReason.ANSWERED
     assert run.answer == "Reference workload done."
     assert len(model.requests) == 3 and tools.executed["lookup"] == 2
     assert run.usage.model_calls == 3 and run.usage.tool_calls == 2
     assert [a.run_id for a in loop.answers] == [run_id]
-    steps = await loop.deps.store.list_steps(run_id)
+    steps = await loop.deps.store.steps.list_steps(run_id)
     assert [s.key for s in steps] == [
         "0000-model", "0000-tool-000", "0001-model", "0001-tool-000", "0002-model"
     ]
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"] * 3
     assert transcript.tail == f"{run_id}/0002-model"
 
@@ -67,10 +67,10 @@ async def test_every_message_delivered_twice_executes_and_records_each_step_once
     await loop.submit(QueryMessage(request_id="dup", text="go"))
     await loop.run_until_idle(duplicate_every=True)
 
-    run = await loop.deps.store.get_run(run_id_for_request("dup"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("dup"))
     assert run is not None and run.status is RunStatus.COMPLETED
     assert len(model.requests) == 3 and tools.executed["lookup"] == 2
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert len(transcript.contents) == 6
     assert {a.run_id for a in loop.answers} == {run.run_id}
 
@@ -112,16 +112,16 @@ async def test_crash_after_call_before_commit_reruns_only_the_inflight_step(poin
     await loop.submit(QueryMessage(request_id="crash", text="go"))
     await loop.run_until_idle(crash=SimulatedCrash)
 
-    run = await loop.deps.store.get_run(run_id_for_request("crash"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("crash"))
     assert run is not None and run.status is RunStatus.COMPLETED
     # The in-flight call ran twice; every other call once; history has no duplicate.
     if point.startswith("model"):
         assert len(model.requests) == 4 and tools.executed["lookup"] == 2
     else:
         assert len(model.requests) == 3 and tools.executed["lookup"] == 3
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"] * 3
-    steps = await loop.deps.store.list_steps(run.run_id)
+    steps = await loop.deps.store.steps.list_steps(run.run_id)
     assert len(steps) == 5 and max(s.attempts for s in steps) == 2
 
 
@@ -132,10 +132,10 @@ async def test_crash_after_commit_before_publish_loses_nothing_and_reruns_nothin
     await loop.submit(QueryMessage(request_id="crash2", text="go"))
     await loop.run_until_idle(crash=SimulatedCrash)
 
-    run = await loop.deps.store.get_run(run_id_for_request("crash2"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("crash2"))
     assert run is not None and run.status is RunStatus.COMPLETED
     assert len(model.requests) == 3 and tools.executed["lookup"] == 2
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert len(transcript.contents) == 6
 
 
@@ -186,7 +186,7 @@ async def test_max_steps_budget_ends_the_run_with_that_reason():
     model = ScriptedModel(reference_workload_script("lookup", calls=100))
     loop = make_loop(model, CountingToolbox({"lookup": "x"}))
     run_id = await run_query(loop, options=RunOptions(max_steps=3))
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.stop_reason is StopReason.MAX_STEPS
     assert run.status is RunStatus.COMPLETED and len(model.requests) == 3
 
@@ -195,7 +195,7 @@ async def test_max_tool_calls_budget():
     model = ScriptedModel(reference_workload_script("lookup", calls=100))
     loop = make_loop(model, CountingToolbox({"lookup": "x"}))
     run_id = await run_query(loop, options=RunOptions(max_tool_calls=2))
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.stop_reason is StopReason.MAX_TOOL_CALLS
     assert run.usage.tool_calls == 2
 
@@ -212,7 +212,7 @@ async def test_wall_clock_budget_is_checked_before_each_model_call():
         loop._collect()
     loop.deps.clock.advance(10)  # type: ignore[attr-defined]
     await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id_for_request("slow"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("slow"))
     assert run is not None and run.stop_reason is StopReason.MAX_SECONDS
     assert len(model.requests) == 1
 
@@ -229,11 +229,11 @@ async def test_a_short_retry_after_is_waited_out_inside_the_request():
     loop = make_loop(ScriptedModel(script), CountingToolbox())
     started = loop.deps.clock.now()
     run_id = await run_query(loop)
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.answer == "ok" and len(attempts) == 2
     assert [e.outcome.status for e in loop.deliveries("model")] == [204]  # no nack
     assert loop.deps.clock.now() - started >= 7.0  # the retry-after was honoured
-    (step,) = await loop.deps.store.get_steps(run_id, ["0000-model"])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, ["0000-model"])
     assert step is not None and step.attempts == 1
 
 
@@ -248,11 +248,11 @@ async def test_a_retry_after_beyond_the_bound_is_left_to_redelivery_and_honoured
 
     loop = make_loop(ScriptedModel(script), CountingToolbox())
     run_id = await run_query(loop)
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.answer == "ok" and len(attempts) == 2
     retried = [e for e in loop.deliveries("model") if e.outcome.status == 503]
     assert len(retried) == 1 and retried[0].outcome.retry_after == pytest.approx(45.0)
-    (step,) = await loop.deps.store.get_steps(run_id, ["0000-model"])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, ["0000-model"])
     assert step is not None and step.attempts == 2
 
 
@@ -262,7 +262,7 @@ async def test_permanent_model_error_fails_the_run_with_the_reason():
 
     loop = make_loop(ScriptedModel(script), CountingToolbox())
     run_id = await run_query(loop)
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.FAILED
     assert run.error is not None and run.error.startswith("model_safety_block")
     assert loop.answers[0].status == "failed"
@@ -275,7 +275,7 @@ async def test_a_step_that_keeps_failing_ends_the_run_after_max_attempts():
     loop = make_loop(ScriptedModel(script), CountingToolbox(),
                      settings=Settings(max_step_attempts=3, lease_seconds=5))
     run_id = await run_query(loop)
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.FAILED
     assert "attempted 3 times" in (run.error or "") and "503 unavailable" in (run.error or "")
 
@@ -289,12 +289,12 @@ async def test_cancel_after_the_fan_out_runs_no_pending_tool_and_ends_cancelled(
         kind, message = loop._queue.popleft()
         await loop.deliver(kind, message)
         loop._collect()
-    await loop.deps.store.request_cancel(run_id_for_request("cancel"))
+    await loop.deps.store.runs.request_cancel(run_id_for_request("cancel"))
     await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id_for_request("cancel"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("cancel"))
     assert run is not None and run.status is RunStatus.CANCELLED
     assert len(model.requests) == 1 and tools.executed["lookup"] == 0
-    steps = {s.key: s for s in await loop.deps.store.list_steps(run.run_id)}
+    steps = {s.key: s for s in await loop.deps.store.steps.list_steps(run.run_id)}
     assert "cancelled" in (steps["0000-tool-000"].last_error or "")
     assert [a.status for a in loop.answers] == ["cancelled"]
 
@@ -314,12 +314,12 @@ async def test_follow_up_turn_sees_the_whole_conversation():
     loop = make_loop(model, CountingToolbox())
     await run_query(loop, text="first", request_id="t1", conversation_id="conv-1")
     run_id = await run_query(loop, text="second", request_id="t2", conversation_id="conv-1")
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.answer == "seen 3 contents"
     assert [c["parts"][0].get("text") for c in model.requests[1].contents] == [
         "first", "seen 1 contents", "second"
     ]
-    runs = await loop.deps.store.list_runs("conv-1")
+    runs = await loop.deps.store.runs.list_runs("conv-1")
     assert [r.request_id for r in runs] == ["t1", "t2"]
 
 
@@ -355,7 +355,7 @@ async def test_a_tool_message_naming_another_call_than_the_ledger_is_refused():
     await loop.run_until_idle()
     assert loop.log[-1].outcome.body["reason"] == "unscheduled_step"
     assert tools.executed["other"] == 0
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
 
 
@@ -374,7 +374,7 @@ async def test_structured_answer_is_validated_and_corrected_within_the_budget():
     model = ScriptedModel.from_turns(turns)
     loop = make_loop(model, CountingToolbox())
     run_id = await run_query(loop, options=RunOptions(output_schema=ANSWER_SCHEMA))
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.output == {"city": "Norman", "alerts": 2}
     assert any(d["name"] == "final_answer" for d in model.requests[0].tools)
@@ -386,7 +386,7 @@ async def test_structured_answer_given_as_json_text_is_accepted():
     model = ScriptedModel.from_turns([text_turn('```json\n{"city": "Paris", "alerts": 0}\n```')])
     loop = make_loop(model, CountingToolbox())
     run_id = await run_query(loop, options=RunOptions(output_schema=ANSWER_SCHEMA))
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.output == {"city": "Paris", "alerts": 0}
 
 
@@ -395,7 +395,7 @@ async def test_structured_answer_that_never_validates_stops_at_max_steps():
     loop = make_loop(model, CountingToolbox())
     run_id = await run_query(
         loop, options=RunOptions(output_schema=ANSWER_SCHEMA, max_steps=3))
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.stop_reason is StopReason.MAX_STEPS
     assert len(model.requests) == 3
     assert "not JSON" in model.requests[1].contents[-1]["parts"][0]["text"]
@@ -422,7 +422,7 @@ async def test_agent_output_model_is_offered_and_enforced():
     loop.deps.agents = AgentRegistry([Agent("default", "Be brief.", CountingToolbox(),
                                             output=Forecast)])
     run_id = await run_query(loop)
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.output == {"city": "X", "alerts": 3}
 
 
@@ -433,9 +433,9 @@ async def test_follow_up_after_a_crash_between_turns_keeps_the_history():
     await loop.run_until_idle(crash=SimulatedCrash)
     await loop.submit(QueryMessage(request_id="c2", text="second", conversation_id="conv-c"))
     await loop.run_until_idle(crash=SimulatedCrash)
-    run = await loop.deps.store.get_run(run_id_for_request("c2"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("c2"))
     assert run is not None and run.answer == "seen 3 contents"
-    transcript = await loop.deps.store.load_transcript("conv-c")
+    transcript = await loop.deps.store.transcript.load_transcript("conv-c")
     assert [c["parts"][0].get("text") for c in transcript.contents] == [
         "first", "seen 1 contents", "second", "seen 3 contents"]
 
@@ -459,7 +459,7 @@ async def test_unknown_tool_and_bad_arguments_become_observations():
     model = ScriptedModel.from_turns(turns)
     loop = make_loop(model, ToolSet([alerts]))  # type: ignore[list-item]
     run_id = await run_query(loop)
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     responses = [p["function_response"]["response"]
                  for p in model.requests[1].contents[-1]["parts"]]

@@ -102,13 +102,13 @@ async def waiting(kind: str) -> tuple[InProcessLoop, RunRecord]:
 
 
 async def run_of(loop: InProcessLoop, run_id: str) -> RunRecord:
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None
     return run
 
 
 async def step_of(loop: InProcessLoop, root: RunRecord) -> StepRecord:
-    (step,) = await loop.deps.store.get_steps(root.run_id, [KEY])
+    (step,) = await loop.deps.store.steps.get_steps(root.run_id, [KEY])
     assert step is not None
     return step
 
@@ -166,12 +166,12 @@ async def test_every_kind_of_wait_is_rejected_by_a_cancel_which_goes_down_to_a_c
 
 
 async def _decided_unsent(loop: InProcessLoop, root: RunRecord) -> None:
-    await loop.deps.store.decide_step(root.run_id, KEY, StepDecision(
+    await loop.deps.store.waits.decide_step(root.run_id, KEY, StepDecision(
         decision="approve", by="ann", at=loop.deps.clock.now()))
 
 
 async def _kept_unresolved(loop: InProcessLoop, root: RunRecord) -> None:
-    await loop.deps.store.receive_event(root.run_id, "shipped", ReceivedEvent(
+    await loop.deps.store.waits.receive_event(root.run_id, "shipped", ReceivedEvent(
         payload={"tracking": "T-1"}, by="carrier", at=loop.deps.clock.now()))
 
 
@@ -182,7 +182,7 @@ async def _ended_unsent(loop: InProcessLoop, root: RunRecord) -> None:
 async def child_answers(loop: InProcessLoop, root: RunRecord) -> list[Published]:
     """The root's child is approved and runs to its end; its end's messages, held back."""
     child = await child_of(loop, root, KEY)
-    (book,) = [s for s in await loop.deps.store.list_steps(child.run_id)
+    (book,) = [s for s in await loop.deps.store.steps.list_steps(child.run_id)
                if s.status is StepStatus.WAITING]
     await waits.resolve(loop.deps, child.run_id, book.key, StepDecision(
         decision="approve", by="ann", at=loop.deps.clock.now()))

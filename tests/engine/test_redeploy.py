@@ -172,7 +172,7 @@ def target(message: Published) -> str:
 
 async def recorded_steps(loop: InProcessLoop, run_id: str) -> list[str]:
     """The run's step keys, each completed at its first attempt: recorded once, run once."""
-    steps = await loop.deps.store.list_steps(run_id)
+    steps = await loop.deps.store.steps.list_steps(run_id)
     assert all(s.status is StepStatus.COMPLETED for s in steps), steps
     assert all(s.attempts <= 1 for s in steps), [(s.key, s.attempts) for s in steps]
     return [s.key for s in steps]
@@ -184,7 +184,7 @@ def keys(*names: str) -> list[str]:
 
 async def transcript(loop: InProcessLoop, run_id: str) -> list[JsonDict]:
     run = await run_of(loop, run_id)
-    return (await loop.deps.store.load_transcript(run.conversation_id)).contents
+    return (await loop.deps.store.transcript.load_transcript(run.conversation_id)).contents
 
 
 def function_calls(contents: list[JsonDict]) -> list[str]:
@@ -304,7 +304,7 @@ async def test_a_call_to_a_tool_a_redeploy_removed_reads_as_unknown_and_the_run_
     assert ran == ["B:lookup"]  # legacy never ran
     assert await recorded_steps(a, run_id) == keys("0000-model", "0000-tool-000", "0001-model",
                                                    "0001-tool-000", "0002-model")
-    (legacy,) = await a.deps.store.get_steps(run_id, ["0000-tool-000"])
+    (legacy,) = await a.deps.store.steps.get_steps(run_id, ["0000-tool-000"])
     assert legacy is not None and legacy.name == "legacy" and legacy.result is not None
     assert legacy.result["response"] == {"error": unknown}
     assert function_responses(await transcript(a, run_id))[0] == ("legacy", {"error": unknown})
@@ -335,7 +335,7 @@ async def test_a_tool_step_of_a_removed_tool_redelivered_to_the_new_deployment_r
     await drain(b, [model_1, duplicate])
     assert await step(b, legacy_call) == []  # and again, once the run has ended: nothing
 
-    (legacy,) = await a.deps.store.get_steps(run_id, ["0000-tool-000"])
+    (legacy,) = await a.deps.store.steps.get_steps(run_id, ["0000-tool-000"])
     assert legacy is not None and legacy.result is not None
     assert legacy.result["response"] == {"result": "legacy(k) by A"}
     assert last_results(model_of(b).requests[0]) == [("legacy", {"result": "legacy(k) by A"})]
@@ -355,7 +355,7 @@ async def test_a_tool_step_of_a_removed_tool_redelivered_to_the_new_deployment_r
     (model_2,) = await step(c, legacy_2)
     (duplicate_2,) = await step(c, legacy_2)
     assert duplicate_2.data == model_2.data
-    (recorded,) = await a.deps.store.get_steps(run_2, ["0000-tool-000"])
+    (recorded,) = await a.deps.store.steps.get_steps(run_2, ["0000-tool-000"])
     assert recorded is not None and recorded.attempts <= 1 and recorded.result is not None
     assert recorded.result["response"] == {
         "error": "unknown tool 'legacy'; available tools: lookup"}
@@ -377,8 +377,8 @@ async def test_a_removed_tools_call_interrupted_on_the_old_deployment_is_not_rep
     run_id, first = await start(a, "interrupted")
     (transfer_call,) = await step(a, first)
     # A's delivery claimed the call and died in it (the transfer may have gone out).
-    await a.deps.store.claim_step(run_id, StepKey.tool(0, 0), "transfer", owner="dead",
-                                  now=a.deps.clock.now(), lease_seconds=LEASE)
+    await a.deps.store.steps.claim_step(run_id, StepKey.tool(0, 0), "transfer", owner="dead",
+                                        now=a.deps.clock.now(), lease_seconds=LEASE)
     b = redeploy(a, agent("Be brief.", make_tool("lookup", "B", ran)), script)
     clock_of(a).advance(LEASE + 1)
 
@@ -420,7 +420,7 @@ async def test_a_call_waiting_for_approval_on_a_tool_a_redeploy_removed_ends_its
     assert await step(b, transfer_call) == []  # a re-send, on B: it still waits, announced
     (again,) = b.notices
     assert (again.tool, again.step) == ("transfer", "0000-tool-000")
-    (waiting,) = await a.deps.store.get_steps(run_id, ["0000-tool-000"])
+    (waiting,) = await a.deps.store.steps.get_steps(run_id, ["0000-tool-000"])
     assert waiting is not None and waiting.status is StepStatus.WAITING
 
     if decision == "deadline":
@@ -503,7 +503,7 @@ async def test_every_message_of_a_run_redelivered_to_the_other_revision_changes_
     loops = [a, b]
     served = await alternate(loops, [query])
     run_id = run_id_for_request("duplicates")
-    before = await a.deps.store.list_steps(run_id)
+    before = await a.deps.store.steps.list_steps(run_id)
     executed = list(ran)
     model_calls = model_of(a).calls + model_of(b).calls
     answers = len(a.answers) + len(b.answers)
@@ -518,7 +518,7 @@ async def test_every_message_of_a_run_redelivered_to_the_other_revision_changes_
     for message, by in served:
         assert await step(loops[1 - by], message) == []
 
-    assert await a.deps.store.list_steps(run_id) == before
+    assert await a.deps.store.steps.list_steps(run_id) == before
     assert ran == executed
     assert model_of(a).calls + model_of(b).calls == model_calls
     final = [*a.answers, *b.answers]

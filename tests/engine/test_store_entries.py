@@ -1,7 +1,7 @@
-"""How many times a model step's delivery enters the store (calls the engine makes on
-:class:`~ackloop.store.AgentStore`), from the push to the commit: at most 4, whether the step
-claims or runs unclaimed, with its message's ``reads`` hint or without, on a run's first turn
-or a follow-up's."""
+"""How many times a model step's delivery enters the store (calls the engine makes on the rooms
+of :class:`~ackloop.store.AgentStore`, whichever room), from the push to the commit: at most 4,
+whether the step claims or runs unclaimed, with its message's ``reads`` hint or without, on a
+run's first turn or a follow-up's."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from ackloop.inprocess import InProcessLoop
 from ackloop.model.agent_scripts import CatalogScript
 from ackloop.model.scripted import ScriptedModel
 from ackloop.settings import Settings
-from ackloop.store import AgentStore
+from ackloop.store import AgentStore, StoreBase
 from ackloop.wire import QueryMessage, RunOptions
 from ackloop_dev.bench.step_agents import AGENT, agents
 
@@ -33,8 +33,8 @@ Entries = list[tuple[int, list[str]]]
 
 
 def _count_entries(monkeypatch: pytest.MonkeyPatch, hinted: bool) -> Entries:
-    """Record, for each model step delivery, the store methods the engine called (a call the
-    store makes on itself is not an entry)."""
+    """Record, for each model step delivery, the store methods the engine called, as
+    ``room.method`` (a call the store makes on itself is not an entry)."""
     found: Entries = []
     current: list[list[str]] = []
     inside = [0]
@@ -51,10 +51,15 @@ def _count_entries(monkeypatch: pytest.MonkeyPatch, hinted: bool) -> Entries:
                 inside[0] -= 1
         return entry
 
-    # Its own methods and those of the rooms it is made of (inherited).
-    for name, fn in inspect.getmembers(AgentStore, inspect.iscoroutinefunction):
-        if not name.startswith("_"):
-            monkeypatch.setattr(AgentStore, name, wrapped(name, fn))
+    # The port's own methods and every room's, by the attribute the port holds it as.
+    port = AgentStore(MemoryDocumentDB())
+    rooms = {"": AgentStore} | {name: type(room) for name, room in vars(port).items()
+                                if isinstance(room, StoreBase)}
+    assert set(rooms) == {"", "runs", "steps", "transcript", "waits", "letters"}
+    for room, cls in rooms.items():
+        for name, fn in inspect.getmembers(cls, inspect.iscoroutinefunction):
+            if not name.startswith("_"):
+                monkeypatch.setattr(cls, name, wrapped(f"{room}.{name}".lstrip("."), fn))
     handle = dispatch_module._handle
 
     async def counted(deps: Deps, kind: Any, delivery: Any) -> Any:
@@ -83,7 +88,7 @@ async def _two_runs(claims: Literal["auto", "always"]) -> InProcessLoop:
     await loop.submit(QueryMessage(request_id="first", text="profile, calls=3", agent=AGENT,
                                    options=RunOptions(max_steps=4, max_tool_calls=3)))
     await loop.run_until_idle()
-    run = await deps.store.get_run(loop.answers[-1].run_id)
+    run = await deps.store.runs.get_run(loop.answers[-1].run_id)
     assert run is not None
     await loop.submit(QueryMessage(request_id="follow-up", text="again, calls=1", agent=AGENT,
                                    conversation_id=run.conversation_id,
@@ -101,10 +106,12 @@ async def test_a_model_step_enters_the_store_at_most_four_times(
     await _two_runs(claims)
     assert len(entries) == 6  # 4 model turns, then 2
     assert max(len(names) for _, names in entries) <= 4
-    claim = ["claim_step"] if claims == "always" else []
+    claim = ["steps.claim_step"] if claims == "always" else []
     first, later = entries[0][1], entries[1][1]
-    assert first == ["run_and_steps", *claim, "commit_step"]
-    read = ["model_step_inputs"] if hinted else ["steps_in_range", "run_and_transcript"]
-    assert later == [*read, *claim, "commit_step"]
+    assert first == ["steps.run_and_steps", *claim, "steps.commit_step"]
+    read = (["transcript.model_step_inputs"] if hinted
+            else ["steps.steps_in_range", "transcript.run_and_transcript"])
+    assert later == [*read, *claim, "steps.commit_step"]
     # The follow-up's first step lists the conversation's chunks (no pointer names them).
-    assert entries[4][1] == ["run_and_steps", "load_transcript_view", *claim, "commit_step"]
+    assert entries[4][1] == ["steps.run_and_steps", "transcript.load_transcript_view", *claim,
+                             "steps.commit_step"]

@@ -43,13 +43,13 @@ async def _run(loop: InProcessLoop) -> None:
 
 
 async def _step(loop: InProcessLoop) -> StepRecord:
-    (step,) = await loop.deps.store.get_steps(RUN_ID, ["0000-model"])
+    (step,) = await loop.deps.store.steps.get_steps(RUN_ID, ["0000-model"])
     assert step is not None
     return step
 
 
 async def _exists(loop: InProcessLoop) -> bool:
-    return await loop.deps.store.get_run(RUN_ID) is not None
+    return await loop.deps.store.runs.get_run(RUN_ID) is not None
 
 
 async def _texts(loop: InProcessLoop) -> dict[int, str]:
@@ -86,7 +86,7 @@ async def test_a_stream_that_fails_after_text_was_shown_is_retried_in_the_reques
     # One delivery of the model step did it all: no 503, no redelivery.
     assert [d.outcome.status for d in loop.deliveries("model")] == [204]
     assert requests == 2
-    run = await loop.deps.store.get_run(RUN_ID)
+    run = await loop.deps.store.runs.get_run(RUN_ID)
     assert run is not None and run.status is RunStatus.COMPLETED and run.answer == ANSWER
     step = await _step(loop)
     assert step.attempts == 2 and step.result is not None
@@ -107,7 +107,7 @@ async def test_a_stream_that_fails_after_text_was_shown_is_retried_in_the_reques
     assert step_event.step.attempts == 2
     assert (step_event.step.result or {})["text"] == ANSWER
     # The record is one turn: the question and attempt 2's answer.
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"]
     assert transcript.contents[1]["parts"] == [{"text": ANSWER}]
 
@@ -136,7 +136,7 @@ async def test_the_last_attempt_is_not_retried_in_the_request() -> None:
 
     assert requests == 2
     assert [d.outcome.status for d in loop.deliveries("model")] == [503, 204]
-    run = await loop.deps.store.get_run(RUN_ID)
+    run = await loop.deps.store.runs.get_run(RUN_ID)
     assert run is not None and run.status is RunStatus.FAILED
     assert "step_attempts_exhausted" in (run.error or "")
     assert "attempted 2 times" in (run.error or "")
@@ -180,7 +180,7 @@ async def test_a_step_taken_over_meanwhile_is_not_retried_nor_recorded_twice() -
     assert "model_retries" not in step.result
     texts = await _texts(loop)
     assert set(texts) == {1, 2} and texts[2] == ANSWER
-    run = await loop.deps.store.get_run(RUN_ID)
+    run = await loop.deps.store.runs.get_run(RUN_ID)
     assert run is not None and run.status is RunStatus.COMPLETED and run.answer == ANSWER
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"]

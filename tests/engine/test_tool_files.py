@@ -82,7 +82,7 @@ async def test_a_tools_file_is_stored_and_the_step_and_transcript_only_name_it()
     assert loop.answers[0].answer == "drawn"
     run_id = run_id_for_request("chart")
     sha = hashlib.sha256(IMAGE).hexdigest()
-    (step,) = [s for s in await loop.deps.store.list_steps(run_id) if s.kind == "tool"]
+    (step,) = [s for s in await loop.deps.store.steps.list_steps(run_id) if s.kind == "tool"]
     assert step.result is not None
     (stored,) = step.result["response"]["files"]
     assert stored == {"uri": f"mem://ackloop-files/{object_name(IMAGE)}", "mime_type": "image/png",
@@ -90,7 +90,7 @@ async def test_a_tools_file_is_stored_and_the_step_and_transcript_only_name_it()
     assert step.result["response"]["result"] == {"title": "q3", "chart": {"$ref": "chart.png"}}
     assert await files.get(stored["uri"]) == IMAGE
 
-    transcript = await loop.deps.store.load_transcript(run_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run_id)
     (answer,) = [p["function_response"] for c in transcript.contents
                  for p in c["parts"] if "function_response" in p]
     assert answer == {
@@ -107,7 +107,7 @@ async def test_a_file_past_the_limits_is_not_stored_and_the_model_hears_why() ->
     loop.deps.settings = Settings(lease_seconds=10.0, files_max_file_bytes=len(IMAGE) - 1)
     await loop.submit(QueryMessage(request_id="too-big", text="draw q3"))
     await loop.run_until_idle()
-    (step,) = [s for s in await loop.deps.store.list_steps(run_id_for_request("too-big"))
+    (step,) = [s for s in await loop.deps.store.steps.list_steps(run_id_for_request("too-big"))
                if s.kind == "tool"]
     assert step.result is not None and "files" not in step.result["response"]
     error = step.result["response"]["error"]
@@ -160,7 +160,7 @@ async def test_a_png_a_tool_returns_reaches_the_model_as_a_function_response_par
         await loop.submit(QueryMessage(request_id="seen", text="draw q3 and describe it"))
         await loop.run_until_idle()
         bodies = [r.body for r in server.requests]
-    run = await loop.deps.store.get_run(run_id_for_request("seen"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("seen"))
     assert run is not None, loop.answers
     assert run.answer == (f"saw chart.png: image/png, PNG 64x32, {len(IMAGE)} bytes, "
                           f"sha256 {hashlib.sha256(IMAGE).hexdigest()}"), run.error

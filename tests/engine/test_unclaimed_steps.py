@@ -29,9 +29,9 @@ async def _counted_run(settings: Settings) -> tuple[int, int, int]:
     counters = loop.deps.store.db.counters  # type: ignore[attr-defined]
     await loop.submit(QueryMessage(request_id="count", text="go"))
     await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id_for_request("count"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("count"))
     assert run is not None and run.status is RunStatus.COMPLETED
-    steps = await loop.deps.store.list_steps(run.run_id)
+    steps = await loop.deps.store.steps.list_steps(run.run_id)
     assert len(steps) == 5 and {s.status for s in steps} == {StepStatus.COMPLETED}
     return counters.round_trips, counters.docs_written, max(s.attempts for s in steps)
 
@@ -71,11 +71,11 @@ async def test_a_concurrent_duplicate_of_an_unclaimed_step_is_recorded_once() ->
     outcomes = [await first, await second]
 
     assert all(o.acknowledged for o in outcomes), outcomes
-    run = await loop.deps.store.get_run(run_id_for_request("dup"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("dup"))
     assert run is not None and run.status is RunStatus.COMPLETED
-    (recorded,) = await loop.deps.store.list_steps(run.run_id)
+    (recorded,) = await loop.deps.store.steps.list_steps(run.run_id)
     assert recorded.status is StepStatus.COMPLETED and recorded.attempts == 1
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"]
     assert transcript.contents[-1]["parts"][0]["text"] == run.answer
 
@@ -139,10 +139,10 @@ async def test_a_hint_that_what_is_read_does_not_bear_out_is_ignored() -> None:
     await loop.run_until_idle()
 
     assert forged == 2
-    run = await loop.deps.store.get_run(run_id_for_request("forged-hint"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("forged-hint"))
     assert run is not None and run.status is RunStatus.COMPLETED
     assert len(model.requests) == 3 and tools.executed["lookup"] == 2
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert [c["role"] for c in transcript.contents] == ["user", "model"] * 3
 
 
@@ -161,12 +161,12 @@ async def test_a_follow_up_that_arrives_before_its_conversations_run_waits_for_i
 
     refused, *_ = loop.deliveries("query")
     assert refused.outcome.status == 503 and not refused.outcome.acknowledged
-    runs = [await loop.deps.store.get_run(run_id_for_request(r)) for r in ("first", "second")]
+    runs = [await loop.deps.store.runs.get_run(run_id_for_request(r)) for r in ("first", "second")]
     assert all(r is not None and r.status is RunStatus.COMPLETED for r in runs), runs
     assert [r.new_conversation for r in runs if r] == [True, False]
     assert runs[1] is not None and runs[0] is not None
     assert (runs[1].started_at or 0) >= (runs[0].finished_at or 0)  # behind the first run
-    transcript = await loop.deps.store.load_transcript(first)
+    transcript = await loop.deps.store.transcript.load_transcript(first)
     assert [c["role"] for c in transcript.contents] == ["user", "model"] * 6
     users = [c["parts"][0]["text"] for c in transcript.contents
              if c["role"] == "user" and "text" in c["parts"][0]]
@@ -197,7 +197,7 @@ async def test_a_duplicate_that_reads_the_transcript_after_its_step_was_recorded
     answers_before = len(loop.answers)
 
     store = loop.deps.store
-    load = store.load_transcript_view
+    load = store.transcript.load_transcript_view
     late_reads, recorded = asyncio.Event(), asyncio.Event()
 
     async def after_the_other(conversation_id: str):  # type: ignore[no-untyped-def]
@@ -206,7 +206,7 @@ async def test_a_duplicate_that_reads_the_transcript_after_its_step_was_recorded
             await recorded.wait()
         return await load(conversation_id)
 
-    store.load_transcript_view = after_the_other  # type: ignore[method-assign]
+    store.transcript.load_transcript_view = after_the_other  # type: ignore[method-assign]
     late = asyncio.create_task(loop.deliver(kind, step))
     await asyncio.wait_for(late_reads.wait(), timeout=10)
     assert (await loop.deliver(kind, step)).acknowledged
@@ -214,9 +214,9 @@ async def test_a_duplicate_that_reads_the_transcript_after_its_step_was_recorded
     assert (await asyncio.wait_for(late, timeout=10)).acknowledged
 
     assert contexts == [["user"], ["user", "model", "user"]]  # one call per run
-    run = await loop.deps.store.get_run(run_id_for_request("then"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("then"))
     assert run is not None and run.status is RunStatus.COMPLETED and run.answer == "answer 2"
-    (recorded_step,) = await loop.deps.store.list_steps(run.run_id)
+    (recorded_step,) = await loop.deps.store.steps.list_steps(run.run_id)
     assert recorded_step.status is StepStatus.COMPLETED
     loop._collect()
     assert [a.run_id for a in loop.answers[answers_before:]] == [run.run_id]

@@ -35,7 +35,7 @@ from tests.engine.test_holes import dead_letter
 
 
 async def run_of(loop: InProcessLoop, run_id: str) -> RunRecord:
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None
     return run
 

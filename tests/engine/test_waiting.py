@@ -48,9 +48,9 @@ async def first_model_step(loop, request_id: str) -> tuple[str, Published]:  # t
 async def hold(loop, run_id: str, *, message_id: str, lease_seconds: float) -> None:  # type: ignore[no-untyped-def]
     """Another delivery (another process) claims the first model step and keeps it."""
     deps = loop.deps
-    await deps.store.claim_step(run_id, StepKey.model(0), "model", owner="other-process",
-                                now=deps.clock.now(), lease_seconds=lease_seconds,
-                                message_id=message_id)
+    await deps.store.steps.claim_step(run_id, StepKey.model(0), "model", owner="other-process",
+                                      now=deps.clock.now(), lease_seconds=lease_seconds,
+                                      message_id=message_id)
 
 
 async def test_a_dead_holder_is_taken_over_in_the_same_request_when_its_lease_expires() -> None:
@@ -66,7 +66,7 @@ async def test_a_dead_holder_is_taken_over_in_the_same_request_when_its_lease_ex
     assert outcome.status == 204, outcome  # done in this delivery: no nack, no redelivery
     assert SETTINGS.lease_seconds <= waited <= SETTINGS.lease_seconds + 2.5
     assert model.calls == 1
-    (record,) = await loop.deps.store.get_steps(run_id, [str(StepKey.model(0))])
+    (record,) = await loop.deps.store.steps.get_steps(run_id, [str(StepKey.model(0))])
     assert record is not None and record.status is StepStatus.COMPLETED
     assert record.attempts == 2 and record.owner == loop.deps.owner
 
@@ -87,7 +87,7 @@ async def test_a_duplicate_of_a_live_step_is_acknowledged_after_the_bounded_wait
     waited = loop.deps.clock.now() - started
     assert SETTINGS.claim_wait_seconds - 0.01 <= waited <= SETTINGS.claim_wait_seconds + 0.01
     assert model.calls == 0
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.RUNNING
 
 
@@ -134,10 +134,10 @@ async def test_a_retry_after_inside_the_wait_bound_is_waited_out_by_the_redelive
     loop = make_loop(model, CountingToolbox(), settings=SETTINGS)
     run_id, step = await first_model_step(loop, "not-before")
     deps = loop.deps
-    claim = await deps.store.claim_step(run_id, StepKey.model(0), "model", owner="earlier",
-                                        now=deps.clock.now(), lease_seconds=10,
-                                        message_id=step.message_id)
-    await deps.store.release_step(claim, error="429", not_before=deps.clock.now() + 15)
+    claim = await deps.store.steps.claim_step(run_id, StepKey.model(0), "model", owner="earlier",
+                                              now=deps.clock.now(), lease_seconds=10,
+                                              message_id=step.message_id)
+    await deps.store.steps.release_step(claim, error="429", not_before=deps.clock.now() + 15)
     started = deps.clock.now()
 
     outcome = await loop.deliver("model", step)
@@ -171,18 +171,18 @@ async def test_follow_ups_for_a_busy_conversation_are_queued_acknowledged_and_ru
         assert outcome.acknowledged, outcome  # recorded durably: no 503, no redelivery
         loop._collect()
         assert not loop._queue, "a queued run publishes no step while the conversation is busy"
-        queued = await loop.deps.store.get_run(run_id_for_request(request_id))
+        queued = await loop.deps.store.runs.get_run(run_id_for_request(request_id))
         assert queued is not None and queued.status is RunStatus.QUEUED
 
     loop._queue.append(("model", first_step))
     await loop.run_until_idle()
 
-    runs = [await loop.deps.store.get_run(run_id_for_request(i)) for i in ids]
+    runs = [await loop.deps.store.runs.get_run(run_id_for_request(i)) for i in ids]
     assert [r.status for r in runs if r] == [RunStatus.COMPLETED] * 3
     finished = [r.finished_at or 0 for r in runs if r]
     started = [r.started_at for r in runs if r]
     assert started[1] >= finished[0] and started[2] >= finished[1]  # one at a time, in order
-    transcript = await loop.deps.store.load_transcript("conv")
+    transcript = await loop.deps.store.transcript.load_transcript("conv")
     users = [c["parts"][0]["text"] for c in transcript.contents if c["role"] == "user"]
     assert users == ["first", "second", "third"]
     assert sorted(a.run_id for a in loop.answers) == sorted(run_id_for_request(i) for i in ids)
@@ -204,13 +204,13 @@ async def test_a_cancelled_queued_run_never_starts_and_the_next_one_does() -> No
 
     await loop.run_until_idle()
 
-    statuses = [(await loop.deps.store.get_run(run_id_for_request(i))) for i in
+    statuses = [(await loop.deps.store.runs.get_run(run_id_for_request(i))) for i in
                 ("q-1", "q-2", "q-3")]
     assert [r.status for r in statuses if r] == [
         RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.COMPLETED]
     assert model.calls == 2  # the cancelled run never reached the model
-    steps = await loop.deps.store.get_steps(run_id_for_request("q-2"),
-                                            [str(StepKey.model(0))])
+    steps = await loop.deps.store.steps.get_steps(run_id_for_request("q-2"),
+                                                  [str(StepKey.model(0))])
     assert steps == [None]
     ended = {a.run_id: a.status for a in loop.answers}
     assert ended[run_id_for_request("q-2")] == RunStatus.CANCELLED
@@ -228,7 +228,8 @@ async def test_a_conversation_queue_is_bounded_with_a_clear_refusal(extra: int) 
     outcomes = [await loop.deliver(kind, q) for kind, q in list(loop._queue)]
     loop._queue.clear()
     assert all(o.acknowledged for o in outcomes)  # a refusal is acknowledged and recorded
-    last = await loop.deps.store.get_run(run_id_for_request(f"bound-{MAX_QUEUED_RUNS + extra}"))
+    last = await loop.deps.store.runs.get_run(
+        run_id_for_request(f"bound-{MAX_QUEUED_RUNS + extra}"))
     if extra:
         assert last is None or last.status is RunStatus.FAILED
         assert "conversation_queue_full" in str(outcomes[-1].body)

@@ -73,7 +73,7 @@ async def test_a_refused_uri_on_the_topic_is_poison_with_its_reason() -> None:
     await loop.run_until_idle()
     outcome = loop.deliveries("query")[-1].outcome
     assert outcome.acknowledged and outcome.body["reason"] == "file_uri_not_allowed", outcome
-    assert await loop.deps.store.get_run(run_id_for_request("sneaky")) is None
+    assert await loop.deps.store.runs.get_run(run_id_for_request("sneaky")) is None
     poison = await loop.deps.store.letters.list_poison()
     assert [p["reason"] for p in poison] == ["file_uri_not_allowed"]
     assert isinstance(loop.deps.files, MemoryFileStore) and loop.deps.files.objects == {}

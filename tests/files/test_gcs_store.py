@@ -77,7 +77,7 @@ async def test_a_pdf_question_goes_through_the_bucket_to_the_model(bucket: str) 
             "request_id": "gcs-pdf", "text": "How many pages?",
             "files": [inline(INVOICE, "application/pdf", "invoice.pdf")]}))
         await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id_for_request("gcs-pdf"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("gcs-pdf"))
     assert run is not None and run.answer is not None, loop.deliveries("query")[-1].outcome
     assert "a PDF of 3 pages" in run.answer and "Invoice 9" in run.answer, run.answer
     assert run.files == [{"file_data": {"file_uri": f"gs://{bucket}/{object_name(INVOICE)}",

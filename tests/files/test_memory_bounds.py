@@ -140,7 +140,7 @@ async def test_a_model_step_with_large_files_waits_then_retries_and_answers() ->
     release.set()
     await other
     await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id_for_request("big"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("big"))
     assert run is not None and run.answer == "saw ['inline_data', 'text']", run
 
 

@@ -79,7 +79,7 @@ async def ask_gemini(files: list[dict[str, Any]], question: str, request_id: str
             {"request_id": request_id, "text": question, "files": files}))
         await loop.run_until_idle()
         bodies = [r.body for r in server.requests]
-    run = await loop.deps.store.get_run(run_id_for_request(request_id))
+    run = await loop.deps.store.runs.get_run(run_id_for_request(request_id))
     assert run is not None, loop.deliveries("query")[-1].outcome
     return run, bodies, loop
 
@@ -107,7 +107,7 @@ async def test_a_pdf_question_is_answered_from_the_pdfs_own_bytes() -> None:
     uri = f"mem://ackloop-files/{object_name(INVOICE)}"
     assert run.files == [{"file_data": {"file_uri": uri, "mime_type": "application/pdf",
                                         "display_name": "invoice.pdf"}}]
-    transcript = await loop.deps.store.load_transcript(run.conversation_id)
+    transcript = await loop.deps.store.transcript.load_transcript(run.conversation_id)
     assert transcript.contents[0] == {"role": "user", "parts": [
         *run.files, {"text": "How many pages, and what is the total?"}]}
     assert await loop.deps.files.get(uri) == INVOICE
@@ -144,13 +144,13 @@ async def test_a_follow_up_sends_the_earlier_file_again_from_the_store() -> None
             {"request_id": "first", "text": "Pages?", "files": [inline(INVOICE,
                                                                        "application/pdf")]}))
         await loop.run_until_idle()
-        first = await loop.deps.store.get_run(run_id_for_request("first"))
+        first = await loop.deps.store.runs.get_run(run_id_for_request("first"))
         assert first is not None
         await loop.submit(QueryMessage(request_id="second", text="And now?",
                                        conversation_id=first.conversation_id))
         await loop.run_until_idle()
         bodies = [r.body for r in server.requests]
-    second = await loop.deps.store.get_run(run_id_for_request("second"))
+    second = await loop.deps.store.runs.get_run(run_id_for_request("second"))
     assert second is not None and second.answer == "the script answered, not the files"
     assert b64(bodies[1]["contents"][0]["parts"][0]["inlineData"]["data"]) == INVOICE
 
@@ -280,7 +280,7 @@ async def test_a_query_on_the_topic_with_a_bad_file_is_poison_with_its_reason() 
         await loop.run_until_idle()
         outcome = loop.deliveries("query")[-1].outcome
         assert outcome.acknowledged and outcome.body["reason"] == reason, outcome
-        assert await loop.deps.store.get_run(run_id_for_request(request_id)) is None
+        assert await loop.deps.store.runs.get_run(run_id_for_request(request_id)) is None
     assert len(loop.deliveries("query")) == 3  # each delivered once: never redelivered
     poison = await loop.deps.store.letters.list_poison()
     assert sorted(p["reason"] for p in poison) == sorted(

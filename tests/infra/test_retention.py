@@ -12,6 +12,7 @@ from ackloop.keys import StepKey
 from ackloop.records import ReceivedEvent, RunLimits, RunRecord
 from ackloop.settings import Settings
 from ackloop.store import EXPIRE_AT, AgentStore, Retention
+from ackloop.store.transcript import append_writes
 from tests.infra.terraform import TerraformConfig, block, expression
 
 PREFIX = "pfx_"
@@ -21,17 +22,19 @@ async def _write_every_kind(store: AgentStore) -> None:
     run = RunRecord(run_id="r", request_id="q", request_hash="h", conversation_id="c",
                     agent="default", text="hi", model="m", created_at=1.0,
                     limits=RunLimits(max_steps=1, max_seconds=1, max_tool_calls=1))
-    await store.create_run(run)
-    await store.claim_step("r", StepKey.model(0), "model", owner="o", now=1.0, lease_seconds=1)
-    await store.db.commit(store._append_writes(await store.load_transcript("c"), [{"a": 1}],
-                                              "r/0", now=1.0))
+    await store.runs.create_run(run)
+    await store.steps.claim_step("r", StepKey.model(0), "model", owner="o", now=1.0,
+                                 lease_seconds=1)
+    transcript = await store.transcript.load_transcript("c")
+    await store.db.commit(append_writes(store, transcript, [{"a": 1}], "r/0", now=1.0))
     await store.letters.record_poison("p", {"received_at": 1.0})
     await store.letters.record_dead_letter("d", {"data": "", "received_at": 1.0})
     deltas = DeltaWriter(store.db, deltas_collection(store, "r"), "0000-model", 1,
                          flush_seconds=0.05, expire_at=delta_expiry(store, 1.0))
     deltas.add("a piece of text")
     await deltas.close()
-    await store.receive_event("r", "signed", ReceivedEvent(payload={"ok": True}, by="o", at=1.0))
+    await store.waits.receive_event("r", "signed",
+                                    ReceivedEvent(payload={"ok": True}, by="o", at=1.0))
 
 
 def collection_groups_the_store_writes() -> dict[str, bool]:

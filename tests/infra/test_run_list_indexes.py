@@ -34,12 +34,12 @@ def _queries() -> list[tuple[str, tuple[str, ...], str]]:
     store = AgentStore(cast(Any, db), PREFIX)
 
     async def every_filter() -> None:
-        await store.recent_runs()
-        await store.recent_runs(status=RunStatus.RUNNING)
-        await store.recent_runs(agent="default")
-        await store.recent_runs(conversation_id="c")
-        await store.recent_runs(status=RunStatus.FAILED, agent="default", conversation_id="c")
-        await store.recent_runs(owner="bearer", status=RunStatus.RUNNING, before=12.5)
+        await store.runs.recent_runs()
+        await store.runs.recent_runs(status=RunStatus.RUNNING)
+        await store.runs.recent_runs(agent="default")
+        await store.runs.recent_runs(conversation_id="c")
+        await store.runs.recent_runs(status=RunStatus.FAILED, agent="default", conversation_id="c")
+        await store.runs.recent_runs(owner="bearer", status=RunStatus.RUNNING, before=12.5)
 
     asyncio.run(every_filter())
     return db.queries

@@ -135,7 +135,7 @@ async def _sweep_stalled_runs() -> Swept:
                 agents=AgentRegistry(), clock=clock, owner="sweeper-test")
     now = clock.now()
     for run_id in ("lost_start", "lost_tools", "no_way_on"):
-        await store.create_run(_run(run_id, run_id, now))
+        await store.runs.create_run(_run(run_id, run_id, now))
     # The model step of turn 0 committed a tool call whose message never left.
     tool_call = Outgoing(topic="tool_steps", data={"run_id": "lost_tools"},
                          target_step=str(StepKey.tool(0, 0)))
@@ -146,8 +146,8 @@ async def _sweep_stalled_runs() -> Swept:
     }
     writes = [Write("create", store.step_path(run, s.key), s.to_doc()) for run, s in steps.items()]
     # A queued run whose conversation's active run ended without starting it.
-    await store.create_run(_run("ended", "shared", now))
-    await store.create_run(_run("waiting", "shared", now))
+    await store.runs.create_run(_run("ended", "shared", now))
+    await store.runs.create_run(_run("waiting", "shared", now))
     writes.append(Write("update", store.run_path("ended"), {"status": "completed"}))
     await store.db.commit(writes)
 

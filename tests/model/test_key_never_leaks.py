@@ -52,10 +52,10 @@ async def test_an_echoed_key_is_masked_in_every_record_message_and_log(
     await loop.run_until_idle()
 
     run_id = run_id_for_request("leak")
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.FAILED
     assert run.error is not None and "rejected" in run.error  # the upstream's words survive
-    steps = await loop.deps.store.get_steps(run_id, ["0000-model"])
+    steps = await loop.deps.store.steps.get_steps(run_id, ["0000-model"])
     stored = json.dumps([run.model_dump(mode="json"),
                          [s.model_dump(mode="json") for s in steps if s]])
     published = json.dumps([a.model_dump(mode="json") for a in loop.answers])

@@ -113,7 +113,7 @@ async def test_a_thirty_level_event_payload_to_a_waiting_run_is_refused_and_resu
     await loop.run_until_idle()
     assert answer.status_code == 422, answer.text
     assert "deep" in answer.text or "depth" in answer.text or "nest" in answer.text, answer.text
-    (step,) = await loop.deps.store.get_steps(run_id, [STEP])
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [STEP])
     assert step is not None and step.status is StepStatus.WAITING and seen == []
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.received == {}

@@ -76,7 +76,7 @@ def test_idle_streams_on_a_long_run_keep_memory_bounded(security_stack: RunningS
                                                     reads))
             deadline = time.monotonic() + RUN_WAIT_S
             while time.monotonic() < deadline:
-                run = await stack.store().get_run(run_id)
+                run = await stack.store().runs.get_run(run_id)
                 if run is not None and run.status.terminal:
                     break
                 await asyncio.sleep(1.0)
@@ -96,7 +96,7 @@ def test_idle_streams_on_a_long_run_keep_memory_bounded(security_stack: RunningS
     FIGURES.server_errors += sum(v for k, v in errors.items() if k[:1] == "5") + len(
         [s for s in reads if s >= 500])
     FIGURES.hangs += sum(v for k, v in errors.items() if not k[:1].isdigit()) + reads.count(0)
-    run = asyncio.run(stack.store().get_run(run_id))
+    run = asyncio.run(stack.store().runs.get_run(run_id))
     assert run is not None and run.status.value == "completed", f"the long run: {run}"
     assert peak < RSS_LIMIT_MIB, f"API RSS peaked at {peak:.0f} MiB with {STREAMS} streams"
     assert not errors, f"streams: {outcome}"

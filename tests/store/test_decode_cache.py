@@ -136,14 +136,14 @@ async def test_a_chunk_changed_at_a_new_version_is_read_fresh(emulator_session: 
     store = AgentStore(db, f"t{uuid.uuid4().hex[:10]}_")
     path = store.chunk_path("c1", 0)
     await db.commit([Write("create", path, _chunk(2))])
-    found = await store.read_chunk("c1", 0)
+    found = await store.transcript.read_chunk("c1", 0)
     assert found is not None
     first, version = found
     assert first == TranscriptChunk.model_validate(_chunk(2))
     first.turns["t000000"][0]["parts"].clear()  # the caller's own
     await db.commit([Write("update", path, {"tail": "run-1/0003-model"}, if_version=version,
                            into={"turns": {"t000002": _turn(2)}})])
-    found = await store.read_chunk("c1", 0)
+    found = await store.transcript.read_chunk("c1", 0)
     assert found is not None
     second, newer = found
     assert newer != version
@@ -152,7 +152,7 @@ async def test_a_chunk_changed_at_a_new_version_is_read_fresh(emulator_session: 
     assert cache.hits == 3  # the content and the two turns read before
     await db.commit([Write("update", path, {"tail": "run-2/0000-model"}, if_version=newer,
                            into={"turns": {"t000002": _turn(2, "rewritten")}})])
-    found = await store.read_chunk("c1", 0)
+    found = await store.transcript.read_chunk("c1", 0)
     assert found is not None
     assert found[0].turns["t000002"] == _turn(2, "rewritten")
     assert found[0].tail == "run-2/0000-model"

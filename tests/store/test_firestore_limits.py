@@ -108,7 +108,7 @@ async def test_a_fan_out_whose_results_total_several_mib_completes_and_every_doc
     await loop.submit(QueryMessage(request_id=f"{prefix}fan-out", text="go"))
     await loop.run_until_idle()
 
-    run = await store.get_run(run_id_for_request(f"{prefix}fan-out"))
+    run = await store.runs.get_run(run_id_for_request(f"{prefix}fan-out"))
     assert run is not None and run.status is RunStatus.COMPLETED, run
     assert run.answer == "summarised" and tools.executed["big"] == CALLS
     # The ledger keeps every result whole; the model read them cut to fit one turn.

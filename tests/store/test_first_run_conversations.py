@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ackloop.docdb.base import Write
+from ackloop.engine.commit import record
 from ackloop.errors import ConversationNotStarted, PermanentError, StaleRead
 from ackloop.keys import StepKey, is_run_id, run_id_for_request
 from ackloop.records import ConversationRecord, RunLimits, RunRecord, RunStatus, StopReason
@@ -34,7 +35,7 @@ def answered(model_calls: int = 1) -> RunEnd:
 
 
 async def conversation(store: AgentStore, conversation_id: str) -> ConversationRecord:
-    snap = await store.get_conversation_snapshot(conversation_id)
+    snap = await store.runs.get_conversation_snapshot(conversation_id)
     assert snap is not None
     return ConversationRecord.model_validate(snap.data)
 
@@ -44,11 +45,11 @@ async def end_by_its_step(store: AgentStore, run_id: str, now: float,
     """End ``run_id`` by the commit of a model step (unclaimed), as its last step does, from
     ``basis`` (default: the run read now)."""
     if basis is None:
-        read = await store.read_run(run_id)
+        read = await store.runs.read_run(run_id)
         assert read is not None
         basis = Basis(read)
-    claim = store.unclaimed(run_id, StepKey.model(0), "model", owner="a", now=now)
-    committed = await store.commit_step(claim, basis, Decision(result={}, end=answered()),
+    claim = store.steps.unclaimed(run_id, StepKey.model(0), "model", owner="a", now=now)
+    committed = await record(store, claim, basis, Decision(result={}, end=answered()),
                                         now=now, price=free)
     assert committed.end is not None
 
@@ -56,24 +57,24 @@ async def end_by_its_step(store: AgentStore, run_id: str, now: float,
 async def test_the_first_run_is_created_alone_and_ends_alone(store: AgentStore) -> None:
     """Neither the run's creation nor its end writes a conversation document: before and after
     the end, the run stands for its conversation."""
-    run, created = await store.create_run(run_record("first"))
+    run, created = await store.runs.create_run(run_record("first"))
     assert created and run.new_conversation and is_run_id(run.run_id)
-    assert await store.get_conversation_snapshot(run.run_id) is None
-    seen = await store.get_conversation(run.run_id)
+    assert await store.runs.get_conversation_snapshot(run.run_id) is None
+    seen = await store.runs.get_conversation(run.run_id)
     assert seen is not None and (seen.active_run_id, seen.owner, seen.run_count) == (
         run.run_id, "alice", 1)
-    again, created = await store.create_run(run_record("first"))  # a redelivered query
+    again, created = await store.runs.create_run(run_record("first"))  # a redelivered query
     assert not created and again.run_id == run.run_id
 
     await end_by_its_step(store, run.run_id, T0 + 5)
 
-    assert await store.get_conversation_snapshot(run.run_id) is None
-    conv = await store.get_conversation(run.run_id)
+    assert await store.runs.get_conversation_snapshot(run.run_id) is None
+    conv = await store.runs.get_conversation(run.run_id)
     assert conv is not None
     assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
         None, [], 1, "alice")
     assert conv.usage == Usage(model_calls=1) and conv.updated_at == T0 + 5
-    ended = await store.get_run(run.run_id)
+    ended = await store.runs.get_run(run.run_id)
     assert ended is not None and ended.status is RunStatus.COMPLETED
     assert ended.cost is not None and conv.cost == ended.cost
 
@@ -84,39 +85,39 @@ async def test_a_follow_up_queues_behind_the_running_first_run_and_its_end_hands
     """The follow-up creates the document and marks the first run in one commit; the first
     run's end, from a read made before that, is refused whole (nothing of it lands); read
     again, the marked run's end reads the conversation and hands it over."""
-    first, _ = await store.create_run(run_record("first"))
-    before = await store.read_run(first.run_id)
+    first, _ = await store.runs.create_run(run_record("first"))
+    before = await store.runs.read_run(first.run_id)
     assert before is not None and not before.record.conversation_document
-    follow, created = await store.create_run(run_record("second", first.run_id))
+    follow, created = await store.runs.create_run(run_record("second", first.run_id))
     assert created and follow.status is RunStatus.QUEUED and not follow.new_conversation
     conv = await conversation(store, first.run_id)
     assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
         first.run_id, [follow.run_id], 2, "alice")
-    marked = await store.get_run(first.run_id)
+    marked = await store.runs.get_run(first.run_id)
     assert marked is not None and marked.conversation_document
 
     with pytest.raises(StaleRead):
         await end_by_its_step(store, first.run_id, T0 + 5, Basis(before))
-    assert (await store.get_run(first.run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]
-    assert await store.get_steps(first.run_id, [str(StepKey.model(0))]) == [None]
+    assert (await store.runs.get_run(first.run_id)).status is RunStatus.RUNNING  # type: ignore[union-attr]
+    assert await store.steps.get_steps(first.run_id, [str(StepKey.model(0))]) == [None]
 
     await end_by_its_step(store, first.run_id, T0 + 5)
 
     conv = await conversation(store, first.run_id)
     assert (conv.active_run_id, conv.queue, conv.run_count) == (follow.run_id, [], 2)
     assert conv.usage == Usage(model_calls=1)
-    started = await store.get_run(follow.run_id)
+    started = await store.runs.get_run(follow.run_id)
     assert started is not None and started.status is RunStatus.RUNNING
 
 
 async def test_a_follow_up_after_the_first_runs_end_is_active_at_once(store: AgentStore) -> None:
-    first, _ = await store.create_run(run_record("first"))
+    first, _ = await store.runs.create_run(run_record("first"))
     await end_by_its_step(store, first.run_id, T0 + 5)
-    follow, _ = await store.create_run(run_record("second", first.run_id, at=T0 + 6))
+    follow, _ = await store.runs.create_run(run_record("second", first.run_id, at=T0 + 6))
     assert follow.status is RunStatus.RUNNING
     conv = await conversation(store, first.run_id)
     assert (conv.active_run_id, conv.queue, conv.run_count) == (follow.run_id, [], 2)
-    ended = await store.get_run(first.run_id)
+    ended = await store.runs.get_run(first.run_id)
     assert ended is not None and not ended.conversation_document  # it had ended: not marked
     assert conv.usage == Usage(model_calls=1) and conv.cost == ended.cost  # the first run's
 
@@ -124,36 +125,36 @@ async def test_a_follow_up_after_the_first_runs_end_is_active_at_once(store: Age
 async def test_the_end_of_a_first_run_outside_a_step_writes_its_fence_and_no_conversation(
     store: AgentStore,
 ) -> None:
-    first, _ = await store.create_run(run_record("first"))
-    assert await store.fail_run(first.run_id, "dead_lettered: boom", T0 + 5)
-    assert await store.get_conversation_snapshot(first.run_id) is None
-    conv = await store.get_conversation(first.run_id)
+    first, _ = await store.runs.create_run(run_record("first"))
+    assert await store.runs.fail_run(first.run_id, "dead_lettered: boom", T0 + 5)
+    assert await store.runs.get_conversation_snapshot(first.run_id) is None
+    conv = await store.runs.get_conversation(first.run_id)
     assert conv is not None
     assert (conv.active_run_id, conv.queue, conv.run_count, conv.owner) == (
         None, [], 1, "alice")
-    transcript = await store.load_transcript(first.run_id)
+    transcript = await store.transcript.load_transcript(first.run_id)
     assert [c.fence for c in transcript.chunks] == [f"{first.run_id}@{T0 + 5}"]
 
 
 async def test_the_end_outside_a_step_starts_the_follow_up_that_created_the_document(
     store: AgentStore,
 ) -> None:
-    first, _ = await store.create_run(run_record("first"))
-    follow, _ = await store.create_run(run_record("second", first.run_id))
-    assert await store.fail_run(first.run_id, "dead_lettered: boom", T0 + 5)
-    started = await store.get_run(follow.run_id)
+    first, _ = await store.runs.create_run(run_record("first"))
+    follow, _ = await store.runs.create_run(run_record("second", first.run_id))
+    assert await store.runs.fail_run(first.run_id, "dead_lettered: boom", T0 + 5)
+    started = await store.runs.get_run(follow.run_id)
     assert started is not None and started.status is RunStatus.RUNNING
     conv = await conversation(store, first.run_id)
     assert (conv.active_run_id, conv.queue) == (follow.run_id, [])
 
 
 async def test_another_callers_first_run_conversation_is_not_found(store: AgentStore) -> None:
-    first, _ = await store.create_run(run_record("first"))
+    first, _ = await store.runs.create_run(run_record("first"))
     with pytest.raises(PermanentError) as refused:
-        await store.create_run(run_record("plant", first.run_id, owner="mallory"))
+        await store.runs.create_run(run_record("plant", first.run_id, owner="mallory"))
     assert refused.value.reason == "conversation_not_found"
-    assert await store.get_conversation_snapshot(first.run_id) is None  # nothing written
-    assert await store.get_run(run_id_for_request("plant", "mallory")) is None
+    assert await store.runs.get_conversation_snapshot(first.run_id) is None  # nothing written
+    assert await store.runs.get_run(run_id_for_request("plant", "mallory")) is None
 
 
 async def test_a_follow_up_before_its_first_run_exists_waits_for_it(store: AgentStore) -> None:
@@ -162,11 +163,11 @@ async def test_a_follow_up_before_its_first_run_exists_waits_for_it(store: Agent
     conversation made before it). Any other id starts a conversation as before."""
     future = run_id_for_request("first", "alice")
     with pytest.raises(ConversationNotStarted):
-        await store.create_run(run_record("second", future))
-    assert await store.get_conversation(future) is None
-    assert await store.get_run(run_id_for_request("second", "alice")) is None
+        await store.runs.create_run(run_record("second", future))
+    assert await store.runs.get_conversation(future) is None
+    assert await store.runs.get_run(run_id_for_request("second", "alice")) is None
 
-    named, _ = await store.create_run(run_record("chat", "chat-42"))
+    named, _ = await store.runs.create_run(run_record("chat", "chat-42"))
     assert named.status is RunStatus.RUNNING and not named.new_conversation
     assert (await conversation(store, "chat-42")).active_run_id == named.run_id
 
@@ -177,13 +178,13 @@ async def test_a_redriven_first_run_takes_its_conversation_back_and_its_end_hand
     """A dead-lettered first run left its conversation without a document; re-driven, it is
     active again and the conversation still has none. A follow-up queues behind it (marking
     it), and its end hands the conversation on."""
-    first, _ = await store.create_run(run_record("first"))
-    assert await store.fail_run(first.run_id, "dead_lettered: step 0000-model: boom", T0 + 5)
+    first, _ = await store.runs.create_run(run_record("first"))
+    assert await store.runs.fail_run(first.run_id, "dead_lettered: step 0000-model: boom", T0 + 5)
     assert await store.letters.reopen_dead_lettered_run(first.run_id, None, T0 + 10) == "reopened"
-    assert await store.get_conversation_snapshot(first.run_id) is None
-    seen = await store.get_conversation(first.run_id)
+    assert await store.runs.get_conversation_snapshot(first.run_id) is None
+    seen = await store.runs.get_conversation(first.run_id)
     assert seen is not None and seen.active_run_id == first.run_id
-    follow, _ = await store.create_run(run_record("second", first.run_id, at=T0 + 11))
+    follow, _ = await store.runs.create_run(run_record("second", first.run_id, at=T0 + 11))
     assert follow.status is RunStatus.QUEUED
 
     await end_by_its_step(store, first.run_id, T0 + 20)
@@ -198,12 +199,13 @@ async def test_a_redrive_restarts_the_runs_clock_and_the_time_it_waited(
     """R4: a redrive restarted ``max_seconds`` from the redrive but kept ``waited_seconds``, which
     that budget excludes: the re-driven run got its budget plus every second it ever waited.
     Both start over."""
-    first, _ = await store.create_run(run_record("waited"))
+    first, _ = await store.runs.create_run(run_record("waited"))
     await store.db.commit([Write("update", store.run_path(first.run_id), {
         "waited_seconds": 5_000.0, "wait_ended_at": T0 + 5_000})])
-    assert await store.fail_run(first.run_id, "dead_lettered: step 0000-model: boom", T0 + 6_000)
+    assert await store.runs.fail_run(first.run_id, "dead_lettered: step 0000-model: boom",
+                                     T0 + 6_000)
     reopened = await store.letters.reopen_dead_lettered_run(first.run_id, None, T0 + 7_000)
     assert reopened == "reopened"
-    run = await store.get_run(first.run_id)
+    run = await store.runs.get_run(first.run_id)
     assert run is not None and run.status is RunStatus.RUNNING
     assert (run.started_at, run.waited_seconds, run.wait_ended_at) == (T0 + 7_000, 0.0, T0 + 7_000)

@@ -20,6 +20,7 @@ from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.settings import Settings
 from ackloop.store import CHUNK_BYTES, DAY_SECONDS, EXPIRE_AT, AgentStore, Retention, RunEnd
+from ackloop.store.transcript import append_writes
 from ackloop.wire import QueryMessage, Usage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.commits import complete
@@ -72,20 +73,20 @@ def ended(status: RunStatus = RunStatus.COMPLETED) -> RunEnd:
 async def test_a_run_expires_retention_after_its_end_and_its_steps_outlive_that(
     kept: AgentStore,
 ) -> None:
-    run, _ = await kept.create_run(run_record("r"))
+    run, _ = await kept.runs.create_run(run_record("r"))
     assert await expiry(kept, kept.run_path("r")) is None, "a live run never expires"
-    step = await kept.claim_step("r", StepKey.model(0), "model", owner="a", now=T0 + 5,
-                                 lease_seconds=10)
+    step = await kept.steps.claim_step("r", StepKey.model(0), "model", owner="a", now=T0 + 5,
+                                       lease_seconds=10)
     assert await expiry(kept, kept.step_path("r", step.key)) == pytest.approx(live(T0 + 5))
     # A takeover (and so a redelivery after a redrive) moves the step's horizon with it.
-    taken = await kept.claim_step("r", StepKey.model(0), "model", owner="b", now=T0 + 30,
-                                  lease_seconds=10)
+    taken = await kept.steps.claim_step("r", StepKey.model(0), "model", owner="b", now=T0 + 30,
+                                        lease_seconds=10)
     assert taken.state == "taken_over"
     assert await expiry(kept, kept.step_path("r", step.key)) == pytest.approx(live(T0 + 30))
     await complete(kept, taken, now=T0 + 40, result={})
 
     end_at = T0 + CEILING  # as late as the deployment lets a run live
-    assert await kept.end_run_now("r", ended(), end_at) is not None
+    assert await kept.runs.end_run_now("r", ended(), end_at) is not None
     run_expires = await expiry(kept, kept.run_path("r"))
     assert run_expires == pytest.approx(after(end_at))
     step_expires = await expiry(kept, kept.step_path("r", step.key))
@@ -98,18 +99,18 @@ async def test_a_run_expires_retention_after_its_end_and_its_steps_outlive_that(
 async def test_a_conversation_stays_while_runs_queue_and_end_and_moves_on_with_each(
     kept: AgentStore,
 ) -> None:
-    await kept.create_run(run_record("r1", "c", at=T0))
+    await kept.runs.create_run(run_record("r1", "c", at=T0))
     conv = kept.conversation_path("c")
     assert await expiry(kept, conv) == pytest.approx(live(T0) + DAY_SECONDS)
-    queued, _ = await kept.create_run(run_record("r2", "c", at=T0 + 10))
+    queued, _ = await kept.runs.create_run(run_record("r2", "c", at=T0 + 10))
     assert queued.status is RunStatus.QUEUED
     assert await expiry(kept, kept.run_path("r2")) is None
     assert await expiry(kept, conv) == pytest.approx(live(T0 + 10) + DAY_SECONDS)
     # The end of r1 starts r2 in the same commit: r1 expires, r2 (now running) does not.
     later = T0 + 5 * DAY_SECONDS
-    await kept.end_run_now("r1", ended(), later)
+    await kept.runs.end_run_now("r1", ended(), later)
     assert await expiry(kept, kept.run_path("r1")) == pytest.approx(after(later))
-    started = await kept.get_run("r2")
+    started = await kept.runs.get_run("r2")
     assert started is not None and started.status is RunStatus.RUNNING
     assert await expiry(kept, kept.run_path("r2")) is None
     assert await expiry(kept, conv) == pytest.approx(live(later) + DAY_SECONDS)
@@ -119,13 +120,14 @@ async def test_transcript_chunks_expire_with_their_conversation_not_while_it_is_
     kept: AgentStore,
 ) -> None:
     chunk0, chunk1 = kept.chunk_path("c", 0), kept.chunk_path("c", 1)
-    await kept.db.commit(kept._append_writes(await kept.load_transcript("c"), [{"a": 1}], "r/0",
-                                            now=T0))
+    transcript = await kept.transcript.load_transcript("c")
+    await kept.db.commit(append_writes(kept, transcript, [{"a": 1}], "r/0", now=T0))
     assert await expiry(kept, chunk0) == pytest.approx(live(T0))
     # A chunk that fills up: the next append starts chunk 1, fenced on chunk 0 (written
     # unchanged); chunk 0, written less than a day ago, keeps its expiry.
     big = {"text": "x" * CHUNK_BYTES}
-    writes = kept._append_writes(await kept.load_transcript("c"), [big], "r/1", now=T0 + 60)
+    transcript = await kept.transcript.load_transcript("c")
+    writes = append_writes(kept, transcript, [big], "r/1", now=T0 + 60)
     assert [w.path for w in writes] == [chunk0, chunk1]
     assert writes[0].if_version is not None and EXPIRE_AT not in writes[0].data
     await kept.db.commit(writes)
@@ -134,27 +136,27 @@ async def test_transcript_chunks_expire_with_their_conversation_not_while_it_is_
     # Used again 20 days later (a new run of the conversation): the chunk it writes (a new
     # one, chunk 1 being full) and every older chunk move to the new horizon, in one commit.
     used = T0 + 20 * DAY_SECONDS
-    transcript = await kept.load_transcript("c")
-    await kept.db.commit(kept._append_writes(transcript, [{"b": 2}], "r2/0", now=used))
+    transcript = await kept.transcript.load_transcript("c")
+    await kept.db.commit(append_writes(kept, transcript, [{"b": 2}], "r2/0", now=used))
     for index in (0, 1, 2):
         assert await expiry(kept, kept.chunk_path("c", index)) == pytest.approx(live(used))
-    loaded = await kept.load_transcript("c")
+    loaded = await kept.transcript.load_transcript("c")
     assert [c.index for c in loaded.chunks] == [0, 1, 2] and loaded.contents[-1] == {"b": 2}
     # And an append to a chunk that is not full rewrites it with the new horizon as well.
     again = used + 2 * DAY_SECONDS
-    await kept.db.commit(kept._append_writes(loaded, [{"c": 3}], "r3/0", now=again))
+    await kept.db.commit(append_writes(kept, loaded, [{"c": 3}], "r3/0", now=again))
     for index in (0, 1, 2):
         assert await expiry(kept, kept.chunk_path("c", index)) == pytest.approx(live(again))
-    assert len((await kept.load_transcript("c")).chunks) == 3
+    assert len((await kept.transcript.load_transcript("c")).chunks) == 3
 
 
 async def test_a_conversation_record_outlives_its_transcript(kept: AgentStore) -> None:
     """The record that says whose conversation it is goes last, so no transcript is ever left
     without its owner's record (TTL deletes within about a day, in no given order)."""
-    run, _ = await kept.create_run(run_record("r", "c", at=T0))
-    transcript = await kept.load_transcript("c")
-    await kept.db.commit(kept._append_writes(transcript, [{"a": 1}], "r/0", now=T0 + 100))
-    await kept.end_run_now("r", ended(), T0 + 120)
+    run, _ = await kept.runs.create_run(run_record("r", "c", at=T0))
+    transcript = await kept.transcript.load_transcript("c")
+    await kept.db.commit(append_writes(kept, transcript, [{"a": 1}], "r/0", now=T0 + 100))
+    await kept.runs.end_run_now("r", ended(), T0 + 120)
     conv_expires = await expiry(kept, kept.conversation_path(run.conversation_id))
     chunk_expires = await expiry(kept, kept.chunk_path("c", 0))
     assert conv_expires is not None and chunk_expires is not None
@@ -173,10 +175,10 @@ async def test_poison_and_dead_letters_expire_retention_after_they_were_received
 
 
 async def test_a_redriven_run_no_longer_expires_until_it_ends_again(kept: AgentStore) -> None:
-    await kept.create_run(run_record("r", at=T0))
+    await kept.runs.create_run(run_record("r", at=T0))
     key = StepKey.model(0)
-    await kept.claim_step("r", key, "model", owner="a", now=T0 + 1, lease_seconds=10)
-    await kept.fail_run("r", "dead_lettered: step 0000-model exhausted its attempts", T0 + 60)
+    await kept.steps.claim_step("r", key, "model", owner="a", now=T0 + 1, lease_seconds=10)
+    await kept.runs.fail_run("r", "dead_lettered: step 0000-model exhausted its attempts", T0 + 60)
     assert await expiry(kept, kept.run_path("r")) == pytest.approx(after(T0 + 60))
     redrive_at = T0 + 10 * DAY_SECONDS
     assert await kept.letters.reopen_dead_lettered_run("r", str(key), redrive_at) == "reopened"
@@ -188,13 +190,13 @@ async def test_a_redriven_run_no_longer_expires_until_it_ends_again(kept: AgentS
 
 async def test_without_retention_nothing_expires(store: AgentStore, prefix: str) -> None:
     assert store.retention is None
-    await store.create_run(run_record("r", at=T0))
-    claim = await store.claim_step("r", StepKey.model(0), "model", owner="a", now=T0,
-                                   lease_seconds=10)
+    await store.runs.create_run(run_record("r", at=T0))
+    claim = await store.steps.claim_step("r", StepKey.model(0), "model", owner="a", now=T0,
+                                         lease_seconds=10)
     await complete(store, claim, now=T0 + 1, result={})
-    await store.db.commit(store._append_writes(await store.load_transcript("r"), [{"a": 1}],
-                                              "r/0", now=T0))
-    await store.end_run_now("r", ended(), T0 + 2)
+    transcript = await store.transcript.load_transcript("r")
+    await store.db.commit(append_writes(store, transcript, [{"a": 1}], "r/0", now=T0))
+    await store.runs.end_run_now("r", ended(), T0 + 2)
     await store.letters.record_poison("m", {"received_at": T0})
     await store.letters.record_dead_letter("d", {"data": "", "received_at": T0})
     paths = [store.run_path("r"), store.step_path("r", claim.key), store.conversation_path("r"),
@@ -218,7 +220,7 @@ async def test_every_document_of_a_run_through_the_engine_expires(db: DocumentDB
     await loop.submit(QueryMessage(request_id=f"{prefix}q", text="go"))
     await loop.run_until_idle()
 
-    run = await store.get_run(run_id_for_request(f"{prefix}q"))
+    run = await store.runs.get_run(run_id_for_request(f"{prefix}q"))
     assert run is not None and run.status is RunStatus.COMPLETED and run.finished_at
     assert await expiry(store, store.run_path(run.run_id)) == pytest.approx(
         after(run.finished_at))
@@ -238,7 +240,7 @@ async def test_every_document_of_a_run_through_the_engine_expires(db: DocumentDB
     await loop.submit(QueryMessage(request_id=f"{prefix}q2", text="and then",
                                    conversation_id=run.conversation_id))
     await loop.run_until_idle()
-    second = await store.get_run(run_id_for_request(f"{prefix}q2"))
+    second = await store.runs.get_run(run_id_for_request(f"{prefix}q2"))
     assert second is not None and second.status is RunStatus.COMPLETED and second.finished_at
     assert await expiry(store, store.conversation_path(run.conversation_id)) == pytest.approx(
         live(second.finished_at) + DAY_SECONDS)

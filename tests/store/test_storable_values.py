@@ -48,7 +48,7 @@ async def run_on(db: DocumentDB, prefix: str, turns: list[Any], request_id: str
     loop.deps.store = store = AgentStore(db, prefix)
     await loop.submit(QueryMessage(request_id=f"{prefix}{request_id}", text="go"))
     await loop.run_until_idle()
-    run = await store.get_run(run_id_for_request(f"{prefix}{request_id}"))
+    run = await store.runs.get_run(run_id_for_request(f"{prefix}{request_id}"))
     assert run is not None
     return store, run, model
 
@@ -89,31 +89,31 @@ async def test_the_most_events_of_the_largest_size_leave_the_run_small_and_endab
                     conversation_id=f"{prefix}c", agent="default", text="hi", model="m",
                     created_at=1.0, limits=RunLimits(max_steps=5, max_seconds=60,
                                                      max_tool_calls=5))
-    await store.create_run(run)
+    await store.runs.create_run(run)
     for n in range(MAX_RECEIVED_EVENTS):
-        kept, recorded, _ = await store.receive_event(
+        kept, recorded, _ = await store.waits.receive_event(
             run.run_id, f"e{n}", ReceivedEvent(payload=payload, by="alice", at=2.0 + n))
         assert recorded and kept.payload == payload
     with pytest.raises(DecisionRefused) as refused:
-        await store.receive_event(run.run_id, "one-more", ReceivedEvent(by="alice", at=99.0))
+        await store.waits.receive_event(run.run_id, "one-more", ReceivedEvent(by="alice", at=99.0))
     assert refused.value.reason == "too_many_events"
 
-    read = await store.read_run(run.run_id)
+    read = await store.runs.read_run(run.run_id)
     assert read is not None
     assert document_size(read.snapshot.path, read.snapshot.data) < 64 * 1024
     mark = read.record.received["e7"]
     assert mark.payload == {} and mark.digest is not None
-    assert (await store.event_payload(run.run_id, "e7", mark)).payload == payload
-    again, recorded, _ = await store.receive_event(
+    assert (await store.waits.event_payload(run.run_id, "e7", mark)).payload == payload
+    again, recorded, _ = await store.waits.receive_event(
         run.run_id, "e7", ReceivedEvent(payload=payload, by="alice", at=500.0))
     assert not recorded and again.payload == payload and again.at == 9.0
     with pytest.raises(DecisionRefused) as other:
-        await store.receive_event(run.run_id, "e7", ReceivedEvent(payload={"z": [1]}, by="b",
-                                                                  at=501.0))
+        await store.waits.receive_event(run.run_id, "e7", ReceivedEvent(payload={"z": [1]}, by="b",
+                                                                        at=501.0))
     assert other.value.reason == "already_received"
 
-    ended = await store.end_run_now(run.run_id, RunEnd(RunStatus.COMPLETED, StopReason.ANSWERED,
-                                                       Usage(), answer="done"), 600.0)
+    end = RunEnd(RunStatus.COMPLETED, StopReason.ANSWERED, Usage(), answer="done")
+    ended = await store.runs.end_run_now(run.run_id, end, 600.0)
     assert ended is not None
-    final = await store.get_run(run.run_id)
+    final = await store.runs.get_run(run.run_id)
     assert final is not None and final.status is RunStatus.COMPLETED and final.answer == "done"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ackloop.cost import Cost
+from ackloop.engine.commit import record
 from ackloop.jsondict import JsonDict
 from ackloop.records import Outgoing, RunLimits, RunRecord
 from ackloop.store import AgentStore, Basis, Claim, Committed, Decision, RunRead
@@ -17,13 +18,13 @@ def free(writes: int, outbox: Sequence[Outgoing]) -> Cost:
 
 async def run_read(store: AgentStore, run_id: str, conversation: str = "c") -> RunRead:
     """The run ``run_id`` as read, created first if it does not exist."""
-    read = await store.read_run(run_id)
+    read = await store.runs.read_run(run_id)
     if read is None:
-        await store.create_run(RunRecord(
+        await store.runs.create_run(RunRecord(
             run_id=run_id, request_id=f"req-{run_id}", request_hash="h",
             conversation_id=conversation, agent="default", text="hi", model="m",
             created_at=100.0, limits=RunLimits(max_steps=5, max_seconds=60, max_tool_calls=5)))
-        read = await store.read_run(run_id)
+        read = await store.runs.read_run(run_id)
     assert read is not None
     return read
 
@@ -32,4 +33,4 @@ async def complete(store: AgentStore, claim: Claim, *, now: float,
                    result: JsonDict | None = None) -> Committed:
     """Complete ``claim`` with ``result`` (a tool step's kind of commit: no transcript)."""
     basis = Basis(await run_read(store, claim.run_id))
-    return await store.commit_step(claim, basis, Decision(result=result), now=now, price=free)
+    return await record(store, claim, basis, Decision(result=result), now=now, price=free)

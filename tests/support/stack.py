@@ -88,9 +88,9 @@ class RunningStack:
         store = self.store()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            run = await store.get_run(run_id)
+            run = await store.runs.get_run(run_id)
             if run is not None and run.status.terminal:
-                return run, await store.list_steps(run_id)
+                return run, await store.steps.list_steps(run_id)
             await asyncio.sleep(0.1)
         raise AssertionError(f"run {run_id} not finished after {timeout} s: {run}")
 

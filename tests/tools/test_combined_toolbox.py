@@ -70,7 +70,7 @@ async def test_local_and_mcp_tools_answer_in_one_turn(server, ledger):
     await loop.run_until_idle()
 
     run_id = run_id_for_request("combined-1")
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED, run
     assert run.answer == "order placed: 2 x pen at 1.5 EUR"
     offered = [t["name"] for t in model.requests[0].tools]
@@ -88,7 +88,7 @@ async def test_a_name_offered_by_two_toolboxes_fails_the_run_and_calls_no_model(
     await loop.submit(QueryMessage(request_id="combined-dup", text="Two pens."))
     await loop.run_until_idle()
 
-    run = await loop.deps.store.get_run(run_id_for_request("combined-dup"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("combined-dup"))
     assert run is not None and run.status is RunStatus.FAILED
     assert run.error is not None and "two of the agent's toolboxes offer a tool named " \
         "'place_order'" in run.error

@@ -64,7 +64,7 @@ async def test_an_agent_calls_the_mcp_tool_and_answers_from_its_result(tools, le
     await loop.run_until_idle()
 
     run_id = run_id_for_request("mcp-e2e")
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.answer == "The shop says: order placed: 2 x pen"
     assert placed(ledger, run_id) == [f"{run_id}/0000-tool-000"]
@@ -76,7 +76,7 @@ async def test_a_redelivered_tool_step_does_not_call_the_server_again(tools, led
     await loop.run_until_idle(duplicate_every=True)  # every message delivered twice
 
     run_id = run_id_for_request("mcp-dup")
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert len(loop.deliveries("tool")) >= 2  # the one tool step, delivered again and again
     assert placed(ledger, run_id) == [f"{run_id}/0000-tool-000"]
@@ -89,7 +89,7 @@ async def test_a_crash_after_the_call_does_not_repeat_a_tool_that_is_not_safe_to
     await loop.run_until_idle(crash=SimulatedCrash)
 
     run_id = run_id_for_request("mcp-crash")
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     # place_order has no readOnly/idempotent hint: the taken-over step tells the model instead.
     assert placed(ledger, run_id) == [f"{run_id}/0000-tool-000"]
@@ -103,7 +103,7 @@ async def test_a_server_that_cannot_be_reached_fails_the_run_with_its_cause():
     await loop.submit(QueryMessage(request_id="mcp-ghost", text="Order two pens."))
     await loop.run_until_idle()
 
-    run = await loop.deps.store.get_run(run_id_for_request("mcp-ghost"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("mcp-ghost"))
     assert run is not None and run.status is RunStatus.FAILED
     assert run.error is not None and "MCP server 'ghost' could not be listed" in run.error
     # Redelivered (503) while it could not be listed, never answered without its tools.

@@ -92,7 +92,7 @@ async def test_the_reference_servers_tiny_image_reaches_the_model_as_a_part(
         await loop.submit(QueryMessage(request_id="tiny", text="show me the tiny image"))
         await loop.run_until_idle()
     run_id = run_id_for_request("tiny")
-    (step,) = [s for s in await deps.store.list_steps(run_id) if s.kind == "tool"]
+    (step,) = [s for s in await deps.store.steps.list_steps(run_id) if s.kind == "tool"]
     assert step.result is not None
     (stored,) = step.result["response"]["files"]
     image = await files.get(stored["uri"])
@@ -100,7 +100,7 @@ async def test_the_reference_servers_tiny_image_reaches_the_model_as_a_part(
     result = step.result["response"]["result"]
     assert result[0] == "Here's the image you requested:"
     assert result[1] == {"$ref": stored["name"]}
-    run = await deps.store.get_run(run_id)
+    run = await deps.store.runs.get_run(run_id)
     assert run is not None
     assert run.answer == (f"saw {stored['name']}: image/png, PNG 20x20, {len(image)} bytes, "
                           f"sha256 {hashlib.sha256(image).hexdigest()}"), run.error

@@ -442,10 +442,10 @@ async def test_a_plain_sync_tool_answers_through_the_engine() -> None:
     loop = make_loop(ScriptedModel(support_model), ToolSet([order_status]))
     await loop.submit(QueryMessage(request_id="plain-sync-1", text="Where is A-1234?"))
     await loop.run_until_idle()
-    run = await loop.deps.store.get_run(run_id_for_request("plain-sync-1"))
+    run = await loop.deps.store.runs.get_run(run_id_for_request("plain-sync-1"))
     assert run is not None
     assert (run.status.value, run.answer) == ("completed", "Order A-1234 is shipped.")
-    tool_steps = [s for s in await loop.deps.store.list_steps(run.run_id) if s.kind == "tool"]
+    tool_steps = [s for s in await loop.deps.store.steps.list_steps(run.run_id) if s.kind == "tool"]
     assert [(s.name, (s.result or {}).get("response")) for s in tool_steps] == [
         ("order_status", {"result": {"order_id": "A-1234", "status": "shipped"}})
     ]

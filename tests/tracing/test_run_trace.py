@@ -44,7 +44,7 @@ async def test_one_run_is_one_connected_trace_whose_step_spans_are_its_ledger(
     await loop.submit(QueryMessage(request_id="trace-1", text="go"))
     await loop.run_until_idle()
     run_id = run_id_for_request("trace-1")
-    run = await loop.deps.store.get_run(run_id)
+    run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.trace_id == tracing.run_trace_id(run_id)
 
@@ -56,7 +56,7 @@ async def test_one_run_is_one_connected_trace_whose_step_spans_are_its_ledger(
     assert [(r["name"], r["parent_span_id"], r["span_id"]) for r in roots] == [
         ("ackloop.run", None, tracing.run_root_span_id(run_id))]
 
-    steps = await loop.deps.store.list_steps(run_id)
+    steps = await loop.deps.store.steps.list_steps(run_id)
     assert [s.key for s in steps] == ["0000-model", "0000-tool-000", "0000-tool-001",
                                       "0001-model"]
     traced = sorted(s["attributes"]["ackloop.step"] for s in spans if s["name"] in STEP_SPANS)
@@ -151,7 +151,7 @@ async def test_a_queued_follow_up_is_traced_in_its_own_trace(traces: Path) -> No
     await loop.submit(QueryMessage(request_id="second", text="then", conversation_id=first))
     await loop.run_until_idle()
     second = run_id_for_request("second")
-    runs = [await loop.deps.store.get_run(r) for r in (first, second)]
+    runs = [await loop.deps.store.runs.get_run(r) for r in (first, second)]
     assert [r.status for r in runs if r] == [RunStatus.COMPLETED] * 2
     spans = all_spans(traces)
     for run in runs:

@@ -47,7 +47,7 @@ async def test_a_callers_trace_becomes_the_runs_and_every_hop_joins_it(
     assert shown.headers["traceparent"] == root
     assert shown.json()["trace_id"] == CALLER_TRACE
 
-    steps = await api_stack.store().list_steps(run_id)
+    steps = await api_stack.store().steps.list_steps(run_id)
     traced = await _whole_trace(api, run_id, {s.key for s in steps})
     spans = traced["spans"]
     assert traced["trace_id"] == CALLER_TRACE
@@ -122,7 +122,7 @@ async def test_a_run_sharing_a_trace_id_is_not_in_another_runs_trace(
     for run_id in ids:
         await api_stack.wait_run(run_id)
     for run_id, other in (tuple(ids), tuple(ids[::-1])):
-        steps = {s.key for s in await api_stack.store().list_steps(run_id)}
+        steps = {s.key for s in await api_stack.store().steps.list_steps(run_id)}
         traced = await _whole_trace(api, run_id, steps)
         assert traced["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
         assert traced["spans"] and other not in json.dumps(traced)

@@ -42,7 +42,7 @@ async def test_a_run_sharing_a_trace_id_is_not_in_another_runs_trace(tmp_path: P
             assert created.status_code == 202, created.text
             ids.append(created.json()["run_id"])
         for run_id in ids:  # both runs in the caller's one trace, as a traceparent makes them
-            run = await loop.deps.store.get_run(run_id)
+            run = await loop.deps.store.runs.get_run(run_id)
             assert run is not None and run.trace_id == SHARED_TRACE
         # The trace file: a caller span; each run's root under it; spans naming each run.
         lines = [{"trace_id": SHARED_TRACE, "span_id": "caller", "parent_span_id": None,

@@ -44,7 +44,7 @@ class Report:
 async def read_tree(scheduler: Scheduler, root_id: str) -> Tree:
     store = scheduler.world.deps.store
     runs = {r.text: r for r in await scheduler.runs()}
-    steps = {q: await store.list_steps(r.run_id) for q, r in runs.items()}
+    steps = {q: await store.steps.list_steps(r.run_id) for q, r in runs.items()}
     root = next(r for r in runs.values() if r.run_id == root_id)
     return Tree(runs, steps, root)
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ackloop.bus.memory import Published
-from ackloop.engine.waits import arrivals, core
 from ackloop.engine.dispatch import Kind
 from ackloop.engine.ending import cancel_run
+from ackloop.engine.waits import arrivals, core
 from ackloop.keys import run_id_for_request
 from ackloop.records import ReceivedEvent, RunRecord, StepDecision, StepRecord, StepStatus
 from ackloop.redrive import redrive
@@ -169,7 +169,7 @@ class Scheduler:
         runs = await self.runs()
         by_id = {r.run_id: r for r in runs}
         for run in runs:
-            steps = await self.world.deps.store.list_steps(run.run_id)
+            steps = await self.world.deps.store.steps.list_steps(run.run_id)
             self._remember(run, steps)
             if run.status.terminal:
                 continue
@@ -204,7 +204,7 @@ class Scheduler:
 
     async def runs(self) -> list[RunRecord]:
         if "runs" not in self._read:
-            self._read["runs"] = await self.world.deps.store.recent_runs(limit=1000)
+            self._read["runs"] = await self.world.deps.store.runs.recent_runs(limit=1000)
         return self._read["runs"]
 
     # -- what people and operators do ---------------------------------------------------------
@@ -217,7 +217,7 @@ class Scheduler:
         for run in await self.runs():
             if run.status.terminal:
                 continue
-            found += [(run, s) for s in await self.world.deps.store.list_steps(run.run_id)
+            found += [(run, s) for s in await self.world.deps.store.steps.list_steps(run.run_id)
                       if s.name == tool and s.status is StepStatus.WAITING
                       and s.waiting is not None and s.decision is None]
         self._read[tool] = found

@@ -124,10 +124,10 @@ async def run_series(name: str, context: Context, turns: int, result_words: int,
                                        conversation_id=CONVERSATION))
         await loop.run_until_idle()
         cpu_ms = (time.thread_time() - cpu) * 1000
-        run = await deps.store.get_run(run_id_for_request(request_id))
+        run = await deps.store.runs.get_run(run_id_for_request(request_id))
         if run is None or run.cost is None or run.answer is None:
             raise RuntimeError(f"{name}: turn {i} did not answer ({run})")
-        steps = await deps.store.list_steps(run.run_id)
+        steps = await deps.store.steps.list_steps(run.run_id)
         made = [s.result["compaction"] for s in steps
                 if s.kind == "model" and s.result and "compaction" in s.result]
         series.compactions += [{"turn": i, **m} for m in made]

@@ -107,7 +107,7 @@ async def _measure(steps: int, runs: int) -> list[list[float]]:
             request_id=request_id, text=f"step cpu, calls={calls}", agent=AGENT,
             options=RunOptions(max_steps=calls + 1, max_tool_calls=calls)))
         await loop.run_until_idle(max_deliveries=4 * steps + 20)
-        run = await deps.store.get_run(run_id_for_request(request_id))
+        run = await deps.store.runs.get_run(run_id_for_request(request_id))
         if run is None or run.status.value != "completed":
             raise RuntimeError(f"run {request_id} did not complete: {run}")
         if i:

@@ -81,6 +81,6 @@ async def load_steps(
 
     async def one(run_id: str) -> tuple[str, list[StepRecord]]:
         async with gate:
-            return run_id, await store.list_steps(run_id)
+            return run_id, await store.steps.list_steps(run_id)
 
     return dict(await asyncio.gather(*(one(r) for r in run_ids)))

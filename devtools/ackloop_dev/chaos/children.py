@@ -188,7 +188,7 @@ async def _check_trees(stack: ChaosStack, store: AgentStore, result: ChildRunsRe
     created = started_children(stack.logs_dir() / "tool_step.log")
     result.started_child_runs = sum(created.values())
     for item in result.submitted:
-        run = await store.get_run(item.run_id)
+        run = await store.runs.get_run(item.run_id)
         if run is None:
             result.problems.append(f"{item.ref}: no run record")
             continue
@@ -204,7 +204,7 @@ async def _check_trees(stack: ChaosStack, store: AgentStore, result: ChildRunsRe
         if run.status.terminal and not answers.by_run.get(run.run_id):
             result.ends_unpublished += 1
         await _check_children(store, run, item.ref, created, result)
-        transcript = await store.load_transcript(run.conversation_id)
+        transcript = await store.transcript.load_transcript(run.conversation_id)
         calls = _function_responses(transcript.contents)
         result.duplicate_recorded_steps += sum(n - 1 for n in calls.values() if n > 1)
         if run.handed_to is not None or any(c.get("role") == "model" and any(
@@ -217,7 +217,7 @@ async def _check_trees(stack: ChaosStack, store: AgentStore, result: ChildRunsRe
 
 async def _check_children(store: AgentStore, run: RunRecord, ref: str,
                           created: Counter[tuple[str, str]], result: ChildRunsResult) -> None:
-    steps = await store.list_steps(run.run_id)
+    steps = await store.steps.list_steps(run.run_id)
     calls = [s for s in steps if starts_child(s)]
     if len(calls) != 2:
         result.problems.append(f"{ref}: {len(calls)} sub-agent calls recorded, the team makes 2")
@@ -225,7 +225,7 @@ async def _check_children(store: AgentStore, run: RunRecord, ref: str,
     for step in calls:
         child_id = child_run_id(run, step.key)
         expected_ids.add(child_id)
-        child = await store.get_run(child_id)
+        child = await store.runs.get_run(child_id)
         # A kill at ``tool:after_child`` comes before the line is logged, and the call's
         # redelivery finds its child: a call's child is created once and logged at most once.
         if child is None or created[(run.run_id, step.key)] > 1:
@@ -237,7 +237,7 @@ async def _check_children(store: AgentStore, run: RunRecord, ref: str,
         result.children += 1
         if child.status is RunStatus.COMPLETED and child.stop_reason is StopReason.ANSWERED:
             result.children_completed += 1
-        transcript = await store.load_transcript(child.conversation_id)
+        transcript = await store.transcript.load_transcript(child.conversation_id)
         found = tuple(str(c.get("role")) for c in transcript.contents)
         if found != ("user", "model"):
             result.duplicate_recorded_steps += max(0, len(found) - 2)

@@ -132,7 +132,7 @@ class DeadLetterResult:
 async def _wait_end(store: AgentStore, run_id: str, timeout_s: float) -> RunRecord | None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        run = await store.get_run(run_id)
+        run = await store.runs.get_run(run_id)
         if run is not None and run.status.terminal:
             return run
         await asyncio.sleep(0.5)
@@ -148,7 +148,7 @@ async def _settle(stack: ChaosStack, store: AgentStore, item: Submitted, record:
     record.status, record.error = run.status.value, run.error
     record.stop_reason = run.stop_reason.value if run.stop_reason else None
     record.seconds_to_end = round((run.finished_at or time.time()) - item.submitted_at, 1)
-    record.step_claims = max((s.attempts for s in await store.list_steps(item.run_id)),
+    record.step_claims = max((s.attempts for s in await store.steps.list_steps(item.run_id)),
                              default=0)
     letters = [s.data for s in await store.letters.list_dead_letters()
                if s.data.get("run_id") == item.run_id]
@@ -222,11 +222,11 @@ async def dead_letter_phase(stack: ChaosStack, tag: str, answers: AnswerCollecto
 
 async def _check_redriven(stack: ChaosStack, store: AgentStore, item: Submitted,
                           references: dict[RefKey, Reference], result: DeadLetterResult) -> None:
-    run = await store.get_run(item.run_id)
+    run = await store.runs.get_run(item.run_id)
     if run is None or run.status is not RunStatus.COMPLETED:
         return
-    steps = await store.list_steps(item.run_id)
-    transcript = await store.load_transcript(run.conversation_id)
+    steps = await store.steps.list_steps(item.run_id)
+    transcript = await store.transcript.load_transcript(run.conversation_id)
     expected = references.get((TEMPLATE, tool_outcomes(steps)))
     result.answer_ok = expected is not None and normalize_answer(run.answer) == expected.answer
     mine = segments_of(transcript, item.ref)

@@ -129,7 +129,7 @@ class KillMonitor:
                         ) -> list[tuple[str, str]]:
         store = self.stack.store()
         runs = self._in_flight_runs()
-        all_steps = await asyncio.gather(*(store.list_steps(run) for run in runs))
+        all_steps = await asyncio.gather(*(store.steps.list_steps(run) for run in runs))
         return [(run, key) for run, steps in zip(runs, all_steps, strict=True)
                 for key in interrupted(steps, pids, killed_at, after_commit)]
 

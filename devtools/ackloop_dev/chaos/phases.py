@@ -49,12 +49,12 @@ async def calibrate(stack: ChaosStack, tag: str) -> dict[RefKey, Reference]:
             if unfinished:
                 raise RuntimeError(f"calibration runs did not finish: {unfinished}")
             for item in runs:
-                run = await store.get_run(item.run_id)
+                run = await store.runs.get_run(item.run_id)
                 assert run is not None
                 if run.status.value != "completed":
                     raise RuntimeError(f"calibration run {item.ref} {run.status}: {run.error}")
-                steps = await store.list_steps(item.run_id)
-                transcript = await store.load_transcript(run.conversation_id)
+                steps = await store.steps.list_steps(item.run_id)
+                transcript = await store.transcript.load_transcript(run.conversation_id)
                 references[(item.template.name, tool_outcomes(steps))] = reference(
                     run, steps, transcript, item.ref)
     finally:

@@ -68,10 +68,10 @@ async def _judge_all(stack: ChaosStack, items: list[Submitted], references: dict
 
     async def one(item: Submitted) -> Verdict:
         async with gate:
-            run = await store.get_run(item.run_id)
-            steps = await store.list_steps(item.run_id)
-            transcript = await store.load_transcript(run.conversation_id if run
-                                                     else item.conversation_id)
+            run = await store.runs.get_run(item.run_id)
+            steps = await store.steps.list_steps(item.run_id)
+            transcript = await store.transcript.load_transcript(run.conversation_id if run
+                                                                else item.conversation_id)
         return judge(run, steps, transcript, ref=item.ref, template=item.template.name,
                      references=references, model=model, tools=tools,
                      killed=killed.get(item.run_id, set()), duplicated_runs=duplicated)
@@ -89,8 +89,8 @@ async def _check_conversations(stack: ChaosStack, items: list[Submitted]
 
     async def one(conversation_id: str, members: list[Submitted]) -> ConversationVerdict:
         async with gate:
-            runs = [(m.ref, await store.get_run(m.run_id)) for m in members]
-            transcript = await store.load_transcript(conversation_id)
+            runs = [(m.ref, await store.runs.get_run(m.run_id)) for m in members]
+            transcript = await store.transcript.load_transcript(conversation_id)
         return check_conversation(conversation_id, runs, transcript)
 
     return list(await asyncio.gather(*(one(c, m) for c, m in by_conversation.items())))

@@ -56,7 +56,7 @@ async def _wait_status(store: AgentStore, run_id: str, timeout_s: float,
                        wanted: tuple[RunStatus, ...]) -> RunRecord | None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        run = await store.get_run(run_id)
+        run = await store.runs.get_run(run_id)
         if run is not None and run.status in wanted:
             return run
         await asyncio.sleep(0.05)
@@ -124,7 +124,7 @@ async def followup_scenario(stack: ChaosStack, config: ChaosConfig,
                                 f"fu{index}", tag, conversation_id=first.conversation_id)
             result.submitted.append(item)
             found = await _wait_status(store, item.run_id, settle, tuple(RunStatus))
-            long_run = await store.get_run(first.run_id)
+            long_run = await store.runs.get_run(first.run_id)
             result.queued_on_arrival[item.ref] = (
                 found is not None and found.status is RunStatus.QUEUED
                 and long_run is not None and long_run.status is RunStatus.RUNNING)
@@ -142,8 +142,8 @@ async def _check_followups(stack: ChaosStack, store: AgentStore, result: FollowU
                            references: dict[RefKey, Reference],
                            answers: AnswerCollector) -> None:
     result.runs = [s.ref for s in result.submitted]
-    runs = {s.ref: await store.get_run(s.run_id) for s in result.submitted}
-    transcript = await store.load_transcript(result.submitted[0].conversation_id)
+    runs = {s.ref: await store.runs.get_run(s.run_id) for s in result.submitted}
+    transcript = await store.transcript.load_transcript(result.submitted[0].conversation_id)
     parts = segments(transcript)
     result.transcript_order = [p.ref for p in parts]
     verdict = check_conversation(transcript.conversation_id, list(runs.items()), transcript)
@@ -167,7 +167,7 @@ async def _check_followups(stack: ChaosStack, store: AgentStore, result: FollowU
         if run is None or run.status is not RunStatus.COMPLETED:
             result.answers_ok[item.ref] = False
             continue
-        steps = await store.list_steps(item.run_id)
+        steps = await store.steps.list_steps(item.run_id)
         expected = references.get((item.template.name, tool_outcomes(steps)))
         result.answers_ok[item.ref] = (expected is not None
                                        and normalize_answer(run.answer) == expected.answer)
@@ -264,13 +264,13 @@ async def _storm_outcomes(stack: ChaosStack, store: AgentStore, result: StormRes
     reasons: Counter[str] = Counter()
     last = ended
     for item in result.submitted:
-        run = await store.get_run(item.run_id)
+        run = await store.runs.get_run(item.run_id)
         if run is None:
             outcomes["lost"] += 1
             continue
         outcomes[f"{run.status.value}/{run.stop_reason.value if run.stop_reason else '-'}"] += 1
         last = max(last, run.finished_at or last)
-        steps = await store.list_steps(item.run_id)
+        steps = await store.steps.list_steps(item.run_id)
         result.max_step_claims = max([result.max_step_claims, *(s.attempts for s in steps)])
         if run.status is RunStatus.FAILED:
             reasons[(run.error or "none").split(":", 1)[0]] += 1

@@ -82,7 +82,7 @@ async def decide(request: Request, run_id: RunId, step: StepKeyParam, body: Deci
     if body.args is not None:
         if body.decision == "reject":
             raise ApiError(422, "invalid_request", "args go with an approval, not a rejection")
-        (record,) = await deps.store.get_steps(run_id, [step])
+        (record,) = await deps.store.steps.get_steps(run_id, [step])
         tool = find_tool(deps.agents.get(run.agent).tools,
                          record.name if record is not None else "")
         if tool is not None:

@@ -209,8 +209,8 @@ class _Tree:
         while node.start is not None:
             held: str | None = None
             async with self.turns or contextlib.nullcontext():
-                page = await self.store.steps_in_range(node.run_id, node.start, LAST_KEY,
-                                                       limit=self.page_size)
+                page = await self.store.steps.steps_in_range(node.run_id, node.start, LAST_KEY,
+                                                             limit=self.page_size)
                 full, last_read = len(page) >= self.page_size, page[-1].key if page else None
                 ready, blocked = deliverable(page, node.cursor, terminal, node.announced)
                 waiting = waits(page, node.told)
@@ -235,7 +235,7 @@ class _Tree:
                 # The child's steps first (outside this turn: its pages take their own), then
                 # this page again from the held step.
                 child = node.children[held]
-                found = await self.store.get_run(child.run_id)
+                found = await self.store.runs.get_run(child.run_id)
                 if found is None:
                     child.ended = True
                 else:
@@ -298,7 +298,7 @@ async def run_events(
     began = clock()
     quiet_since = began
     while True:
-        run: RunRecord | None = await store.get_run(run_id)
+        run: RunRecord | None = await store.runs.get_run(run_id)
         if run is None:
             return
         async for event in tree.follow(root, run):  # the run read before its steps

@@ -54,7 +54,7 @@ async def get_run_file(request: Request, run_id: RunId, sha256: Digest) -> Respo
     longer stored (past its retention)."""
     deps = await deps_of(request)
     await existing_run(deps, run_id, caller_of(request))
-    stored = next((f for f in step_files(await deps.store.list_steps(run_id))
+    stored = next((f for f in step_files(await deps.store.steps.list_steps(run_id))
                    if f.sha256 == sha256), None)
     if stored is None:
         raise ApiError(404, "not_found", f"run {run_id} stored no file {sha256}")

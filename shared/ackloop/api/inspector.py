@@ -148,7 +148,7 @@ async def list_runs(
 ) -> RunList:
     """The caller's runs, newest first, filtered by status, agent and conversation."""
     deps = await deps_of(request)
-    runs = await deps.store.recent_runs(
+    runs = await deps.store.runs.recent_runs(
         limit, status=RunStatus(status) if status else None, agent=agent,
         conversation_id=conversation_id, owner=caller_of(request), before=before)
     more = len(runs) == limit
@@ -163,7 +163,7 @@ async def get_transcript(request: Request, run_id: RunId) -> TranscriptView:
     the conversation after it."""
     deps = await deps_of(request)
     run = await existing_run(deps, run_id, caller_of(request))
-    transcript = await deps.store.load_transcript(run.conversation_id)
+    transcript = await deps.store.transcript.load_transcript(run.conversation_id)
     return TranscriptView(run_id=run_id, conversation_id=run.conversation_id,
                           contents=[_readable(c) for c in transcript.contents])
 

@@ -130,7 +130,7 @@ async def wait_for(deps: Deps, run_id: str, seconds: float, caller: str) -> RunR
 
 async def existing_run(deps: Deps, run_id: str, caller: str) -> RunRecord:
     """The run, if it exists and belongs to ``caller``; else 404 (the same answer for both)."""
-    run = await deps.store.get_run(run_id)
+    run = await deps.store.runs.get_run(run_id)
     if run is None or run.owner != caller:
         raise ApiError(404, "not_found", f"no run {run_id}")
     trace_context.answer_for(run)
@@ -219,7 +219,7 @@ async def get_run(request: Request, run_id: RunId) -> RunView:
     child runs (its sub-agents' calls: status, cost and usage each), read in one batch."""
     deps = await deps_of(request)
     run = await existing_run(deps, run_id, caller_of(request))
-    steps = await deps.store.list_steps(run_id)
+    steps = await deps.store.steps.list_steps(run_id)
     return RunView.of_run(run, steps, await tree.children_of(deps.store, run, steps))
 
 
@@ -271,10 +271,10 @@ async def list_runs(
     """The runs of a conversation, oldest first (empty for an unknown conversation)."""
     deps = await deps_of(request)
     caller = caller_of(request)
-    conversation = await deps.store.get_conversation(conversation_id)
+    conversation = await deps.store.runs.get_conversation(conversation_id)
     if conversation is not None and conversation.owner != caller:
         raise ApiError(404, "not_found", f"no conversation {conversation_id}")
-    runs = [r for r in await deps.store.list_runs(conversation_id, limit) if r.owner == caller]
+    runs = [r for r in await deps.store.runs.list_runs(conversation_id, limit) if r.owner == caller]
     return ConversationRuns(conversation_id=conversation_id,
                             runs=[RunSummary.of(r) for r in runs])
 

@@ -37,7 +37,7 @@ def child_ids(run: RunRecord, steps: Sequence[StepRecord]) -> list[tuple[str, st
 
 async def read_runs(store: AgentStore, run_ids: Sequence[str]) -> list[RunRecord | None]:
     """The runs ``run_ids`` (None for one that does not exist), in one batch read."""
-    return await store.get_runs(run_ids)
+    return await store.runs.get_runs(run_ids)
 
 
 async def children_of(store: AgentStore, run: RunRecord, steps: Sequence[StepRecord]
@@ -69,6 +69,7 @@ async def tree(store: AgentStore, run: RunRecord, steps: Sequence[StepRecord],
     found = await children_of(store, run, steps)
     if not found:
         return []
-    their_steps = await asyncio.gather(*(store.list_steps(child.run_id) for _, child in found))
+    their_steps = await asyncio.gather(*(store.steps.list_steps(child.run_id)
+                                         for _, child in found))
     return [Node(key, child, await tree(store, child, child_steps, depth - 1))
             for (key, child), child_steps in zip(found, their_steps, strict=True)]

@@ -144,7 +144,7 @@ async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool)
     store = target.store()
     conversation = query.conversation_id
     if conversation and is_run_id(conversation) and (
-            await store.get_conversation(conversation)) is None:
+            await store.runs.get_conversation(conversation)) is None:
         # Ingest would wait for that run to exist (the query redelivered), and this for it.
         raise CliError(f"no conversation {conversation!r}: no run has that id")
     publisher = target.publisher()

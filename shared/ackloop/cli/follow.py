@@ -162,7 +162,8 @@ async def follow(
     started = time.monotonic()
     followed = Followed(run_id)
     while True:
-        run, steps = await asyncio.gather(store.get_run(run_id), store.list_steps(run_id))
+        run, steps = await asyncio.gather(store.runs.get_run(run_id),
+                                          store.steps.list_steps(run_id))
         followed.run, followed.steps = run, steps
         shown: deque[DeltaRecord] = deque()
         if on_delta is not None and run is not None:

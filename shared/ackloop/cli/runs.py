@@ -80,7 +80,7 @@ def _status(run: RunRecord) -> str:
 
 async def _existing(target: Target, run_id: str) -> tuple[RunRecord, list[StepRecord]]:
     store = target.store()
-    run, steps = await asyncio.gather(store.get_run(run_id), store.list_steps(run_id))
+    run, steps = await asyncio.gather(store.runs.get_run(run_id), store.steps.list_steps(run_id))
     if run is None:
         raise CliError(f"no run {run_id} in project {target.settings.project_id}"
                        + (f" (collection prefix {target.settings.collection_prefix!r})"
@@ -99,7 +99,7 @@ def list_runs(
 ) -> None:
     """The newest runs first: run, agent, status, stop reason, steps, age."""
     target = connect(directory)
-    runs = asyncio.run(target.store().recent_runs(
+    runs = asyncio.run(target.store().runs.recent_runs(
         limit, status=status, agent=agent, conversation_id=conversation))
     if as_json:
         from ackloop.api.models import RunSummary

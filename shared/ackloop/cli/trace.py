@@ -27,7 +27,7 @@ def trace_command(
     """A run's trace: each span indented under its parent, with its duration and key
     attributes (step, attempt, claim, outcome, tokens) and its events."""
     target = connect(directory)
-    run = asyncio.run(target.store().get_run(run_id))
+    run = asyncio.run(target.store().runs.get_run(run_id))
     if run is None:
         raise CliError(f"no run {run_id} in project {target.settings.project_id}")
     trace_id = run.trace_id or tracing.run_trace_id(run_id)

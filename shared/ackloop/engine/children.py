@@ -224,7 +224,7 @@ async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
         return spent(deps, model=None, usage=None, commit_writes=writes,
                      outbox=[first_step(run.run_id, other_run=True, trace_id=run.trace_id)])
 
-    run, created = await deps.store.create_run(child, costed)
+    run, created = await deps.store.runs.create_run(child, costed)
     entry = first_step(run.run_id, other_run=True, trace_id=run.trace_id)
     if created:
         tracing.record_run_root(run.run_id, run.trace_id or tracing.run_trace_id(run.run_id))
@@ -284,12 +284,12 @@ async def spent_so_far(deps: Deps, parent: RunRecord, step_key: str) -> JsonDict
     that ends without the child's result (rejected at its deadline, or its run cancelled):
     its end's figures if it has ended, else what its steps have recorded so far (a step in
     flight when it was cancelled is not in them). None without a child."""
-    child = await deps.store.get_run(child_run_id(parent, step_key))
+    child = await deps.store.runs.get_run(child_run_id(parent, step_key))
     if child is None:
         return None
     if child.status.terminal:
         return end_payload(child)
-    steps = await deps.store.list_steps(child.run_id)
+    steps = await deps.store.steps.list_steps(child.run_id)
     return {"usage": steps_usage(steps).model_dump(mode="json"),
             "cost": rolled_up(child, steps).model_dump(mode="json")}
 
@@ -304,7 +304,7 @@ async def ended_children(store: AgentStore, run: RunRecord, steps: list[StepReco
     for step in steps:
         if (step.status is StepStatus.WAITING and step.decision is None
                 and step.waiting is not None and step.waiting.kind == "child"):
-            child = await store.get_run(child_run_id(run, step.key))
+            child = await store.runs.get_run(child_run_id(run, step.key))
             if child is not None and child.status.terminal:
                 ended.append(child.run_id)
     return ended
@@ -315,10 +315,10 @@ async def caller_moved_on(store: AgentStore, run: RunRecord) -> str | None:
     has already taken an end of it, or is gone), or None: the call still waits for it."""
     if run.parent_run_id is None or run.parent_step is None:
         return None
-    parent = await store.get_run(run.parent_run_id)
+    parent = await store.runs.get_run(run.parent_run_id)
     if parent is None or parent.status.terminal:
         return f"its caller {run.parent_run_id} has ended"
-    (step,) = await store.get_steps(parent.run_id, [run.parent_step])
+    (step,) = await store.steps.get_steps(parent.run_id, [run.parent_step])
     if step is None or step.status is StepStatus.COMPLETED or step.decision is not None:
         return f"its caller's call {run.parent_step} has already taken its end"
     return None

@@ -57,7 +57,7 @@ share of deliveries assumed to overlap a duplicate. So a claim pays when
   retry-safe tool runs unclaimed: run twice, it does no harm by its own declaration.
 
 A step that fails unclaimed records its failure by creating its document, released
-(:meth:`ackloop.store.AgentStore.release_step`): the redelivery then claims it, so attempts
+(:meth:`ackloop.store.Steps.release_step`): the redelivery then claims it, so attempts
 are counted as before. ``ACKLOOP_STEP_CLAIMS=always`` claims every step.
 """
 

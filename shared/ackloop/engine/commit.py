@@ -3,12 +3,15 @@
 A handler reads (claim, run, transcript), calls (the model or the tool), then *decides*: a
 :class:`~ackloop.store.commit.Decision` says what the step produced, what the transcript gains,
 which messages follow and whether the run ends. The store turns it into one atomic commit
-fenced on what was read (:meth:`ackloop.store.AgentStore.commit_step`); this module runs the
+fenced on what was read (:meth:`ackloop.store.steps.Steps.commit_step`); this module runs the
 loop around it.
 
 When a document other than the step changed, the documents are read again and the handler's
 ``redecide`` is asked again; a run that has ended meanwhile is left as it is and the step is
 released unrecorded (it did not apply). Only then are the messages sent.
+
+The store writes; what the commit sends, costs and records masked is composed here
+(:mod:`ackloop.engine.composing`) and handed to it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from ackloop.cost import Cost
+from ackloop.engine.composing import Pricer, composer
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import log_finished, run_end
 from ackloop.engine.lease import ClaimRef
@@ -24,13 +28,13 @@ from ackloop.engine.outbox import send
 from ackloop.engine.spend import spent
 from ackloop.errors import LeaseLost, PermanentError, RetryableError, StaleRead, StepTaken
 from ackloop.records import Outgoing, RunRecord, StepRecord, StepStatus
-from ackloop.store import Basis, Claim, Decision
+from ackloop.store import AgentStore, Basis, Claim, Committed, Decision
 from ackloop.telemetry import metrics, tracing
 from ackloop.wire import Usage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["COMMIT_ATTEMPTS", "Basis", "Decision", "Redecide", "commit", "run_end"]
+__all__ = ["COMMIT_ATTEMPTS", "Basis", "Decision", "Redecide", "commit", "record", "run_end"]
 
 COMMIT_ATTEMPTS = 4
 
@@ -63,9 +67,8 @@ async def commit(
         now = deps.clock.now()
         try:
             with tracing.span("firestore.commit", {"ackloop.step": claim.key}):
-                committed = await deps.store.commit_step(
-                    claim, basis, decision, now=now, price=price,
-                    rolls_up=tool_costs, carried=carried)
+                committed = await record(deps.store, claim, basis, decision, now=now,
+                                         price=price, rolls_up=tool_costs, carried=carried)
         except StepTaken as taken:
             await _taken(deps, claim, taken)
             return
@@ -73,7 +76,7 @@ async def commit(
             basis = await _read_again(deps, basis)
             fresh = basis.run.record
             if fresh.status.terminal:
-                await deps.store.release_step(
+                await deps.store.steps.release_step(
                     claim, error=f"not recorded: the run became {fresh.status} meanwhile")
                 return
             if redecide is not None and decision.end is None:
@@ -89,6 +92,16 @@ async def commit(
         return
     raise RetryableError(f"step {claim.key} of {claim.run_id}: documents kept changing",
                              retry_after=1.0)
+
+
+async def record(store: AgentStore, claim: Claim, basis: Basis, decision: Decision, *,
+                 now: float, price: Pricer, rolls_up: Sequence[Cost | None] = (),
+                 carried: Cost | None = None) -> Committed:
+    """One commit of ``decision``: the steps room writes it, with what
+    :func:`~ackloop.engine.composing.composer` makes of it (messages, cost, masked error)."""
+    return await store.steps.commit_step(
+        claim, basis, decision, now=now,
+        compose=composer(decision, price=price, rolls_up=rolls_up, carried=carried))
 
 
 async def _taken(deps: Deps, claim: Claim, taken: StepTaken) -> None:
@@ -118,9 +131,14 @@ def _count(run: RunRecord, decision: Decision) -> None:
 
 
 async def _read_again(deps: Deps, basis: Basis) -> Basis:
-    fresh = await deps.store.read_basis_again(basis)
-    if fresh is None:
+    """The run (and the transcript, if ``basis`` has one) read again after a commit found them
+    changed."""
+    run = await deps.store.runs.read_run(basis.run.run_id)
+    if run is None:
         raise PermanentError(f"run {basis.run.run_id} vanished", reason="unknown_run")
+    fresh = Basis(run, None if basis.transcript is None else
+                  await deps.store.transcript.load_transcript_view(
+                      basis.transcript.conversation_id))
     if (basis.transcript is not None and fresh.transcript is not None
             and fresh.transcript.tail != basis.transcript.tail
             and not fresh.run.record.status.terminal):

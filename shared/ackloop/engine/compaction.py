@@ -2,7 +2,7 @@
 the older turns with a summary (:mod:`ackloop.context`).
 
 The summary is one model call, committed before the step's own call as the transcript's next
-chunk (:meth:`ackloop.store.AgentStore.commit_compaction`), created once and fenced on the
+chunk (:meth:`ackloop.store.Transcripts.commit_compaction`), created once and fenced on the
 last chunk as read. So it is recorded once whatever is redelivered or killed:
 
 * killed during the summary's call, nothing was written: the redelivery summarizes again;
@@ -35,7 +35,13 @@ from typing import Any
 
 from ackloop import conversation, files
 from ackloop.agents import Agent
-from ackloop.context import cut_index, json_size, summary_request_contents, tokens_of_bytes
+from ackloop.context import (
+    cut_index,
+    json_size,
+    summary_content,
+    summary_request_contents,
+    tokens_of_bytes,
+)
 from ackloop.cost import Cost, Spend, price
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimRef, heartbeat
@@ -131,7 +137,7 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
     by = f"{run.run_id}/{StepKey.model(turn)}"
     conversation_id = transcript.conversation_id
     following = transcript.chunks[-1].index + 1
-    found = await deps.store.read_chunk(conversation_id, following)
+    found = await deps.store.transcript.read_chunk(conversation_id, following)
     if found is not None:
         return _made_by(by, found, conversation_id)
     await claim_before_summary(deps, ref)
@@ -180,8 +186,9 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
         "usage": usage.model_dump(mode="json"), "cost": cost.model_dump(mode="json"),
         "at": deps.clock.now()}
     try:
-        compacted = await deps.store.commit_compaction(transcript, summary, view[cut:], record,
-                                                       deps.clock.now())
+        compacted = await deps.store.transcript.commit_compaction(
+            transcript, summary, view[cut:], record, deps.clock.now(),
+            opening=summary_content(summary))
     except StaleRead:
         # The last chunk changed: a run's end outside a step, or a cancel, wrote its fence. The
         # redelivery reads the run again and ends (or drops) the step as it finds it.
@@ -189,7 +196,7 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
                              "being compacted", retry_after=1.0) from None
     if compacted is None:
         # Another delivery of this step made it first (or the transcript moved on).
-        again = await deps.store.read_chunk(conversation_id, following)
+        again = await deps.store.transcript.read_chunk(conversation_id, following)
         if again is None:
             raise RetryableError(f"chunk {following} of {conversation_id}: created, then gone",
                                  retry_after=1.0)
@@ -209,8 +216,8 @@ async def claim_before_summary(deps: Deps, ref: ClaimRef) -> None:
     first: this delivery has lost it and makes no call."""
     if ref.claim.version is not None:
         return
-    ref.claim = await deps.store.claim_unclaimed(ref.claim, now=deps.clock.now(),
-                                                 lease_seconds=deps.settings.lease_seconds)
+    ref.claim = await deps.store.steps.claim_unclaimed(ref.claim, now=deps.clock.now(),
+                                                       lease_seconds=deps.settings.lease_seconds)
     tracing.note(claim=ref.claim.state, attempt=ref.claim.step.attempts)
     tracing.event("claim before compaction", attempt=ref.claim.step.attempts)
 

@@ -98,17 +98,17 @@ async def _scheduled(deps: Deps, message: StepMessage) -> str | None:
     when it does (the engine published it)."""
     try:
         if isinstance(message, ToolStepMessage):
-            run, (model_step,) = await deps.store.run_and_steps(
+            run, (model_step,) = await deps.store.steps.run_and_steps(
                 message.run_id, [str(StepKey.model(message.turn))])
             if run is None:
                 return f"run {message.run_id} does not exist"
             committed_tool_message(model_step, message)
             return None
         if message.turn == 0:
-            exists = await deps.store.read_run(message.run_id) is not None
+            exists = await deps.store.runs.read_run(message.run_id) is not None
             return None if exists else f"run {message.run_id} does not exist"
         turn = message.turn - 1
-        previous = await deps.store.steps_in_range(message.run_id, *turn_range(turn))
+        previous = await deps.store.steps.steps_in_range(message.run_id, *turn_range(turn))
         scheduled_model_step(message, {s.key: s for s in previous})
         return None
     except Unscheduled as exc:
@@ -128,7 +128,7 @@ async def _verdict(deps: Deps, message: Ours | None, run_id: str | None,
                          "it is rejected at its deadline unless it is re-driven")
     if isinstance(message, QueryMessage):
         # Its run either exists (the sweeper resumes it) or never started.
-        if run_id and await deps.store.get_run(run_id) is not None:
+        if run_id and await deps.store.runs.get_run(run_id) is not None:
             return "duplicate", "its run exists"
         return "not_started", "the run was never created: re-drive the query"
     if step_key is None or run_id is None:
@@ -137,7 +137,7 @@ async def _verdict(deps: Deps, message: Ours | None, run_id: str | None,
     if unknown is not None:
         return "unscheduled", ("not a step its run's ledger scheduled, so the run is left "
                                f"alone: {unknown}")
-    (step,) = await deps.store.get_steps(run_id, [step_key])
+    (step,) = await deps.store.steps.get_steps(run_id, [step_key])
     if step is None:
         return "fail", "the step was never claimed (every delivery was rejected)"
     if step.status is StepStatus.COMPLETED:
@@ -186,7 +186,7 @@ async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
                                   only_active=True)
         failed = ended is not None
         if not failed:  # ended before (maybe by this very message): say so again, at least once
-            run = await deps.store.get_run(run_id)
+            run = await deps.store.runs.get_run(run_id)
             if run is not None and (run.error or "") == error:
                 await publish_end(deps, run)
     if verdict == "fail":

@@ -17,6 +17,7 @@ from ackloop.engine.waits import core as waits
 from ackloop.records import RunRecord, RunStatus, StopReason
 from ackloop.store import RunEnd
 from ackloop.telemetry import metrics
+from ackloop.tools.masking import mask_secrets
 from ackloop.wire import Usage
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,10 @@ STOP_STATUS = {
 
 
 def run_end(stop_reason: StopReason, usage: Usage, **fields: Any) -> RunEnd:
+    """A run's end as the store writes it and its answer tells it: the error it ends with is
+    stored and published, so never with a credential in it (the store masks nothing)."""
+    if fields.get("error") is not None:
+        fields["error"] = mask_secrets(fields["error"])
     return RunEnd(STOP_STATUS[stop_reason], stop_reason, usage, **fields)
 
 
@@ -45,14 +50,14 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
 
     The run's usage and cost are rolled up from its steps as recorded (no step message carries
     them here): a run whose model step completed before a dead letter ended it says so."""
-    found = await deps.store.get_run(run_id)
+    found = await deps.store.runs.get_run(run_id)
     if found is None or found.status.terminal:
         return None
-    steps = await deps.store.list_steps(run_id)
+    steps = await deps.store.steps.list_steps(run_id)
     end = replace(end, usage=steps_usage(steps), cost=rolled_up(found, steps),
                   agent=end.agent or ended_with(found, steps))  # a hand-off survives any end
     now = deps.clock.now()
-    ended = await deps.store.end_run_now(run_id, end, now, only_active=only_active)
+    ended = await deps.store.runs.end_run_now(run_id, end, now, only_active=only_active)
     if ended is None:
         return None
     run, next_run_id = ended
@@ -60,7 +65,7 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     log_finished(run, end, now)
     outbox = outgoing.ends(run, end)
     if next_run_id is not None:
-        queued = await deps.store.get_run(next_run_id)  # its trace: the message carries it
+        queued = await deps.store.runs.get_run(next_run_id)  # its trace: the message carries it
         outbox.append(outgoing.first_step(next_run_id, other_run=True,
                                           trace_id=queued.trace_id if queued else None))
     await send(deps, run_id, outbox)
@@ -105,7 +110,7 @@ async def publish_end(deps: Deps, run: RunRecord) -> None:
 async def cancel_run(deps: Deps, run_id: str) -> RunRecord | None:
     """Cancel a run: a queued one ends at once; a running one stops at its next step, and its
     waits are rejected (``by`` ``cancel``)."""
-    run = await deps.store.get_run(run_id)
+    run = await deps.store.runs.get_run(run_id)
     if run is not None and run.status is RunStatus.QUEUED:
         ended = await end_run_now(deps, run_id, run_end(StopReason.CANCELLED, run.usage,
                                                         error="cancelled before it started"))

@@ -106,11 +106,11 @@ async def start_run(
 
     files = planned_files(deps, query)
     fresh = new_run(deps, query, owner, files.parts if files else None)  # refuses an internal
-    if files is not None and files.inline and await deps.store.admit(fresh) is None:
+    if files is not None and files.inline and await deps.store.runs.admit(fresh) is None:
         # Stored only once nothing can refuse the query (see planned_files).
         await files.store()
     with metered(deps):  # a run created through the API: its request is the ingest
-        run, created = await deps.store.create_run(
+        run, created = await deps.store.runs.create_run(
             fresh, costed,
             continue_agent=query.agent == DEFAULT_AGENT and query.conversation_id is not None)
     update_log_context(run_id=run.run_id, agent=run.agent, conversation_id=run.conversation_id)
@@ -151,7 +151,7 @@ def planned_files(deps: Deps, query: QueryMessage) -> QueryFiles | None:
 
     The inline bytes are put in the file store after every other check that can refuse the
     query has passed (its ceilings in :func:`new_run`; the idempotency key, the conversation,
-    its owner and its queue in :meth:`~ackloop.store.AgentStore.admit`) and before the run is
+    its owner and its queue in :meth:`~ackloop.store.Runs.admit`) and before the run is
     committed, so no run names a file that is not stored yet. A query refused at the commit
     itself (a writer racing it: the same request id with another body, say) leaves its files
     stored but named by no run; the bucket's lifecycle rule deletes them with the rest. A

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ackloop.clock import Clock
-from ackloop.deltas import DeltaRecord
+from ackloop.deltas import DeltaRecord, run_delta_write
 from ackloop.engine.deps import Deps
 from ackloop.errors import (
     LeaseLost,
@@ -39,6 +39,7 @@ from ackloop.store import AgentStore, Claim, RunRead
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import update_log_context
 from ackloop.tools.base import Toolbox, prepare_toolbox
+from ackloop.tools.masking import mask_secrets
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ async def claim_waiting(
     poll = FIRST_POLL_S
     while True:
         try:
-            return await deps.store.claim_step(
+            return await deps.store.steps.claim_step(
                 run_id, key, name, owner=deps.owner, now=deps.clock.now(),
                 lease_seconds=deps.settings.lease_seconds, message_id=message_id,
             )
@@ -138,20 +139,21 @@ async def claim_in_run(
         raise UnknownRun(run_id)
     status = read.record.status
     if status is not RunStatus.RUNNING:
-        done = await deps.store.completed_step(run_id, key)
+        done = await deps.store.steps.completed_step(run_id, key)
         if done is None:
             log.info("run %s is %s: step %s is not claimed", run_id, status, key)
             return None
         tracing.claimed(done.key, done.step.attempts, done.state, 0.0)
         return read, done
     if unclaimed:
-        claim = deps.store.unclaimed(run_id, key, name, owner=deps.owner, now=deps.clock.now(),
-                                     message_id=message_id, attempt=attempt)
+        claim = deps.store.steps.unclaimed(run_id, key, name, owner=deps.owner,
+                                           now=deps.clock.now(), message_id=message_id,
+                                           attempt=attempt)
         tracing.claimed(claim.key, attempt, claim.state, 0.0)
         _observe(read.record, claim)
         return read, claim
     try:
-        claim = await deps.store.claim_step(
+        claim = await deps.store.steps.claim_step(
             run_id, key, name, owner=deps.owner, now=deps.clock.now(),
             lease_seconds=deps.settings.lease_seconds, message_id=message_id)
         tracing.claimed(claim.key, claim.step.attempts, claim.state, 0.0)
@@ -165,10 +167,10 @@ async def claim_in_run(
                         deps.clock.now() - waited_from)
         _observe(read.record, claim)
     try:
-        fresh = await deps.store.read_run(run_id)
+        fresh = await deps.store.runs.read_run(run_id)
     except Exception as exc:
         if claim.state != "completed":
-            await deps.store.release_step(claim, error=f"run not read: {exc}")
+            await deps.store.steps.release_step(claim, error=mask_secrets(f"run not read: {exc}"))
         raise
     if fresh is None:
         raise UnknownRun(run_id)
@@ -211,7 +213,7 @@ class Heartbeat:
                 return
             try:
                 async with self._writing:
-                    self.ref.claim = await self._store.renew_lease(
+                    self.ref.claim = await self._store.steps.renew_lease(
                         self.ref.claim, now=self._clock.now(), lease_seconds=self._lease
                     )
             except LeaseLost:
@@ -241,14 +243,14 @@ class Heartbeat:
         return claim
 
     async def next_attempt(self, error: str) -> Claim:
-        """Start the step's next attempt in this delivery (:meth:`AgentStore.next_attempt`).
+        """Start the step's next attempt in this delivery (:meth:`Steps.next_attempt`).
         Raises :class:`LeaseLost` if another holder took the step, and then beats no more."""
         async with self._writing:
             self.check()
             try:
-                self.ref.claim = await self._store.next_attempt(
+                self.ref.claim = await self._store.steps.next_attempt(
                     self.ref.claim, now=self._clock.now(), lease_seconds=self._lease,
-                    error=error)
+                    error=mask_secrets(error))
             except LeaseLost:
                 self.lost = True
                 self._stop.set()
@@ -289,9 +291,11 @@ class ClaimAtFirstText:
     async def _claim(self, first: DeltaRecord | None) -> Claim | None:
         unclaimed = self._ref.claim
         try:
-            claim = await self._store.claim_unclaimed(
-                unclaimed, now=self._clock.now(), lease_seconds=self._lease,
-                first_delta=first)
+            now = self._clock.now()
+            words = () if first is None else (
+                run_delta_write(self._store, unclaimed.run_id, first, now),)
+            claim = await self._store.steps.claim_unclaimed(
+                unclaimed, now=now, lease_seconds=self._lease, with_writes=words)
         except Exception as exc:
             log.info("step %s of %s not claimed at its first text: %s", unclaimed.key,
                      unclaimed.run_id, exc)
@@ -372,9 +376,9 @@ async def released_on_failure(
     try:
         yield
     except RetryableError as exc:
-        await store.release_step(
+        await store.steps.release_step(
             ref.claim,
-            error=f"{type(exc).__name__}: {exc}",
+            error=mask_secrets(f"{type(exc).__name__}: {exc}"),
             not_before=clock.now() + exc.retry_after if exc.retry_after else 0.0,
         )
         raise
@@ -382,5 +386,6 @@ async def released_on_failure(
         raise  # the handler records the failure with this claim: the lease must still be held
     except Exception as exc:
         with contextlib.suppress(Exception):  # the lease then simply expires
-            await store.release_step(ref.claim, error=f"{type(exc).__name__}: {exc}")
+            await store.steps.release_step(ref.claim,
+                                           error=mask_secrets(f"{type(exc).__name__}: {exc}"))
         raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ackloop.deltas import DeltaRecord, DeltaWriter
+from ackloop.deltas import DeltaRecord, DeltaWriter, run_delta_writer
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimAtFirstText, ClaimRef, RequestScope, heartbeat
 from ackloop.errors import ModelRetryableError
@@ -89,11 +89,11 @@ def _delta_writer(deps: Deps, ref: ClaimRef, lazy: ClaimAtFirstText | None
     if not _streams(deps):
         return None
     claim = ref.claim
-    return deps.store.delta_writer(claim.run_id, claim.key, claim.step.attempts,
-                                   flush_seconds=deps.settings.stream_flush_seconds,
-                                   now=deps.clock.now(),
-                                   ready=lazy.attempt if lazy is not None else None,
-                                   claim=lazy.start if lazy is not None else None)
+    return run_delta_writer(deps.store, claim.run_id, claim.key, claim.step.attempts,
+                            flush_seconds=deps.settings.stream_flush_seconds,
+                            now=deps.clock.now(),
+                            ready=lazy.attempt if lazy is not None else None,
+                            claim=lazy.start if lazy is not None else None)
 
 
 async def _generate(model: ModelClient, request: ModelRequest, deltas: DeltaWriter | None,

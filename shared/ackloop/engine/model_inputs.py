@@ -71,7 +71,7 @@ async def claim_and_read(
     previous: list[StepRecord] = []
     if message.turn == 0:
         message = scheduled_model_step(message, {})
-        found, (own,) = await deps.store.run_and_steps(run_id, [str(key)])
+        found, (own,) = await deps.store.steps.run_and_steps(run_id, [str(key)])
         if found is not None and found.record.new_conversation:
             # The run created its conversation: nothing is in its transcript before this step
             # (follow-ups wait in the conversation's queue until the run ends).
@@ -82,21 +82,22 @@ async def claim_and_read(
         message = scheduled_model_step(message, {s.key: s for s in previous})
     else:
         turn = message.turn - 1
-        in_range = await deps.store.steps_in_range(run_id, str(StepKey.model(turn)), str(key))
+        in_range = await deps.store.steps.steps_in_range(run_id, str(StepKey.model(turn)), str(key))
         own = next((s for s in in_range if s.key == str(key)), None)
         previous = [s for s in in_range if s.key != str(key)]
         message = scheduled_model_step(message, {s.key: s for s in previous})
         model_step = next((s for s in previous if s.kind == "model"), None)
         pointer = (model_step.result or {}).get("transcript") if model_step else None
         if isinstance(pointer, dict):
-            found, transcript = await deps.store.run_and_transcript(run_id, pointer)
+            found, transcript = await deps.store.transcript.run_and_transcript(run_id, pointer)
         else:
-            found = await deps.store.read_run(run_id)
+            found = await deps.store.runs.read_run(run_id)
     message = with_children(message, previous)
     unclaimed = False
     if own is None and found is not None and found.record.status is RunStatus.RUNNING:
         if transcript is None or transcript.conversation_id != found.record.conversation_id:
-            transcript = await deps.store.load_transcript_view(found.record.conversation_id)
+            transcript = await deps.store.transcript.load_transcript_view(
+        found.record.conversation_id)
         if recorded_since(transcript, run_id, message.turn):
             # A duplicate delivery recorded this step between the read of its document and
             # this read of the transcript: the call is not made again (on a context that
@@ -162,13 +163,14 @@ def recorded_since(transcript: Transcript, run_id: str, turn: int) -> bool:
 async def _read_as_hinted(deps: Deps, message: ModelStepMessage, scope: RequestScope
                           ) -> ModelStepInputs | None:
     """A later turn's inputs in one round trip, where the message's ``reads`` hint names them
-    and what is read bears it out (:meth:`~ackloop.store.AgentStore.model_step_inputs`); None
+    and what is read bears it out (:meth:`~ackloop.store.Transcripts.model_step_inputs`); None
     otherwise (the inputs are then read in two)."""
     hint = parse_reads(scope.reads)
     if hint is None:
         return None
     calls, pointer = hint
-    return await deps.store.model_step_inputs(message.run_id, message.turn, calls, pointer)
+    return await deps.store.transcript.model_step_inputs(message.run_id, message.turn, calls,
+                                                         pointer)
 
 
 def turn_input(

@@ -23,6 +23,7 @@ from typing import Any
 
 from ackloop import conversation, files
 from ackloop.agents import Agent
+from ackloop.deltas import run_delta_write
 from ackloop.engine import compaction, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
@@ -136,7 +137,7 @@ async def _run_claimed(
     if run.status is not RunStatus.RUNNING:
         # Ended (or not started): this step does not apply, so it is not recorded either.
         if claim.state != "unclaimed":
-            await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
+            await deps.store.steps.release_step(claim, error=f"not run: the run is {run.status}")
         return
     agent = deps.agents.get(turn_agent(run, message.turn, inputs.previous))
     tracing.note(agent=agent.name)
@@ -242,7 +243,8 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
     model_turn, call_seconds, retried, last_text = answered
     decision = decide(state.ctx, model_turn, contract, call_seconds)
     if last_text is not None:
-        decision = replace(decision, deltas=(last_text,))
+        decision = replace(decision, writes=(run_delta_write(
+            deps.store, ctx.run.run_id, last_text, deps.clock.now()),))
     if retried:  # the step record shows what was waited out inside this request
         decision = replace(
             decision, result=(decision.result or {}) | {"model_retries": len(retried)},
@@ -349,10 +351,10 @@ async def _transcript(
     """The conversation so far, checked to end at the previous model step of this run."""
     transcript = inputs.transcript
     if transcript is None or transcript.conversation_id != run.conversation_id:
-        transcript = await deps.store.load_transcript_view(run.conversation_id)
+        transcript = await deps.store.transcript.load_transcript_view(run.conversation_id)
     if transcript.chunks and transcript.chunks[-1].compacted_into is not None:
         # A delivery of a step compacted and died after its commit (rare): read on from there.
-        transcript = await deps.store.past_compactions(transcript)
+        transcript = await deps.store.transcript.past_compactions(transcript)
     if message.turn == 0:
         return transcript
     expected = f"{run.run_id}/{StepKey.model(message.turn - 1)}"
@@ -386,7 +388,7 @@ async def _answers_left_by_the_previous_run(
     if not calls or asked_at.kind != "model":
         return []
     keys = [str(StepKey.tool(asked_at.turn, i)) for i in range(len(calls))]
-    steps = await deps.store.get_steps(previous_run, keys)
+    steps = await deps.store.steps.get_steps(previous_run, keys)
     pairs = [
         (call, (step.result or {}).get("response", conversation.NOT_EXECUTED)
          if step is not None and step.status is StepStatus.COMPLETED

@@ -58,7 +58,7 @@ async def _publish(deps: Deps, topic: str, messages: list[Message]) -> None:
 async def resend(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> int:
     """Re-send the entries whose target step was never claimed. Returns how many were sent."""
     targeted = [o for o in outbox if o.target_step]
-    found = await deps.store.steps_exist(
+    found = await deps.store.steps.steps_exist(
         [(o.target_run or run_id, str(o.target_step)) for o in targeted])
     claimed = {id(o) for o, exists in zip(targeted, found, strict=True) if exists}
     pending = [o for o in outbox if id(o) not in claimed]

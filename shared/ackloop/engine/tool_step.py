@@ -52,7 +52,7 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
     # The run and the model step that asked for this call, before anything is written: only
     # the call that model step committed runs, never the message's own.
     # Its own document too: a step that does not exist yet may run unclaimed.
-    run_read, (model_step, own) = await deps.store.run_and_steps(
+    run_read, (model_step, own) = await deps.store.steps.run_and_steps(
         message.run_id, [str(StepKey.model(message.turn)), str(key)])
     if run_read is None:
         raise UnknownRun(message.run_id)
@@ -105,7 +105,7 @@ async def _run_claimed(
     run = run_read.record
     if run.status is not RunStatus.RUNNING:
         if claim.state != "unclaimed":
-            await deps.store.release_step(claim, error=f"not run: the run is {run.status}")
+            await deps.store.steps.release_step(claim, error=f"not run: the run is {run.status}")
         return None, None, None
     if run.cancel_requested:
         # Cancelled after the fan-out: the call is not made; the join still completes the
@@ -330,7 +330,7 @@ async def join(deps: Deps, message: ToolStepMessage, model_result: JsonDict | No
     send) sends it again while the next step has no document; the sweeper's join is the net
     for the rest."""
     start, end = tool_turn_range(message.turn)
-    steps = await deps.store.steps_in_range_versioned(message.run_id, start, end)
+    steps = await deps.store.steps.steps_in_range_versioned(message.run_id, start, end)
     next_key = str(StepKey.model(message.turn + 1))
     if any(s.key == next_key for s, _ in steps):
         return

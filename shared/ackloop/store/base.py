@@ -1,9 +1,10 @@
 """What every room of the store shares: its documents' paths, their retention, and the values
 the rooms and their callers pass (a run's end, a claim, a transcript as read).
 
-Nothing here imports a room, the engine's message builders or the deltas: the modules that the
-store itself uses (:mod:`ackloop.outgoing`, :mod:`ackloop.deltas`, :mod:`ackloop.store.commit`)
-take their constants and types from here, so every import points one way.
+Nothing here imports a room: the rooms, and the modules outside the store that name its
+documents (:mod:`ackloop.deltas`), take their constants and types from here, so every import
+points one way. The store is a pure writer: a run's end arrives here with its error already
+masked (:func:`ackloop.engine.ending.run_end`), its messages and its cost already decided.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from ackloop.docdb.counting import DocumentCounters
 from ackloop.errors import LeaseLost, StaleRead, StepTaken
 from ackloop.jsondict import JsonDict
 from ackloop.records import RunStatus, StepRecord, StopReason, TranscriptChunk
-from ackloop.tools.masking import mask_secrets
 from ackloop.wire import Usage
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ LAST_DOCUMENT_ID = "\U0010ffff"
 ClaimState = Literal["new", "taken_over", "completed", "waiting", "unclaimed"]
 """``waiting``: the step waits for a decision; nothing is claimed and nothing runs.
 ``unclaimed``: run without a claim; its document is created by the commit that records it
-(:meth:`AgentStore.unclaimed`)."""
+(:meth:`Steps.unclaimed`)."""
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,6 @@ class RunEnd:
     agent: str | None = None
     """The agent whose turn ended the run, when a hand-off made it another than the run's:
     the conversation's later runs continue with it (``handed_to``)."""
-
-    def __post_init__(self) -> None:
-        # Every error a run ends with is stored and published: never with a credential in it.
-        if self.error is not None:
-            object.__setattr__(self, "error", mask_secrets(self.error))
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """What a step's commit is made of: the decision it records and the reads it is fenced on.
 
 The engine decides; the store writes. A handler reads the run (:class:`RunRead`) and, for a
-model step, the transcript, then decides (:class:`Decision`). :meth:`AgentStore.commit_step`
-turns that decision into every write with its precondition, in one atomic commit:
+model step, the transcript, then decides (:class:`Decision`). The steps room's
+:meth:`~ackloop.store.steps.Steps.commit_step` asks the engine's :data:`Composer` for the
+messages, the cost and the masked error once it knows what the commit writes (a
+:class:`StepPlan`), and writes all of it with its preconditions, in one atomic commit:
 
 - the step, on the holder's version (a holder whose lease was taken over writes nothing), or
   created when it ran unclaimed (a duplicate that recorded it first makes the commit fail);
@@ -21,18 +23,17 @@ read at for the store's own use.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ackloop.cost import Cost
-from ackloop.docdb.base import Snapshot
+from ackloop.docdb.base import Snapshot, Write
 from ackloop.jsondict import JsonDict
-from ackloop.records import Outgoing, RunRecord, StepDecision, Waiting
+from ackloop.records import Outgoing, RunRecord, StepDecision, StepRecord, Waiting
 from ackloop.wire import Usage
 
 if TYPE_CHECKING:
-    from ackloop.deltas import DeltaRecord
     from ackloop.store.base import RunEnd, Transcript
 
 
@@ -75,8 +76,9 @@ class Decision:
     step_usage: Usage | None = None
     call_seconds: float | None = None
     error: str | None = None
-    deltas: tuple[DeltaRecord, ...] = ()
-    """A streamed call's last text, not written yet: written with the step (model steps)."""
+    writes: tuple[Write, ...] = ()
+    """Documents written with the step: a streamed call's last text, not written yet (model
+    steps; :func:`ackloop.deltas.delta_write`)."""
     child_cost: Cost | None = None
     """A sub-agent's call: what its child run cost, counted in this step's cost (so in its
     run's)."""
@@ -93,9 +95,44 @@ class Decision:
     carries it on (so in its run's); never priced or counted again as this step's own."""
 
 
-Pricer = Callable[[int, Sequence[Outgoing]], Cost]
-"""What the delivery spent, priced as its commit of that many documents is made and before
-that outbox is published (:func:`ackloop.engine.spend.spent`)."""
+@dataclass(frozen=True)
+class StepPlan:
+    """What a step's commit writes, as far as the store knows it before the engine composes
+    the rest (:data:`Composer`)."""
+
+    run: RunRecord
+    """The run as the commit is fenced on it."""
+    step: StepRecord
+    """The step as its claim holds it."""
+    result: JsonDict | None
+    """The step's result as recorded: with its transcript pointer (``transcript``) where the
+    step appended a turn and the run goes on."""
+    documents: int
+    """How many documents the commit writes (what its delivery is priced by)."""
+    next_run_id: str | None = None
+    """The queued run a run's end starts, which the engine sends its first step."""
+    next_trace: str | None = None
+    """That run's trace id, for its first step's trace context."""
+
+
+@dataclass(frozen=True)
+class Composed:
+    """What the engine decided a commit records beside what the decision says: the messages
+    to send (stamped, the run's end's included), the delivery's cost, the run's cost so far (a
+    model step's ``run_cost``; None for a tool step), the run's end with its total cost, and
+    the step's error, masked."""
+
+    outbox: list[Outgoing]
+    cost: Cost
+    run_cost: Cost | None = None
+    end: RunEnd | None = None
+    error: str | None = None
+
+
+Composer = Callable[[StepPlan], Composed]
+"""The engine's part of a step's commit (:func:`ackloop.engine.composing.composer`), asked once
+the store knows how many documents the commit writes: it builds, prices and masks; the store
+builds, prices and masks nothing."""
 
 
 @dataclass(frozen=True)

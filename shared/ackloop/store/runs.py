@@ -20,12 +20,12 @@ from ackloop.errors import ConversationNotStarted, IdempotencyMismatch, Permanen
 from ackloop.jsondict import JsonDict
 from ackloop.keys import is_run_id
 from ackloop.records import ConversationRecord, RunRecord, RunStatus, StopReason
-from ackloop.store.base import RunEnd
+from ackloop.store.base import RunEnd, StoreBase
 from ackloop.store.commit import RunRead
-from ackloop.store.transcript import Transcripts
+from ackloop.store.transcript import newest_chunk, transcript_fence
 from ackloop.wire import Usage
 
-# Optimistic retries of :meth:`AgentStore.create_run` when its documents change meanwhile.
+# Optimistic retries of :meth:`Runs.create_run` when its documents change meanwhile.
 CREATE_RUN_ATTEMPTS = 5
 # Runs that may wait behind a conversation's active run (the queue lives on one document).
 MAX_QUEUED_RUNS = 100
@@ -104,7 +104,75 @@ def _refusal(run: RunRecord, stored: RunRecord | None, conv: ConversationRecord 
     return None
 
 
-class Runs(Transcripts):
+def end_plan(run: RunRecord, conv_snapshot: Snapshot | None) -> tuple[str | None, int]:
+    """The queued run a run's end starts, and how many documents the end writes."""
+    if conv_snapshot is None:
+        return None, 1
+    conv = ConversationRecord.model_validate(conv_snapshot.data)
+    if conv.active_run_id == run.run_id:
+        next_run_id = conv.queue[0] if conv.queue else None
+        return next_run_id, 2 if next_run_id is None else 3
+    return None, 2 if run.run_id in conv.queue else 1
+
+
+def end_writes(
+    ground: StoreBase, run_snapshot: Snapshot, conv_snapshot: Snapshot | None, end: RunEnd,
+    now: float,
+) -> EndWrites:
+    """Writes that end a run, each fenced on the version its caller read.
+
+    The run is fenced on its version, the conversation too: the same commit hands the
+    conversation to the first queued run (which becomes ``running``), so a follow-up that
+    arrived during the run starts exactly when it ends, and never twice. A run that is its
+    conversation's only run (``conv_snapshot`` None: the conversation has no document, or,
+    for a run that started it and was not marked ``conversation_document``, the caller did
+    not read it) writes only itself: the conversation goes on having no document. A
+    follow-up that joined after the caller read the run marked the run, so the run's
+    version fence refuses the commit.
+    """
+    run = RunRecord.model_validate(run_snapshot.data)
+    update = {
+        "status": end.status.value,
+        "stop_reason": end.stop_reason.value,
+        "answer": end.answer,
+        "output": end.output,
+        "error": end.error,
+        "finished_at": now,
+        "progress_at": now,
+        "usage": end.usage.model_dump(mode="json"),
+        "steps_total": (own := end.usage.own()).model_calls + own.tool_calls,  # its own
+    } | ground._expiry(now)
+    if end.cost is not None:
+        update["cost"] = end.cost.model_dump(mode="json")
+    if end.agent is not None:
+        update["handed_to"] = end.agent
+    writes = [Write("update", run_snapshot.path, update, if_version=run_snapshot.version)]
+    if conv_snapshot is None:
+        return EndWrites(writes, None)
+    conv = ConversationRecord.model_validate(conv_snapshot.data)
+    next_run_id: str | None = None
+    if conv.active_run_id == run.run_id:
+        next_run_id = conv.queue[0] if conv.queue else None
+        conv_update: JsonDict = {"active_run_id": next_run_id, "queue": conv.queue[1:],
+                                 "updated_at": now}
+    elif run.run_id in conv.queue:  # a queued run that ends before it started
+        conv_update = {"queue": [r for r in conv.queue if r != run.run_id], "updated_at": now}
+    else:
+        return EndWrites(writes, None)
+    if end.agent is not None:  # a hand-off: the conversation goes on with that agent
+        conv_update["agent"] = end.agent
+    conv_update |= ground._conversation_expiry(now) | {
+        "usage": conv.usage.plus(end.usage).model_dump(mode="json"),
+        "cost": Cost.total([conv.cost, end.cost]).model_dump(mode="json")}
+    writes.append(Write("update", conv_snapshot.path, conv_update,
+                        if_version=conv_snapshot.version))
+    if next_run_id is not None:
+        writes.append(Write("update", ground.run_path(next_run_id), {
+            "status": RunStatus.RUNNING.value, "started_at": now, "progress_at": now}))
+    return EndWrites(writes, next_run_id)
+
+
+class Runs(StoreBase):
     """``runs/{run_id}`` and ``conversations/{id}``: a run's creation, its reads, its end (the
     writes a step's commit also uses), its cancel request and a queued run's start."""
 
@@ -125,7 +193,7 @@ class Runs(Transcripts):
         A run that starts a conversation of its own (the default: the conversation id is the
         run id) is one commit of one document and no read: a conversation has no document
         while its first run is its only run (:meth:`get_conversation`), and that run's end
-        leaves it so (:meth:`_end_writes`). Its precondition (the run does not exist) sends a
+        leaves it so (:func:`end_writes`). Its precondition (the run does not exist) sends a
         redelivered query to the reads below, which find the run.
 
         A run that continues a conversation reads, in one round trip, the run, the
@@ -285,72 +353,6 @@ class Runs(Transcripts):
                                              self.run_path(conversation_id)])
         return _conversation_of(conversation_id, conv, first)
 
-    @staticmethod
-    def _end_plan(run: RunRecord, conv_snapshot: Snapshot | None) -> tuple[str | None, int]:
-        """The queued run a run's end starts, and how many documents the end writes."""
-        if conv_snapshot is None:
-            return None, 1
-        conv = ConversationRecord.model_validate(conv_snapshot.data)
-        if conv.active_run_id == run.run_id:
-            next_run_id = conv.queue[0] if conv.queue else None
-            return next_run_id, 2 if next_run_id is None else 3
-        return None, 2 if run.run_id in conv.queue else 1
-
-    def _end_writes(
-        self, run_snapshot: Snapshot, conv_snapshot: Snapshot | None, end: RunEnd, now: float
-    ) -> EndWrites:
-        """Writes that end a run, each fenced on the version its caller read.
-
-        The run is fenced on its version, the conversation too: the same commit hands the
-        conversation to the first queued run (which becomes ``running``), so a follow-up that
-        arrived during the run starts exactly when it ends, and never twice. A run that is its
-        conversation's only run (``conv_snapshot`` None: the conversation has no document, or,
-        for a run that started it and was not marked ``conversation_document``, the caller did
-        not read it) writes only itself: the conversation goes on having no document. A
-        follow-up that joined after the caller read the run marked the run, so the run's
-        version fence refuses the commit.
-        """
-        run = RunRecord.model_validate(run_snapshot.data)
-        update = {
-            "status": end.status.value,
-            "stop_reason": end.stop_reason.value,
-            "answer": end.answer,
-            "output": end.output,
-            "error": end.error,
-            "finished_at": now,
-            "progress_at": now,
-            "usage": end.usage.model_dump(mode="json"),
-            "steps_total": (own := end.usage.own()).model_calls + own.tool_calls,  # its own
-        } | self._expiry(now)
-        if end.cost is not None:
-            update["cost"] = end.cost.model_dump(mode="json")
-        if end.agent is not None:
-            update["handed_to"] = end.agent
-        writes = [Write("update", run_snapshot.path, update, if_version=run_snapshot.version)]
-        if conv_snapshot is None:
-            return EndWrites(writes, None)
-        conv = ConversationRecord.model_validate(conv_snapshot.data)
-        next_run_id: str | None = None
-        if conv.active_run_id == run.run_id:
-            next_run_id = conv.queue[0] if conv.queue else None
-            conv_update: JsonDict = {"active_run_id": next_run_id, "queue": conv.queue[1:],
-                                     "updated_at": now}
-        elif run.run_id in conv.queue:  # a queued run that ends before it started
-            conv_update = {"queue": [r for r in conv.queue if r != run.run_id], "updated_at": now}
-        else:
-            return EndWrites(writes, None)
-        if end.agent is not None:  # a hand-off: the conversation goes on with that agent
-            conv_update["agent"] = end.agent
-        conv_update |= self._conversation_expiry(now) | {
-            "usage": conv.usage.plus(end.usage).model_dump(mode="json"),
-            "cost": Cost.total([conv.cost, end.cost]).model_dump(mode="json")}
-        writes.append(Write("update", conv_snapshot.path, conv_update,
-                            if_version=conv_snapshot.version))
-        if next_run_id is not None:
-            writes.append(Write("update", self.run_path(next_run_id), {
-                "status": RunStatus.RUNNING.value, "started_at": now, "progress_at": now}))
-        return EndWrites(writes, next_run_id)
-
     async def end_run_now(
         self, run_id: str, end: RunEnd, now: float, *, only_active: bool = False
     ) -> tuple[RunRecord, str | None] | None:
@@ -371,7 +373,7 @@ class Runs(Transcripts):
             return None
         # Where the fence's probe starts: only a running run has a model step to fence out (one
         # that starts running meanwhile is probed from the first chunk).
-        first = (await self._newest_chunk(str(found.data.get("conversation_id") or ""))
+        first = (await newest_chunk(self, str(found.data.get("conversation_id") or ""))
                  if status is RunStatus.RUNNING else 0)
 
         async def body(txn: Transaction) -> tuple[RunRecord, str | None] | None:
@@ -382,9 +384,9 @@ class Runs(Transcripts):
             if run.status.terminal or (only_active and run.status is RunStatus.QUEUED):
                 return None
             conv = await txn.get(self.conversation_path(run.conversation_id))
-            fence = (await self._transcript_fence(txn, run, first, now)
+            fence = (await transcript_fence(self, txn, run, first, now)
                      if run.status is RunStatus.RUNNING else None)
-            ending = self._end_writes(snap, conv, end, now)
+            ending = end_writes(self, snap, conv, end, now)
             for write in ending.writes:
                 txn.write(replace(write, if_version=None))  # the transaction guards them
             if fence is not None:
@@ -397,7 +399,8 @@ class Runs(Transcripts):
         return await self.db.transact(body)
 
     async def fail_run(self, run_id: str, error: str, now: float) -> bool:
-        """Mark a running run failed (used where no step can commit). True if it changed."""
+        """Mark a running run failed (used where no step can commit). True if it changed.
+        ``error`` is written as given: the caller masks it (the store masks nothing)."""
         end = RunEnd(RunStatus.FAILED, StopReason.FAILED, Usage(), error=error)
         return await self.end_run_now(run_id, end, now) is not None
 
@@ -439,7 +442,7 @@ class Runs(Transcripts):
         run = read.record
         if run.status.terminal or run.cancel_requested:
             return run
-        first = await self._newest_chunk(run.conversation_id)
+        first = await newest_chunk(self, run.conversation_id)
 
         async def body(txn: Transaction) -> RunRecord | None:
             snap = await txn.get(self.run_path(run_id))
@@ -448,7 +451,7 @@ class Runs(Transcripts):
             current = RunRecord.model_validate(snap.data)
             if current.status.terminal or current.cancel_requested:
                 return current
-            fence = (await self._transcript_fence(txn, current, first, time.time())
+            fence = (await transcript_fence(self, txn, current, first, time.time())
                      if current.status is RunStatus.RUNNING else None)
             txn.write(Write("update", snap.path, {"cancel_requested": True}))
             if fence is not None:

@@ -9,8 +9,12 @@ The invariants it keeps:
   final state are one atomic batch whose precondition is the holder's version of the step
   (:meth:`Steps.commit_step`, :mod:`ackloop.store.commit`).
 
-The commit still builds the messages a run's end sends (:mod:`ackloop.outgoing`): the engine
-deciding them and the store only writing them is the next step.
+The store is a pure writer: the engine builds the messages, prices the delivery and masks what
+it records (its composer, :data:`~ackloop.store.commit.Composer`, which the commit asks once it
+knows how many documents it writes); the commit writes them with their preconditions. The writes
+of another room that a step's commit carries (a transcript append, a run's end) come from that
+room's module (:func:`~ackloop.store.transcript.append_writes`,
+:func:`~ackloop.store.runs.end_writes`), over the same ground: no room is built on another.
 """
 
 from __future__ import annotations
@@ -18,25 +22,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from ackloop import outgoing
-from ackloop.cost import Cost
 from ackloop.docdb.base import AlreadyExists, PreconditionFailed, Snapshot, Version, Write
 from ackloop.errors import LeaseLost, StepBusy, StepConflict
 from ackloop.jsondict import JsonDict
 from ackloop.keys import StepKey
-from ackloop.records import StepRecord, StepStatus
-from ackloop.store.base import Claim
-from ackloop.store.commit import Basis, Committed, Decision, Pricer, RunRead
-from ackloop.store.runs import Runs
-from ackloop.store.transcript import _pointer
-from ackloop.tools.masking import mask_secrets
+from ackloop.records import RunRecord, StepRecord, StepStatus
+from ackloop.store.base import Claim, StoreBase
+from ackloop.store.commit import Basis, Committed, Composer, Decision, RunRead, StepPlan
+from ackloop.store.runs import end_plan, end_writes
+from ackloop.store.transcript import append_writes, pointer_after, refresh_history
 from ackloop.wire import Usage
-
-if TYPE_CHECKING:
-    from ackloop.deltas import ClaimWith, DeltaRecord, DeltasReady, DeltaWriter
-
 
 
 def _fresh_step(key: StepKey, name: str, *, owner: str, now: float, message_id: str,
@@ -46,21 +42,9 @@ def _fresh_step(key: StepKey, name: str, *, owner: str, now: float, message_id: 
                       created_at=now, started_at=now)
 
 
-class Steps(Runs):
+class Steps(StoreBase):
     """``runs/{run_id}/steps/{key}``: claims, leases, attempts, releases, the step commit, and
     the reads of a run's steps."""
-
-    def delta_writer(self, run_id: str, step: str, attempt: int, *, flush_seconds: float,
-                     now: float, ready: DeltasReady | None = None,
-                     claim: ClaimWith | None = None) -> DeltaWriter:
-        """Where the text of a streamed model call of ``step`` goes while the call runs
-        (``ready``, ``claim``: for a step not claimed yet, see
-        :class:`~ackloop.deltas.DeltaWriter`)."""
-        from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
-
-        return DeltaWriter(self.db, deltas_collection(self, run_id), step, attempt,
-                           flush_seconds=flush_seconds, expire_at=delta_expiry(self, now),
-                           ready=ready, claim=claim)
 
     async def claim_step(
         self,
@@ -140,11 +124,12 @@ class Steps(Runs):
         return Claim(run_id, step, None, "unclaimed")
 
     async def claim_unclaimed(self, claim: Claim, *, now: float, lease_seconds: float,
-                              first_delta: DeltaRecord | None = None) -> Claim:
+                              with_writes: Sequence[Write] = ()) -> Claim:
         """Claim a step that has run unclaimed so far (a streamed model call, at its first
         text): create its document as ``claim`` describes it (its attempt, its message id;
         ``unclaimed``, since its call started without a claim), holding a lease of
-        ``lease_seconds``, in one commit with ``first_delta`` (the call's first words). Only a
+        ``lease_seconds``, in one commit with ``with_writes`` (the call's first words, as
+        :func:`ackloop.deltas.delta_write` makes them). Only a
         create: a document already there means another delivery claimed or recorded the step
         meanwhile, and this one has lost it (:class:`LeaseLost`, nothing written)."""
         if claim.version is not None:
@@ -153,11 +138,7 @@ class Steps(Runs):
                                              "unclaimed": True})
         writes = [Write("create", self.step_path(claim.run_id, claim.key),
                         step.to_doc() | self._live_expiry(now))]
-        if first_delta is not None:
-            from ackloop.deltas import delta_expiry, delta_write, deltas_collection
-
-            writes.append(delta_write(deltas_collection(self, claim.run_id), first_delta,
-                                      delta_expiry(self, now)))
+        writes += with_writes
         try:
             version, *_ = await self.db.commit(writes)
         except AlreadyExists as exc:
@@ -231,10 +212,10 @@ class Steps(Runs):
         up by one (what a client watching its text reads as "drop the last attempt's") and
         ``started_at`` is now, the lease is renewed and ``error`` is recorded as why. Fenced on
         the holder's version like every write of a claim. Raises :class:`LeaseLost` if the step
-        was taken over."""
+        was taken over. ``error`` is written as given (the engine masks it)."""
         fields: JsonDict = {"attempts": claim.step.attempts + 1, "started_at": now,
                             "lease_expires_at": now + lease_seconds,
-                            "last_error": mask_secrets(error)}
+                            "last_error": error}
         if claim.version is None:  # only a streamed call retries in its request: it claims
             raise ValueError(f"step {claim.key} is unclaimed: it has no attempt to move on")
         try:
@@ -251,10 +232,11 @@ class Steps(Runs):
         """Give the lease back after a retryable failure so the redelivery need not wait.
 
         An unclaimed step's failure creates its document, released (attempt 1, the error):
-        the redelivery then claims it as its next attempt, so attempts are counted."""
+        the redelivery then claims it as its next attempt, so attempts are counted. ``error``
+        is written as given (the engine masks it)."""
         if claim.version is None:
             released = claim.step.model_copy(update={
-                "last_error": mask_secrets(error), "not_before": not_before})
+                "last_error": error, "not_before": not_before})
             with contextlib.suppress(AlreadyExists):  # another delivery has it: that one's
                 await self.db.create(self.step_path(claim.run_id, claim.key),
                                      released.to_doc() | self._live_expiry(claim.step.started_at))
@@ -266,33 +248,30 @@ class Steps(Runs):
                     Write(
                         "update",
                         self.step_path(claim.run_id, claim.key),
-                        {"lease_expires_at": 0.0, "last_error": mask_secrets(error),
+                        {"lease_expires_at": 0.0, "last_error": error,
                          "not_before": not_before},
                         if_version=claim.version,
                     )
                 ]
             )
 
-    async def commit_step(
-        self, claim: Claim, basis: Basis, decision: Decision, *, now: float, price: Pricer,
-        rolls_up: Sequence[Cost | None] = (), carried: Cost | None = None,
-    ) -> Committed:
-        """Record ``decision`` of the step ``claim`` holds, made from ``basis``, in one atomic
+    async def commit_step(self, claim: Claim, basis: Basis, decision: Decision, *,
+                          now: float, compose: Composer) -> Committed:
+        """Write ``decision`` of the step ``claim`` holds, made from ``basis``, in one atomic
         commit with every precondition (:mod:`ackloop.store.commit`); returns what to send.
 
-        ``price`` prices the delivery, knowing how many documents the commit writes. A model
-        step carries the run's cost: ``carried`` (the previous model step's ``run_cost``, else
-        the run's own) plus ``rolls_up`` (the previous turn's tool steps' costs) plus this
-        delivery, recorded as its ``run_cost``; the run document is written only by the model
-        step that ends the run, which records that total there.
+        What the decision sends, what the delivery cost and the run's cost so far, and the
+        run's end with its total, are the engine's: ``compose`` is asked for them once the
+        commit knows what it writes (:class:`~ackloop.store.commit.StepPlan`: how many
+        documents, the queued run a run's end starts), and the store writes what it answers.
 
         A run's end reads its conversation first (to hand it to the next queued run), except
         for a run that started its own conversation (``new_conversation``) whose conversation
         has no document (``conversation_document`` unset): that one writes nothing but itself.
-        A follow-up that joined after ``basis`` was read marked the run (:meth:`create_run`),
-        so the run's version fence refuses the commit: :class:`StaleRead`, and the caller reads
-        the run again and commits the same decision (no model call is made again), now reading
-        the conversation.
+        A follow-up that joined after ``basis`` was read marked the run
+        (:meth:`~ackloop.store.runs.Runs.create_run`), so the run's version fence refuses the
+        commit: :class:`StaleRead`, and the caller reads the run again and commits the same
+        decision (no model call is made again), now reading the conversation.
 
         Raises :class:`LeaseLost` (nothing written) if the lease was taken over, and
         :class:`StaleRead` (nothing written) if the step is still ours but another document the
@@ -303,88 +282,61 @@ class Steps(Runs):
         next_trace: str | None = None
         if decision.end is not None and not (run.new_conversation
                                              and not run.conversation_document):
-            conv = await self.get_conversation_snapshot(run.conversation_id)
-            next_run_id, _ = self._end_plan(run, conv)
+            (conv,) = await self.db.get_all([self.conversation_path(run.conversation_id)])
+            next_run_id, _ = end_plan(run, conv)
             if next_run_id is not None:  # the queued run it starts: its first step's trace
-                queued = await self.get_run(next_run_id)
-                next_trace = queued.trace_id if queued is not None else None
+                (queued,) = await self.db.get_all([self.run_path(next_run_id)])
+                next_trace = (RunRecord.model_validate(queued.data).trace_id
+                              if queued is not None else None)
         writes, committed = self._step_commit(claim, basis, decision, conv, now=now,
-                                              price=price, rolls_up=rolls_up, carried=carried,
-                                              next_trace=next_trace)
+                                              compose=compose, next_trace=next_trace)
         try:
             await self.db.commit(writes)
         except (PreconditionFailed, AlreadyExists) as exc:
             await self._raise_conflict(claim, exc)
         if basis.transcript is not None and any(
                 w.data.get("history_refreshed_at") == now for w in writes):
-            await self._refresh_history(basis.transcript, now)
+            await refresh_history(self, basis.transcript, now)
         return committed
 
     def _step_commit(
         self, claim: Claim, basis: Basis, decision: Decision, conv: Snapshot | None, *,
-        now: float, price: Pricer, rolls_up: Sequence[Cost | None], carried: Cost | None,
-        next_trace: str | None = None,
+        now: float, compose: Composer, next_trace: str | None = None,
     ) -> tuple[list[Write], Committed]:
         """The writes of :meth:`commit_step` (the step's first), made from ``basis`` and, for a
         run's end, the conversation as read (``conv``; None: it has no document, or, for a run
         that started it, it was not read), and what the commit records."""
         run = basis.run.record
-        outbox = list(decision.outbox)
         result = decision.result
         writes: list[Write] = []
         if basis.transcript is not None and decision.contents:
-            writes = self._append_writes(basis.transcript, decision.contents,
-                                         f"{run.run_id}/{claim.key}", now)
+            writes = append_writes(self, basis.transcript, decision.contents,
+                                   f"{run.run_id}/{claim.key}", now)
             if decision.end is None and result is not None:
-                result = result | {"transcript": _pointer(basis.transcript, writes)}
-        if decision.deltas:  # a streamed call's last text, with its step
-            from ackloop.deltas import delta_expiry, delta_write, deltas_collection
-
-            writes += [delta_write(deltas_collection(self, run.run_id), d, delta_expiry(self, now))
-                       for d in decision.deltas]
-        end = decision.end
-        run_writes = 0
-        model = claim.step.kind == "model"
-        if end is not None:
-            next_run_id, run_writes = self._end_plan(run, conv)
-            outbox += outgoing.ends(run, end)
-            if next_run_id is not None:
-                outbox.append(outgoing.first_step(next_run_id, other_run=True,
-                                                  trace_id=next_trace))
-        cost = price(1 + len(writes) + run_writes, outbox)
-        if claim.step.wait_cost is not None:  # the delivery that recorded its wait
-            cost = cost.plus(claim.step.wait_cost)
-        if decision.compaction_cost is not None:  # the summary its model step made first
-            cost = cost.plus(decision.compaction_cost)
-        if decision.child_cost is not None:  # a sub-agent's call: its child run's cost
-            cost = cost.plus(decision.child_cost.as_child())
-        total = Cost.total([carried if carried is not None else run.cost, *rolls_up, cost])
-        if end is not None:
-            end = replace(end, cost=total)
-            writes += self._end_writes(basis.run.snapshot, conv, end, now).writes
+                result = result | {"transcript": pointer_after(basis.transcript, writes)}
+        writes += decision.writes  # a streamed call's last text, with its step
+        next_run_id, run_writes = (end_plan(run, conv) if decision.end is not None
+                                   else (None, 0))
+        composed = compose(StepPlan(run=run, step=claim.step, result=result,
+                                    documents=1 + len(writes) + run_writes,
+                                    next_run_id=next_run_id, next_trace=next_trace))
         # A model step that does not end the run leaves the run document alone: its append to
         # the transcript is fenced on the chunk it read, which a run's end outside a step also
-        # writes (:meth:`end_run_now`), so it cannot append after its run ended.
-        if "transcript" in (result or {}):
-            # A model step of this run that follows at once (feedback on an unacceptable final
-            # answer) reads the transcript this commit leaves: say where, so it reads it with
-            # its other inputs in one round trip.
-            hint = outgoing.reads(0, (result or {})["transcript"])
-            outbox = [o.model_copy(update={"reads": hint})
-                      if o.topic == "model_steps" and o.target_run is None and o.reads is None
-                      else o for o in outbox]
-        outbox = outgoing.stamped(outbox)
+        # writes (:meth:`~ackloop.store.runs.Runs.end_run_now`), so it cannot append after its
+        # run ended.
+        if composed.end is not None:
+            writes += end_writes(self, basis.run.snapshot, conv, composed.end, now).writes
         update: JsonDict = {
             "status": StepStatus.COMPLETED.value,
             "completed_at": now,
             "result": result,
-            "outbox": [o.to_doc() for o in outbox],
+            "outbox": [o.to_doc() for o in composed.outbox],
             "lease_expires_at": 0.0,
-            "last_error": None if decision.error is None else mask_secrets(decision.error),
-            "cost": cost.model_dump(mode="json"),
+            "last_error": composed.error,
+            "cost": composed.cost.model_dump(mode="json"),
         }
-        if model:
-            update["run_cost"] = total.model_dump(mode="json")
+        if composed.run_cost is not None:
+            update["run_cost"] = composed.run_cost.model_dump(mode="json")
         usage = decision.step_usage
         if decision.child_usage is not None:  # a sub-agent's call: its child run's usage
             usage = (usage or Usage()).with_child(decision.child_usage)
@@ -398,17 +350,7 @@ class Steps(Runs):
                       if claim.version is not None else
                       Write("create", path, claim.step.to_doc() | update | {"unclaimed": True}
                             | self._live_expiry(now)))
-        return [step_write, *writes], Committed(outbox, end, cost)
-
-    async def read_basis_again(self, basis: Basis) -> Basis | None:
-        """The run (and the transcript, if ``basis`` has one) read again after a commit found
-        them changed; None if the run is gone."""
-        run = await self.read_run(basis.run.run_id)
-        if run is None:
-            return None
-        if basis.transcript is None:
-            return Basis(run)
-        return Basis(run, await self.load_transcript_view(basis.transcript.conversation_id))
+        return [step_write, *writes], Committed(composed.outbox, composed.end, composed.cost)
 
     async def get_steps(self, run_id: str, keys: Sequence[str]) -> list[StepRecord | None]:
         snaps = await self.db.get_all([self.step_path(run_id, k) for k in keys])

@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from ackloop.context import summary_content
 from ackloop.docdb.base import (
     AlreadyExists,
     PreconditionFailed,
@@ -38,12 +37,12 @@ log = logging.getLogger(__name__)
 
 VIEW_PAGE = 2
 """Transcript chunks a model step lists at a time, newest first, to find the last compaction
-(:meth:`AgentStore.load_transcript_view`)."""
+(:meth:`Transcripts.load_transcript_view`)."""
 
 
 @dataclass(frozen=True)
 class ModelStepInputs:
-    """What a model step reads before its call (:meth:`AgentStore.model_step_inputs`)."""
+    """What a model step reads before its call (:meth:`Transcripts.model_step_inputs`)."""
 
     run: RunRead | None
     previous: list[StepRecord]
@@ -55,9 +54,9 @@ class ModelStepInputs:
     is missing: list it)."""
 
 
-def _pointer(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
+def pointer_after(transcript: Transcript, writes: Sequence[Write]) -> JsonDict:
     """Where ``transcript`` stands once ``writes`` (its append) commit: the next step reads
-    exactly these chunks, with the run, in one round trip (:meth:`AgentStore.run_and_transcript`)
+    exactly these chunks, with the run, in one round trip (:meth:`Transcripts.run_and_transcript`)
     instead of querying the collection."""
     indexes = [int(w.path.rsplit("/", 1)[1]) for w in writes]
     indexes += [c.index for c in transcript.chunks]
@@ -167,100 +166,6 @@ class Transcripts(StoreBase):
         previous = [s for s in steps[:-1] if s is not None]
         return ModelStepInputs(RunRead.of(run), previous, own, transcript)
 
-    def _append_writes(
-        self, transcript: Transcript, contents: Sequence[JsonDict], tail: str,
-        now: float | None = None,
-    ) -> list[Write]:
-        """Writes that append ``contents`` to ``transcript`` (as loaded) and move its tail.
-
-        The turn is added to the last chunk as one entry of its ``turns`` map while the chunk
-        stays under :data:`CHUNK_BYTES`, else it starts the next chunk: either way the write
-        carries only this turn, so what a step writes does not grow with the conversation,
-        and the history stays in few documents, so what a step reads grows only with the
-        history's bytes. The update of the last chunk is fenced on the version read and a new
-        chunk is a ``create``: a writer that read an older transcript (a step of a run that has
-        ended meanwhile) cannot erase what another run appended.
-
-        With a retention, the chunk written expires :meth:`Retention.live` from ``now`` (the
-        wall clock if not given), and the chunks it does not write are moved to the same
-        horizon when theirs is a day or more behind: a conversation in use loses no history.
-        """
-        now = time.time() if now is None else now
-        return self._history_due(transcript, now, self._append_only(transcript, contents,
-                                                                    tail, now))
-
-    def _append_only(self, transcript: Transcript, contents: Sequence[JsonDict], tail: str,
-                     now: float) -> list[Write]:
-        added = _size(list(contents))
-        conversation_id = transcript.conversation_id
-        last = transcript.chunks[-1] if transcript.chunks else None
-        expiry = self._live_expiry(now)
-        if last is not None and last.size + added <= CHUNK_BYTES:
-            key = f"t{len(last.turns):06d}"
-            return [*self._refresh_writes(transcript, expiry, below=last.index),
-                    Write("update", self.chunk_path(conversation_id, last.index),
-                          {"tail": tail, "size": last.size + added} | expiry,
-                          if_version=transcript.last_version,
-                          into={"turns": {key: list(contents)}})]
-        index = last.index + 1 if last is not None else 0
-        chunk = TranscriptChunk(index=index, turns={f"t{0:06d}": list(contents)}, tail=tail,
-                                size=added)
-        if last is None:
-            return [Write("create", self.chunk_path(conversation_id, index),
-                          chunk.to_doc() | expiry)]
-        # Starting a chunk is fenced on the last one too (written unchanged, but for its expiry
-        # when that is due), so a run's end that wrote the last chunk fails this append too.
-        last_path = self.chunk_path(conversation_id, last.index)
-        refresh = self._refresh_writes(transcript, expiry, below=index)
-        due = next((w.data for w in refresh if w.path == last_path), {})
-        return [*(w for w in refresh if w.path != last_path),
-                Write("update", last_path, {"size": last.size} | due,
-                      if_version=transcript.last_version),
-                Write("create", self.chunk_path(conversation_id, index), chunk.to_doc() | expiry)]
-
-    def _history_due(self, transcript: Transcript, now: float, writes: list[Write]
-                     ) -> list[Write]:
-        """``writes`` (an append), marking the compaction's chunk the transcript is read from
-        when the chunks before it are due for the retention horizon again (a day or more since
-        they last got it): :meth:`commit_step` gives it to them once the append commits."""
-        if not self.retention or not transcript.chunks:
-            return writes
-        first = transcript.chunks[transcript.start]
-        refreshed = first.history_refreshed_at
-        if first.summary is None or first.index == 0 or (
-                refreshed is not None and now - refreshed < DAY_SECONDS):
-            return writes
-        path = self.chunk_path(transcript.conversation_id, first.index)
-        mark = {"history_refreshed_at": now}
-        if any(w.path == path for w in writes):
-            return [replace(w, data=w.data | mark) if w.path == path else w for w in writes]
-        return [*writes, Write("update", path, mark)]
-
-    async def _refresh_history(self, transcript: Transcript, now: float) -> None:
-        """Give the chunks before the transcript's last compaction (no model step reads them
-        again, so no append refreshes them) the retention horizon: after the commit, one batch,
-        else one by one, a chunk already gone (expired) left out. Best effort: at most once a
-        day per conversation, and a failure here only leaves that for the next day."""
-        expiry = self._live_expiry(now)
-        first = transcript.chunks[transcript.start].index if transcript.chunks else 0
-        paths = [self.chunk_path(transcript.conversation_id, i) for i in range(first)]
-        if not expiry or not paths:
-            return
-        try:
-            for at in range(0, len(paths), 400):
-                await self.db.commit([Write("update", p, dict(expiry))
-                                      for p in paths[at:at + 400]])
-            return
-        except PreconditionFailed:
-            pass  # one of them is gone: the others one by one
-        except StorageUnavailable as exc:  # the step is recorded; this can wait a day
-            log.warning("refreshing the retention of %s's older chunks: %s",
-                        transcript.conversation_id, exc)
-            return
-        for path in paths:
-            with contextlib.suppress(PreconditionFailed):
-                await self.db.commit([Write("update", path, dict(expiry))])
-
     async def past_compactions(self, transcript: Transcript) -> Transcript:
         """``transcript``, or, where its last chunk says a compaction's chunk was created
         after it (``compacted_into``: a delivery of a step committed it and died), the
@@ -283,12 +188,14 @@ class Transcripts(StoreBase):
         return TranscriptChunk.model_validate(snap.data), snap.version
 
     async def commit_compaction(self, transcript: Transcript, summary: str,
-                                kept: Sequence[JsonDict], record: JsonDict, now: float
-                                ) -> Transcript | None:
+                                kept: Sequence[JsonDict], record: JsonDict, now: float, *,
+                                opening: JsonDict) -> Transcript | None:
         """Record a compaction of ``transcript`` (as a model step read it): the next chunk,
         holding ``summary``, a copy of the ``kept`` turns and ``record`` (who made it, what it
         used and cost), created in one commit with the last chunk written unchanged, fenced
         on the version read (a run's end outside a step, or another writer, makes it fail).
+        ``opening``: the content the summary stands as in a model's view, as the engine builds
+        it (:func:`ackloop.context.summary_content`): the chunk's size counts it.
         Returns the transcript as a model step now reads it: that chunk alone.
 
         None when the chunk was created meanwhile (the caller reads it: the same step's other
@@ -302,11 +209,11 @@ class Transcripts(StoreBase):
         index = last.index + 1
         chunk = TranscriptChunk(
             index=index, summary=summary, kept=list(kept), compaction=record,
-            tail=last.tail, size=_size([summary_content(summary), *kept]),
+            tail=last.tail, size=_size([opening, *kept]),
             history_refreshed_at=now if self.retention else None)
         expiry = self._live_expiry(now)
         last_path = self.chunk_path(conversation_id, last.index)
-        refresh = self._refresh_writes(transcript, expiry, below=index)
+        refresh = _refresh_writes(self, transcript, expiry, below=index)
         due = next((w.data for w in refresh if w.path == last_path), {})
         try:
             versions = await self.db.commit([
@@ -320,45 +227,154 @@ class Transcripts(StoreBase):
         except PreconditionFailed as exc:
             raise StaleRead(f"chunk {last.index} of {conversation_id} changed") from exc
         if transcript.start or transcript.chunks[0].index:  # chunks it did not read
-            await self._refresh_history(transcript, now)
+            await refresh_history(self, transcript, now)
         return Transcript(conversation_id, [chunk], versions[-1],
                           (expiry.get(EXPIRE_AT),))
 
-    def _refresh_writes(self, transcript: Transcript, expiry: JsonDict, below: int) -> list[Write]:
-        """Move the ``expire_at`` of the chunks before ``below`` to ``expiry`` where it is a day
-        or more earlier (or missing): unfenced, and only that field."""
-        if not expiry:
-            return []
-        due = expiry[EXPIRE_AT].timestamp() - DAY_SECONDS
-        writes = []
-        for i, chunk in enumerate(transcript.chunks):
-            expires = transcript.expires[i] if i < len(transcript.expires) else None
-            if chunk.index < below and not (isinstance(expires, datetime)
-                                            and expires.timestamp() > due):
-                path = self.chunk_path(transcript.conversation_id, chunk.index)
-                writes.append(Write("update", path, dict(expiry)))
+
+# --- The writes other rooms' commits make on a transcript (over the store's ground) ---
+
+
+def append_writes(
+    ground: StoreBase, transcript: Transcript, contents: Sequence[JsonDict], tail: str,
+    now: float | None = None,
+) -> list[Write]:
+    """Writes that append ``contents`` to ``transcript`` (as loaded) and move its tail.
+
+    The turn is added to the last chunk as one entry of its ``turns`` map while the chunk
+    stays under :data:`CHUNK_BYTES`, else it starts the next chunk: either way the write
+    carries only this turn, so what a step writes does not grow with the conversation,
+    and the history stays in few documents, so what a step reads grows only with the
+    history's bytes. The update of the last chunk is fenced on the version read and a new
+    chunk is a ``create``: a writer that read an older transcript (a step of a run that has
+    ended meanwhile) cannot erase what another run appended.
+
+    With a retention, the chunk written expires :meth:`Retention.live` from ``now`` (the
+    wall clock if not given), and the chunks it does not write are moved to the same
+    horizon when theirs is a day or more behind: a conversation in use loses no history.
+    """
+    now = time.time() if now is None else now
+    return _history_due(ground, transcript, now, _append_only(ground, transcript, contents,
+                                                                tail, now))
+
+
+def _append_only(
+    ground: StoreBase, transcript: Transcript, contents: Sequence[JsonDict], tail: str,
+                 now: float) -> list[Write]:
+    added = _size(list(contents))
+    conversation_id = transcript.conversation_id
+    last = transcript.chunks[-1] if transcript.chunks else None
+    expiry = ground._live_expiry(now)
+    if last is not None and last.size + added <= CHUNK_BYTES:
+        key = f"t{len(last.turns):06d}"
+        return [*_refresh_writes(ground, transcript, expiry, below=last.index),
+                Write("update", ground.chunk_path(conversation_id, last.index),
+                      {"tail": tail, "size": last.size + added} | expiry,
+                      if_version=transcript.last_version,
+                      into={"turns": {key: list(contents)}})]
+    index = last.index + 1 if last is not None else 0
+    chunk = TranscriptChunk(index=index, turns={f"t{0:06d}": list(contents)}, tail=tail,
+                            size=added)
+    if last is None:
+        return [Write("create", ground.chunk_path(conversation_id, index),
+                      chunk.to_doc() | expiry)]
+    # Starting a chunk is fenced on the last one too (written unchanged, but for its expiry
+    # when that is due), so a run's end that wrote the last chunk fails this append too.
+    last_path = ground.chunk_path(conversation_id, last.index)
+    refresh = _refresh_writes(ground, transcript, expiry, below=index)
+    due = next((w.data for w in refresh if w.path == last_path), {})
+    return [*(w for w in refresh if w.path != last_path),
+            Write("update", last_path, {"size": last.size} | due,
+                  if_version=transcript.last_version),
+            Write("create", ground.chunk_path(conversation_id, index), chunk.to_doc() | expiry)]
+
+
+def _history_due(
+    ground: StoreBase, transcript: Transcript, now: float, writes: list[Write]
+                 ) -> list[Write]:
+    """``writes`` (an append), marking the compaction's chunk the transcript is read from
+    when the chunks before it are due for the retention horizon again (a day or more since
+    they last got it): :meth:`commit_step` gives it to them once the append commits."""
+    if not ground.retention or not transcript.chunks:
         return writes
+    first = transcript.chunks[transcript.start]
+    refreshed = first.history_refreshed_at
+    if first.summary is None or first.index == 0 or (
+            refreshed is not None and now - refreshed < DAY_SECONDS):
+        return writes
+    path = ground.chunk_path(transcript.conversation_id, first.index)
+    mark = {"history_refreshed_at": now}
+    if any(w.path == path for w in writes):
+        return [replace(w, data=w.data | mark) if w.path == path else w for w in writes]
+    return [*writes, Write("update", path, mark)]
 
-    async def _newest_chunk(self, conversation_id: str) -> int:
-        """The index of the conversation's last transcript chunk (0 if it has none)."""
-        if not conversation_id:
-            return 0
-        newest = await self.db.list_newest(self.transcript_collection(conversation_id), {},
-                                           "index", limit=1)
-        return int(newest[0].data.get("index", 0)) if newest else 0
 
-    async def _transcript_fence(
-        self, txn: Transaction, run: RunRecord, first: int, now: float
-    ) -> Write:
-        """The write of :meth:`end_run_now` that fails a late append of ``run``: its
-        conversation's last chunk from index ``first`` on (read in ``txn``), or a new empty
-        chunk where there is none."""
-        conversation_id = run.conversation_id
-        mark = {"fence": f"{run.run_id}@{now}"}
-        index, last = first, None
-        while await txn.get(self.chunk_path(conversation_id, index)) is not None:
-            last, index = index, index + 1
-        if last is not None:
-            return Write("update", self.chunk_path(conversation_id, last), mark)
-        empty = TranscriptChunk(index=first).to_doc() | mark | self._live_expiry(now)
-        return Write("create", self.chunk_path(conversation_id, first), empty)
+async def refresh_history(
+    ground: StoreBase, transcript: Transcript, now: float) -> None:
+    """Give the chunks before the transcript's last compaction (no model step reads them
+    again, so no append refreshes them) the retention horizon: after the commit, one batch,
+    else one by one, a chunk already gone (expired) left out. Best effort: at most once a
+    day per conversation, and a failure here only leaves that for the next day."""
+    expiry = ground._live_expiry(now)
+    first = transcript.chunks[transcript.start].index if transcript.chunks else 0
+    paths = [ground.chunk_path(transcript.conversation_id, i) for i in range(first)]
+    if not expiry or not paths:
+        return
+    try:
+        for at in range(0, len(paths), 400):
+            await ground.db.commit([Write("update", p, dict(expiry))
+                                  for p in paths[at:at + 400]])
+        return
+    except PreconditionFailed:
+        pass  # one of them is gone: the others one by one
+    except StorageUnavailable as exc:  # the step is recorded; this can wait a day
+        log.warning("refreshing the retention of %s's older chunks: %s",
+                    transcript.conversation_id, exc)
+        return
+    for path in paths:
+        with contextlib.suppress(PreconditionFailed):
+            await ground.db.commit([Write("update", path, dict(expiry))])
+
+
+def _refresh_writes(
+    ground: StoreBase, transcript: Transcript, expiry: JsonDict, below: int) -> list[Write]:
+    """Move the ``expire_at`` of the chunks before ``below`` to ``expiry`` where it is a day
+    or more earlier (or missing): unfenced, and only that field."""
+    if not expiry:
+        return []
+    due = expiry[EXPIRE_AT].timestamp() - DAY_SECONDS
+    writes = []
+    for i, chunk in enumerate(transcript.chunks):
+        expires = transcript.expires[i] if i < len(transcript.expires) else None
+        if chunk.index < below and not (isinstance(expires, datetime)
+                                        and expires.timestamp() > due):
+            path = ground.chunk_path(transcript.conversation_id, chunk.index)
+            writes.append(Write("update", path, dict(expiry)))
+    return writes
+
+
+async def newest_chunk(
+    ground: StoreBase, conversation_id: str) -> int:
+    """The index of the conversation's last transcript chunk (0 if it has none)."""
+    if not conversation_id:
+        return 0
+    newest = await ground.db.list_newest(ground.transcript_collection(conversation_id), {},
+                                       "index", limit=1)
+    return int(newest[0].data.get("index", 0)) if newest else 0
+
+
+async def transcript_fence(
+    ground: StoreBase, txn: Transaction, run: RunRecord, first: int, now: float
+) -> Write:
+    """The write of :meth:`end_run_now` that fails a late append of ``run``: its
+    conversation's last chunk from index ``first`` on (read in ``txn``), or a new empty
+    chunk where there is none."""
+    conversation_id = run.conversation_id
+    mark = {"fence": f"{run.run_id}@{now}"}
+    index, last = first, None
+    while await txn.get(ground.chunk_path(conversation_id, index)) is not None:
+        last, index = index, index + 1
+    if last is not None:
+        return Write("update", ground.chunk_path(conversation_id, last), mark)
+    empty = TranscriptChunk(index=first).to_doc() | mark | ground._live_expiry(now)
+    return Write("create", ground.chunk_path(conversation_id, first), empty)

@@ -1,7 +1,7 @@
 """What a waiting call waits for, arriving: a named event, or a child run's end.
 
 **A named event** (``POST /runs/{id}/events/{name}`` or an :class:`~ackloop.wire.EventMessage`
-on the queries topic) is kept on the run first (:meth:`AgentStore.receive_event`: the first
+on the queries topic) is kept on the run first (:meth:`Waits.receive_event`: the first
 event of a name wins, the same one again is recognised; the payload goes to
 ``runs/{run_id}/events/{name}``), since it may come before any call waits for it; then every
 step waiting for it is resolved ``received`` and re-sent (:func:`core.resolve_if_waiting`).
@@ -62,7 +62,7 @@ class Delivered:
     """The keys of the steps the event resumed (or re-sent, for a repeat)."""
     too_late: list[str] = field(default_factory=list)
     """Those of them that waited past their deadline before it came: they are rejected as at
-    their deadline (:meth:`AgentStore.decide_step`), not run with it."""
+    their deadline (:meth:`Waits.decide_step`), not run with it."""
 
 
 async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
@@ -76,12 +76,12 @@ async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
         raise DecisionRefused(422, "reserved_event", (
             f"event names starting with {CHILD_EVENT_PREFIX!r} are the engine's (a child "
             "run's end): choose another name"))
-    kept, recorded, run = await deps.store.receive_event(run_id, name, event, owner)
+    kept, recorded, run = await deps.store.waits.receive_event(run_id, name, event, owner)
     log.info("run %s %s event %r from %s", run_id, "received" if recorded else
              "received again", name, kept.by)
     resumed: list[StepRecord] = []
     with tracing.run_context(run_id, run.trace_id):
-        for step in await deps.store.list_steps(run_id):
+        for step in await deps.store.steps.list_steps(run_id):
             waiting = step.waiting
             if (step.status is not StepStatus.WAITING or waiting is None
                     or waiting.kind != "event" or waiting.event != name):
@@ -97,20 +97,20 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
     its record, resolves the call of its parent that waits for it (its step alone).
 
     Raises :class:`NotWaitingYet` while that call has not recorded its wait."""
-    child = await deps.store.get_run(child_id)
+    child = await deps.store.runs.get_run(child_id)
     if child is None or child.parent_run_id is None or child.parent_step is None:
         return {"run_id": child_id, "ignored": "not a child run"}
     if not child.status.terminal:
         return {"run_id": child_id, "ignored": f"the child is {child.status.value}"}
     parent_id, key = child.parent_run_id, child.parent_step
     found = {"run_id": child_id, "parent": parent_id, "step": key}
-    (step,) = await deps.store.get_steps(parent_id, [key])
+    (step,) = await deps.store.steps.get_steps(parent_id, [key])
     if step is None or step.status is StepStatus.COMPLETED:
         return found | {"ignored": "its call has ended"}
     if step.status is not StepStatus.WAITING:
         if step.decision is not None:  # a repeat of an end its call has taken and runs with
             return found | {"ignored": "its call has taken its end"}
-        parent = await deps.store.get_run(parent_id)
+        parent = await deps.store.runs.get_run(parent_id)
         if parent is None or parent.status.terminal:  # nobody will come to wait for it
             return found | {"refused": "run_ended"}
         raise NotWaitingYet(f"run {parent_id} step {key} has not recorded its wait for its "

@@ -11,7 +11,7 @@ commit, conditional on the run as read; a child's writes its step alone (a paren
 document is never written per child).
 
 **Resolve.** A resolution (approve, reject, received) is recorded on the step, the first one
-wins (:meth:`AgentStore.decide_step`), then the step's message, the model step's committed
+wins (:meth:`Waits.decide_step`), then the step's message, the model step's committed
 outbox entry for it, is sent again: the step resumes through the ordinary path and the
 ledger check holds.
 
@@ -138,11 +138,11 @@ async def _wait_or_met(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
         cost = spend.spent(deps, model=None, usage=None,
                            commit_writes=1 if kind.clock_runs else 2, outbox=notices)
         try:
-            await deps.store.wait_step(claim, waiting, None if kind.clock_runs else read,
-                                       look_at(deps, waiting, now), cost)
+            await deps.store.waits.wait_step(claim, waiting, None if kind.clock_runs else read,
+                                             look_at(deps, waiting, now), cost)
             break
         except StaleRead:
-            fresh = await deps.store.read_run(claim.run_id)
+            fresh = await deps.store.runs.read_run(claim.run_id)
             if fresh is None:
                 return None
             read = fresh
@@ -210,10 +210,10 @@ def cancel_rejection(now: float) -> StepDecision:
 
 async def resolve(deps: Deps, run_id: str, key: str, decision: StepDecision,
                   kind: WaitKindName | None = None) -> tuple[StepRecord, bool]:
-    """Record ``decision`` (:meth:`AgentStore.decide_step`; only on a wait of ``kind`` when
+    """Record ``decision`` (:meth:`Waits.decide_step`; only on a wait of ``kind`` when
     given) and re-send the step's message; a duplicate of an already recorded decision sends
     it again too (the claim absorbs it)."""
-    step, decided = await deps.store.decide_step(run_id, key, decision, kind)
+    step, decided = await deps.store.waits.decide_step(run_id, key, decision, kind)
     await resend(deps, run_id, step)
     return step, decided
 
@@ -224,14 +224,14 @@ async def resolve_if_waiting(deps: Deps, run_id: str, step: StepRecord,
     the step as it is then."""
     if step.decision is None:
         with contextlib.suppress(DecisionRefused):
-            step, _ = await deps.store.decide_step(run_id, step.key, decision)
+            step, _ = await deps.store.waits.decide_step(run_id, step.key, decision)
     await resend(deps, run_id, step)
     return step
 
 
 async def resend(deps: Deps, run_id: str, step: StepRecord) -> None:
     """Send the committed message of a decided step."""
-    (model_step,) = await deps.store.get_steps(run_id, [str(StepKey.model(step.turn))])
+    (model_step,) = await deps.store.steps.get_steps(run_id, [str(StepKey.model(step.turn))])
     if model_step is None:
         return
     entry = next((o for o in model_step.outbox if o.target_step == step.key), None)
@@ -308,9 +308,9 @@ async def abandon(deps: Deps, run: RunRecord, step: StepRecord) -> bool:
 async def cancel_tree(deps: Deps, run_id: str) -> RunRecord | None:
     """Ask ``run_id`` to stop and, if it runs, reject its waits and abandon what they wait
     for (its own children in turn). A child is never queued (its conversation is its own)."""
-    requested = await deps.store.request_cancel(run_id)
+    requested = await deps.store.runs.request_cancel(run_id)
     if requested is not None and requested.status is RunStatus.RUNNING:
-        await cancel_waits(deps, requested, await deps.store.list_steps(run_id))
+        await cancel_waits(deps, requested, await deps.store.steps.list_steps(run_id))
     return requested
 
 

@@ -101,7 +101,7 @@ async def _event_arrived(deps: Deps, run: RunRecord, key: str, waiting: Waiting
     if kept is None:
         return None
     try:
-        event = await deps.store.event_payload(run.run_id, waiting.event or "", kept)
+        event = await deps.store.waits.event_payload(run.run_id, waiting.event or "", kept)
     except DecisionRefused:
         return None  # its payload is gone: the deadline rejects the call
     return StepDecision(decision="received", payload=event.payload, by=event.by,
@@ -111,7 +111,7 @@ async def _event_arrived(deps: Deps, run: RunRecord, key: str, waiting: Waiting
 async def _child_arrived(deps: Deps, run: RunRecord, key: str, waiting: Waiting
                          ) -> StepDecision | None:
     """The child run's end, read from the child when it has ended."""
-    child = await deps.store.get_run(children.child_run_id(run, key))
+    child = await deps.store.runs.get_run(children.child_run_id(run, key))
     if child is None or not child.status.terminal:
         return None
     return child_end(deps, child)
@@ -129,7 +129,7 @@ async def _nothing(deps: Deps, run: RunRecord, key: str, cancel: CancelRun) -> b
 
 async def _cancel_child(deps: Deps, run: RunRecord, key: str, cancel: CancelRun) -> bool:
     """Cancel the call's child if it is still active: True if it was."""
-    child = await deps.store.get_run(children.child_run_id(run, key))
+    child = await deps.store.runs.get_run(children.child_run_id(run, key))
     if child is None or child.status.terminal:
         return False
     await cancel(deps, child.run_id)
