@@ -344,6 +344,8 @@ class ToolStepMessage(WireModel):
 
 
 StepMessage = ModelStepMessage | ToolStepMessage
+"""A step message, either kind: the one union the engine names them by (``isinstance`` takes
+it too), so a third kind of step is added here alone."""
 
 
 class WaitingNotice(WireModel):

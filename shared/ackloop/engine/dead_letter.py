@@ -44,7 +44,7 @@ from ackloop.wire import (
 
 log = logging.getLogger(__name__)
 
-Ours = ModelStepMessage | ToolStepMessage | ChildEndedMessage | QueryMessage
+Ours = StepMessage | ChildEndedMessage | QueryMessage
 _ANY: TypeAdapter[Ours] = TypeAdapter(Ours)
 
 CHILD_ENDED = "child_ended"
