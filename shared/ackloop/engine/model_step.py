@@ -353,8 +353,9 @@ async def _run_claimed(
         decision = replace(decision, compaction_cost=compacted.cost,
                            result=(decision.result or {}) | {"compaction": compacted.record})
     if agent.name != run.agent:  # a hand-off's turn: the ledger says whose it was
+        end = decision.end and decision.end.model_copy(update={"agent": agent.name})
         decision = replace(decision, result=(decision.result or {}) | {"agent": agent.name},
-                           end=replace(decision.end, agent=agent.name) if decision.end else None)
+                           end=end)
     await commit(deps, ref, decision, basis, kind="model", rolls_up=inputs.previous,
                  redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
+from pydantic import ConfigDict, field_validator
+
 from ackloop.cost import Cost
 from ackloop.docdb.base import DocumentDB, Version
 from ackloop.docdb.counting import DocumentCounters
@@ -19,7 +21,7 @@ from ackloop.errors import LeaseLost, StaleRead, StepTaken
 from ackloop.jsondict import JsonDict
 from ackloop.records import RunStatus, StepRecord, StopReason, TranscriptChunk
 from ackloop.tools.masking import mask_secrets
-from ackloop.wire import Usage
+from ackloop.wire import RunOutcome
 
 if TYPE_CHECKING:
     from ackloop.settings import Settings
@@ -81,16 +83,15 @@ def _timestamp(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-@dataclass(frozen=True)
-class RunEnd:
-    """How a run ends: what the run document and the answer message will say."""
+class RunEnd(RunOutcome):
+    """How a run ends: what the run document and the answer message will say (its
+    :class:`RunOutcome`, the status and the stop reason as their enums), with what the end
+    writes besides."""
+
+    model_config = ConfigDict(frozen=True)
 
     status: RunStatus
     stop_reason: StopReason
-    usage: Usage
-    answer: str | None = None
-    output: Any = None
-    error: str | None = None
     cost: Cost | None = None
     """The run's total cost (its ingest and steps), written on the run and added to its
     conversation's."""
@@ -98,10 +99,11 @@ class RunEnd:
     """The agent whose turn ended the run, when a hand-off made it another than the run's:
     the conversation's later runs continue with it (``handed_to``)."""
 
-    def __post_init__(self) -> None:
+    @field_validator("error")
+    @classmethod
+    def _masked(cls, error: str | None) -> str | None:
         # Every error a run ends with is stored and published: never with a credential in it.
-        if self.error is not None:
-            object.__setattr__(self, "error", mask_secrets(self.error))
+        return None if error is None else mask_secrets(error)
 
 
 @dataclass(frozen=True)

@@ -360,7 +360,7 @@ class Steps(Runs):
             cost = cost.plus(decision.child_cost.as_child())
         total = Cost.total([carried if carried is not None else run.cost, *rolls_up, cost])
         if end is not None:
-            end = replace(end, cost=total)
+            end = end.model_copy(update={"cost": total})
             writes += self._end_writes(basis.run.snapshot, conv, end, now).writes
         # A model step that does not end the run leaves the run document alone: its append to
         # the transcript is fenced on the chunk it read, which a run's end outside a step also
