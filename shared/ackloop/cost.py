@@ -24,7 +24,7 @@ worked out again from them. Check the pages before quoting a bill.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -85,20 +85,13 @@ def pubsub_billed_bytes(size: int) -> int:
     return max(PUBSUB_MIN_BYTES, size)
 
 
-class Cost(BaseModel):
-    """What something spent: the counted quantities and their price in USD.
-
-    ``usd`` is the sum of the four services; an ``unpriced_models`` entry names a model the
-    price table does not list, whose tokens are counted but cost $0 here.
-    """
+class Counts(BaseModel):
+    """The counted quantities of a delivery, a step or a run: what a :class:`Spend` measures
+    and its :class:`Cost` keeps next to the dollars (declared once, so a count added is in
+    both)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    usd: float = 0.0
-    gemini_usd: float = 0.0
-    firestore_usd: float = 0.0
-    pubsub_usd: float = 0.0
-    cloud_run_usd: float = 0.0
     prompt_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = Field(default=0, exclude_if=lambda v: v == 0)
@@ -109,6 +102,28 @@ class Cost(BaseModel):
     pubsub_bytes: int = 0
     requests: int = 0
     request_seconds: float = 0.0
+
+
+class _Amounts(BaseModel):
+    """A :class:`Cost`'s dollars, first in its document (a base of its own so that the
+    counts inherited from :class:`Counts` keep their place after them)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    usd: float = 0.0
+    gemini_usd: float = 0.0
+    firestore_usd: float = 0.0
+    pubsub_usd: float = 0.0
+    cloud_run_usd: float = 0.0
+
+
+class Cost(Counts, _Amounts):
+    """What something spent: the counted quantities and their price in USD.
+
+    ``usd`` is the sum of the four services; an ``unpriced_models`` entry names a model the
+    price table does not list, whose tokens are counted but cost $0 here.
+    """
+
     children_usd: float = Field(default=0.0, exclude_if=lambda v: v == 0)
     """The part of ``usd`` that child runs spent (a run's sub-agents' calls, each child's
     whole tree), counted once each call has its child's end."""
@@ -145,27 +160,15 @@ class Cost(BaseModel):
 _SUMMED = [name for name in Cost.model_fields if name not in ("price_table", "unpriced_models")]
 
 
-@dataclass(frozen=True)
-class Spend:
-    """What one delivery used, counted by the engine: the quantities of a :class:`Cost` that
-    carry its name (:func:`price` copies them), with what prices them (the model, the service's
-    size)."""
+class Spend(Counts):
+    """What one delivery used, counted by the engine: the :class:`Counts` its :class:`Cost`
+    carries (:func:`price` copies them), with what prices them (the model, the service's
+    size). One delivery is one request."""
 
     model: str | None = None
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    """Of ``prompt_tokens``, those Gemini served from its cache."""
-    firestore_reads: int = 0
-    firestore_writes: int = 0
-    pubsub_bytes: int = 0
-    request_seconds: float = 0.0
+    requests: int = 1
     vcpu: float = 1.0
     memory_gib: float = 0.5
-
-
-_COUNTED = tuple(f.name for f in fields(Spend) if f.name in Cost.model_fields)
-"""The quantities a :class:`Spend` and its :class:`Cost` both carry."""
 
 
 def price(spend: Spend, prices: PriceTable = PRICES) -> Cost:
@@ -189,6 +192,6 @@ def price(spend: Spend, prices: PriceTable = PRICES) -> Cost:
     return Cost(
         usd=gemini + firestore + pubsub + cloud_run,
         gemini_usd=gemini, firestore_usd=firestore, pubsub_usd=pubsub, cloud_run_usd=cloud_run,
-        **{name: getattr(spend, name) for name in _COUNTED}, requests=1,
+        **{name: getattr(spend, name) for name in Counts.model_fields},
         price_table=prices.date, unpriced_models=unpriced,
     )

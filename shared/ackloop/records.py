@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ackloop.context import summary_content
 from ackloop.cost import Cost
 from ackloop.jsondict import JsonDict
-from ackloop.wire import Usage
+from ackloop.wire import RunOutcome, Usage
 
 ANONYMOUS = "anonymous"
 """The caller of a query published to the topic, or of the HTTP API when it checks no one."""
@@ -101,7 +101,10 @@ class ReceivedEvent(Record):
     apart; None where the payload is here."""
 
 
-class RunRecord(Record):
+class RunRecord(Record, RunOutcome):
+    """A run's document. How it ended is its :class:`RunOutcome` (declared there), here with
+    the status and the stop reason as their enums."""
+
     run_id: str
     request_id: str
     request_hash: str
@@ -127,9 +130,6 @@ class RunRecord(Record):
     an older version is refused and reads again."""
     status: RunStatus = RunStatus.RUNNING
     stop_reason: StopReason | None = None
-    answer: str | None = None
-    output: Any = None
-    error: str | None = None
     created_at: float
     started_at: float | None = None
     progress_at: float | None = None
@@ -137,7 +137,6 @@ class RunRecord(Record):
     finished_at: float | None = None
     limits: RunLimits
     cancel_requested: bool = False
-    usage: Usage = Usage()
     steps_total: int = 0
     ingest_cost: Cost | None = None
     """What creating the run spent (the query's delivery), written with the run."""

@@ -244,11 +244,6 @@ class Settings(BaseSettings):
         "catalog an installed package declares in the 'ackloop.agents' entry point group, else "
         "the built-in agents.",
     )
-    bench_agents: bool = Field(
-        default=False,
-        description="Also register the benchmark agents (reference, reference-long): the local "
-        "stack and the benchmark turn it on; a deployment leaves it off.",
-    )
     max_steps_ceiling: int = Field(
         default=100, ge=1, le=1000,
         description="Most model steps a caller may ask for per run (options.max_steps).",

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
 from ackloop.clock import SystemClock
@@ -33,7 +35,7 @@ from ackloop.model.scripted import Script, ScriptedModel
 from ackloop.records import RunRecord, StepRecord
 from ackloop.settings import Settings
 from ackloop.store import AgentStore
-from ackloop.wire import QueryMessage, RunOptions, Usage
+from ackloop.wire import QueryMessage, RunOptions, RunOutcome
 
 
 @dataclass(frozen=True)
@@ -67,22 +69,20 @@ class Step:
     result: JsonDict | None
 
 
-@dataclass(frozen=True)
-class AgentResult:
-    """How a run ended, as its record says, with the calls and steps that led there."""
-
+class _ResultHead(BaseModel):
     run_id: str
     conversation_id: str
     agent: str
-    status: str
-    """``completed``, ``failed``, ``cancelled``... (a run stopped by a budget is completed)."""
-    stop_reason: str | None
-    """``answered``, ``final_tool``, ``max_steps``, ``max_tool_calls``, ``failed``..."""
-    answer: str | None
-    output: Any
-    """The structured answer of an agent with ``output=`` (a dict), else None."""
-    error: str | None
-    usage: Usage
+
+
+class AgentResult(RunOutcome, _ResultHead):
+    """How a run ended, as its record says (its :class:`~ackloop.wire.RunOutcome`: ``status``
+    is ``completed``, ``failed``, ``cancelled``..., a run stopped by a budget being completed;
+    ``stop_reason`` is ``answered``, ``final_tool``, ``max_steps``, ``max_tool_calls``,
+    ``failed``...), with the calls and steps that led there."""
+
+    model_config = ConfigDict(frozen=True)
+
     tool_calls: list[ToolCall]
     steps: list[Step]
 
@@ -191,12 +191,7 @@ def _result(run: RunRecord, records: list[StepRecord]) -> AgentResult:
         run_id=run.run_id,
         conversation_id=run.conversation_id,
         agent=run.agent,
-        status=run.status.value,
-        stop_reason=run.stop_reason.value if run.stop_reason else None,
-        answer=run.answer,
-        output=run.output,
-        error=run.error,
-        usage=run.usage,
+        **run.outcome(),
         tool_calls=calls,
         steps=[Step(key=s.key, kind=s.kind, name=s.name, status=s.status.value,
                     attempts=s.attempts, result=s.result) for s in ordered],

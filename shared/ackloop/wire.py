@@ -344,6 +344,8 @@ class ToolStepMessage(WireModel):
 
 
 StepMessage = ModelStepMessage | ToolStepMessage
+"""A step message, either kind: the one union the engine names them by (``isinstance`` takes
+it too), so a third kind of step is added here alone."""
 
 
 class WaitingNotice(WireModel):
@@ -367,16 +369,43 @@ class WaitingNotice(WireModel):
     """Unix time after which no decision (or no event) means a rejection."""
 
 
-class AnswerMessage(WireModel):
-    """A finished run, published to the answers topic (at least once: dedupe on ``run_id``)."""
+class RunOutcome(BaseModel):
+    """How a run ended (or, on a view of a run still going, where it stands): the one
+    declaration of these fields. The answers topic's :class:`AnswerMessage`, the run's record
+    and its end (``ackloop.records.RunRecord``, ``ackloop.store.base.RunEnd``), the HTTP views
+    (``ackloop.api.models.RunOutcomeView``) and the tester's ``AgentResult`` derive from it, so
+    each says it under the same names."""
+
+    status: str
+    stop_reason: str | None = None
+    answer: str | None = None
+    output: Any = None
+    """The structured answer of an agent with ``output=`` (a dict), else None."""
+    error: str | None = None
+    usage: Usage = Usage()
+
+    def outcome(self) -> dict[str, Any]:
+        """The outcome's fields alone, enums as their values: what a view that derives from
+        :class:`RunOutcome` takes from a record or an end."""
+        fields = {name: getattr(self, name) for name in RunOutcome.model_fields}
+        for name in ("status", "stop_reason"):
+            fields[name] = getattr(fields[name], "value", fields[name])
+        return fields
+
+
+class _AnswerHead(WireModel):
+    """An answer's version and ids, first in the message (a base of their own so the
+    :class:`RunOutcome` fields keep their place after them)."""
 
     v: Literal[1] = 1
     run_id: Identifier
     request_id: Identifier
     conversation_id: Identifier
-    status: str
-    stop_reason: str
-    answer: str | None = None
-    output: Any = None
-    error: str | None = None
-    usage: Usage = Usage()
+
+
+class AnswerMessage(RunOutcome, _AnswerHead):
+    """A finished run, published to the answers topic (at least once: dedupe on ``run_id``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stop_reason: str  # an ended run always has one

@@ -1,8 +1,8 @@
-"""The built-in ``research-team`` agent (ackloop.research_team) and its offline script: a planner
-that asks ``researcher`` and ``critic`` at once (two durable child runs) and hands off to
-``writer``, who answers in the same run. In process, where each model request names its agent,
-and over the fake Gemini server's REST body, where the script tells the agents apart by their
-instructions."""
+"""The development catalog's ``research-team`` agent (ackloop_dev.agents.research_team) and its
+offline script: a planner that asks ``researcher`` and ``critic`` at once (two durable child
+runs) and hands off to ``writer``, who answers in the same run. In process, where each model
+request names its agent, and over the fake Gemini server's REST body, where the script tells the
+agents apart by their instructions."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from ackloop.model.agent_scripts import deployment_script
 from ackloop.model.base import ModelRequest
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.scripted import ScriptedModel
-from ackloop.research_team import (
+from ackloop.settings import Settings
+from ackloop.testing import AgentResult, AgentTester, run_agent
+from ackloop_dev.agents import catalog, with_catalog
+from ackloop_dev.agents.research_team import (
     HANDOFF_NOTE,
     WRITER_INSTRUCTIONS,
     agent_of,
@@ -29,8 +32,6 @@ from ackloop.research_team import (
     writer_follow_up,
     writer_without_findings,
 )
-from ackloop.settings import Settings
-from ackloop.testing import AgentResult, AgentTester, run_agent
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
 QUESTION = "is a night train to Lisbon worth it?"
@@ -44,17 +45,12 @@ KEYS = ["0000-model", "0000-tool-000", "0000-tool-001", "0001-model", "0001-tool
 
 
 def _agents() -> list[Agent]:
-    return builtin_agents(Settings(bench_agents=True), httpx.AsyncClient())
-
-
-def _catalog(bench_agents: bool = True) -> list[str]:
-    return [a.name for a in builtin_agents(Settings(bench_agents=bench_agents),
-                                           httpx.AsyncClient())]
+    return catalog(Settings(), httpx.AsyncClient())
 
 
 def test_the_team_is_served_with_the_demos_and_never_by_a_deployment() -> None:
-    assert _catalog()[-4:] == ["research-team", "researcher", "critic", "writer"]
-    assert _catalog(bench_agents=False) == ["default"]
+    assert [a.name for a in _agents()][-4:] == ["research-team", "researcher", "critic", "writer"]
+    assert [a.name for a in builtin_agents(Settings(), httpx.AsyncClient())] == ["default"]
 
 
 def test_the_team_answers_with_what_the_writer_wrote_from_each_sub_agent() -> None:
@@ -68,7 +64,7 @@ def test_a_writers_request_without_its_name_is_told_by_its_instructions() -> Non
     request = ModelRequest(model="m", system_instruction=WRITER_INSTRUCTIONS, contents=[
         {"role": "user", "parts": [{"text": QUESTION}]}])
     assert agent_of(request) == "writer"
-    assert deployment_script(Settings()).agent_of(request) == "writer"
+    assert deployment_script(with_catalog(Settings())).agent_of(request) == "writer"
     turn = team_script(request)
     assert turn.text == writer_without_findings(QUESTION) and team_script(request) == turn
 
@@ -120,7 +116,7 @@ async def test_in_process_each_agent_is_played_by_the_name_its_request_carries()
 async def test_over_rest_each_agent_is_played_from_its_instructions() -> None:
     """The fake Gemini server, as the local stack runs it (the catalog policy), with the real
     google-genai client in the loop: no request names its agent."""
-    played = ScriptedModel(deployment_script(Settings())).decide
+    played = ScriptedModel(deployment_script(with_catalog(Settings()))).decide
     with FakeGeminiServer(played) as server:
         await _ask_the_team(AgentTester(_agents(), model=GeminiModel(api_key="k",
                                                                      base_url=server.url)))

@@ -166,11 +166,12 @@ async def test_budgets_above_the_deployment_ceilings_are_refused(
     assert await store.runs.get_run(run_id) is None
 
 
-def test_the_benchmark_agents_are_served_only_when_asked_for() -> None:
+def test_the_benchmark_agents_are_served_only_by_the_development_catalog() -> None:
     from ackloop.agent_catalog import builtin_agents
+    from ackloop_dev.agents import catalog
 
     http = httpx.AsyncClient()
     assert [a.name for a in builtin_agents(Settings(), http)] == ["default"]
-    served = [a.name for a in builtin_agents(Settings(bench_agents=True), http)]
+    served = [a.name for a in catalog(Settings(), http)]
     assert served == ["default", "reference", "reference-long", "approval-demo", "research-team",
                       "researcher", "critic", "writer"]

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import httpx
 
-from ackloop.agent_catalog import builtin_agents
 from ackloop.agents import Agent, AgentRegistry
 from ackloop.engine.children import child_run_id
 from ackloop.keys import run_id_for_request
 from ackloop.records import RunStatus
-from ackloop.research_team import CRITIC, NAME, RESEARCHER, WRITER, team_answer
 from ackloop.settings import Settings
 from ackloop.testing import AgentTester
 from ackloop.wire import QueryMessage
+from ackloop_dev.agents import catalog
+from ackloop_dev.agents.research_team import CRITIC, NAME, RESEARCHER, WRITER, team_answer
 from tests.engine.fakes import api_of
 
 INTERNAL = (RESEARCHER, CRITIC, WRITER)
@@ -27,7 +27,7 @@ QUESTION = "is a night train to Lisbon worth it?"
 
 
 def _tester() -> AgentTester:
-    agents = builtin_agents(Settings(bench_agents=True), httpx.AsyncClient())
+    agents = catalog(Settings(), httpx.AsyncClient())
     assert [a.name for a in agents if a.internal] == list(INTERNAL)
     return AgentTester(agents)
 

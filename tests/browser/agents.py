@@ -15,7 +15,6 @@ import asyncio
 from pydantic import BaseModel, Field
 
 from ackloop.agents import Agent
-from ackloop.approval_demo import approval_demo_agent
 from ackloop.model.function_model import (
     Conversation,
     FunctionModel,
@@ -25,6 +24,7 @@ from ackloop.model.function_model import (
     text,
 )
 from ackloop.tools.definition import tool
+from ackloop_dev.agents.approval_demo import approval_demo_agent
 
 SURVEYS = 3
 """Sequential turns of ``survey_site`` in a surveyor run: 2 steps each, then the answer."""

@@ -310,7 +310,7 @@ def test_the_ledger_names_which_agent_of_a_team_asked() -> None:
 def test_the_chaos_model_plays_the_team_by_its_scripts_and_the_rest_as_the_seed_agent() -> None:
     from ackloop.model.base import ModelRequest
     from ackloop.model.scripted import ScriptedModel
-    from ackloop.research_team import (
+    from ackloop_dev.agents.research_team import (
         RESEARCHER_INSTRUCTIONS,
         researcher_answer,
         researcher_question,

@@ -1,7 +1,7 @@
-"""Agents that call agents on a stack of real processes on the emulators: the built-in
-``research-team`` planner (:mod:`ackloop.research_team`) asks ``researcher`` and ``critic`` in
-one turn, each call a durable child run whose end resumes the planner's waiting call, then
-hands off to ``writer``, whose turn (in the same run) answers.
+"""Agents that call agents on a stack of real processes on the emulators: the local stack's
+``research-team`` planner (:mod:`ackloop_dev.agents.research_team`) asks ``researcher`` and
+``critic`` in one turn, each call a durable child run whose end resumes the planner's waiting
+call, then hands off to ``writer``, whose turn (in the same run) answers.
 
 - ``ackloop ask --agent research-team`` as a user runs it answers, and both children are in
   Firestore, completed, with their parent named;
@@ -26,7 +26,7 @@ import pytest
 from ackloop.engine import children
 from ackloop.keys import run_id_for_request
 from ackloop.records import RunRecord, RunStatus, StepStatus
-from ackloop.research_team import (
+from ackloop_dev.agents.research_team import (
     CRITIC,
     CRITIC_INSTRUCTIONS,
     NAME,

@@ -4,7 +4,6 @@ conversation's roll-ups, on the in-memory store and on the Firestore emulator.""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import uuid
 from dataclasses import replace
@@ -16,7 +15,7 @@ from ackloop.agents import Agent, AgentRegistry
 from ackloop.api.app import create_app
 from ackloop.bus.memory import MemoryPublisher, Published
 from ackloop.clock import ManualClock
-from ackloop.cost import PRICES, Cost, Spend, price, pubsub_billed_bytes
+from ackloop.cost import PRICES, Cost, Counts, Spend, price, pubsub_billed_bytes
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.counting import CountingDocumentDB, delivery_counters
 from ackloop.docdb.memory import MemoryDocumentDB
@@ -413,12 +412,18 @@ async def test_a_request_past_the_models_input_limit_fails_the_run_with_that_cau
 
 
 def test_a_spend_carries_its_costs_counts_under_their_names_and_types() -> None:
-    # price copies a Spend's counts into its Cost by name: a count added to one is in both.
+    # A Spend and its Cost share one declaration of the counts: price copies each by name.
     pricing_only = {"model", "vcpu", "memory_gib"}
-    spend = {f.name: f.type for f in dataclasses.fields(Spend)}
-    assert {name: getattr(Cost.model_fields[name].annotation, "__name__", None)
-            for name in spend.keys() - pricing_only} == {
-        name: kind for name, kind in spend.items() if name not in pricing_only}
-    counts = {name: 7 for name in spend.keys() - pricing_only}
+    assert Spend.model_fields.keys() - pricing_only == Counts.model_fields.keys()
+    assert Counts.model_fields.keys() <= Cost.model_fields.keys()
+    counts = {name: 7 for name in Counts.model_fields}
     cost = price(Spend(model="gemini-2.5-flash", **counts))
     assert {name: getattr(cost, name) for name in counts} == counts
+
+
+def test_a_spend_is_one_request_and_a_cost_keeps_its_document_order() -> None:
+    # The stored cost's keys keep the order they had before the counts were shared.
+    assert price(Spend()).requests == 1
+    assert list(Cost.model_fields)[:6] == [
+        "usd", "gemini_usd", "firestore_usd", "pubsub_usd", "cloud_run_usd", "prompt_tokens"]
+    assert "cached_tokens" not in Cost().model_dump()

@@ -33,7 +33,7 @@ DELIBERATE_DIFFERENCES = {
 
 # Settings whose Terraform value is derived rather than a plain variable; checked one by one below.
 DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key", "request_timeout_seconds",
-           "push_auth_audience", "push_auth_email", "api_sweeper_email", "bench_agents",
+           "push_auth_audience", "push_auth_email", "api_sweeper_email",
            "service_vcpu", "service_memory_gib", "trace_dir", "files_bucket"} | {
     name for name in Settings.model_fields if name.endswith("_topic")
 }
@@ -232,7 +232,7 @@ def test_a_deployment_writes_no_trace_files(terraform: TerraformConfig) -> None:
 
 
 def test_the_benchmark_agents_are_never_deployed(terraform: TerraformConfig) -> None:
+    """They are the development catalog (ackloop_dev.agents), which no deployment names."""
     env = terraform_env(terraform)
-    (name,) = [n for n in env if setting_for(n) == "bench_agents"]
-    assert env[name] == "false"
-    assert Settings.model_fields["bench_agents"].default is False
+    assert not [name for name, value in env.items() if "ackloop_dev" in str(value)]
+    assert Settings.model_fields["agents"].default is None

@@ -34,8 +34,8 @@ NOT_NEEDED = ("ackloop_dev", "temporalio", "matplotlib", "ackloop.cli.runs", "ac
               # what httpx's command line imports (ackloop run imports httpx without it; the
               # refused import of httpx._main itself is listed by -X importtime)
               "rich", "pygments",
-              # the builtin catalog's demo and benchmark agents (off unless ACKLOOP_BENCH_AGENTS)
-              "ackloop.approval_demo", "ackloop.research_team",
+              # the development catalog (demo and benchmark agents), never in the runtime
+              "ackloop_dev.agents.approval_demo", "ackloop_dev.agents.research_team",
               # the API's framework, MCP tools (no catalog here uses them), the ID token signature
               # check (push auth is "none" here; deployed, "cloud_run_iam": no signature to check)
               "fastapi", "mcp", "google.oauth2.id_token")

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DEV_ONLY = ("ackloop_dev/", "/bench/", "/chaos/", "fake", "sandbox", "devstack", "push_",
-            "scheduler", "emulators", "ackloop/cli/dev.py")
+            "scheduler", "emulators", "ackloop/cli/dev.py", "demo", "research_team")
 LEFT_OUT = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
 
 

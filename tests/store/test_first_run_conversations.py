@@ -30,8 +30,8 @@ def run_record(request_id: str, conversation: str | None = None, owner: str = "a
 
 
 def answered(model_calls: int = 1) -> RunEnd:
-    return RunEnd(RunStatus.COMPLETED, StopReason.ANSWERED, Usage(model_calls=model_calls),
-                  answer="ok")
+    return RunEnd(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED,
+                  usage=Usage(model_calls=model_calls), answer="ok")
 
 
 async def conversation(store: AgentStore, conversation_id: str) -> ConversationRecord:

@@ -66,8 +66,8 @@ def run_record(run_id: str, conversation: str | None = None, at: float = T0) -> 
 
 
 def ended(status: RunStatus = RunStatus.COMPLETED) -> RunEnd:
-    return RunEnd(status, StopReason.ANSWERED if status is RunStatus.COMPLETED
-                  else StopReason.FAILED, Usage(model_calls=1), answer="ok")
+    reason = StopReason.ANSWERED if status is RunStatus.COMPLETED else StopReason.FAILED
+    return RunEnd(status=status, stop_reason=reason, usage=Usage(model_calls=1), answer="ok")
 
 
 async def test_a_run_expires_retention_after_its_end_and_its_steps_outlive_that(

@@ -98,8 +98,8 @@ async def test_a_run_end_written_from_a_stale_read_of_the_run_commits_nothing(
                                          lease_seconds=LEASE)
     assert await store.runs.fail_run("run-1", "dead_lettered: gave up", now=105)
 
-    end = RunEnd(RunStatus.COMPLETED, StopReason.ANSWERED, Usage(model_calls=1),
-                 answer="too late")
+    end = RunEnd(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED,
+                 usage=Usage(model_calls=1), answer="too late")
     with pytest.raises(StaleRead):
         await record(store, claim, Basis(read), Decision(result={}, end=end), now=106,
                                 price=free)

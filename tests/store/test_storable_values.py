@@ -18,7 +18,7 @@ from ackloop.model.turns import calls_turn, text_turn
 from ackloop.records import ReceivedEvent, RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.store import MAX_RECEIVED_EVENTS, AgentStore, DecisionRefused, RunEnd
 from ackloop.tools import ToolSet, tool
-from ackloop.wire import MAX_EVENT_PAYLOAD_BYTES, QueryMessage, Usage, check_event_payload
+from ackloop.wire import MAX_EVENT_PAYLOAD_BYTES, QueryMessage, check_event_payload
 from tests.engine.fakes import make_loop
 
 
@@ -112,7 +112,7 @@ async def test_the_most_events_of_the_largest_size_leave_the_run_small_and_endab
                                                                         at=501.0))
     assert other.value.reason == "already_received"
 
-    end = RunEnd(RunStatus.COMPLETED, StopReason.ANSWERED, Usage(), answer="done")
+    end = RunEnd(status=RunStatus.COMPLETED, stop_reason=StopReason.ANSWERED, answer="done")
     ended = await store.runs.end_run_now(run.run_id, end, 600.0)
     assert ended is not None
     final = await store.runs.get_run(run.run_id)

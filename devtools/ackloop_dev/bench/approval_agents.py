@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from ackloop.agents import Agent
-from ackloop.approval_demo import INSTRUCTIONS, demo_script, send_payment
+from ackloop_dev.agents.approval_demo import INSTRUCTIONS, demo_script, send_payment
 
 AGENT = "approval-cost"
 APPROVAL_ABOVE = 100

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from ackloop.agents import Agent
-from ackloop.research_team import research_team_agents
 from ackloop.tools.definition import tool
+from ackloop_dev.agents.research_team import research_team_agents
 
 AGENT = "fan-in"
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import os
 
-from ackloop.agent_catalog import REFERENCE_TOOL, BenchLookup, reference_script
 from ackloop.agents import Agent
 from ackloop.tools.definition import tool
+from ackloop_dev.agents.reference import REFERENCE_TOOL, BenchLookup, reference_script
 
 AGENT = "step-profile"
 TOOL_SECONDS = "ACKLOOP_BENCH_TOOL_SECONDS"

@@ -1,18 +1,17 @@
 """The child-runs scenario: agents that call agents, under kills and duplicated deliveries.
 
-Each run asks the built-in ``research-team`` (:mod:`ackloop.research_team`): its planner calls
-two sub-agents in one turn, each a durable child run its call waits for holding nothing, then
-hands the conversation to a writer. The runs are asked in waves, one fault point armed per
-wave, with every delivery duplicated (half of the copies concurrently), so each kill lands in a
+Each run asks the local stack's ``research-team`` (:mod:`ackloop_dev.agents.research_team`): its
+planner calls two sub-agents in one turn, each a durable child run its call waits for holding
+nothing, then hands the conversation to a writer. The runs are asked in waves, one fault point armed
+per wave, with every delivery duplicated (half of the copies concurrently), so each kill lands in a
 tree at work:
-
 - ``tool:after_child``: the tool step created its child run and neither sent the child's first
   step nor recorded its wait;
 - the chaos run's other points (``model:``/``tool:`` ``after_call``/``after_commit``), which
   here also hit the children's steps and the parents' resumed calls.
 
 What must hold for every tree, whatever was killed or delivered twice: the parent answers
-exactly as the fault-free team does (:func:`~ackloop.research_team.team_answer`); each
+exactly as the fault-free team does (:func:`~ackloop_dev.agents.research_team.team_answer`); each
 sub-agent call has exactly one child run (its id derived from the call, created once: at most
 one ``started child run`` log line per call, none when a kill came between creating it and
 logging it, and no other run names the parent), and that child
@@ -38,9 +37,9 @@ from ackloop.api.tree import starts_child
 from ackloop.bus.pubsub import PubSubPublisher
 from ackloop.engine.children import child_run_id
 from ackloop.records import RunRecord, RunStatus, StopReason
-from ackloop.research_team import NAME as TEAM
-from ackloop.research_team import team_answer
 from ackloop.store import AgentStore
+from ackloop_dev.agents.research_team import NAME as TEAM
+from ackloop_dev.agents.research_team import team_answer
 from ackloop_dev.chaos.config import ChaosConfig
 from ackloop_dev.chaos.evidence import log_matches
 from ackloop_dev.chaos.kills import KillMonitor

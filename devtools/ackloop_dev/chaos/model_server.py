@@ -94,11 +94,12 @@ def chaos_policy() -> Script:
     """The seed agent, as the fake server plays it, and the ``research-team`` agents (the
     child-runs scenario's) each by its own script."""
     from ackloop.model.agent_scripts import deployment_script
-    from ackloop.research_team import research_team_agents
     from ackloop.settings import Settings
+    from ackloop_dev.agents import with_catalog
+    from ackloop_dev.agents.research_team import research_team_agents
 
     seed = ScriptedModel().decide
-    catalog = deployment_script(Settings())
+    catalog = deployment_script(with_catalog(Settings()))
     team_model = ScriptedModel(catalog).decide
     team = {agent.name for agent in research_team_agents()}
 

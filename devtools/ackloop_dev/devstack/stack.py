@@ -26,6 +26,7 @@ import ackloop
 from ackloop.delivery import load_policy
 from ackloop.localstack import STATE_FILE, StackState
 from ackloop.settings import Settings
+from ackloop_dev.agents import CATALOG
 from ackloop_dev.devstack import emulators, ports
 from ackloop_dev.devstack.processes import ManagedProcess, StartupFailed, alive, stop_pid, wait_all
 from ackloop_dev.devstack.topology import PushMode, create_topology, routes
@@ -348,8 +349,9 @@ class LocalStack:
         env = {
             **state.client_env(),
             "ACKLOOP_LOG_LEVEL": "INFO",
-            # The benchmark's agents: served locally, never deployed (the default is off).
-            "ACKLOOP_BENCH_AGENTS": "true",
+            # The benchmark's agents and the demos: served locally, never deployed (a user's
+            # ACKLOOP_AGENTS, in the extra environment, replaces them).
+            "ACKLOOP_AGENTS": CATALOG,
             # Each process appends its metrics there; `ackloop metrics` sums them.
             "ACKLOOP_METRICS_DIR": str(Path(state.directory) / "metrics"),
             # Each process appends its spans there; `ackloop runs trace` and /ui read them.

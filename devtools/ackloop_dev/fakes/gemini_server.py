@@ -560,8 +560,9 @@ def _policy_from_name(name: str) -> Script:
         # late: it pulls in the agents' tools).
         from ackloop.model.agent_scripts import deployment_script
         from ackloop.settings import Settings
+        from ackloop_dev.agents import with_catalog
 
-        return ScriptedModel(deployment_script(Settings())).decide
+        return ScriptedModel(deployment_script(with_catalog(Settings()))).decide
     kind, _, tool = name.partition(":")
     if kind == "reference" and tool:
         return reference_workload_script(tool)

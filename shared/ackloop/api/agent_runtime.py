@@ -22,16 +22,14 @@ from ackloop.api import events
 from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError, field_errors
 from ackloop.api.models import (
-    BUDGET_STOP,
-    RUN_COST,
     CancelAccepted,
     CreateRun,
     ErrorBody,
-    FinishedEvent,
     Id,
     Options,
     QueryFiles,
     QueryText,
+    RunOutcomeView,
     Strict,
 )
 from ackloop.api.runs import (
@@ -45,10 +43,8 @@ from ackloop.api.runs import (
     stream_response,
     wait_for,
 )
-from ackloop.cost import Cost
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import cancel_run
-from ackloop.wire import Usage
 
 ApiMode = Literal["", "async", "stream", "async_stream"]
 
@@ -80,20 +76,15 @@ class RunRef(Strict):
     run_id: Id
 
 
-class QueryOutput(BaseModel):
-    """What ``query`` answers: the finished run, or its id and status when it took too long."""
-
+class _QueryHead(BaseModel):
     run_id: str
     conversation_id: str
-    status: str
+
+
+class QueryOutput(RunOutcomeView, _QueryHead):
+    """What ``query`` answers: the finished run, or its id and status when it took too long."""
+
     finished: bool
-    stop_reason: str | None
-    budget_stop: str | None = Field(default=None, description=BUDGET_STOP)
-    answer: str | None
-    output: Any = None
-    error: str | None
-    usage: Usage
-    cost: Cost | None = Field(default=None, description=RUN_COST)
 
 
 class ReasoningEngineRequest(BaseModel):
@@ -119,12 +110,8 @@ async def _query(deps: Deps, data: SyncQueryInput, caller: str) -> QueryOutput:
     limit = deps.settings.api_query_timeout_seconds
     wait = limit if data.wait_seconds is None else min(data.wait_seconds, limit)
     run = await wait_for(deps, run.run_id, wait, caller)
-    final = FinishedEvent.of(run)
     return QueryOutput(run_id=run.run_id, conversation_id=run.conversation_id,
-                       status=final.status, finished=run.status.terminal,
-                       stop_reason=final.stop_reason, budget_stop=final.budget_stop,
-                       answer=run.answer, output=run.output,
-                       error=run.error, usage=run.usage, cost=final.cost)
+                       finished=run.status.terminal, **QueryOutput.outcome_of(run))
 
 
 async def _cancel(deps: Deps, data: RunRef, caller: str) -> CancelAccepted:

@@ -20,6 +20,7 @@ from ackloop.wire import (
     MAX_QUERY_CHARS,
     FilePart,
     RunOptions,
+    RunOutcome,
     Usage,
     storable_text,
 )
@@ -138,7 +139,24 @@ class StepView(BaseModel):
         )
 
 
-class RunSummary(BaseModel):
+class RunOutcomeView(RunOutcome):
+    """A run's :class:`~ackloop.wire.RunOutcome` as the HTTP API says it: with the budget that
+    stopped it and its cost. The views of a run (a summary, a stream's last event, a child,
+    ``query``'s answer) derive from it."""
+
+    budget_stop: str | None = Field(default=None, description=BUDGET_STOP)
+    cost: Cost | None = Field(default=None, description=RUN_COST)
+
+    @staticmethod
+    def outcome_of(run: RunRecord) -> dict[str, Any]:
+        """The view's fields from ``run``'s record."""
+        return {**run.outcome(), "budget_stop": run.budget_stop, "cost": run.cost}
+
+
+class _SummaryHead(BaseModel):
+    """A run's identity and question, first in its summary (a base of their own so the
+    outcome's fields follow them)."""
+
     run_id: str
     request_id: str
     conversation_id: str
@@ -147,17 +165,12 @@ class RunSummary(BaseModel):
     files: list[dict[str, Any]] = Field(
         default_factory=list, description="The question's files as the run keeps them: "
         "Gemini file_data parts (file_uri, mime_type, display_name?), never their bytes.")
-    status: str
-    stop_reason: str | None
-    budget_stop: str | None = Field(default=None, description=BUDGET_STOP)
-    answer: str | None
-    output: Any = None
-    error: str | None
+
+
+class RunSummary(RunOutcomeView, _SummaryHead):
     created_at: float
     finished_at: float | None
     cancel_requested: bool
-    usage: Usage = Field(description=RUN_USAGE)
-    cost: Cost | None = Field(default=None, description=RUN_COST)
     trace_id: str | None = Field(default=None, description="The run's trace (32 hex digits).")
     handed_to: str | None = Field(
         default=None, description="The agent a hand-off (`Agent.as_handoff`) gave the "
@@ -168,12 +181,10 @@ class RunSummary(BaseModel):
     def of(cls, run: RunRecord) -> RunSummary:
         return cls(
             run_id=run.run_id, request_id=run.request_id, conversation_id=run.conversation_id,
-            agent=run.agent, text=run.text, files=run.files, status=run.status.value,
-            stop_reason=run.stop_reason.value if run.stop_reason else None,
-            budget_stop=run.budget_stop, answer=run.answer,
-            output=run.output, error=run.error, created_at=run.created_at,
-            finished_at=run.finished_at, cancel_requested=run.cancel_requested, usage=run.usage,
-            cost=run.cost, trace_id=run.trace_id, handed_to=run.handed_to,
+            agent=run.agent, text=run.text, files=run.files, **cls.outcome_of(run),
+            created_at=run.created_at, finished_at=run.finished_at,
+            cancel_requested=run.cancel_requested, trace_id=run.trace_id,
+            handed_to=run.handed_to,
         )
 
 
@@ -200,24 +211,25 @@ class WaitingView(BaseModel):
                    args=w.args, since=w.since, deadline=w.deadline)
 
 
-class ChildView(BaseModel):
-    """A child run: a run of a sub-agent that one of this run's tool calls started
-    (``Agent.as_tool``), and that call waits for. ``GET /runs/{run_id}`` of it has the rest."""
-
+class _ChildHead(BaseModel):
     run_id: str
     agent: str
     step: str = Field(description="The key of the tool step whose call started it.")
-    status: str
-    stop_reason: str | None
-    budget_stop: str | None = Field(default=None, description=BUDGET_STOP)
-    usage: Usage
+
+
+class ChildView(RunOutcomeView, _ChildHead):
+    """A child run: a run of a sub-agent that one of this run's tool calls started
+    (``Agent.as_tool``), and that call waits for. ``GET /runs/{run_id}`` of it has the rest
+    (its answer, output and error, which this view leaves out)."""
+
+    answer: str | None = Field(default=None, exclude=True)
+    output: Any = Field(default=None, exclude=True)
+    error: str | None = Field(default=None, exclude=True)
     cost: Cost | None = Field(default=None, description=CHILD_COST)
 
     @classmethod
     def of(cls, step: str, child: RunRecord) -> ChildView:
-        return cls(run_id=child.run_id, agent=child.agent, step=step, status=child.status.value,
-                   stop_reason=child.stop_reason.value if child.stop_reason else None,
-                   budget_stop=child.budget_stop, usage=child.usage, cost=child.cost)
+        return cls(run_id=child.run_id, agent=child.agent, step=step, **cls.outcome_of(child))
 
 
 class RunView(RunSummary):
@@ -325,30 +337,18 @@ class StepEvent(BaseModel):
     step: StepView
 
 
-class FinishedEvent(BaseModel):
-    """The run ended: always the last event of a stream."""
-
+class _FinishedHead(BaseModel):
     type: Literal["finished"] = "finished"
     cursor: Literal["end"] = "end"
     run_id: str
-    status: str
-    stop_reason: str | None
-    budget_stop: str | None = Field(default=None, description=BUDGET_STOP)
-    answer: str | None
-    output: Any = None
-    error: str | None
-    usage: Usage
-    cost: Cost | None = Field(default=None, description=RUN_COST)
+
+
+class FinishedEvent(RunOutcomeView, _FinishedHead):
+    """The run ended: always the last event of a stream."""
 
     @classmethod
     def of(cls, run: RunRecord) -> FinishedEvent:
-        return cls(
-            run_id=run.run_id, status=run.status.value,
-            stop_reason=run.stop_reason.value if run.stop_reason else None,
-            budget_stop=run.budget_stop,
-            answer=run.answer, output=run.output, error=run.error, usage=run.usage,
-            cost=run.cost,
-        )
+        return cls(run_id=run.run_id, **cls.outcome_of(run))
 
 
 class DeltaEvent(BaseModel):

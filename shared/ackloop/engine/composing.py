@@ -11,7 +11,6 @@ can answer alone, and the answer goes into the same commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from ackloop import outgoing
 from ackloop.cost import Cost
@@ -48,7 +47,7 @@ def composer(decision: Decision, *, price: Pricer, rolls_up: Sequence[Cost | Non
         cost = _step_cost(plan, decision, price(plan.documents, outbox))
         total = Cost.total([carried if carried is not None else run.cost, *rolls_up, cost])
         if end is not None:
-            end = replace(end, cost=total)
+            end = end.model_copy(update={"cost": total})
         return Composed(
             outgoing.stamped(_hinted(outbox, plan)), cost,
             run_cost=total if plan.step.kind == "model" else None, end=end,

@@ -49,7 +49,7 @@ from ackloop.wire import (
 
 log = logging.getLogger(__name__)
 
-Ours = ModelStepMessage | ToolStepMessage | ChildEndedMessage | EventMessage | QueryMessage
+Ours = StepMessage | ChildEndedMessage | EventMessage | QueryMessage
 _ANY: TypeAdapter[Ours] = TypeAdapter(Ours)
 
 CHILD_ENDED = "child_ended"

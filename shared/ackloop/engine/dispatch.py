@@ -43,6 +43,7 @@ from ackloop.wire import (
     EventMessage,
     ModelStepMessage,
     QueryMessage,
+    StepMessage,
     ToolStepMessage,
     Usage,
 )
@@ -249,6 +250,6 @@ async def _record_rejection(
     # is the one named by the message's body (which its ledger checks have read), never by its
     # attributes, which nothing checked.
     if ((isinstance(exc, StepConflict) or exc.reason == "invalid_write")
-            and isinstance(message, ModelStepMessage | ToolStepMessage)):
+            and isinstance(message, StepMessage)):
         await end_run_now(deps, message.run_id, run_end(StopReason.FAILED, Usage(),
                                                         error=f"{exc.reason}: {exc}"))

@@ -4,7 +4,6 @@ its answer on the answers topic."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any
 
 from ackloop import outgoing
@@ -39,7 +38,7 @@ def run_end(stop_reason: StopReason, usage: Usage, **fields: Any) -> RunEnd:
     stored and published, so never with a credential in it (the store masks nothing)."""
     if fields.get("error") is not None:
         fields["error"] = mask_secrets(fields["error"])
-    return RunEnd(STOP_STATUS[stop_reason], stop_reason, usage, **fields)
+    return RunEnd(status=STOP_STATUS[stop_reason], stop_reason=stop_reason, usage=usage, **fields)
 
 
 async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
@@ -54,8 +53,9 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     if found is None or found.status.terminal:
         return None
     steps = await deps.store.steps.list_steps(run_id)
-    end = replace(end, usage=steps_usage(steps), cost=rolled_up(found, steps),
-                  agent=end.agent or ended_with(found, steps))  # a hand-off survives any end
+    end = end.model_copy(update={  # a hand-off survives any end
+        "usage": steps_usage(steps), "cost": rolled_up(found, steps),
+        "agent": end.agent or ended_with(found, steps)})
     now = deps.clock.now()
     ended = await deps.store.runs.end_run_now(run_id, end, now, only_active=only_active)
     if ended is None:
@@ -102,8 +102,7 @@ def log_finished(run: RunRecord, end: RunEnd, now: float) -> None:
 async def publish_end(deps: Deps, run: RunRecord) -> None:
     """Publish an ended run's end again (the answers topic is at least once)."""
     if run.status.terminal and run.stop_reason is not None:
-        end = RunEnd(run.status, run.stop_reason, run.usage, answer=run.answer,
-                     output=run.output, error=run.error)
+        end = RunEnd(**run.outcome())
         await send(deps, run.run_id, outgoing.ends(run, end))
 
 

@@ -261,7 +261,8 @@ def _annotated(decision: Decision, compacted: compaction.Compacted | None, agent
                            result=(decision.result or {}) | {"compaction": compacted.record})
     if agent != run_agent:
         decision = replace(decision, result=(decision.result or {}) | {"agent": agent},
-                           end=replace(decision.end, agent=agent) if decision.end else None)
+                           end=(decision.end.model_copy(update={"agent": agent})
+                                if decision.end else None))
     return decision
 
 

@@ -50,13 +50,9 @@ class CatalogScript:
 
 
 def deployment_script(settings: Settings) -> CatalogScript:
-    """The catalog ``settings`` name, played for a server that sees only REST bodies.
-
-    The benchmark's agents are always among the built-in ones here: the fake server does not
-    know whether the stack it serves registered them, and playing them costs nothing.
-    """
+    """The catalog ``settings`` name, played for a server that sees only REST bodies."""
     from ackloop.catalog import load_agents
 
     # The tools never run in this process: the client is only handed to a catalog that asks.
     http = httpx.AsyncClient()
-    return CatalogScript(load_agents(settings.model_copy(update={"bench_agents": True}), http))
+    return CatalogScript(load_agents(settings, http))

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
+from pydantic import ConfigDict
+
 from ackloop.cost import Cost
 from ackloop.docdb.base import DocumentDB, Version
 from ackloop.docdb.counting import DocumentCounters
 from ackloop.errors import LeaseLost, StaleRead, StepTaken
 from ackloop.jsondict import JsonDict
 from ackloop.records import RunStatus, StepRecord, StopReason, TranscriptChunk
-from ackloop.wire import Usage
+from ackloop.wire import RunOutcome
 
 if TYPE_CHECKING:
     from ackloop.settings import Settings
@@ -81,16 +83,15 @@ def _timestamp(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-@dataclass(frozen=True)
-class RunEnd:
-    """How a run ends: what the run document and the answer message will say."""
+class RunEnd(RunOutcome):
+    """How a run ends: what the run document and the answer message will say (its
+    :class:`RunOutcome`, the status and the stop reason as their enums), with what the end
+    writes besides."""
+
+    model_config = ConfigDict(frozen=True)
 
     status: RunStatus
     stop_reason: StopReason
-    usage: Usage
-    answer: str | None = None
-    output: Any = None
-    error: str | None = None
     cost: Cost | None = None
     """The run's total cost (its ingest and steps), written on the run and added to its
     conversation's."""

@@ -401,7 +401,7 @@ class Runs(StoreBase):
     async def fail_run(self, run_id: str, error: str, now: float) -> bool:
         """Mark a running run failed (used where no step can commit). True if it changed.
         ``error`` is written as given: the caller masks it (the store masks nothing)."""
-        end = RunEnd(RunStatus.FAILED, StopReason.FAILED, Usage(), error=error)
+        end = RunEnd(status=RunStatus.FAILED, stop_reason=StopReason.FAILED, error=error)
         return await self.end_run_now(run_id, end, now) is not None
 
     async def promote_queued(self, run_id: str, now: float) -> bool:
