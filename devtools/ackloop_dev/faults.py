@@ -27,7 +27,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-from ackloop.agents import AgentRegistry
+from ackloop.config.agents import AgentRegistry
+from ackloop.domain.records import RunRecord
+from ackloop.domain.wire import FunctionCall
 from ackloop.engine.deps import Deps
 from ackloop.model.base import (
     ModelClient,
@@ -36,10 +38,8 @@ from ackloop.model.base import (
     StreamingModelClient,
     TextSink,
 )
-from ackloop.records import RunRecord
 from ackloop.store import AgentStore, Basis, Claim, Committed, Composer, Decision, Runs, Steps
 from ackloop.tools.base import ToolContext, ToolOutcome
-from ackloop.wire import FunctionCall
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def with_faults(deps: Deps, faults: FaultPoints) -> Deps:
 
 def _install() -> None:
     """Make this process's dependencies reach the points the environment names."""
-    from ackloop import runtime
+    from ackloop.hosting import runtime
 
     build = runtime.build_deps
     faults = FaultPoints.from_environment()

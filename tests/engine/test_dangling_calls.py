@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ackloop.conversation import NOT_EXECUTED, answer_dangling_calls
+from ackloop.transcript.conversation import NOT_EXECUTED, answer_dangling_calls
 
 
 def _asks(*names: str) -> dict[str, Any]:

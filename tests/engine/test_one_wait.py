@@ -13,16 +13,11 @@ from typing import Any
 
 import pytest
 
-from ackloop.agents import Agent
 from ackloop.bus.memory import Published
-from ackloop.engine.ending import cancel_run
-from ackloop.engine.waits import core as waits
-from ackloop.engine.waits.kinds import KINDS
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
-from ackloop.model.base import ModelRequest, ModelTurn
-from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import (
+from ackloop.config.agents import Agent
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import (
     ReceivedEvent,
     RunRecord,
     RunStatus,
@@ -31,11 +26,16 @@ from ackloop.records import (
     StepStatus,
     Waiting,
 )
-from ackloop.redrive import redrive
-from ackloop.settings import Settings
-from ackloop.sweep import sweep
+from ackloop.domain.wire import EventMessage, QueryMessage
+from ackloop.engine.ending import cancel_run
+from ackloop.engine.redrive import redrive
+from ackloop.engine.sweep import sweep
+from ackloop.engine.waits import core as waits
+from ackloop.engine.waits.kinds import KINDS
+from ackloop.hosting.inprocess import InProcessLoop
+from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.turns import calls_turn, text_turn
 from ackloop.tools import ToolContext, ToolSet, tool
-from ackloop.wire import EventMessage, QueryMessage
 from tests.engine.test_children import _responses, booker_turn, child_of, team_loop
 from tests.engine.test_guarantees import take
 from tests.engine.test_holes import dead_letter

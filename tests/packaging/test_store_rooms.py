@@ -2,7 +2,8 @@
 
 The engine builds the messages, the cost and the masked text (:mod:`ackloop.engine.composing`),
 and the store writes them: so the store imports none of the modules that build them
-(:mod:`ackloop.outgoing`, :mod:`ackloop.deltas`, :mod:`ackloop.context`, :mod:`ackloop.tools`,
+(:mod:`ackloop.engine.outgoing`, :mod:`ackloop.engine.deltas`, :mod:`ackloop.transcript.context`,
+:mod:`ackloop.tools`,
 :mod:`ackloop.engine`), nor anything else outside the types and the document layer it writes
 with. ``if TYPE_CHECKING:`` imports count here too: a type the store names is a dependency.
 
@@ -24,8 +25,9 @@ from ackloop.store import AgentStore, StoreBase
 
 STORE = Path(ackloop.store.__file__).parent
 
-ALLOWED = ("ackloop.store", "ackloop.docdb", "ackloop.records", "ackloop.wire", "ackloop.cost",
-           "ackloop.jsondict", "ackloop.keys", "ackloop.errors", "ackloop.settings")
+ALLOWED = ("ackloop.store", "ackloop.docdb", "ackloop.domain.records", "ackloop.domain.wire",
+           "ackloop.domain.cost", "ackloop.domain.jsondict", "ackloop.domain.keys",
+           "ackloop.domain.errors", "ackloop.config.settings")
 """What of the project the store may import (a module, or a package and all it holds)."""
 
 ROOMS = {"runs": "Runs", "steps": "Steps", "transcript": "Transcripts", "waits": "Waits",
@@ -51,17 +53,18 @@ def project_imports(source: str, module: str) -> set[str]:
 
 
 def allowed(name: str) -> bool:
-    """Whether the store may import ``name`` (``ackloop.records.RunRecord`` is of
-    ``ackloop.records``; ``ackloop.cost`` alone is ``ackloop.cost``)."""
+    """Whether the store may import ``name`` (``ackloop.domain.records.RunRecord`` is of
+    ``ackloop.domain.records``; ``ackloop.domain.cost`` alone is ``ackloop.domain.cost``)."""
     return any(name == top or name.startswith(f"{top}.") for top in ALLOWED)
 
 
 @pytest.mark.parametrize(("source", "module", "expected"), [
-    ("from ackloop import outgoing\n", "ackloop.store.steps", {"ackloop.outgoing"}),
+    ("from ackloop.engine import outgoing\n", "ackloop.store.steps", {"ackloop.engine.outgoing"}),
     ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-     "    from ackloop.deltas import DeltaRecord\n", "ackloop.store.commit",
-     {"ackloop.deltas.DeltaRecord"}),
-    ("def f():\n    import ackloop.context\n", "ackloop.store.transcript", {"ackloop.context"}),
+     "    from ackloop.engine.deltas import DeltaRecord\n", "ackloop.store.commit",
+     {"ackloop.engine.deltas.DeltaRecord"}),
+    ("def f():\n    import ackloop.transcript.context\n", "ackloop.store.transcript",
+     {"ackloop.transcript.context"}),
     ("from .base import Claim\n", "ackloop.store.steps", {"ackloop.store.base.Claim"}),
     ("import json\nfrom pydantic import BaseModel\n", "ackloop.store.runs", set()),
 ])
@@ -70,10 +73,11 @@ def test_the_imports_of_a_module(source: str, module: str, expected: set[str]) -
 
 
 @pytest.mark.parametrize(("name", "expected"), [
-    ("ackloop.records.RunRecord", True), ("ackloop.docdb.base.Write", True),
-    ("ackloop.cost", True), ("ackloop.store.base.StoreBase", True),
-    ("ackloop.outgoing", False), ("ackloop.deltas.DeltaRecord", False),
-    ("ackloop.context.summary_content", False), ("ackloop.tools.masking.mask_secrets", False),
+    ("ackloop.domain.records.RunRecord", True), ("ackloop.docdb.base.Write", True),
+    ("ackloop.domain.cost", True), ("ackloop.store.base.StoreBase", True),
+    ("ackloop.engine.outgoing", False), ("ackloop.engine.deltas.DeltaRecord", False),
+    ("ackloop.transcript.context.summary_content", False),
+    ("ackloop.tools.masking.mask_secrets", False),
     ("ackloop.engine.composing", False), ("ackloop.costs", False), ("ackloop", False),
 ])
 def test_what_the_store_may_import(name: str, expected: bool) -> None:

@@ -11,12 +11,12 @@ import asyncio
 import pytest
 
 from ackloop.docdb.base import DocumentDB
+from ackloop.domain.errors import StaleRead, StepBusy
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import RunLimits, RunRecord, RunStatus, StepStatus, StopReason
+from ackloop.domain.wire import Usage
 from ackloop.engine.commit import record
-from ackloop.errors import StaleRead, StepBusy
-from ackloop.keys import StepKey
-from ackloop.records import RunLimits, RunRecord, RunStatus, StepStatus, StopReason
 from ackloop.store import AgentStore, Basis, Claim, Decision, RunEnd
-from ackloop.wire import Usage
 from tests.support.commits import complete, free
 from tests.support.rendezvous import RendezvousDB
 

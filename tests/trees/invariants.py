@@ -9,7 +9,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus
+from ackloop.domain.records import RunRecord, RunStatus, StepRecord, StepStatus
 from tests.trees.plan import CHILD, RETRY_SAFE, Plan
 from tests.trees.scheduler import Scheduler
 

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ackloop.bus.memory import Published
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import ReceivedEvent, RunRecord, StepDecision, StepRecord, StepStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.dispatch import Kind
 from ackloop.engine.ending import cancel_run
+from ackloop.engine.redrive import redrive
+from ackloop.engine.sweep import sweep
 from ackloop.engine.waits import arrivals, core
-from ackloop.keys import run_id_for_request
-from ackloop.records import ReceivedEvent, RunRecord, StepDecision, StepRecord, StepStatus
-from ackloop.redrive import redrive
 from ackloop.store import DecisionRefused
-from ackloop.sweep import sweep
-from ackloop.wire import QueryMessage
 from tests.trees.plan import GATED, WAITS
 from tests.trees.world import SimulatedCrash, World
 

@@ -23,9 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ackloop.config.settings import Settings
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.settings import Settings
-from ackloop.testing import AgentTester
+from ackloop.hosting.testing import AgentTester
 from ackloop_dev.bench.fan_out_agents import LEAF, WIDTHS, agents
 from ackloop_dev.bench.stack_runs import asked_at_once, free_stack
 

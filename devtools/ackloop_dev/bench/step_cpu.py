@@ -8,7 +8,7 @@ emulator, one ``time.process_time`` around each model step's handler.
 clock ticks) and averages it over a few steps, with each request's fixed cost in the function
 process (the HTTP server, the push decoding) in it. This one times the handler alone, each
 delivery exactly: the runtime's dependencies as a deployed model step builds them
-(:func:`ackloop.runtime.build_deps`: the Firestore adapter and its decode cache at the
+(:func:`ackloop.hosting.runtime.build_deps`: the Firestore adapter and its decode cache at the
 settings' defaults), the scripted model of the step profile's agent
 (:mod:`ackloop_dev.bench.step_agents`), an in-memory publisher (publishing is not what grows
 with the run). A warm-up run first, then ``--runs`` runs of ``--steps`` steps; a turn's figure
@@ -66,11 +66,11 @@ def ratios(means: dict[int, float]) -> dict[int, float]:
 async def _measure(steps: int, runs: int) -> list[list[float]]:
     """CPU ms of each model step's delivery, by turn, for each run after a warm-up one."""
     from ackloop.bus.memory import MemoryPublisher
-    from ackloop.inprocess import InProcessLoop
-    from ackloop.keys import run_id_for_request
-    from ackloop.runtime import build_deps
-    from ackloop.settings import Settings
-    from ackloop.wire import QueryMessage, RunOptions
+    from ackloop.config.settings import Settings
+    from ackloop.domain.keys import run_id_for_request
+    from ackloop.domain.wire import QueryMessage, RunOptions
+    from ackloop.hosting.inprocess import InProcessLoop
+    from ackloop.hosting.runtime import build_deps
     from ackloop_dev.bench.step_agents import AGENT
 
     tag = f"c{uuid.uuid4().hex[:8]}"
@@ -80,7 +80,8 @@ async def _measure(steps: int, runs: int) -> list[list[float]]:
                        "ACKLOOP_AGENTS": "ackloop_dev.bench.step_agents:agents"})
     publisher = MemoryPublisher()
     deps = replace(await build_deps(Settings()), publisher=publisher)
-    # As a deployed process does once started (ackloop.gcstart): what start-up made is frozen
+    # As a deployed process does once started (ackloop.hosting.gcstart): what start-up made is
+    # frozen
     # out of the cyclic collector, or its first full collections (near 0.1 s each) land on
     # whichever steps happen to run then.
     gc.collect()

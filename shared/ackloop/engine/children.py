@@ -16,7 +16,7 @@ half: starting it, its budgets, what its end says to its caller and what it spen
   its child ended takes its end at once.
 - **The child's end resolves its call.** Every end of a run that has a parent (its last
   step's commit, or an end outside a step: a dead letter, the sweeper, a cancel) carries a
-  :class:`~ackloop.wire.ChildEndedMessage` in its outbox, on the queries topic. Its handler
+  :class:`~ackloop.domain.wire.ChildEndedMessage` in its outbox, on the queries topic. Its handler
   (:func:`ackloop.engine.waits.arrivals.deliver_end`) reads the child (the message names it
   and carries nothing else, so it cannot be forged into a result) and resolves the waiting
   call with the child's outcome (:func:`end_payload`), writing the call's step alone.
@@ -43,14 +43,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ackloop.cost import Cost
-from ackloop.engine.deps import Deps
-from ackloop.engine.outbox import resend, send
-from ackloop.engine.spend import rolled_up, spent, steps_usage
-from ackloop.jsondict import JsonDict
-from ackloop.keys import run_id_for_request
-from ackloop.outgoing import first_step
-from ackloop.records import (
+from ackloop.domain.cost import Cost
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import (
     CHILD_EVENT_PREFIX,
     RunLimits,
     RunRecord,
@@ -59,11 +55,15 @@ from ackloop.records import (
     StepStatus,
     StopReason,
 )
+from ackloop.domain.wire import FunctionCall, Usage
+from ackloop.engine.deps import Deps
+from ackloop.engine.outbox import resend, send
+from ackloop.engine.outgoing import first_step
+from ackloop.engine.spend import rolled_up, spent, steps_usage
 from ackloop.store import AgentStore
 from ackloop.telemetry import tracing
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import SubAgent, Tool, find_tool
-from ackloop.wire import FunctionCall, Usage
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def left(deps: Deps, run: RunRecord, usage: Usage, calls: int = 1) -> Left:
     children included; the time it ran, not counting its waits), less one model step kept for
     the parent's turn that reads the results, shared evenly among the turn's calls. Their
     children run at once, and what they use counts against the parent's budgets when their
-    results come in (:meth:`~ackloop.wire.Usage.with_child`): shared, they cannot together
+    results come in (:meth:`~ackloop.domain.wire.Usage.with_child`): shared, they cannot together
     spend more than the parent has, nor leave it no turn to read what they said. Seconds
     are not shared: the children run side by side."""
     limits = run.limits

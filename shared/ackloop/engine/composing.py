@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ackloop import outgoing
-from ackloop.cost import Cost
-from ackloop.records import Outgoing
+from ackloop.domain.cost import Cost
+from ackloop.domain.records import Outgoing
+from ackloop.engine import outgoing
 from ackloop.store import Composed, Composer, Decision, StepPlan
 from ackloop.tools.masking import mask_secrets
 

@@ -11,7 +11,7 @@ once the cause is fixed. Its step decides what happens to the run:
   for a person's decision, which re-sends its message;
 - what a waiting call waits for (a child run's end, a named event published on the queries
   topic) fails nothing: it is kept with its origin (``child_ended``, ``event``) for a redrive to
-  re-publish as it is (:mod:`ackloop.redrive`), and the sweeper resolves a call whose child
+  re-publish as it is (:mod:`ackloop.engine.redrive`), and the sweeper resolves a call whose child
   ended meanwhile;
 - otherwise the run fails with the cause (the step's last recorded error), its end is
   published on the answers topic, and the conversation's next queued run starts. A query
@@ -31,13 +31,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from ackloop.engine.deps import Deps
-from ackloop.engine.ending import end_run_now, publish_end, run_end
-from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled_model_step
-from ackloop.keys import StepKey, run_id_for_request, turn_range
-from ackloop.push import Delivery
-from ackloop.records import StepStatus, StopReason
-from ackloop.wire import (
+from ackloop.domain.keys import StepKey, run_id_for_request, turn_range
+from ackloop.domain.records import StepStatus, StopReason
+from ackloop.domain.wire import (
     ChildEndedMessage,
     EventMessage,
     ModelStepMessage,
@@ -46,6 +42,10 @@ from ackloop.wire import (
     ToolStepMessage,
     Usage,
 )
+from ackloop.engine.deps import Deps
+from ackloop.engine.ending import end_run_now, publish_end, run_end
+from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled_model_step
+from ackloop.hosting.push import Delivery
 
 log = logging.getLogger(__name__)
 

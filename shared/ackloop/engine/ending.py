@@ -6,18 +6,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ackloop import outgoing
-from ackloop.cost import Cost
+from ackloop.domain.cost import Cost
+from ackloop.domain.records import RunRecord, RunStatus, StopReason
+from ackloop.domain.wire import Usage
+from ackloop.engine import outgoing
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import ended_with
 from ackloop.engine.outbox import send
 from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.engine.waits import core as waits
-from ackloop.records import RunRecord, RunStatus, StopReason
 from ackloop.store import RunEnd
 from ackloop.telemetry import metrics
 from ackloop.tools.masking import mask_secrets
-from ackloop.wire import Usage
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import time
 
-from ackloop.deltas import DeltaRecord, DeltaWriter, run_delta_writer
+from ackloop.domain.errors import ModelRetryableError
+from ackloop.engine.deltas import DeltaRecord, DeltaWriter, run_delta_writer
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimAtFirstText, ClaimRef, RequestScope, heartbeat
-from ackloop.errors import ModelRetryableError
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn, StreamingModelClient
 from ackloop.telemetry import tracing
 from ackloop.telemetry.context import update_log_context

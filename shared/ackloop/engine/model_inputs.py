@@ -12,19 +12,19 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ackloop import conversation
+from ackloop.domain.errors import RetryableError
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import RunRecord, RunStatus, StepRecord
+from ackloop.domain.wire import FunctionCall, ModelStepMessage
 from ackloop.engine import claims, compaction
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import RequestScope, claim_in_run
 from ackloop.engine.ledger import scheduled_model_step
-from ackloop.errors import RetryableError
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey
-from ackloop.outgoing import parse_reads
-from ackloop.records import RunRecord, RunStatus, StepRecord
+from ackloop.engine.outgoing import parse_reads
 from ackloop.store import Claim, ModelStepInputs, RunRead, Transcript
-from ackloop.wire import FunctionCall, ModelStepMessage
+from ackloop.transcript import conversation
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,26 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ackloop import conversation, files
-from ackloop.agents import Agent
-from ackloop.deltas import run_delta_write
+from ackloop import files
+from ackloop.config.agents import Agent
+from ackloop.domain.errors import (
+    ModelPermanentError,
+    PermanentError,
+)
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import (
+    Outgoing,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+    StopReason,
+)
+from ackloop.domain.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 from ackloop.engine import compaction, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
+from ackloop.engine.deltas import run_delta_write
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import (
@@ -37,27 +52,13 @@ from ackloop.engine.lease import (
 from ackloop.engine.model_call import call_model
 from ackloop.engine.model_inputs import Inputs, claim_and_read, turn_input
 from ackloop.engine.structured import OutputContract, contract_for, judge
-from ackloop.errors import (
-    ModelPermanentError,
-    PermanentError,
-)
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey
 from ackloop.model.base import (
     ModelRequest,
     ModelTurn,
 )
-from ackloop.records import (
-    Outgoing,
-    RunRecord,
-    RunStatus,
-    StepRecord,
-    StepStatus,
-    StopReason,
-)
 from ackloop.store import Claim, RunRead, Transcript
 from ackloop.telemetry import tracing
-from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
+from ackloop.transcript import conversation
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 the rooms and their callers pass (a run's end, a claim, a transcript as read).
 
 Nothing here imports a room: the rooms, and the modules outside the store that name its
-documents (:mod:`ackloop.deltas`), take their constants and types from here, so every import
+documents (:mod:`ackloop.engine.deltas`), take their constants and types from here, so every import
 points one way. The store is a pure writer: a run's end arrives here with its error already
 masked (:func:`ackloop.engine.ending.run_end`), its messages and its cost already decided.
 """
@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from pydantic import ConfigDict
 
-from ackloop.cost import Cost
 from ackloop.docdb.base import DocumentDB, Version
 from ackloop.docdb.counting import DocumentCounters
-from ackloop.errors import LeaseLost, StaleRead, StepTaken
-from ackloop.jsondict import JsonDict
-from ackloop.records import RunStatus, StepRecord, StopReason, TranscriptChunk
-from ackloop.wire import RunOutcome
+from ackloop.domain.cost import Cost
+from ackloop.domain.errors import LeaseLost, StaleRead, StepTaken
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.records import RunStatus, StepRecord, StopReason, TranscriptChunk
+from ackloop.domain.wire import RunOutcome
 
 if TYPE_CHECKING:
-    from ackloop.settings import Settings
+    from ackloop.config.settings import Settings
 
 
 DAY_SECONDS = 86_400.0

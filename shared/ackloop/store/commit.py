@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ackloop.cost import Cost
 from ackloop.docdb.base import Snapshot, Write
-from ackloop.jsondict import JsonDict
-from ackloop.records import Outgoing, RunRecord, StepDecision, StepRecord, Waiting
-from ackloop.wire import Usage
+from ackloop.domain.cost import Cost
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.records import Outgoing, RunRecord, StepDecision, StepRecord, Waiting
+from ackloop.domain.wire import Usage
 
 if TYPE_CHECKING:
     from ackloop.store.base import RunEnd, Transcript
@@ -78,7 +78,7 @@ class Decision:
     error: str | None = None
     writes: tuple[Write, ...] = ()
     """Documents written with the step: a streamed call's last text, not written yet (model
-    steps; :func:`ackloop.deltas.delta_write`)."""
+    steps; :func:`ackloop.engine.deltas.delta_write`)."""
     child_cost: Cost | None = None
     """A sub-agent's call: what its child run cost, counted in this step's cost (so in its
     run's)."""

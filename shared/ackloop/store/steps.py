@@ -4,7 +4,7 @@ The invariants it keeps:
 
 - a step document is created by the first delivery that claims it; its ``fence`` and the
   document version make the lease exclusive, and a holder whose lease was taken over cannot
-  commit (:class:`~ackloop.errors.LeaseLost`);
+  commit (:class:`~ackloop.domain.errors.LeaseLost`);
 - a step's completion, its transcript entries, its outbox and, for the last step, the run's
   final state are one atomic batch whose precondition is the holder's version of the step
   (:meth:`Steps.commit_step`, :mod:`ackloop.store.commit`).
@@ -24,15 +24,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ackloop.docdb.base import AlreadyExists, PreconditionFailed, Snapshot, Version, Write
-from ackloop.errors import LeaseLost, StepBusy, StepConflict
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey
-from ackloop.records import RunRecord, StepRecord, StepStatus
+from ackloop.domain.errors import LeaseLost, StepBusy, StepConflict
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import RunRecord, StepRecord, StepStatus
+from ackloop.domain.wire import Usage
 from ackloop.store.base import Claim, StoreBase
 from ackloop.store.commit import Basis, Committed, Composer, Decision, RunRead, StepPlan
 from ackloop.store.runs import end_plan, end_writes
 from ackloop.store.transcript import append_writes, pointer_after, refresh_history
-from ackloop.wire import Usage
 
 
 def _fresh_step(key: StepKey, name: str, *, owner: str, now: float, message_id: str,
@@ -129,7 +129,7 @@ class Steps(StoreBase):
         text): create its document as ``claim`` describes it (its attempt, its message id;
         ``unclaimed``, since its call started without a claim), holding a lease of
         ``lease_seconds``, in one commit with ``with_writes`` (the call's first words, as
-        :func:`ackloop.deltas.delta_write` makes them). Only a
+        :func:`ackloop.engine.deltas.delta_write` makes them). Only a
         create: a document already there means another delivery claimed or recorded the step
         meanwhile, and this one has lost it (:class:`LeaseLost`, nothing written)."""
         if claim.version is not None:

@@ -22,10 +22,10 @@ from ackloop.docdb.base import (
     Write,
 )
 from ackloop.docdb.sizes import value_size
-from ackloop.errors import StaleRead
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey
-from ackloop.records import RunRecord, StepRecord, TranscriptChunk
+from ackloop.domain.errors import StaleRead
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import RunRecord, StepRecord, TranscriptChunk
 from ackloop.store.base import DAY_SECONDS, EXPIRE_AT, StoreBase, Transcript
 from ackloop.store.commit import RunRead
 
@@ -195,7 +195,7 @@ class Transcripts(StoreBase):
         used and cost), created in one commit with the last chunk written unchanged, fenced
         on the version read (a run's end outside a step, or another writer, makes it fail).
         ``opening``: the content the summary stands as in a model's view, as the engine builds
-        it (:func:`ackloop.context.summary_content`): the chunk's size counts it.
+        it (:func:`ackloop.transcript.context.summary_content`): the chunk's size counts it.
         Returns the transcript as a model step now reads it: that chunk alone.
 
         None when the chunk was created meanwhile (the caller reads it: the same step's other

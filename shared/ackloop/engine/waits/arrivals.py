@@ -1,6 +1,7 @@
 """What a waiting call waits for, arriving: a named event, or a child run's end.
 
-**A named event** (``POST /runs/{id}/events/{name}`` or an :class:`~ackloop.wire.EventMessage`
+**A named event** (``POST /runs/{id}/events/{name}`` or an
+:class:`~ackloop.domain.wire.EventMessage`
 on the queries topic) is kept on the run first (:meth:`Waits.receive_event`: the first
 event of a name wins, the same one again is recognised; the payload goes to
 ``runs/{run_id}/events/{name}``), since it may come before any call waits for it; then every
@@ -10,7 +11,8 @@ runs at once; a kept event whose waiting steps were not resolved is the sweeper'
 (:func:`core.sweep_waits`: it moved the run's ``progress_at``). Delivering it again repeats
 the second half.
 
-**A child's end** (:class:`~ackloop.wire.ChildEndedMessage`, on the queries topic) is read from
+**A child's end** (:class:`~ackloop.domain.wire.ChildEndedMessage`, on the queries topic) is read
+from
 the child's record and resolves the one call that waits for it: that call's step document
 alone is written, never its parent's run, so a parent's children ending together do not
 contend on one document. A call that has not recorded its wait yet (its tool step holds the
@@ -25,11 +27,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ackloop.engine.deps import Deps
-from ackloop.engine.waits import core
-from ackloop.engine.waits.kinds import child_end
-from ackloop.errors import RetryableError
-from ackloop.records import (
+from ackloop.domain.errors import RetryableError
+from ackloop.domain.records import (
     CHILD_EVENT_PREFIX,
     DEADLINE,
     ReceivedEvent,
@@ -37,6 +36,9 @@ from ackloop.records import (
     StepRecord,
     StepStatus,
 )
+from ackloop.engine.deps import Deps
+from ackloop.engine.waits import core
+from ackloop.engine.waits.kinds import child_end
 from ackloop.store import DecisionRefused
 from ackloop.telemetry import tracing
 
@@ -93,7 +95,7 @@ async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
 
 
 async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
-    """The handler of a :class:`~ackloop.wire.ChildEndedMessage`: the child's end, read from
+    """The handler of a :class:`~ackloop.domain.wire.ChildEndedMessage`: the child's end, read from
     its record, resolves the call of its parent that waits for it (its step alone).
 
     Raises :class:`NotWaitingYet` while that call has not recorded its wait."""

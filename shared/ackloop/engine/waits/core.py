@@ -1,7 +1,7 @@
 """The mechanism of a call that waits, whatever it waits for (:mod:`.kinds`).
 
 **Begin.** A tool step whose call waits and has no resolution yet records itself ``waiting``
-(its :class:`~ackloop.records.Waiting`: kind, name, deadline), gives its lease back and is
+(its :class:`~ackloop.domain.records.Waiting`: kind, name, deadline), gives its lease back and is
 acknowledged: while it waits no process runs, no lease is renewed and nothing is
 redelivered. When what it waits for has already arrived at its source (an event kept on the
 run, a child that has ended), the call takes it at once and the wait it met is recorded with
@@ -33,15 +33,10 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from ackloop.engine import spend
-from ackloop.engine.deps import Deps
-from ackloop.engine.lease import ClaimRef
-from ackloop.engine.outbox import send
-from ackloop.engine.waits.kinds import Wait, kind_of
-from ackloop.errors import RunKeptChanging, StaleRead
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey
-from ackloop.records import (
+from ackloop.domain.errors import RunKeptChanging, StaleRead
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import (
     DEADLINE,
     Outgoing,
     RunRecord,
@@ -52,8 +47,13 @@ from ackloop.records import (
     Waiting,
     WaitKindName,
 )
+from ackloop.domain.wire import FunctionCall, WaitingNotice
+from ackloop.engine import spend
+from ackloop.engine.deps import Deps
+from ackloop.engine.lease import ClaimRef
+from ackloop.engine.outbox import send
+from ackloop.engine.waits.kinds import Wait, kind_of
 from ackloop.store import DAY_SECONDS, Claim, DecisionRefused, RunRead
-from ackloop.wire import FunctionCall, WaitingNotice
 
 log = logging.getLogger(__name__)
 

@@ -27,16 +27,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ackloop.engine import children
-from ackloop.engine.deps import Deps
-from ackloop.jsondict import JsonDict
-from ackloop.records import (
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.records import (
     DEADLINE,
     RunRecord,
     StepDecision,
     Waiting,
     WaitKindName,
 )
+from ackloop.engine import children
+from ackloop.engine.deps import Deps
 from ackloop.store import DecisionRefused
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import Tool, find_tool
