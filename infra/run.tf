@@ -45,7 +45,7 @@ locals {
     }
   }
 
-  # Every setting the services read (shared/ackloop/settings.py), one name per setting. The Google
+  # Every setting the services read (shared/ackloop/config/settings.py), one name per setting. The Google
   # names (GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION, GOOGLE_GENAI_USE_VERTEXAI) are aliases the
   # settings accept and the google-genai SDK also reads.
   service_env = {

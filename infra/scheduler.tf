@@ -1,6 +1,6 @@
 # The sweeper's clock. Pub/Sub redelivers whatever was not acknowledged, so a run stops moving
 # only when a message that should exist does not (a publish lost after its commit). Cloud
-# Scheduler calls the api's POST /sweep (shared/ackloop/sweep.py) on var.sweep.schedule: it
+# Scheduler calls the api's POST /sweep (shared/ackloop/engine/sweep.py) on var.sweep.schedule: it
 # resumes running runs idle for ACKLOOP_SWEEP_STALE_SECONDS by re-sending the step message their
 # ledger says they need, fails those it cannot resume, and starts queued runs whose conversation
 # is free. Sweeping is idempotent: a healthy run costs a message, never a second execution.

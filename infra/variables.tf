@@ -1,4 +1,4 @@
-# Every variable that mirrors a setting of shared/ackloop/settings.py keeps that setting's default,
+# Every variable that mirrors a setting of shared/ackloop/config/settings.py keeps that setting's default,
 # so a deployment behaves like the documented defaults unless terraform.tfvars says otherwise
 # (tests/infra checks it).
 

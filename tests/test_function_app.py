@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from ackloop.function_app import FunctionNotFound, function_app, load_function
+from ackloop.hosting.function_app import FunctionNotFound, function_app, load_function
 
 
 async def _echo(request: Request) -> Response:

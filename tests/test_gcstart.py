@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ackloop import gcstart
+from ackloop.hosting import gcstart
 
 
 @pytest.fixture(autouse=True)

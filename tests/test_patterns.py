@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from ackloop.domain.wire import RunOptions
 from ackloop.engine.structured import InvalidOutput, from_json_schema
-from ackloop.wire import RunOptions
 
 
 def schema_with(pattern: str) -> dict[str, object]:

@@ -1,5 +1,6 @@
 """The public surface: every name in ``ackloop.__all__`` resolves, and importing the package
-alone stays cheap (a function's cold start imports ``ackloop.settings``, not the tool layer)."""
+alone stays cheap (a function's cold start imports ``ackloop.config.settings``, not the tool
+layer)."""
 
 from __future__ import annotations
 
@@ -54,9 +55,9 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 
 def test_submodules_still_import_through_the_package() -> None:
-    from ackloop import keys
+    from ackloop.domain import keys
 
-    assert keys.__name__ == "ackloop.keys"
+    assert keys.__name__ == "ackloop.domain.keys"
 
 
 def _modules_after(statement: str) -> set[str]:
@@ -78,7 +79,7 @@ def test_importing_the_package_imports_nothing_else() -> None:
 
 
 def test_a_cold_start_import_does_not_import_the_public_modules() -> None:
-    loaded = _modules_after("import ackloop.settings")
+    loaded = _modules_after("import ackloop.config.settings")
     assert not _PUBLIC_MODULES & loaded, sorted(_PUBLIC_MODULES & loaded)
 
 

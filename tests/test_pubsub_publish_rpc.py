@@ -17,7 +17,7 @@ from google.pubsub_v1.services.publisher.transports import PublisherGrpcAsyncIOT
 
 from ackloop.bus import pubsub
 from ackloop.bus.pubsub import PublishRequestPb, PublishResponsePb, PubSubPublisher
-from ackloop.errors import RetryableError
+from ackloop.domain.errors import RetryableError
 from tests.support.grpc_standin import StandIn, closed_port
 
 Code = grpc.StatusCode

@@ -11,7 +11,7 @@ from google.cloud import pubsub_v1
 
 from ackloop.bus import pubsub
 from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.errors import RetryableError
+from ackloop.domain.errors import RetryableError
 from tests.support.emulators import EmulatorSession
 
 pytestmark = pytest.mark.emulator

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ackloop import runtime
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
+from ackloop.hosting import runtime
 
 
 def _settings() -> Settings:

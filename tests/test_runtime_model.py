@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ackloop import runtime
-from ackloop.agents import AgentRegistry
+from ackloop.config.agents import AgentRegistry
+from ackloop.config.settings import Settings
+from ackloop.hosting import runtime
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
-from ackloop.settings import Settings
 from ackloop.tools.masking import mask_secrets
 
 

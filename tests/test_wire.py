@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from ackloop.wire import QueryMessage, RunOptions
+from ackloop.domain.wire import QueryMessage, RunOptions
 
 
 def test_lone_surrogates_and_blank_text_are_rejected() -> None:

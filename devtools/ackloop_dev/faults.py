@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ackloop.agents import AgentRegistry
+from ackloop.config.agents import AgentRegistry
+from ackloop.domain.wire import FunctionCall
 from ackloop.engine.deps import Deps
 from ackloop.model.base import (
     ModelClient,
@@ -38,7 +39,6 @@ from ackloop.model.base import (
 )
 from ackloop.store import AgentStore, Basis, Claim, Committed, Decision, Pricer
 from ackloop.tools.base import ToolContext, ToolOutcome
-from ackloop.wire import FunctionCall
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def with_faults(deps: Deps, faults: FaultPoints) -> Deps:
 
 def _install() -> None:
     """Make this process's dependencies reach the points the environment names."""
-    from ackloop import runtime
+    from ackloop.hosting import runtime
 
     build = runtime.build_deps
     faults = FaultPoints.from_environment()

@@ -1,5 +1,5 @@
 """The `tool_step` function: a Pub/Sub push endpoint (served by `ackloop run`, which routes every
-path and method of the service here: :mod:`ackloop.function_app`).
+path and method of the service here: :mod:`ackloop.hosting.function_app`).
 
 A thin adapter: decoding, dispatch and the status mapping live in :mod:`ackloop.http_push`.
 """

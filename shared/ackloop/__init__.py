@@ -7,7 +7,7 @@ Start reading at ``docs/architecture.md``.
 
 ``from ackloop import ...`` is the public surface: what a user needs to define agents and tools
 and to test them. Everything else is internal. The names load lazily (PEP 562), so a function's
-cold start, which imports ``ackloop.settings``, does not import every public module.
+cold start, which imports ``ackloop.config.settings``, does not import every public module.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ _PUBLIC: dict[str, str] = {
     "MCPServer": "ackloop.tools.mcp:MCPServer",
     "mcp_tools": "ackloop.tools.mcp:mcp_tools",
     # Agents and where they come from
-    "Agent": "ackloop.agents:Agent",
-    "Context": "ackloop.context:Context",
-    "CatalogError": "ackloop.catalog:CatalogError",
+    "Agent": "ackloop.config.agents:Agent",
+    "Context": "ackloop.transcript.context:Context",
+    "CatalogError": "ackloop.config.catalog:CatalogError",
     # Scripted models, for the offline stack and tests
     "Conversation": "ackloop.model.function_model:Conversation",
     "FunctionModel": "ackloop.model.function_model:FunctionModel",
@@ -50,17 +50,19 @@ _PUBLIC: dict[str, str] = {
     "calls": "ackloop.model.function_model:calls",
     "text": "ackloop.model.function_model:text",
     # Running agents in-process in tests
-    "AgentResult": "ackloop.testing:AgentResult",
-    "AgentTester": "ackloop.testing:AgentTester",
-    "run_agent": "ackloop.testing:run_agent",
+    "AgentResult": "ackloop.hosting.testing:AgentResult",
+    "AgentTester": "ackloop.hosting.testing:AgentTester",
+    "run_agent": "ackloop.hosting.testing:run_agent",
 }
 
 __all__ = ["__version__", *_PUBLIC]
 
 if TYPE_CHECKING:
-    from ackloop.agents import Agent as Agent
-    from ackloop.catalog import CatalogError as CatalogError
-    from ackloop.context import Context as Context
+    from ackloop.config.agents import Agent as Agent
+    from ackloop.config.catalog import CatalogError as CatalogError
+    from ackloop.hosting.testing import AgentResult as AgentResult
+    from ackloop.hosting.testing import AgentTester as AgentTester
+    from ackloop.hosting.testing import run_agent as run_agent
     from ackloop.model.function_model import Conversation as Conversation
     from ackloop.model.function_model import FunctionModel as FunctionModel
     from ackloop.model.function_model import Reply as Reply
@@ -69,9 +71,6 @@ if TYPE_CHECKING:
     from ackloop.model.function_model import calls as calls
     from ackloop.model.function_model import text as text
     from ackloop.model.tool_sweep import TestModel as TestModel
-    from ackloop.testing import AgentResult as AgentResult
-    from ackloop.testing import AgentTester as AgentTester
-    from ackloop.testing import run_agent as run_agent
     from ackloop.tools.base import Toolbox as Toolbox
     from ackloop.tools.base import ToolContext as ToolContext
     from ackloop.tools.base import ToolOutcome as ToolOutcome
@@ -86,6 +85,7 @@ if TYPE_CHECKING:
     from ackloop.tools.mcp import mcp_tools as mcp_tools
     from ackloop.tools.parameters import NoArguments as NoArguments
     from ackloop.tools.toolset import ToolSet as ToolSet
+    from ackloop.transcript.context import Context as Context
 
 
 def __getattr__(name: str) -> Any:

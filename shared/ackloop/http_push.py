@@ -16,10 +16,10 @@ from ackloop.api.tokens import (
     cloud_run_checked_claims,
     cloud_run_checked_token,
 )
+from ackloop.config.settings import Settings
 from ackloop.engine.dispatch import Kind, dispatch
-from ackloop.push import MalformedPush, decode_push
-from ackloop.runtime import process_deps
-from ackloop.settings import Settings
+from ackloop.hosting.push import MalformedPush, decode_push
+from ackloop.hosting.runtime import process_deps
 from ackloop.telemetry import metrics
 
 # Pub/Sub push requests are small; anything larger is not one.
@@ -94,7 +94,7 @@ def _json(status: int, body: object, headers: dict[str, str] | None = None) -> R
 
 async def handle_push(kind: Kind, request: Request) -> Response:
     """Answer one request to a step function; every answer to a push is counted by status in
-    the metrics (``ackloop.push.answers``, by function and status)."""
+    the metrics (``ackloop.hosting.push.answers``, by function and status)."""
     response = await _answer(kind, request)
     if request.method == "POST":
         metrics.push_answered(kind, response.status_code)

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ackloop.catalog import CatalogError, load_agents
-from ackloop.runtime import build_agents
-from ackloop.settings import Settings
+from ackloop.config.catalog import CatalogError, load_agents
+from ackloop.config.settings import Settings
+from ackloop.hosting.runtime import build_agents
 
 HTTP = httpx.AsyncClient()
 
@@ -39,7 +39,7 @@ def write(root: Path, module: str, body: str) -> None:
 
 
 AGENTS = """
-from ackloop.agents import Agent
+from ackloop.config.agents import Agent
 support = Agent("support", "Help with orders.")
 billing = Agent("billing", "Help with invoices.")
 """
@@ -62,7 +62,7 @@ def test_a_tuple_attribute_under_a_dotted_path(project: Path) -> None:
 def test_a_function_is_given_what_its_signature_asks_for(project: Path) -> None:
     write(project, "userapp.agents", AGENTS + """
 import httpx
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
 seen = {}
 
 def nothing():
@@ -118,7 +118,7 @@ def test_a_missing_module_names_the_setting_the_module_and_the_exception() -> No
 
 
 def test_a_module_that_fails_to_import_says_how(project: Path) -> None:
-    write(project, "userapp.broken", "from ackloop.agents import Agent\nAgent('bad name', 'x')\n")
+    write(project, "userapp.broken", "from ackloop import Agent\nAgent('bad name', 'x')\n")
     assert message("userapp.broken:catalog").startswith(
         "ACKLOOP_AGENTS=userapp.broken:catalog: cannot import module 'userapp.broken': "
         "ValueError: agent name 'bad name' must be")

@@ -64,25 +64,25 @@ from typing import Any
 
 import pytest
 
-from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.base import Message
 from ackloop.bus.memory import MemoryPublisher, Published
-from ackloop.clock import ManualClock
+from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunRecord, RunStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Kind, Outcome
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.transcript import read_exchange
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunRecord, RunStatus
-from ackloop.settings import Settings
 from ackloop.store import AgentStore
 from ackloop.tools import tool
-from ackloop.wire import QueryMessage
 
 SETTINGS = Settings(lease_seconds=10.0)
 QUESTION = "what is known about it?"

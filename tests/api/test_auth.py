@@ -22,11 +22,11 @@ from starlette.routing import Route
 from ackloop.api.app import create_app
 from ackloop.api.errors import ApiError
 from ackloop.api.tokens import split_emails
+from ackloop.config.settings import Settings
 from ackloop.engine.deps import Deps
 from ackloop.http_push import authenticate_push
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
-from ackloop.settings import Settings
 from ackloop.telemetry.metrics import PUSH_ANSWERS
 from ackloop.telemetry.metrics_file import Series
 from tests.api.tokens_support import Issuer, as_forwarded_by_cloud_run

@@ -14,14 +14,12 @@ from typing import Any
 
 import pytest
 
-from ackloop.agents import Agent
 from ackloop.api.events import run_events
 from ackloop.api.models import Event, FinishedEvent, StepEvent
+from ackloop.config.agents import Agent
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.engine.children import child_run_id, event_name
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import StepKey, run_id_for_request
-from ackloop.records import (
+from ackloop.domain.keys import StepKey, run_id_for_request
+from ackloop.domain.records import (
     Outgoing,
     RunLimits,
     RunRecord,
@@ -30,8 +28,10 @@ from ackloop.records import (
     StepStatus,
     Waiting,
 )
+from ackloop.domain.wire import QueryMessage
+from ackloop.engine.children import child_run_id, event_name
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.store import AgentStore
-from ackloop.wire import QueryMessage
 from tests.engine.fakes import api_of
 from tests.engine.test_children import Team, team_loop
 from tests.engine.test_guarantees import deliver_all, take

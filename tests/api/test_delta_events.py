@@ -7,12 +7,12 @@ import asyncio
 
 from ackloop.api.events import run_events, sse
 from ackloop.api.models import DeltaEvent, Event
-from ackloop.deltas import DeltaWriter, deltas_collection
 from ackloop.docdb.base import Write
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.keys import StepKey
-from ackloop.records import Outgoing, RunLimits, RunRecord, RunStatus, StepRecord, StepStatus
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import Outgoing, RunLimits, RunRecord, RunStatus, StepRecord, StepStatus
 from ackloop.store import AgentStore
+from ackloop.store.deltas import DeltaWriter, deltas_collection
 
 RUN = "run-deltas"
 

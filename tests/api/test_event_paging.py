@@ -6,8 +6,8 @@ from typing import Any
 
 from ackloop.api.events import run_events
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.keys import StepKey
-from ackloop.records import Outgoing, RunLimits, RunRecord, RunStatus, StepRecord, StepStatus
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import Outgoing, RunLimits, RunRecord, RunStatus, StepRecord, StepStatus
 from ackloop.store import AgentStore
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ackloop.wire import EventMessage
+from ackloop.domain.wire import EventMessage
 from tests.api.test_approvals_http import PAYMENT, decide, start, wait_waiting
 from tests.api.test_runs_http import wait_finished
 from tests.support.stack import RunningStack

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from ackloop.keys import run_id_for_request
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
 from tests.api.test_runs_http import wait_finished
 from tests.support.stack import RunningStack
 
@@ -167,7 +167,7 @@ async def test_budgets_above_the_deployment_ceilings_are_refused(
 
 
 def test_the_benchmark_agents_are_served_only_by_the_development_catalog() -> None:
-    from ackloop.agent_catalog import builtin_agents
+    from ackloop.config.agent_catalog import builtin_agents
     from ackloop_dev.agents import catalog
 
     http = httpx.AsyncClient()

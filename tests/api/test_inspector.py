@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from ackloop.api.app import create_app
+from ackloop.config.settings import Settings
 from ackloop.engine.deps import Deps
-from ackloop.runtime import build_deps
-from ackloop.settings import Settings
+from ackloop.hosting.runtime import build_deps
 from tests.api.test_auth import TOKEN, _no_deps, serving
 from tests.api.test_runs_http import WEATHER, wait_finished
 from tests.api.tokens_support import Issuer

@@ -4,7 +4,7 @@ left out of a response, which must not blank their schema)."""
 from __future__ import annotations
 
 from ackloop.api.app import create_app
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
 
 
 def test_the_openapi_document_describes_usage_and_cost() -> None:

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from ackloop.api.app import create_app
+from ackloop.domain.keys import run_id_for_request
 from ackloop.engine.deps import Deps
-from ackloop.keys import run_id_for_request
-from ackloop.runtime import build_deps
+from ackloop.hosting.runtime import build_deps
 from tests.api.test_auth import serving
 from tests.api.test_runs_http import wait_finished
 from tests.api.tokens_support import Issuer

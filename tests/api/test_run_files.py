@@ -9,11 +9,11 @@ from pathlib import Path
 import httpx
 
 from ackloop.api.app import create_app
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
-from ackloop.keys import run_id_for_request
 from ackloop.model.scripted import ScriptedModel
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage
 from tests.api.test_auth import TOKEN
 from tests.engine.test_tool_files import IMAGE, loop_of, script
 

@@ -197,7 +197,7 @@ async def test_body_size_limit_is_413_declared_or_streamed(api: httpx.AsyncClien
     """A route that takes no files keeps ``api_max_body_bytes`` (64 KiB here); the routes that
     take a query's files inline accept that plus the files' base64, and no more."""
     from ackloop.api.app import files_body_limit
-    from ackloop.settings import Settings
+    from ackloop.config.settings import Settings
 
     files_limit, _ = files_body_limit(Settings(api_max_body_bytes=65_536))
     for path, size in (("/runs/run-x/events/done", 70_000), ("/runs", files_limit + 1)):

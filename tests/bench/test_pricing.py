@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ackloop.cost import PRICE_TABLE_DATE, PRICES, PriceTable
+from ackloop.domain.cost import PRICE_TABLE_DATE, PRICES, PriceTable
 from ackloop_dev.bench.pricing import cost_per_1000_runs
 
 PER_RUN = {"docs_read": 10.0, "docs_written": 8.0, "published": 6.0, "deliveries": 6.0,

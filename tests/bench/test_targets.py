@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ackloop.records import StepRecord
+from ackloop.domain.records import StepRecord
 from ackloop_dev.bench import push_answers, report
 from ackloop_dev.bench.ackloop_side import fault_free_answers
 from ackloop_dev.bench.step_timing import split_gaps, step_gaps

@@ -14,7 +14,7 @@ import asyncio
 
 from pydantic import BaseModel, Field
 
-from ackloop.agents import Agent
+from ackloop.config.agents import Agent
 from ackloop.model.function_model import (
     Conversation,
     FunctionModel,

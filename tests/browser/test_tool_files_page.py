@@ -17,11 +17,11 @@ import pytest
 import uvicorn
 
 from ackloop.api.app import create_app
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
-from ackloop.keys import run_id_for_request
 from ackloop.model.scripted import ScriptedModel
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage
 from ackloop_dev.devstack.emulators import free_port
 from tests.browser.conftest import WAIT_S
 from tests.browser.test_inspector import wait_for

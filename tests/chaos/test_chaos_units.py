@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ackloop import records
-from ackloop.delivery import load_policy
+from ackloop.config.settings import Settings
+from ackloop.domain import records
+from ackloop.domain.records import StepRecord, StepStatus
+from ackloop.hosting.delivery import load_policy
 from ackloop.model.us_states import find_state_code
-from ackloop.records import StepRecord, StepStatus
-from ackloop.settings import Settings
 from ackloop.store import Transcript
 from ackloop_dev.chaos.checks import Verdict, check_conversation, normalize_answer, segments
 from ackloop_dev.chaos.config import scaled_spec
@@ -254,7 +254,7 @@ def test_extra_calls_of_unclaimed_steps_under_duplicated_pushes_are_reported_apa
     """A step run unclaimed may be executed more than once when its run's pushes were
     duplicated (the accepted cost of the skipped claim): reported apart. An extra execution of
     a claimed step, or of any step of a run no push of which was duplicated, is a problem."""
-    from ackloop.records import RunLimits, RunRecord, RunStatus
+    from ackloop.domain.records import RunLimits, RunRecord, RunStatus
     from ackloop_dev.chaos.checks import _check_executions
 
     def run_of(run_id: str) -> RunRecord:

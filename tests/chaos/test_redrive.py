@@ -6,13 +6,13 @@ import base64
 import json
 
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.clock import ManualClock
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import Write
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.keys import StepKey
-from ackloop.records import RunLimits, RunRecord, RunStatus
-from ackloop.redrive import redrive
-from ackloop.settings import Settings
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import RunLimits, RunRecord, RunStatus
+from ackloop.engine.redrive import redrive
 from ackloop.store import AgentStore
 
 SETTINGS = Settings(model_steps_topic="model-steps")

@@ -21,7 +21,7 @@ from typing import TypeVar
 import pytest
 
 from ackloop.docdb.firestore import FirestoreDocumentDB
-from ackloop.localstack import StackState
+from ackloop.hosting.localstack import StackState
 from ackloop.store import AgentStore
 from tests.support.emulators import EmulatorSession
 from tests.support.stack import RunningStack, stack_factory

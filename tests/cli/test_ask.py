@@ -9,7 +9,7 @@ import re
 import httpx
 import pytest
 
-from ackloop.keys import run_id_for_request
+from ackloop.domain.keys import run_id_for_request
 from tests.cli.conftest import Cli
 from tests.support.stack import RunningStack
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ackloop.cli.follow import cost_line
 from ackloop.cli.runs import usage_line
-from ackloop.cost import Spend, price
-from ackloop.wire import Usage
+from ackloop.domain.cost import Spend, price
+from ackloop.domain.wire import Usage
 
 
 def test_the_cost_line_shows_the_cached_share_of_the_prompt() -> None:

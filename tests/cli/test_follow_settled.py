@@ -5,7 +5,7 @@ call would not show a second one its turn was still starting."""
 from __future__ import annotations
 
 from ackloop.cli.follow import Followed
-from ackloop.records import Outgoing, RunLimits, RunRecord, StepRecord, StepStatus, Waiting
+from ackloop.domain.records import Outgoing, RunLimits, RunRecord, StepRecord, StepStatus, Waiting
 
 RUN = RunRecord(run_id="r", request_id="q", request_hash="h", conversation_id="r",
                 agent="approval-demo", text="pay", model="m", created_at=0.0,

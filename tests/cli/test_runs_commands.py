@@ -12,11 +12,9 @@ from typing import IO
 import pytest
 from google.cloud import pubsub_v1
 
-from ackloop.cost import Cost
-from ackloop.deltas import DeltaRecord, delta_id, deltas_collection
 from ackloop.docdb.base import Write
-from ackloop.engine.children import child_run_id, event_name
-from ackloop.records import (
+from ackloop.domain.cost import Cost
+from ackloop.domain.records import (
     RunLimits,
     RunRecord,
     RunStatus,
@@ -25,7 +23,9 @@ from ackloop.records import (
     StopReason,
     Waiting,
 )
-from ackloop.wire import Usage
+from ackloop.domain.wire import Usage
+from ackloop.engine.children import child_run_id, event_name
+from ackloop.store.deltas import DeltaRecord, delta_id, deltas_collection
 from tests.cli.conftest import Cli, FakeStack
 
 pytestmark = pytest.mark.emulator

@@ -40,7 +40,7 @@ def _one_failure_line(done: subprocess.CompletedProcess[str], *needles: str) -> 
     lines = [line for line in output.splitlines() if needles[0] in line]
     assert len(lines) == 1, output
     entry: dict[str, str] = json.loads(lines[0])
-    assert entry["severity"] == "CRITICAL" and entry["logger"] == "ackloop.startup", entry
+    assert entry["severity"] == "CRITICAL" and entry["logger"] == "ackloop.hosting.startup", entry
     for needle in needles:
         assert needle in entry["message"], entry
     return entry
@@ -65,7 +65,7 @@ def test_an_incomplete_api_configuration_stops_the_api() -> None:
 
 
 # The tool step never calls the model and builds its client on first use only, yet a
-# misconfigured model still stops it at start-up (ackloop.runtime.check_model).
+# misconfigured model still stops it at start-up (ackloop.hosting.runtime.check_model).
 @pytest.mark.parametrize("target", ["model_step", "tool_step"])
 def test_a_gemini_provider_without_credentials_stops_the_process(target: str) -> None:
     env = {"FUNCTION_TARGET": target, "ACKLOOP_MODEL_PROVIDER": "gemini",

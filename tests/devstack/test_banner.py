@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
 from ackloop_dev.devstack.stack import describe_model
 
 

@@ -12,8 +12,8 @@ import json
 import pytest
 from google.genai import types
 
-from ackloop.records import RunStatus
-from ackloop.wire import RunOptions
+from ackloop.domain.records import RunStatus
+from ackloop.domain.wire import RunOptions
 from tests.support.stack import RunningStack
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ackloop.keys import run_id_for_request
-from ackloop.records import RunStatus, StepDecision, StepStatus
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus, StepDecision, StepStatus
 from ackloop_dev.devstack.stack import PUSH_DELIVERY, SERVICES
 from tests.cli.conftest import Cli
 from tests.support.stack import RunningStack

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunRecord, RunStatus, StepStatus
 from ackloop.engine import children
-from ackloop.keys import run_id_for_request
-from ackloop.records import RunRecord, RunStatus, StepStatus
 from ackloop_dev.agents.research_team import (
     CRITIC,
     CRITIC_INSTRUCTIONS,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ackloop.records import RunStatus
+from ackloop.domain.records import RunStatus
 from tests.support.stack import RunningStack
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]

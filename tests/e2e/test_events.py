@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ackloop.keys import run_id_for_request
-from ackloop.records import RunStatus, StepStatus
-from ackloop.wire import EventMessage
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus, StepStatus
+from ackloop.domain.wire import EventMessage
 from tests.cli.conftest import Cli
 from tests.support.stack import RunningStack
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ackloop.records import RunStatus
+from ackloop.domain.records import RunStatus
 from tests.support.emulators import EmulatorSession
 from tests.support.stack import RunningStack, start_stack
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from ackloop.docdb.base import Write
-from ackloop.records import RunStatus, StepStatus
+from ackloop.domain.records import RunStatus, StepStatus
 from ackloop.store import AgentStore
 from tests.cli.conftest import Cli
 from tests.support.stack import RunningStack

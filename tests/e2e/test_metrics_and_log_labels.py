@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ackloop.records import RunRecord
+from ackloop.domain.records import RunRecord
 from ackloop.telemetry import metrics as names
 from ackloop.telemetry.metrics_file import Series
 from tests.support.stack import RunningStack

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from ackloop.records import RunStatus
+from ackloop.domain.records import RunStatus
 from tests.support.stack import RunningStack
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]

@@ -9,20 +9,20 @@ from typing import Any
 
 import httpx
 
-from ackloop.agents import Agent, AgentRegistry
 from ackloop.api.app import create_app
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.clock import Clock, ManualClock
-from ackloop.deltas import read_deltas
+from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import Clock, ManualClock
+from ackloop.domain.wire import FunctionCall, QueryMessage
 from ackloop.engine.deps import Deps
-from ackloop.inprocess import InProcessLoop
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelClient
-from ackloop.settings import Settings
 from ackloop.store import AgentStore
+from ackloop.store.deltas import read_deltas
 from ackloop.tools.base import ToolContext, ToolOutcome
-from ackloop.wire import FunctionCall, QueryMessage
 from ackloop_dev.faults import FaultPoints, with_faults
 
 

@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import Write
+from ackloop.domain.keys import StepKey, run_id_for_request
+from ackloop.domain.records import RunStatus, StepDecision, StepStatus
+from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.engine import approval
 from ackloop.engine.ending import cancel_run
-from ackloop.keys import StepKey, run_id_for_request
+from ackloop.engine.sweep import sweep
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunStatus, StepDecision, StepStatus
-from ackloop.settings import Settings
 from ackloop.store import DAY_SECONDS, EXPIRE_AT, AgentStore, DecisionRefused, Retention
-from ackloop.sweep import sweep
 from ackloop.tools import ToolSet, text_tool, tool, typed_tool
-from ackloop.wire import QueryMessage, RunOptions
 from tests.engine.fakes import api_of, make_loop
 from tests.engine.test_guarantees import deliver_all, take
 

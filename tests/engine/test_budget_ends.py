@@ -6,12 +6,12 @@ and the default time budget are the ones a deployment runs with.
 
 from __future__ import annotations
 
-from ackloop.errors import ModelRetryableError
+from ackloop.domain.errors import ModelRetryableError
+from ackloop.domain.records import RunStatus, StopReason
+from ackloop.engine.redrive import redrive
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
-from ackloop.records import RunStatus, StopReason
-from ackloop.redrive import redrive
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.engine.test_guarantees import deliver, run_of, start, take
 from tests.engine.test_holes import advance, answers, dead_letter

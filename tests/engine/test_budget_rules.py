@@ -9,15 +9,15 @@ from typing import cast
 import pytest
 from pydantic import BaseModel
 
-from ackloop.agents import Agent
-from ackloop.clock import ManualClock
+from ackloop.config.agents import Agent
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.records import RunLimits, RunRecord, RunStatus, StopReason
+from ackloop.domain.wire import ModelStepMessage, Usage
 from ackloop.engine.deps import Deps
 from ackloop.engine.model_step import TurnContext, budget_stop, decide
 from ackloop.engine.structured import FINAL_ANSWER_TOOL, contract_for
 from ackloop.model.base import ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunLimits, RunRecord, RunStatus, StopReason
-from ackloop.wire import ModelStepMessage, Usage
 
 NOW = 1_700_000_000.0
 

@@ -15,25 +15,25 @@ from typing import Any
 
 import pytest
 
-from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher, Published
-from ackloop.clock import ManualClock
+from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import ReceivedEvent, RunRecord, RunStatus, StepStatus
+from ackloop.domain.wire import QueryMessage, RunOptions, Usage
 from ackloop.engine import children, events
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import cancel_run
 from ackloop.engine.spend import steps_usage
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import ReceivedEvent, RunRecord, RunStatus, StepStatus
-from ackloop.settings import Settings
 from ackloop.store import AgentStore, DecisionRefused
 from ackloop.tools import ToolSet, tool
-from ackloop.wire import QueryMessage, RunOptions, Usage
 from tests.engine.fakes import SimulatedCrash
 from tests.engine.test_guarantees import deliver_all, take
 
@@ -490,8 +490,8 @@ async def test_a_childs_approval_wait_keeps_the_whole_tree_waiting_at_no_cost() 
     assert parent.status is child.status is RunStatus.RUNNING and not loop.queued()
     (waiting,) = [s for s in await loop.deps.store.list_steps(child.run_id)
                   if s.status is StepStatus.WAITING]
+    from ackloop.domain.records import StepDecision
     from ackloop.engine import approval
-    from ackloop.records import StepDecision
 
     await approval.decide(loop.deps, child.run_id, waiting.key, StepDecision(
         decision="approve", by="alice", at=loop.deps.clock.now()), "approval")
@@ -564,8 +564,8 @@ async def test_a_call_rejected_at_its_deadline_counts_what_its_child_spent_until
     """The child waits for a person's approval; the parent's call reaches its deadline first
     and is rejected: the child is cancelled, and what it had used (its first model call) is in
     the parent's usage and cost."""
+    from ackloop.domain.records import DEADLINE, StepDecision
     from ackloop.engine import approval
-    from ackloop.records import DEADLINE, StepDecision
 
     loop = booking_loop([])
     parent = await ask(loop, "planner")
@@ -585,7 +585,7 @@ async def test_a_call_rejected_at_its_deadline_counts_what_its_child_spent_until
 async def test_the_cost_metric_counts_each_step_of_the_tree_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``ackloop.cost.usd`` adds each step's cost as it commits: a sub-agent call's step
+    """``ackloop.domain.cost.usd`` adds each step's cost as it commits: a sub-agent call's step
     carries its child's whole cost in its own (the parent's roll-up needs it), which the
     child's steps already added, so the metric takes only the call's own part."""
     from ackloop.engine import commit as commit_module

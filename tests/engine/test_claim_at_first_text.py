@@ -12,18 +12,18 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import Version, Write
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus, StepRecord, StepStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.dispatch import Outcome
-from ackloop.inprocess import InProcessLoop
-from ackloop.jsondict import JsonDict
-from ackloop.keys import run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn, TextSink
 from ackloop.model.scripted import reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunStatus, StepRecord, StepStatus
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage
 from tests.engine.fakes import (
     CountingToolbox,
     CrashingFaults,

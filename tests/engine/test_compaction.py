@@ -8,24 +8,24 @@ from typing import Any
 
 import pytest
 
-from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.clock import ManualClock
-from ackloop.context import SUMMARY_HEADER, Context, is_summary_request
+from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.errors import ModelPermanentError
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus
+from ackloop.domain.wire import QueryMessage, Usage
 from ackloop.engine.deps import Deps
-from ackloop.errors import ModelPermanentError
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, estimate_usage, text_turn
-from ackloop.records import RunStatus
-from ackloop.settings import Settings
 from ackloop.store import VIEW_PAGE, AgentStore
-from ackloop.wire import QueryMessage, Usage
+from ackloop.transcript.context import SUMMARY_HEADER, Context, is_summary_request
 from tests.engine.fakes import CountingToolbox, SimulatedCrash
 from tests.store.conftest import db  # noqa: F401  (the fixture: memory, then the emulator)
 
@@ -557,9 +557,9 @@ async def test_a_run_ended_outside_a_step_after_a_compaction_leaves_its_calls_an
     """The step compacted and died, and the run was ended outside a step (a dead letter): the
     compaction's chunk, alone at the end of the transcript, holds the kept call; the next
     run answers it from the ledger (the lookup ran), not as "not executed"."""
+    from ackloop.domain.records import StopReason
+    from ackloop.domain.wire import Usage
     from ackloop.engine.ending import end_run_now, run_end
-    from ackloop.records import StopReason
-    from ackloop.wire import Usage
 
     model = Recording()
     loop, _ = await compacted_then_killed(model)

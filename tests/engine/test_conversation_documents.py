@@ -18,22 +18,22 @@ import pytest
 
 from ackloop.api.app import create_app
 from ackloop.bus.memory import Published
-from ackloop.cost import Cost
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import Snapshot, Version, Write
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.cost import Cost
+from ackloop.domain.errors import PermanentError
+from ackloop.domain.keys import StepKey, run_id_for_request
+from ackloop.domain.records import ANONYMOUS, ConversationRecord, RunStatus, StepRecord, StepStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Outcome
 from ackloop.engine.ending import cancel_run
 from ackloop.engine.ingest import start_run
-from ackloop.errors import PermanentError
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import StepKey, run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.scripted import ScriptedModel, reference_workload_script
-from ackloop.records import ANONYMOUS, ConversationRecord, RunStatus, StepRecord, StepStatus
-from ackloop.settings import Settings
 from ackloop.store import AgentStore
-from ackloop.wire import QueryMessage
 from ackloop_dev.faults import FaultPoints
 from tests.engine.fakes import CountingToolbox, SimulatedCrash, make_loop
 from tests.engine.test_guarantees import deliver, deliver_all, run_of, take

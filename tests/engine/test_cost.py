@@ -11,25 +11,25 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from ackloop.agents import Agent, AgentRegistry
 from ackloop.api.app import create_app
 from ackloop.bus.memory import MemoryPublisher, Published
-from ackloop.clock import ManualClock
-from ackloop.cost import PRICES, Cost, Counts, Spend, price, pubsub_billed_bytes
+from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.counting import CountingDocumentDB, delivery_counters
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.cost import PRICES, Cost, Counts, Spend, price, pubsub_billed_bytes
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunLimits, RunRecord, RunStatus, StepRecord
+from ackloop.domain.wire import QueryMessage, Usage
 from ackloop.engine.deps import Deps
 from ackloop.engine.spend import rolled_up
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunLimits, RunRecord, RunStatus, StepRecord
-from ackloop.settings import Settings
 from ackloop.store import AgentStore
-from ackloop.wire import QueryMessage, Usage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.engine.test_guarantees import deliver, deliver_all, take
 from tests.engine.test_holes import dead_letter
@@ -275,7 +275,7 @@ async def test_a_redriven_run_counts_each_step_once_in_its_cost_and_its_conversa
     after the redrive, the run's end wrote its total and added it to the conversation again.
     Now the run's cost is its ingest and its steps, each once, and the conversation's is the
     run's (for a conversation of its own, which has no document, and a named one, which has)."""
-    from ackloop.redrive import redrive
+    from ackloop.engine.redrive import redrive
     from tests.engine.test_guarantees import deliver_all, take
     from tests.engine.test_holes import dead_letter
 

@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import Write
+from ackloop.domain.keys import StepKey, run_id_for_request
+from ackloop.domain.records import ReceivedEvent, RunStatus, StepDecision, StepStatus
+from ackloop.domain.wire import EventMessage, QueryMessage
 from ackloop.engine import approval, events
 from ackloop.engine.ingest import start_run
-from ackloop.keys import StepKey, run_id_for_request
+from ackloop.engine.sweep import sweep
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import ReceivedEvent, RunStatus, StepDecision, StepStatus
-from ackloop.settings import Settings
 from ackloop.store import DecisionRefused
-from ackloop.sweep import sweep
 from ackloop.tools import ToolContext, ToolSet, tool
-from ackloop.wire import EventMessage, QueryMessage
 from tests.engine.fakes import api_of, make_loop
 
 SETTINGS = Settings()

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from ackloop.clock import SystemClock
-from ackloop.keys import run_id_for_request
+from ackloop.config.settings import Settings
+from ackloop.domain.clock import SystemClock
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus
+from ackloop.domain.wire import FunctionCall, QueryMessage
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunStatus
-from ackloop.settings import Settings
 from ackloop.tools.base import ToolOutcome
-from ackloop.wire import FunctionCall, QueryMessage
 from tests.engine.fakes import CountingToolbox, first_model_step, make_loop
 
 

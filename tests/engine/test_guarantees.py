@@ -12,16 +12,16 @@ import asyncio
 import pytest
 
 from ackloop.bus.memory import Published
+from ackloop.domain.keys import StepKey, run_id_for_request
+from ackloop.domain.records import RunRecord, RunStatus, StopReason
+from ackloop.domain.wire import AnswerMessage, QueryMessage, RunOptions, Usage
 from ackloop.engine.dispatch import Kind, Outcome
 from ackloop.engine.ingest import new_run
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import StepKey, run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel, reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunRecord, RunStatus, StopReason
 from ackloop.store import AgentStore
-from ackloop.wire import AnswerMessage, QueryMessage, RunOptions, Usage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.rendezvous import RendezvousDB
 

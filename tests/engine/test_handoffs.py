@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ackloop.agents import Agent
-from ackloop.keys import run_id_for_request
+from ackloop.config.agents import Agent
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunStatus
-from ackloop.wire import QueryMessage
 from tests.engine.test_children import _responses, team_loop
 
 

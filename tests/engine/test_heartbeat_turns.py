@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
-from ackloop.clock import ManualClock
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.keys import StepKey
 from ackloop.engine.lease import ClaimRef, Heartbeat
-from ackloop.keys import StepKey
 from ackloop.store import AgentStore, Claim
 
 LEASE_S = 0.3

@@ -16,23 +16,23 @@ import pytest
 
 from ackloop.api.app import create_app
 from ackloop.bus.memory import MemoryPublisher, Published
-from ackloop.conversation import NOT_EXECUTED
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import DocumentDB, Snapshot, StorageUnavailable, Write
+from ackloop.domain.errors import ModelPermanentError, ModelRetryableError
+from ackloop.domain.keys import StepKey, run_id_for_request
+from ackloop.domain.records import RunLimits, RunRecord, RunStatus, StepStatus, StopReason
+from ackloop.domain.wire import AnswerMessage, FunctionCall, QueryMessage, RunOptions
 from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Outcome
-from ackloop.errors import ModelPermanentError, ModelRetryableError
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import StepKey, run_id_for_request
+from ackloop.engine.redrive import redrive
+from ackloop.engine.sweep import sweep
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunLimits, RunRecord, RunStatus, StepStatus, StopReason
-from ackloop.redrive import redrive
-from ackloop.settings import Settings
 from ackloop.store import AgentStore
-from ackloop.sweep import sweep
 from ackloop.tools.base import ToolContext, ToolOutcome
-from ackloop.wire import AnswerMessage, FunctionCall, QueryMessage, RunOptions
+from ackloop.transcript.conversation import NOT_EXECUTED
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.engine.test_guarantees import (
     LEASE,

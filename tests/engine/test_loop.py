@@ -8,17 +8,17 @@ import json
 import pytest
 from pydantic import BaseModel, Field
 
-from ackloop.clock import SystemClock
-from ackloop.errors import ModelPermanentError, ModelRetryableError
-from ackloop.keys import run_id_for_request
+from ackloop.config.settings import Settings
+from ackloop.domain.clock import SystemClock
+from ackloop.domain.errors import ModelPermanentError, ModelRetryableError
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus, StopReason
+from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel, reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunStatus, StopReason
-from ackloop.settings import Settings
 from ackloop.tools.definition import tool
 from ackloop.tools.toolset import ToolSet
-from ackloop.wire import QueryMessage, RunOptions
 from tests.engine.fakes import (
     CountingToolbox,
     CrashingFaults,
@@ -411,7 +411,7 @@ def test_an_invalid_output_schema_is_rejected_at_the_edge():
 async def test_agent_output_model_is_offered_and_enforced():
     from pydantic import BaseModel
 
-    from ackloop.agents import Agent, AgentRegistry
+    from ackloop.config.agents import Agent, AgentRegistry
 
     class Forecast(BaseModel):
         city: str

@@ -25,23 +25,23 @@ from typing import Any
 
 import pytest
 
-from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import Published
-from ackloop.clock import ManualClock
+from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.config.settings import Settings
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey, run_id_for_request
+from ackloop.domain.records import RunStatus, StepDecision, StepStatus
+from ackloop.domain.wire import AnswerMessage, QueryMessage, WaitingNotice
 from ackloop.engine import approval
-from ackloop.inprocess import InProcessLoop
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey, run_id_for_request
+from ackloop.engine.sweep import sweep
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import Script, ScriptedModel
 from ackloop.model.transcript import read_exchange
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunStatus, StepDecision, StepStatus
-from ackloop.settings import Settings
-from ackloop.sweep import sweep
 from ackloop.tools import ToolSet, tool
 from ackloop.tools.definition import Tool
-from ackloop.wire import AnswerMessage, QueryMessage, WaitingNotice
 from tests.engine.fakes import make_loop
 from tests.engine.test_guarantees import deliver, run_of, start, take
 

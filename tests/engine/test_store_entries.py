@@ -15,18 +15,18 @@ from typing import Any, Literal
 import pytest
 
 import ackloop.engine.dispatch as dispatch_module
-from ackloop.agents import AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.clock import ManualClock
+from ackloop.config.agents import AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.engine.deps import Deps
-from ackloop.inprocess import InProcessLoop
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.agent_scripts import CatalogScript
 from ackloop.model.scripted import ScriptedModel
-from ackloop.settings import Settings
 from ackloop.store import AgentStore
-from ackloop.wire import QueryMessage, RunOptions
 from ackloop_dev.bench.step_agents import AGENT, agents
 
 Entries = list[tuple[int, list[str]]]

@@ -10,14 +10,14 @@ from collections.abc import Awaitable, Callable
 
 from ackloop.api.events import run_events
 from ackloop.api.models import DeltaEvent, Event, StepEvent
-from ackloop.clock import ManualClock
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
+from ackloop.config.settings import Settings
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus, StepRecord
+from ackloop.domain.wire import QueryMessage
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.turns import text_turn
-from ackloop.records import RunStatus, StepRecord
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 from tests.engine.fakes import CountingToolbox, delta_texts, make_loop
 

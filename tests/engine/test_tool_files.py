@@ -13,22 +13,22 @@ from typing import Any
 import pytest
 
 from ackloop import File, tool
-from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.clock import ManualClock
+from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.files import MemoryFileStore, object_name
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.settings import Settings
 from ackloop.store import AgentStore
 from ackloop.tools.toolset import ToolSet
-from ackloop.wire import QueryMessage
 from tests.store.conftest import db, prefix  # noqa: F401  (fixtures: memory, then the emulator)
 
 

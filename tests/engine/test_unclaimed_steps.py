@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import asyncio
 
-from ackloop.clock import SystemClock
+from ackloop.config.settings import Settings
+from ackloop.domain.clock import SystemClock
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus, StepStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.claims import model_call_claims, tool_call_claims
-from ackloop.keys import run_id_for_request
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
-from ackloop.records import RunStatus, StepStatus
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage
 from tests.engine.fakes import CountingToolbox, first_model_step, make_loop
 from tests.engine.test_loop import reference
 

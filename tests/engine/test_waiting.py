@@ -11,14 +11,14 @@ from __future__ import annotations
 import pytest
 
 from ackloop.bus.memory import Published
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import StepKey, run_id_for_request
+from ackloop.domain.records import RunStatus, StepStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.ending import cancel_run
 from ackloop.engine.lease import COMMIT_MARGIN_S
-from ackloop.keys import StepKey, run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
-from ackloop.records import RunStatus, StepStatus
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage
 from tests.engine.fakes import CountingToolbox, make_loop
 
 SETTINGS = Settings()  # the shipped defaults: lease 10 s, claim wait 25 s

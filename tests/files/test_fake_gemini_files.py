@@ -14,7 +14,7 @@ import pytest
 
 from ackloop.cli.ask import file_part, mime_type_of
 from ackloop.cli.errors import CliError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import text_turn
 from ackloop_dev.fakes.gemini_files import describe, image_size, wav_seconds

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.wire import QueryMessage
 from ackloop.files import MemoryFileStore
-from ackloop.keys import run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage
 from tests.engine.fakes import api_of
 from tests.files.test_query_files import loop_of
 

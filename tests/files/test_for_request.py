@@ -8,9 +8,9 @@ import pytest
 from google.genai import types
 
 from ackloop import files
-from ackloop.errors import PermanentError
+from ackloop.domain.errors import PermanentError
+from ackloop.domain.jsondict import JsonDict
 from ackloop.files import INLINE_REQUEST_BYTES, MemoryFileStore, for_request, stored_part
-from ackloop.jsondict import JsonDict
 
 
 def question(*parts: JsonDict, text: str = "what is it?") -> JsonDict:

@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
-from ackloop.errors import PermanentError
+from ackloop.domain.errors import PermanentError
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.wire import QueryMessage
 from ackloop.files import for_request, object_name, stored_part
 from ackloop.files.gcs import GcsFileStore
-from ackloop.keys import run_id_for_request
-from ackloop.wire import QueryMessage
 from ackloop_dev.devstack.emulators import ensure_bucket
 from tests.files.samples import pdf
 from tests.files.test_query_files import inline, loop_of, never

@@ -21,15 +21,15 @@ import httpx
 import pytest
 
 from ackloop.api.app import create_app
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.files import MemoryFileStore, gate
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage
 from tests.api.test_auth import serving
 from tests.files.test_query_files import inline, loop_of
 

@@ -11,14 +11,14 @@ import httpx
 import pytest
 
 from ackloop.api.app import create_app
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.files import MemoryFileStore
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage
 from tests.api.tokens_support import Issuer
 from tests.engine.fakes import api_of
 from tests.files.samples import png

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ackloop.api.app import create_app
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
 from tests.infra.terraform import TerraformConfig, block, delivery_numbers, expression
 
 PUSH_SERVICES = {"ingest", "model_step", "tool_step", "dead_letter"}

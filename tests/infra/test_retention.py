@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
+from ackloop.config.settings import Settings
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.keys import StepKey
-from ackloop.records import ReceivedEvent, RunLimits, RunRecord
-from ackloop.settings import Settings
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import ReceivedEvent, RunLimits, RunRecord
 from ackloop.store import EXPIRE_AT, AgentStore, Retention
+from ackloop.store.deltas import DeltaWriter, delta_expiry, deltas_collection
 from tests.infra.terraform import TerraformConfig, block, expression
 
 PREFIX = "pfx_"

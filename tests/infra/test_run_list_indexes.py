@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.records import RunStatus
+from ackloop.domain.records import RunStatus
 from ackloop.store import AgentStore
 from tests.infra.terraform import TerraformConfig
 from tests.infra.test_sweeper import _declared_indexes

@@ -1,4 +1,4 @@
-"""The environment contract between shared/ackloop/settings.py and infra/run.tf, both ways.
+"""The environment contract between shared/ackloop/config/settings.py and infra/run.tf, both ways.
 
 Every name Terraform sets on a service is a setting (or the launcher's FUNCTION_TARGET); every
 setting is set by Terraform under exactly one of its names; Terraform's defaults are the code's.
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from pydantic import AliasChoices
 
-from ackloop.delivery import load_policy
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
+from ackloop.hosting.delivery import load_policy
 from tests.infra.terraform import TerraformConfig, block, dynamic_blocks, expression
 
 # Read by `ackloop run`, not by Settings: picks what the image serves.

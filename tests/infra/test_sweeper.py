@@ -20,17 +20,17 @@ from typing import Any, cast, get_args
 
 from starlette.testclient import TestClient
 
-from ackloop.agents import AgentRegistry
 from ackloop.api.app import create_app
 from ackloop.api.auth import SWEEP_PATH
 from ackloop.api.runs import sweep_runs
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.clock import ManualClock
+from ackloop.config.agents import AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import Write
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.engine.deps import Deps
-from ackloop.keys import StepKey
-from ackloop.records import (
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import (
     Outgoing,
     RunLimits,
     RunRecord,
@@ -38,9 +38,9 @@ from ackloop.records import (
     StepStatus,
     Topic,
 )
-from ackloop.settings import Settings
+from ackloop.engine.deps import Deps
+from ackloop.engine.sweep import sweep
 from ackloop.store import AgentStore
-from ackloop.sweep import sweep
 from tests.infra.terraform import TerraformConfig, block, delivery_numbers, expression
 
 # A prefix of our own, to see that every collection the sweeper reads follows it.

@@ -14,7 +14,7 @@ from google.cloud.logging_v2.handlers import StructuredLogHandler
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from ackloop import logs
+from ackloop.telemetry import logs
 from ackloop.telemetry.context import current_labels, log_context, update_log_context
 
 PROJECT = "demo-project"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 from ackloop.model.base import ModelClient, ModelRequest
 from ackloop.model.gemini import GeminiModel
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer

@@ -11,8 +11,8 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from ackloop.errors import ModelPermanentError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.errors import ModelPermanentError
+from ackloop.domain.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.turns import estimate_usage, text_turn

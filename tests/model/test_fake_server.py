@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 import ackloop
-from ackloop.errors import ModelRetryableError
+from ackloop.domain.errors import ModelRetryableError
 from ackloop.model.base import ModelRequest
 from ackloop.model.gemini import GeminiModel
 from ackloop_dev.fakes.gemini_faults import Fault, FaultPlan, parse_fault_spec

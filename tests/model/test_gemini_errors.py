@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ackloop.errors import ModelPermanentError, ModelRetryableError
+from ackloop.domain.errors import ModelPermanentError, ModelRetryableError
 from ackloop.model.base import ModelRequest
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.gemini_errors import parse_retry_after_header

@@ -6,12 +6,12 @@ import base64
 import json
 import ssl
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import FunctionCall, Usage
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.wire import FunctionCall, Usage
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
 # Bytes whose standard base64 has "+" and "/", so URL-safe re-encoding is visible.

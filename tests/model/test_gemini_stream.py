@@ -9,11 +9,11 @@ import time
 import httpx
 import pytest
 
-from ackloop.errors import ModelPermanentError, ModelRetryableError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.errors import ModelPermanentError, ModelRetryableError
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import Usage
 from ackloop.model.base import ModelRequest, ModelTurn, StreamingModelClient
 from ackloop.model.gemini import GeminiModel
-from ackloop.wire import Usage
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
 SIGNATURE = bytes([0xFB, 0xFF, 0xBF, 0x00, 0x3E, 0x3F]) * 4

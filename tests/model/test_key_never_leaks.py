@@ -13,11 +13,11 @@ from pydantic import SecretStr
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.json_server import json_server
 
-from ackloop.keys import run_id_for_request
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.model.gemini import build_gemini_model
-from ackloop.records import RunStatus
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage
 
 KEY = "plain-looking-key-7d1f0c2b"  # no known token shape: only registration can mask it
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from ackloop.errors import ModelPermanentError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.errors import ModelPermanentError
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import FunctionCall
 from ackloop.model.base import ModelRequest
 from ackloop.model.scripted import ScriptedModel, reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.wire import FunctionCall
 
 QUESTION = {"role": "user", "parts": [{"text": "go"}]}
 ECHO_TOOL = [{"name": "echo", "description": "Echo."}]

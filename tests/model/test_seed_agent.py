@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ackloop.errors import ModelPermanentError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.errors import ModelPermanentError
+from ackloop.domain.jsondict import JsonDict
 from ackloop.model.base import ModelRequest
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.scripted import ScriptedModel

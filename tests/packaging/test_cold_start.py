@@ -22,13 +22,14 @@ from ackloop_dev.devstack.emulators import free_port
 ROOT = Path(__file__).resolve().parents[2]
 # What the serving process must never import: every one is cold-start time it does not need.
 NOT_NEEDED = ("ackloop_dev", "temporalio", "matplotlib", "ackloop.cli.runs", "ackloop.cli.ask",
-              "ackloop.cli.target", "ackloop.cli.metrics", "ackloop.localstack",
+              "ackloop.cli.target", "ackloop.cli.metrics", "ackloop.hosting.localstack",
               # the command line: the container's `ackloop run` starts without it
               "typer", "ackloop.cli.main",
               # metrics are off (no exporter configured): the OpenTelemetry SDK stays unloaded
               "opentelemetry.sdk", "opentelemetry.metrics", "opentelemetry.exporter",
               "ackloop.telemetry.metrics_file",
-              # functions-framework's package imports Flask for its WSGI side; ackloop.function_app
+              # functions-framework's package imports Flask for its WSGI side;
+              # ackloop.hosting.function_app
               # serves the function instead
               "functions_framework", "flask", "werkzeug",
               # what httpx's command line imports (ackloop run imports httpx without it; the

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from ackloop.agent_catalog import builtin_agents
-from ackloop.settings import Settings
+from ackloop.config.agent_catalog import builtin_agents
+from ackloop.config.settings import Settings
 from ackloop_dev.agents import CATALOG, catalog, with_catalog
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -44,8 +44,8 @@ def test_the_runtime_wheel_has_no_development_tools(tmp_path: Path) -> None:
     names = wheel.namelist()
     # The local stack's state file reader and the retry policy infra/ shares stay, and so do
     # the run inspector's files, which the API serves at /ui.
-    for module in ("ackloop/engine/model_step.py", "ackloop/localstack.py",
-                   "ackloop/delivery.py", "ackloop/delivery.json",
+    for module in ("ackloop/engine/model_step.py", "ackloop/hosting/localstack.py",
+                   "ackloop/hosting/delivery.py", "ackloop/delivery.json",
                    "ackloop/api/ui_assets/index.html", "ackloop/api/ui_assets/app.js",
                    "ackloop/api/ui_assets/style.css"):
         assert module in names

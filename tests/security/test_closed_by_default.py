@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 
 from ackloop.api.app import create_app
+from ackloop.config.settings import Settings
 from ackloop.engine.deps import Deps
-from ackloop.settings import Settings
 
 
 async def _no_deps() -> Deps:

@@ -13,12 +13,12 @@ import pytest
 
 from ackloop.api.app import create_app
 from ackloop.bus.memory import Published
+from ackloop.config.settings import Settings
+from ackloop.domain.records import StepStatus
+from ackloop.domain.wire import MAX_PAYLOAD_DEPTH
 from ackloop.engine.deps import Deps
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
-from ackloop.records import StepStatus
-from ackloop.settings import Settings
-from ackloop.wire import MAX_PAYLOAD_DEPTH
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.engine.test_events import STEP, shipping_run
 

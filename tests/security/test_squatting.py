@@ -10,11 +10,11 @@ from __future__ import annotations
 import httpx
 
 from ackloop.api.app import create_app
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
 from ackloop.engine.deps import Deps
-from ackloop.keys import run_id_for_request
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
-from ackloop.settings import Settings
 from tests.api.tokens_support import Issuer, as_forwarded_by_cloud_run
 from tests.engine.fakes import CountingToolbox, make_loop
 

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
 from tests.security.figures import FIGURES
 from tests.security.probes import bound_s, rss_sampler
 from tests.support.stack import RunningStack

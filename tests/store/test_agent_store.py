@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ackloop.docdb.base import PreconditionFailed
-from ackloop.errors import IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
-from ackloop.keys import StepKey
-from ackloop.records import RunLimits, RunRecord, RunStatus
+from ackloop.domain.errors import IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import RunLimits, RunRecord, RunStatus
 from ackloop.store import CHUNK_BYTES, AgentStore
 from tests.support.commits import complete
 
@@ -134,7 +134,7 @@ async def test_dead_letters_are_listed_past_any_page(store: AgentStore) -> None:
     """More dead letters than one query returns (Firestore's former cap of 1000, and pages of
     7): every one is listed, and the newest are not dropped."""
     from ackloop.docdb.base import Write
-    from ackloop.redrive import pending_dead_letters
+    from ackloop.engine.redrive import pending_dead_letters
 
     count = 1010
     writes = [Write("set", f"{store._dead_letters}/m-{n:05d}",
@@ -192,7 +192,7 @@ async def test_a_compaction_commit_that_finds_its_chunk_made_returns_none(
     fence on the last chunk still holds (it read that chunk after the first commit, not the
     chunk made), returns None, so the caller reads the chunk found, and leaves it as made. A
     second commit on the transcript as first read is refused by its fence (StaleRead)."""
-    from ackloop.errors import StaleRead
+    from ackloop.domain.errors import StaleRead
     from ackloop.store import Transcript
 
     turn = {"role": "user", "parts": [{"text": "hello"}]}

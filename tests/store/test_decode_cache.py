@@ -11,13 +11,13 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
 
+from ackloop.config.settings import Settings
 from ackloop.docdb import firestore_codec as codec
 from ackloop.docdb.base import Write
 from ackloop.docdb.decode_cache import ENTRY_OVERHEAD, DecodeCache
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.records import TranscriptChunk
-from ackloop.settings import Settings
+from ackloop.domain.records import TranscriptChunk
 from ackloop.store import AgentStore
 from ackloop.store.chunk_cache import TRANSCRIPT, chunk_decode_cache
 

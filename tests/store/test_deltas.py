@@ -8,7 +8,10 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from ackloop.deltas import (
+from ackloop.docdb.base import StorageUnavailable, Version, Write
+from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.store import AgentStore, Retention
+from ackloop.store.deltas import (
     DeltaWriter,
     delta_expiry,
     delta_id,
@@ -16,9 +19,6 @@ from ackloop.deltas import (
     next_id,
     read_deltas,
 )
-from ackloop.docdb.base import StorageUnavailable, Version, Write
-from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.store import AgentStore, Retention
 
 STEP = "0002-model"
 

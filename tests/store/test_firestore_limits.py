@@ -15,7 +15,6 @@ import grpc
 import pytest
 from google.api_core import exceptions as gexc
 
-from ackloop.conversation import TURN_RESULTS_BYTES
 from ackloop.docdb.base import (
     MAX_DOCUMENT_BYTES,
     MAX_WRITES_PER_COMMIT,
@@ -28,12 +27,13 @@ from ackloop.docdb.base import (
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.docdb.sizes import MAX_DEPTH, depth, value_size
-from ackloop.keys import run_id_for_request
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunStatus
 from ackloop.store import AgentStore
-from ackloop.wire import QueryMessage
+from ackloop.transcript.conversation import TURN_RESULTS_BYTES
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.grpc_standin import StandIn
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from ackloop.docdb.base import Write
-from ackloop.errors import ConversationNotStarted, PermanentError, StaleRead
-from ackloop.keys import StepKey, is_run_id, run_id_for_request
-from ackloop.records import ConversationRecord, RunLimits, RunRecord, RunStatus, StopReason
+from ackloop.domain.errors import ConversationNotStarted, PermanentError, StaleRead
+from ackloop.domain.keys import StepKey, is_run_id, run_id_for_request
+from ackloop.domain.records import ConversationRecord, RunLimits, RunRecord, RunStatus, StopReason
+from ackloop.domain.wire import Usage
 from ackloop.store import AgentStore, Basis, Decision, RunEnd
-from ackloop.wire import Usage
 from tests.support.commits import free
 
 T0 = 1_000.0

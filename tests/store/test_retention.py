@@ -13,14 +13,14 @@ from datetime import datetime
 
 import pytest
 
+from ackloop.config.settings import Settings
 from ackloop.docdb.base import DocumentDB
-from ackloop.keys import StepKey, run_id_for_request
+from ackloop.domain.keys import StepKey, run_id_for_request
+from ackloop.domain.records import RunLimits, RunRecord, RunStatus, StopReason
+from ackloop.domain.wire import QueryMessage, Usage
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunLimits, RunRecord, RunStatus, StopReason
-from ackloop.settings import Settings
 from ackloop.store import CHUNK_BYTES, DAY_SECONDS, EXPIRE_AT, AgentStore, Retention, RunEnd
-from ackloop.wire import QueryMessage, Usage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.commits import complete
 

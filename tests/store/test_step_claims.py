@@ -11,11 +11,11 @@ import asyncio
 import pytest
 
 from ackloop.docdb.base import DocumentDB
-from ackloop.errors import StaleRead, StepBusy
-from ackloop.keys import StepKey
-from ackloop.records import RunLimits, RunRecord, RunStatus, StepStatus, StopReason
+from ackloop.domain.errors import StaleRead, StepBusy
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import RunLimits, RunRecord, RunStatus, StepStatus, StopReason
+from ackloop.domain.wire import Usage
 from ackloop.store import AgentStore, Basis, Claim, Decision, RunEnd
-from ackloop.wire import Usage
 from tests.support.commits import complete, free
 from tests.support.rendezvous import RendezvousDB
 

@@ -12,13 +12,13 @@ import pytest
 
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.sizes import document_size, value_size
-from ackloop.keys import run_id_for_request
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import ReceivedEvent, RunLimits, RunRecord, RunStatus, StopReason
+from ackloop.domain.wire import MAX_EVENT_PAYLOAD_BYTES, QueryMessage, check_event_payload
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import ReceivedEvent, RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.store import MAX_RECEIVED_EVENTS, AgentStore, DecisionRefused, RunEnd
 from ackloop.tools import ToolSet, tool
-from ackloop.wire import MAX_EVENT_PAYLOAD_BYTES, QueryMessage, check_event_payload
 from tests.engine.fakes import make_loop
 
 

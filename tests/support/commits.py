@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ackloop.cost import Cost
-from ackloop.jsondict import JsonDict
-from ackloop.records import Outgoing, RunLimits, RunRecord
+from ackloop.domain.cost import Cost
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.records import Outgoing, RunLimits, RunRecord
 from ackloop.store import AgentStore, Basis, Claim, Committed, Decision, RunRead
 
 

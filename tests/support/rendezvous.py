@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from ackloop.docdb.base import DocumentDB, Snapshot, Transaction, Version, Write
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 
 T = TypeVar("T")
 

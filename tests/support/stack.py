@@ -21,14 +21,14 @@ from typing import Any
 import httpx
 from google.cloud import pubsub_v1
 
+from ackloop.config.settings import Settings
 from ackloop.docdb.firestore import FirestoreDocumentDB
-from ackloop.keys import run_id_for_request
-from ackloop.localstack import StackState
-from ackloop.records import RunRecord, StepRecord
-from ackloop.settings import Settings
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunRecord, StepRecord
+from ackloop.domain.wire import QueryMessage
+from ackloop.hosting.localstack import StackState
 from ackloop.store import AgentStore
 from ackloop.telemetry.metrics_file import Series, read_series
-from ackloop.wire import QueryMessage
 from ackloop_dev.bench import push_answers
 from ackloop_dev.devstack.stack import (
     PUSH_DELIVERY,

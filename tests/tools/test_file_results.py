@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from ackloop import File, conversation
+from ackloop import File
+from ackloop.domain.wire import FunctionCall
 from ackloop.tools.files import take_files
 from ackloop.tools.outcome import success_outcome
-from ackloop.wire import FunctionCall
+from ackloop.transcript import conversation
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(40)
 

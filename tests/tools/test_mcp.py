@@ -19,6 +19,7 @@ import pytest
 import pytest_asyncio
 from tests.tools.mcp_fixtures import http_server, ledger_entries, stdio_server
 
+from ackloop.domain.wire import FunctionCall
 from ackloop.tools.base import ToolContext
 from ackloop.tools.mcp import (
     MCPServer,
@@ -26,7 +27,6 @@ from ackloop.tools.mcp import (
     MCPUnavailable,
     mcp_tools,
 )
-from ackloop.wire import FunctionCall
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -192,7 +192,7 @@ async def test_the_listing_is_asked_once_and_kept(server, monkeypatch):
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_server_that_cannot_be_reached_is_a_clear_retryable_error(transport):
-    from ackloop.errors import RetryableError
+    from ackloop.domain.errors import RetryableError
     from ackloop_dev.devstack.emulators import free_port
 
     if transport == "stdio":

@@ -13,15 +13,15 @@ import pytest_asyncio
 from tests.engine.fakes import CrashingFaults, SimulatedCrash, make_loop
 from tests.tools.mcp_fixtures import ledger_entries, stdio_server
 
-from ackloop.keys import run_id_for_request
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.transcript import read_exchange
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.records import RunStatus
-from ackloop.settings import Settings
 from ackloop.tools.mcp import MCPServer, MCPToolbox, mcp_tools
-from ackloop.wire import QueryMessage
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

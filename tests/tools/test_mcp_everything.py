@@ -20,18 +20,18 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.clock import ManualClock
+from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.files import MemoryFileStore
-from ackloop.inprocess import InProcessLoop
-from ackloop.keys import run_id_for_request
-from ackloop.settings import Settings
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.store import AgentStore
 from ackloop.tools.mcp import MCPServer, MCPToolbox, mcp_tools
-from ackloop.wire import QueryMessage
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 

@@ -15,13 +15,13 @@ from pydantic import BaseModel, Field
 from tests.engine.fakes import make_loop
 
 from ackloop import FinalResult, ToolContext, ToolError, ToolSet, tool
-from ackloop.keys import run_id_for_request
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.wire import FunctionCall, QueryMessage
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.transcript import read_exchange
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.tools.docstrings import parse_docstring
-from ackloop.wire import FunctionCall, QueryMessage
 
 
 class Unit(enum.Enum):

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 import ackloop
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
+from ackloop.domain.wire import FunctionCall
 from ackloop.tools.base import ToolContext
 from ackloop.tools.seed import seed_toolset
-from ackloop.wire import FunctionCall
 from ackloop_dev.fakes.sandbox_apis import SandboxApis
 from ackloop_dev.fakes.sandbox_data import ECHO_IP, QUIET_AREAS
 from ackloop_dev.fakes.sandbox_faults import Faults

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from google.genai import types
 
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
+from ackloop.domain.wire import FunctionCall
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.tools.seed import seed_toolset
-from ackloop.wire import FunctionCall
 
 GOLDEN = Path(__file__).parent / "golden"
 Responder = Callable[[httpx.Request], httpx.Response]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, Field
 
+from ackloop.domain.wire import FunctionCall
 from ackloop.tools.base import ToolContext
 from ackloop.tools.definition import Tool, text_tool, tool, typed_tool
 from ackloop.tools.toolset import ToolSet
-from ackloop.wire import FunctionCall
 
 
 class CepArgs(BaseModel):

@@ -9,11 +9,11 @@ import logging
 import pytest
 from pydantic import BaseModel, Field
 
+from ackloop.domain.wire import FunctionCall
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.tools.definition import tool
 from ackloop.tools.errors import FinalResult, ToolError
 from ackloop.tools.toolset import ToolSet
-from ackloop.wire import FunctionCall
 
 
 class StateRequest(BaseModel):

@@ -11,10 +11,10 @@ import pytest
 from google.cloud import pubsub_v1
 
 from ackloop.bus.pubsub import PubSubPublisher
+from ackloop.config.settings import Settings
+from ackloop.domain.records import Outgoing
 from ackloop.engine import outbox
-from ackloop.outgoing import first_step, stamped
-from ackloop.records import Outgoing
-from ackloop.settings import Settings
+from ackloop.store.outgoing import first_step, stamped
 from ackloop.telemetry import tracing
 from ackloop.tools.masking import register_secret
 from tests.engine.fakes import CountingToolbox, make_loop

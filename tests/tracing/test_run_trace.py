@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 
 from ackloop.docdb.firestore import FirestoreDocumentDB
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.dispatch import dispatch
-from ackloop.keys import run_id_for_request
+from ackloop.hosting.push import Delivery
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.push import Delivery
-from ackloop.records import RunStatus
 from ackloop.store import AgentStore
 from ackloop.telemetry import tracing
 from ackloop.telemetry.trace_files import of_run, read_trace
-from ackloop.wire import QueryMessage
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.emulators import EmulatorSession
 from tests.tracing.conftest import all_spans

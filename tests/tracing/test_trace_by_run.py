@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx
 
 from ackloop.api.app import create_app
+from ackloop.config.settings import Settings
 from ackloop.engine.deps import Deps
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
-from ackloop.settings import Settings
 from ackloop.telemetry import tracing
 from tests.engine.fakes import CountingToolbox, make_loop
 

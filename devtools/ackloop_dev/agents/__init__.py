@@ -1,6 +1,6 @@
 """The development catalog: the agents the local stack and the benchmark serve, never deployed.
 
-- ``default``: the runtime's built-in agent (:func:`ackloop.agent_catalog.builtin_agents`).
+- ``default``: the runtime's built-in agent (:func:`ackloop.config.agent_catalog.builtin_agents`).
 - ``reference``, ``reference-long``: the benchmark workload (:mod:`ackloop_dev.agents.reference`).
 - ``approval-demo``: payments that wait for a person's approval
   (:mod:`ackloop_dev.agents.approval_demo`).
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import httpx
 
-from ackloop.agent_catalog import builtin_agents
-from ackloop.agents import Agent
-from ackloop.settings import Settings
+from ackloop.config.agent_catalog import builtin_agents
+from ackloop.config.agents import Agent
+from ackloop.config.settings import Settings
 
 CATALOG = "ackloop_dev.agents:catalog"
 """What the local stack sets ``ACKLOOP_AGENTS`` to."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from ackloop.agents import Agent
+from ackloop.config.agents import Agent
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.transcript import read_exchange
 from ackloop.tools.definition import tool

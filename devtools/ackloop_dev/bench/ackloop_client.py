@@ -18,9 +18,9 @@ from typing import Any
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
 from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.keys import run_id_for_request
-from ackloop.settings import Settings
-from ackloop.wire import QueryMessage, RunOptions
+from ackloop.config.settings import Settings
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.wire import QueryMessage, RunOptions
 
 
 @dataclass

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from ackloop.docdb.firestore import FirestoreDocumentDB
-from ackloop.records import StepRecord
+from ackloop.domain.records import StepRecord
+from ackloop.domain.wire import RunOptions
 from ackloop.store import AgentStore
-from ackloop.wire import RunOptions
 from ackloop_dev.bench import ackloop_counts as counts
 from ackloop_dev.bench import push_answers
 from ackloop_dev.bench.ackloop_client import AnswerWatcher, RunDriver, RunResult, completed

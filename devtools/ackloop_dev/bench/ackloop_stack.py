@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
 from ackloop_dev.bench.procstats import tree_cpu_seconds
 from ackloop_dev.devstack import emulators
 from ackloop_dev.devstack.stack import (

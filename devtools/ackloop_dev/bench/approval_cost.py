@@ -37,9 +37,9 @@ from typing import Any
 import httpx
 from google.cloud import firestore
 
-from ackloop.cost import PRICES, Cost, PriceTable
+from ackloop.domain.cost import PRICES, Cost, PriceTable
+from ackloop.domain.records import RunRecord, StepRecord
 from ackloop.engine.spend import rolled_up
-from ackloop.records import RunRecord, StepRecord
 from ackloop_dev.bench.approval_agents import AGENT
 from ackloop_dev.bench.metered_stack import environment, service_env, start, stop_meters
 from ackloop_dev.bench.wire_meter import WireCounts, WireMeter, start_meter

@@ -7,7 +7,8 @@
   function's module and app as ``ackloop run`` loads them, after what it does first:
   :func:`ackloop.cli.serving.prepare`; the API's app), interpreter start included;
 * ``deps``: the same process once it has also built its dependencies
-  (:func:`ackloop.runtime.process_deps`: settings, catalog, model, Firestore, Pub/Sub, httpx);
+  (:func:`ackloop.hosting.runtime.process_deps`: settings, catalog, model, Firestore, Pub/Sub,
+  httpx);
 * ``serve``: ``ackloop run`` (the container's entrypoint) from spawn until its port answered
   its first request, and the CPU the process used by then.
 
@@ -66,7 +67,7 @@ if target == "api":
     create_app()
 else:
     try:
-        from ackloop.function_app import function_app, load_function
+        from ackloop.hosting.function_app import function_app, load_function
     except ImportError:  # a version served by functions-framework (for a before/after)
         from functions_framework.aio import create_asgi_app
         create_asgi_app(target, str(Path("functions", target, "main.py")))
@@ -74,11 +75,11 @@ else:
         function_app(load_function(target, Path("functions", target, "main.py")))
 figures = {"import_cpu_s": cpu(), "import_wall_s": time.perf_counter() - began,
            "import_modules": len(sys.modules)}
-from ackloop import runtime
+from ackloop.hosting import runtime
 getattr(runtime, "serve_target", lambda target: None)(target)
 asyncio.run(runtime.process_deps())
 try:
-    from ackloop import gcstart
+    from ackloop.hosting import gcstart
 except ImportError:
     pass
 else:

@@ -4,7 +4,7 @@
 
 ackloop's cost is per run only (every service scales to zero; Firestore's storage of finished
 runs is left out): :func:`ackloop_dev.bench.pricing.cost_per_1000_runs` at the runtime's dated
-list prices (:data:`ackloop.cost.PRICES`), from one reference run's counts, by default
+list prices (:data:`ackloop.domain.cost.PRICES`), from one reference run's counts, by default
 :data:`REFERENCE_RUN`, or the sequential phase of an ``ackloop bench`` JSON. The peers cost
 what they hold running whether or not a run comes, plus (Temporal Cloud) a price per action.
 Their prices in :data:`PEER_PRICES` are ASSUMPTIONS written down from memory of the vendors'
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ackloop.cost import PRICES
+from ackloop.domain.cost import PRICES
 from ackloop_dev.bench.pricing import cost_per_1000_runs
 
 REFERENCE_RUN = {"docs_read": 15.0, "docs_written": 17.0, "published": 6.0, "deliveries": 7.0,

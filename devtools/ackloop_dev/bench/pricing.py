@@ -1,6 +1,6 @@
 """What 1,000 runs cost at Google's published list prices, from the counted operations.
 
-The prices are the runtime's dated price table, :data:`ackloop.cost.PRICES` (its module
+The prices are the runtime's dated price table, :data:`ackloop.domain.cost.PRICES` (its module
 docstring names the pages and the date): list prices in USD, without free tiers or
 committed-use discounts. The Cloud Run CPU part here is the function processes' measured CPU
 time: a lower bound, because an instance is billed while a request is open.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from ackloop.cost import PRICES, PUBSUB_MIN_BYTES, PriceTable
+from ackloop.domain.cost import PRICES, PUBSUB_MIN_BYTES, PriceTable
 
 
 def cost_per_1000_runs(

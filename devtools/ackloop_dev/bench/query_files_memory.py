@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from ackloop.records import RunStatus
+from ackloop.domain.records import RunStatus
 from ackloop_dev.bench.procstats import peak_rss_bytes
 from ackloop_dev.devstack import emulators
 from ackloop_dev.devstack.stack import LocalStack, StackOptions, project_root

@@ -58,10 +58,10 @@ import httpx
 import psutil
 from google.cloud import firestore, pubsub_v1  # type: ignore[attr-defined]
 
-from ackloop.keys import run_id_for_request
-from ackloop.records import RunRecord, StepRecord
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunRecord, StepRecord
+from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.telemetry.trace_files import Span, read_trace
-from ackloop.wire import QueryMessage, RunOptions
 from ackloop_dev.bench import ackloop_counts, bytecode
 from ackloop_dev.bench.approval_cost import emulator_hosts
 from ackloop_dev.bench.metered_stack import environment, service_env, start, stop_meters

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from ackloop.records import StepRecord
+from ackloop.domain.records import StepRecord
 from ackloop.store import AgentStore
 
 

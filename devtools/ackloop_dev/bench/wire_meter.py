@@ -39,7 +39,7 @@ import grpc
 from google.cloud.firestore_v1.types import firestore as firestore_types
 from google.pubsub_v1.types import PublishRequest, PullRequest, PullResponse
 
-from ackloop.cost import pubsub_billed_bytes
+from ackloop.domain.cost import pubsub_billed_bytes
 
 _MESSAGE_LIMIT = 64 * 1024 * 1024
 _OPTIONS = [("grpc.max_receive_message_length", _MESSAGE_LIMIT),

@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from ackloop.jsondict import JsonDict
-from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus, StopReason
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.records import RunRecord, RunStatus, StepRecord, StepStatus, StopReason
 from ackloop.store import Transcript
 from ackloop_dev.chaos.evidence import ModelEvidence
 from ackloop_dev.chaos.workload import question_text, reference_of

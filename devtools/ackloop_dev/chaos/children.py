@@ -35,8 +35,8 @@ from typing import Any
 
 from ackloop.api.tree import starts_child
 from ackloop.bus.pubsub import PubSubPublisher
+from ackloop.domain.records import RunRecord, RunStatus, StopReason
 from ackloop.engine.children import child_run_id
-from ackloop.records import RunRecord, RunStatus, StopReason
 from ackloop.store import AgentStore
 from ackloop_dev.agents.research_team import NAME as TEAM
 from ackloop_dev.agents.research_team import team_answer

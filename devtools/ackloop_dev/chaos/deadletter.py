@@ -16,7 +16,7 @@ function fails the run with the step's last error as the cause and publishes its
 Three poisoned runs (references ``dla``, ``dlb``, ``dlc``):
 
 * ``dla``: the path above; then the cause is fixed (the 429s stop) and
-  :func:`ackloop.redrive.redrive` re-drives it: it must complete with the fault-free answer,
+  :func:`ackloop.engine.redrive.redrive` re-drives it: it must complete with the fault-free answer,
   its model step answered exactly once, its transcript whole, and a second redrive must find
   nothing to do. It is asked with ``max_seconds`` above the dead-letter time.
 * ``dlb``: the same with the shipped budget (300 s, long spent when it is re-driven): a redrive
@@ -34,11 +34,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.clock import SystemClock
-from ackloop.records import RunRecord, RunStatus
-from ackloop.redrive import redrive
+from ackloop.domain.clock import SystemClock
+from ackloop.domain.records import RunRecord, RunStatus
+from ackloop.domain.wire import RunOptions
+from ackloop.engine.redrive import redrive
 from ackloop.store import AgentStore
-from ackloop.wire import RunOptions
 from ackloop_dev.chaos.checks import (
     Reference,
     RefKey,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ackloop.records import StepRecord, StepStatus
+from ackloop.domain.records import StepRecord, StepStatus
 from ackloop_dev.chaos.stackup import ChaosStack
 
 log = logging.getLogger(__name__)

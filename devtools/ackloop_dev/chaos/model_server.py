@@ -93,8 +93,8 @@ class RefFaults:
 def chaos_policy() -> Script:
     """The seed agent, as the fake server plays it, and the ``research-team`` agents (the
     child-runs scenario's) each by its own script."""
+    from ackloop.config.settings import Settings
     from ackloop.model.agent_scripts import deployment_script
-    from ackloop.settings import Settings
     from ackloop_dev.agents import with_catalog
     from ackloop_dev.agents.research_team import research_team_agents
 

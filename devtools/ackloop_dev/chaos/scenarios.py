@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.records import RunRecord, RunStatus, StopReason
+from ackloop.domain.records import RunRecord, RunStatus, StopReason
 from ackloop.store import AgentStore
 from ackloop_dev.chaos.checks import (
     Reference,

@@ -29,9 +29,9 @@ from typing import Any
 import httpx
 from google.cloud import pubsub_v1  # type: ignore[attr-defined,unused-ignore]
 
+from ackloop.config.settings import Settings
 from ackloop.docdb.firestore import FirestoreDocumentDB
-from ackloop.localstack import StackState
-from ackloop.settings import Settings
+from ackloop.hosting.localstack import StackState
 from ackloop.store import AgentStore
 from ackloop_dev.chaos.config import ChaosConfig, scaled_spec
 from ackloop_dev.chaos.timing import Timing

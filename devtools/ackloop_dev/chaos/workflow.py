@@ -13,10 +13,10 @@ from typing import Any
 from google.cloud import pubsub_v1  # type: ignore[attr-defined,unused-ignore]
 
 from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.keys import run_id_for_request
-from ackloop.records import RunRecord
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunRecord
+from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.store import AgentStore
-from ackloop.wire import QueryMessage, RunOptions
 from ackloop_dev.chaos.workload import Template, question
 
 

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ackloop.startup import LOGGER as STARTUP_LOGGER
-from ackloop.startup import PREFIX as STARTUP_PREFIX
+from ackloop.hosting.startup import LOGGER as STARTUP_LOGGER
+from ackloop.hosting.startup import PREFIX as STARTUP_PREFIX
 from ackloop_dev.devstack import ports
 
 
@@ -199,7 +199,7 @@ def wait_all(processes: Sequence[ManagedProcess], timeout: float) -> dict[str, f
 
 def cause(log_path: Path) -> str:
     """The line of a process's log that says why it stopped: its start-up failure line
-    (:mod:`ackloop.startup`), else the last line naming an error or exception, else its last
+    (:mod:`ackloop.hosting.startup`), else the last line naming an error or exception, else its last
     line."""
     try:
         lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines()

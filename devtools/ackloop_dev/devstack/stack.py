@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 import httpx
 
 import ackloop
-from ackloop.delivery import load_policy
-from ackloop.localstack import STATE_FILE, StackState
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
+from ackloop.hosting.delivery import load_policy
+from ackloop.hosting.localstack import STATE_FILE, StackState
 from ackloop_dev.agents import CATALOG
 from ackloop_dev.devstack import emulators, ports
 from ackloop_dev.devstack.processes import ManagedProcess, StartupFailed, alive, stop_pid, wait_all

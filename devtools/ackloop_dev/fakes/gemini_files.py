@@ -24,7 +24,7 @@ import re
 import struct
 import zlib
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 
 
 def _get(body: JsonDict, camel: str, snake: str) -> object:

@@ -14,7 +14,7 @@ from typing import Any
 
 from google.genai import types
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import estimate_usage
 

@@ -66,8 +66,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
 from typing import Any
 
-from ackloop.errors import ModelPermanentError, ModelRetryableError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.errors import ModelPermanentError, ModelRetryableError
+from ackloop.domain.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import Script, ScriptedModel, reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
@@ -558,8 +558,8 @@ def _policy_from_name(name: str) -> Script:
     if name == "catalog":
         # Every agent of the catalog the environment names, each with its own script (imported
         # late: it pulls in the agents' tools).
+        from ackloop.config.settings import Settings
         from ackloop.model.agent_scripts import deployment_script
-        from ackloop.settings import Settings
         from ackloop_dev.agents import with_catalog
 
         return ScriptedModel(deployment_script(with_catalog(Settings()))).decide

@@ -29,7 +29,7 @@ from types import FrameType, TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
 from ackloop_dev.fakes import sandbox_data
 from ackloop_dev.fakes.sandbox_faults import FaultDice, Faults
 
@@ -70,7 +70,8 @@ class SandboxApis:
         return f"{self.base_url}/ip"
 
     def settings_overrides(self) -> dict[str, str]:
-        """Keyword arguments for :class:`~ackloop.settings.Settings` that point at this server."""
+        """Keyword arguments for :class:`~ackloop.config.settings.Settings` that point at this
+        server."""
         return {
             "nws_base_url": self.base_url,
             "ipapi_base_url": self.base_url,

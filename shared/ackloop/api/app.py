@@ -32,9 +32,9 @@ from ackloop.api.events import StreamSlots
 from ackloop.api.limits import BodyLimit, LargeBodyGate, ReadDeadline
 from ackloop.api.tokens import IdTokenVerifier
 from ackloop.api.trace_context import TraceHeaders
+from ackloop.config.settings import Settings
 from ackloop.engine.deps import Deps
-from ackloop.runtime import process_deps
-from ackloop.settings import Settings
+from ackloop.hosting.runtime import process_deps
 
 DESCRIPTION = """Durable AI agents on Pub/Sub and Firestore.
 

@@ -19,11 +19,11 @@ from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError
 from ackloop.api.models import ErrorBody
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
+from ackloop.domain.records import DEADLINE, StepDecision
+from ackloop.domain.wire import check_json_value
 from ackloop.engine import approval
-from ackloop.records import DEADLINE, StepDecision
 from ackloop.store import DecisionRefused
 from ackloop.tools.arguments import InvalidArguments, parse_arguments
-from ackloop.wire import check_json_value
 
 MAX_DECISION_ARGS_BYTES = 64 * 1024
 """The most a decision's edited arguments may be, as Firestore sizes them."""

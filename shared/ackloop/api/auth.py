@@ -52,8 +52,8 @@ from ackloop.api.tokens import (
     split_emails,
     unverified_claims,
 )
-from ackloop.records import ANONYMOUS
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
+from ackloop.domain.records import ANONYMOUS
 from ackloop.tools.masking import register_secret
 
 log = logging.getLogger(__name__)

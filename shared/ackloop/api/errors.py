@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ackloop.api.models import ErrorBody, FieldError
-from ackloop.errors import RetryableError
+from ackloop.domain.errors import RetryableError
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from fastapi import Path as PathParam
 from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
+from ackloop.domain.records import StepRecord
 from ackloop.files import StoredFile
-from ackloop.records import StepRecord
 
 router = APIRouter(tags=["runs"])
 

@@ -21,9 +21,9 @@ from ackloop.api.auth import OPERATORS_SETTING, caller_of, is_operator
 from ackloop.api.errors import ApiError
 from ackloop.api.models import ErrorBody, RunSummary
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
-from ackloop.records import RunStatus
-from ackloop.redrive import redrive
-from ackloop.wire import ID_PATTERN
+from ackloop.domain.records import RunStatus
+from ackloop.domain.wire import ID_PATTERN
+from ackloop.engine.redrive import redrive
 
 router = APIRouter(tags=["inspector"])
 

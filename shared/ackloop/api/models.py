@@ -1,7 +1,7 @@
 """The HTTP API's request and response bodies: what the OpenAPI document shows.
 
 Requests are strict (unknown fields are an error) and bounded: every string that reaches
-Firestore is valid UTF-8 and every id matches :data:`ackloop.wire.ID_PATTERN`, so nothing a
+Firestore is valid UTF-8 and every id matches :data:`ackloop.domain.wire.ID_PATTERN`, so nothing a
 client sends can name a document path or make a write fail.
 """
 
@@ -12,10 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from ackloop.cost import Cost
-from ackloop.engine.spend import rolled_up, steps_usage
-from ackloop.records import RunRecord, StepRecord, StepStatus
-from ackloop.wire import (
+from ackloop.domain.cost import Cost
+from ackloop.domain.records import RunRecord, StepRecord, StepStatus
+from ackloop.domain.wire import (
     ID_PATTERN,
     MAX_QUERY_CHARS,
     FilePart,
@@ -24,6 +23,7 @@ from ackloop.wire import (
     Usage,
     storable_text,
 )
+from ackloop.engine.spend import rolled_up, steps_usage
 
 CURSOR_PATTERN = r"^(\d{4}-(model|tool-\d{3})|end)$"
 """A stream cursor: the key of the last step delivered, or ``end`` after the final event."""
@@ -140,7 +140,8 @@ class StepView(BaseModel):
 
 
 class RunOutcomeView(RunOutcome):
-    """A run's :class:`~ackloop.wire.RunOutcome` as the HTTP API says it: with the budget that
+    """A run's :class:`~ackloop.domain.wire.RunOutcome` as the HTTP API says it: with the budget
+    that
     stopped it and its cost. The views of a run (a summary, a stream's last event, a child,
     ``query``'s answer) derive from it."""
 

@@ -21,10 +21,10 @@ from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError
 from ackloop.api.models import ErrorBody
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
+from ackloop.domain.records import ReceivedEvent
+from ackloop.domain.wire import ID_PATTERN, MAX_EVENT_PAYLOAD_BYTES, Identifier, check_event_payload
 from ackloop.engine import events
-from ackloop.records import ReceivedEvent
 from ackloop.store import DecisionRefused
-from ackloop.wire import ID_PATTERN, MAX_EVENT_PAYLOAD_BYTES, Identifier, check_event_payload
 
 EventName = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=128,
                                      description="The event's name, as the waiting tool "

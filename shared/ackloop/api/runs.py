@@ -34,16 +34,16 @@ from ackloop.api.models import (
     SweepReport,
     SweptRun,
 )
+from ackloop.domain.errors import ConversationNotStarted, IdempotencyMismatch, PermanentError
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunRecord
+from ackloop.domain.wire import ID_PATTERN, QueryMessage
 from ackloop.engine import ending
 from ackloop.engine.deps import Deps
 from ackloop.engine.ingest import start_run
-from ackloop.errors import ConversationNotStarted, IdempotencyMismatch, PermanentError
+from ackloop.engine.sweep import sweep
 from ackloop.files import FileRefused
-from ackloop.keys import run_id_for_request
-from ackloop.records import RunRecord
-from ackloop.sweep import sweep
 from ackloop.telemetry import tracing
-from ackloop.wire import ID_PATTERN, QueryMessage
 
 RunId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=128,
                                  description="A run id, as returned on create.")]

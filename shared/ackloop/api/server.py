@@ -19,7 +19,7 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def uvicorn_config(settings: Settings, *, host: str, port: int,
 
 def serve(*, host: str, port: int) -> None:
     """Run the API until the process is stopped; exit at once if it cannot start
-    (:mod:`ackloop.startup`)."""
-    from ackloop import startup
+    (:mod:`ackloop.hosting.startup`)."""
+    from ackloop.hosting import startup
 
     startup.serve(lambda settings: uvicorn_config(settings, host=host, port=port))

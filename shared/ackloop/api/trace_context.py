@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ackloop.records import RunRecord
+from ackloop.domain.records import RunRecord
 from ackloop.telemetry import tracing
 
 HEADERS = (b"traceparent", b"tracestate")

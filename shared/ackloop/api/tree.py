@@ -13,8 +13,8 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ackloop.domain.records import RunRecord, StepRecord
 from ackloop.engine.children import child_run_id, is_reserved
-from ackloop.records import RunRecord, StepRecord
 from ackloop.store import AgentStore
 
 MAX_DEPTH = 16

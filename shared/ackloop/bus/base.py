@@ -15,7 +15,7 @@ class Publisher(Protocol):
     ) -> str:
         """Publish one message to ``topic`` (a short topic name) and return its message id.
 
-        Raises :class:`ackloop.errors.RetryableError` when the broker cannot take it now.
+        Raises :class:`ackloop.domain.errors.RetryableError` when the broker cannot take it now.
         """
         ...
 
@@ -23,7 +23,7 @@ class Publisher(Protocol):
         """Publish ``messages`` to ``topic`` together (one request where the broker allows);
         their message ids, in order.
 
-        Raises :class:`ackloop.errors.RetryableError` when the broker cannot take them now;
+        Raises :class:`ackloop.domain.errors.RetryableError` when the broker cannot take them now;
         some may have been published (consumers deduplicate).
         """
         ...

@@ -8,7 +8,7 @@ for in the same turn of the event loop (concurrent deliveries of a busy process)
 request too: the request leaves on the loop's next turn, so batching costs no timer and no
 wait.
 
-The RPC is sent straight on a gRPC channel (:mod:`ackloop.gcp_rpc`), as the generated
+The RPC is sent straight on a gRPC channel (:mod:`ackloop.hosting.gcp_rpc`), as the generated
 ``PublisherAsyncClient`` would send it (its ``x-goog-api-client`` and routing header, the
 raw ``PublishRequest``) but without its wrappers, proto-plus messages and logging interceptor.
 A gRPC asyncio channel belongs to the event loop it was first used on, so the channel is made
@@ -40,10 +40,10 @@ from google.pubsub_v1.services.publisher.transports.grpc_asyncio import (
 )
 from google.pubsub_v1.types import pubsub as pubsub_types
 
-from ackloop import gcp_rpc
 from ackloop.bus.base import Message
-from ackloop.errors import RetryableError
-from ackloop.gcp_rpc import RetryPolicy
+from ackloop.domain.errors import RetryableError
+from ackloop.hosting import gcp_rpc
+from ackloop.hosting.gcp_rpc import RetryPolicy
 
 MAX_REQUEST_MESSAGES = 1000
 """Pub/Sub takes at most 1,000 messages in one publish request..."""

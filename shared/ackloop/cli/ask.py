@@ -32,9 +32,9 @@ from ackloop.cli.follow import (
     waiting_lines,
 )
 from ackloop.cli.target import DIRECTORY, Target, connect
+from ackloop.domain.keys import is_run_id, run_id_for_request
+from ackloop.domain.wire import FileData, FilePart, InlineData, QueryMessage, RunOptions
 from ackloop.files import FileLimits, FileRefused, check_query_files
-from ackloop.keys import is_run_id, run_id_for_request
-from ackloop.wire import FileData, FilePart, InlineData, QueryMessage, RunOptions
 
 WAITING_EXIT = 2
 """ask's exit code when the run waits for a decision."""

@@ -46,7 +46,7 @@ def describe(exc: BaseException) -> str | None:
     from google.api_core import exceptions as gexc
     from google.auth.exceptions import DefaultCredentialsError
 
-    from ackloop.errors import RetryableError
+    from ackloop.domain.errors import RetryableError
 
     for cause in _causes(exc):
         if isinstance(cause, CliError):

@@ -44,8 +44,8 @@ def serve(
     host: str = typer.Option("0.0.0.0", envvar="ACKLOOP_HOST"),
 ) -> None:
     """Serve the HTTP API (runs, Agent Runtime contract)."""
-    from ackloop import runtime
     from ackloop.api import server
+    from ackloop.hosting import runtime
 
     runtime.serve_target("api")
     server.serve(host=host, port=port)

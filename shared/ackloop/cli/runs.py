@@ -33,14 +33,14 @@ from ackloop.cli.follow import (
 )
 from ackloop.cli.target import DIRECTORY, Target, connect
 from ackloop.cli.trace import trace_command
-from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus
+from ackloop.domain.records import RunRecord, RunStatus, StepRecord, StepStatus
 
 if TYPE_CHECKING:
     from ackloop.api.tree import Node
+    from ackloop.domain.wire import Usage
     from ackloop.engine.deps import Deps
+    from ackloop.engine.redrive import Redriven
     from ackloop.model.base import ModelRequest, ModelTurn
-    from ackloop.redrive import Redriven
-    from ackloop.wire import Usage
 
 app = typer.Typer(no_args_is_help=True,
                   help="Runs: list, show, follow, cancel, approve, reject, send-event, trace; "
@@ -154,7 +154,7 @@ def show(
     if run.parent_run_id is not None:
         fields.append(("parent", f"{run.parent_run_id} (its step {run.parent_step})"))
     if children:
-        from ackloop.cost import Cost
+        from ackloop.domain.cost import Cost
 
         spent = Cost.total([n.run.cost for n in children])
         tokens = sum(n.run.usage.total_tokens for n in children)
@@ -331,8 +331,8 @@ def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["a
             args: dict[str, Any] | None, comment: str | None, as_json: bool) -> None:
     """Record the decision as the API does (first wins) and resume the step. The decider is
     the local user at this host."""
+    from ackloop.domain.records import StepDecision
     from ackloop.engine import approval
-    from ackloop.records import StepDecision
     from ackloop.store import DecisionRefused
 
     target = connect(directory)
@@ -381,10 +381,10 @@ def send_event(
     arrives first is kept until a call waits for it)."""
     from pydantic import ValidationError
 
+    from ackloop.domain.records import ReceivedEvent
+    from ackloop.domain.wire import EventMessage
     from ackloop.engine import events
-    from ackloop.records import ReceivedEvent
     from ackloop.store import DecisionRefused
-    from ackloop.wire import EventMessage
 
     body = _json_object("--payload", payload, '{"paid": true}')
     try:
@@ -438,8 +438,8 @@ async def _deps(target: Target) -> Deps:
     import os
     import socket
 
-    from ackloop.agents import AgentRegistry
-    from ackloop.clock import SystemClock
+    from ackloop.config.agents import AgentRegistry
+    from ackloop.domain.clock import SystemClock
     from ackloop.engine.deps import Deps
 
     return Deps(settings=target.settings, store=target.store(), publisher=target.publisher(),
@@ -463,7 +463,7 @@ def dead_letters(
     directory: Path = DIRECTORY,
 ) -> None:
     """List dead letters not re-driven yet, with their cause."""
-    from ackloop.redrive import pending_dead_letters
+    from ackloop.engine.redrive import pending_dead_letters
 
     target = connect(directory)
     records = asyncio.run(pending_dead_letters(target.store(), run_id=run))
@@ -489,8 +489,8 @@ def redrive_command(
     A run that failed by dead-lettering is reopened first; the step's claim keeps it from
     running twice.
     """
-    from ackloop.clock import SystemClock
-    from ackloop.redrive import redrive
+    from ackloop.domain.clock import SystemClock
+    from ackloop.engine.redrive import redrive
 
     target = connect(directory)
     publisher = target.publisher()
@@ -526,7 +526,7 @@ def sweep_command(
 
     Safe at any time: a re-sent step message is absorbed by the step's claim.
     """
-    from ackloop.sweep import Swept, sweep
+    from ackloop.engine.sweep import Swept, sweep
 
     target = connect(directory)
 

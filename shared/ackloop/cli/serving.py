@@ -22,7 +22,7 @@ def serve_target(target: str, source: Path | None, *, host: str, port: int) -> N
     """Serve ``target`` (one of :data:`FUNCTION_TARGETS`; ``source``, its module, for a
     function) until the process is stopped."""
     prepare()
-    from ackloop import runtime
+    from ackloop.hosting import runtime
 
     runtime.serve_target(target)  # the process builds only what this service uses
     if source is None:
@@ -35,9 +35,10 @@ def serve_target(target: str, source: Path | None, *, host: str, port: int) -> N
 
 def prepare() -> None:
     """What a serving process does before it imports anything else: no cyclic garbage
-    collection until it has started (:mod:`ackloop.gcstart`; :mod:`ackloop.startup` resumes
+    collection until it has started (:mod:`ackloop.hosting.gcstart`; :mod:`ackloop.hosting.startup`
+    resumes
     it), and httpx imported without its command line."""
-    from ackloop import gcstart
+    from ackloop.hosting import gcstart
 
     gcstart.pause()
     _import_httpx_without_its_cli()
@@ -59,7 +60,7 @@ def _import_httpx_without_its_cli() -> None:
 
 
 def serve_function(target: str, source: Path, *, host: str, port: int) -> None:
-    """Serve one function in this process: its ASGI app (:mod:`ackloop.function_app`) under
+    """Serve one function in this process: its ASGI app (:mod:`ackloop.hosting.function_app`) under
     uvicorn.
 
     One process per container instead of exec'ing ``functions-framework`` (a second
@@ -68,11 +69,11 @@ def serve_function(target: str, source: Path, *, host: str, port: int) -> None:
     """
     from uvicorn.config import Config
 
-    from ackloop import startup
     from ackloop.api.limits import ReadDeadline
     from ackloop.api.server import uvicorn_config
-    from ackloop.function_app import function_app, load_function
-    from ackloop.settings import Settings
+    from ackloop.config.settings import Settings
+    from ackloop.hosting import startup
+    from ackloop.hosting.function_app import function_app, load_function
 
     def configured(settings: Settings) -> Config:
         asgi = function_app(load_function(target, source))
@@ -83,5 +84,5 @@ def serve_function(target: str, source: Path, *, host: str, port: int) -> None:
         return uvicorn_config(settings, host=host, port=port, app=bounded, access_log=False,
                               ws="none")
 
-    # Exits at once, after one log line, if the function cannot start (ackloop.startup).
+    # Exits at once, after one log line, if the function cannot start (ackloop.hosting.startup).
     startup.serve(configured)

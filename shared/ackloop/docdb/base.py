@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from ackloop.errors import PermanentError, RetryableError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.errors import PermanentError, RetryableError
+from ackloop.domain.jsondict import JsonDict
 
 T = TypeVar("T")
 Version = Any

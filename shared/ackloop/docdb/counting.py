@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from ackloop.docdb.base import DocumentDB, Snapshot, Transaction, Version, Write
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 
 T = TypeVar("T")
 

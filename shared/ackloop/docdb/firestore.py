@@ -35,7 +35,7 @@ from ackloop.docdb.base import (
 )
 from ackloop.docdb.decode_cache import DecodeCache
 from ackloop.docdb.firestore_rpc import BatchGetRequestPb, CommitRequestPb, FirestoreRpc
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])

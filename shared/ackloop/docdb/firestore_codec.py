@@ -29,7 +29,7 @@ from google.cloud.firestore_v1.field_path import FieldPath
 from google.cloud.firestore_v1.types import document, write
 from proto.datetime_helpers import DatetimeWithNanoseconds as VersionTime
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 
 if TYPE_CHECKING:
     from ackloop.docdb.decode_cache import DecodeCache

@@ -1,5 +1,5 @@
 """Firestore's ``BatchGetDocuments`` and ``Commit``, called straight on a gRPC channel
-(:mod:`ackloop.gcp_rpc`): the two Firestore calls of every step.
+(:mod:`ackloop.hosting.gcp_rpc`): the two Firestore calls of every step.
 
 :class:`FirestoreRpc` serves one ``google.cloud.firestore.AsyncClient`` and sends exactly what
 the library sends for it:
@@ -40,8 +40,8 @@ from google.cloud.firestore_v1.services.firestore.transports.grpc_asyncio import
 )
 from google.cloud.firestore_v1.types import firestore as firestore_types
 
-from ackloop import gcp_rpc
-from ackloop.gcp_rpc import RetryPolicy
+from ackloop.hosting import gcp_rpc
+from ackloop.hosting.gcp_rpc import RetryPolicy
 
 BatchGetRequestPb = firestore_types.BatchGetDocumentsRequest.pb()
 BatchGetResponsePb = firestore_types.BatchGetDocumentsResponse.pb()

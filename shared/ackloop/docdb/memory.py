@@ -21,7 +21,7 @@ from ackloop.docdb.base import (
     Write,
 )
 from ackloop.docdb.sizes import document_size, unstorable
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 
 T = TypeVar("T")
 

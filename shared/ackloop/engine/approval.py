@@ -24,13 +24,9 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from ackloop.engine import spend
-from ackloop.engine.deps import Deps
-from ackloop.engine.lease import ClaimRef
-from ackloop.engine.outbox import send
-from ackloop.errors import RunKeptChanging, StaleRead
-from ackloop.keys import StepKey
-from ackloop.records import (
+from ackloop.domain.errors import RunKeptChanging, StaleRead
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import (
     DEADLINE,
     Outgoing,
     ReceivedEvent,
@@ -40,10 +36,14 @@ from ackloop.records import (
     StepStatus,
     Waiting,
 )
+from ackloop.domain.wire import FunctionCall, WaitingNotice
+from ackloop.engine import spend
+from ackloop.engine.deps import Deps
+from ackloop.engine.lease import ClaimRef
+from ackloop.engine.outbox import send
 from ackloop.store import DAY_SECONDS, Claim, DecisionRefused, RunRead
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import Tool
-from ackloop.wire import FunctionCall, WaitingNotice
 
 log = logging.getLogger(__name__)
 

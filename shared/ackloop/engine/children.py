@@ -14,7 +14,7 @@ ledger, transcript, budgets, cost, answer), in the parent's trace.
   child and recording the wait starts no second child and loses none.
 - **The child's end is an event for its parent.** Every end of a run that has a parent (its
   last step's commit, or an end outside a step: a dead letter, the sweeper, a cancel) carries
-  a :class:`~ackloop.wire.ChildEndedMessage` in its outbox, on the queries topic. Its handler
+  a :class:`~ackloop.domain.wire.ChildEndedMessage` in its outbox, on the queries topic. Its handler
   reads the child (the message names it and carries nothing else, so it cannot be forged into
   a result), and delivers the event to the parent with the child's outcome as its payload
   (:func:`ackloop.engine.events.deliver`): kept on the parent's run first, then the waiting
@@ -44,16 +44,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ackloop.cost import Cost
-from ackloop.engine import events
-from ackloop.engine.approval import CHILD_EVENT_PREFIX, find_tool, is_child_event
-from ackloop.engine.deps import Deps
-from ackloop.engine.outbox import resend, send
-from ackloop.engine.spend import rolled_up, spent, steps_usage
-from ackloop.jsondict import JsonDict
-from ackloop.keys import run_id_for_request
-from ackloop.outgoing import first_step
-from ackloop.records import (
+from ackloop.domain.cost import Cost
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import (
     ReceivedEvent,
     RunLimits,
     RunRecord,
@@ -62,11 +56,17 @@ from ackloop.records import (
     StepStatus,
     StopReason,
 )
+from ackloop.domain.wire import FunctionCall, Usage
+from ackloop.engine import events
+from ackloop.engine.approval import CHILD_EVENT_PREFIX, find_tool, is_child_event
+from ackloop.engine.deps import Deps
+from ackloop.engine.outbox import resend, send
+from ackloop.engine.spend import rolled_up, spent, steps_usage
 from ackloop.store import AgentStore, DecisionRefused
+from ackloop.store.outgoing import first_step
 from ackloop.telemetry import tracing
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import SubAgent, Tool
-from ackloop.wire import FunctionCall, Usage
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def left(deps: Deps, run: RunRecord, usage: Usage, calls: int = 1) -> Left:
     children included; the time it ran, not counting its waits), less one model step kept for
     the parent's turn that reads the results, shared evenly among the turn's calls. Their
     children run at once, and what they use counts against the parent's budgets when their
-    results come in (:meth:`~ackloop.wire.Usage.with_child`): shared, they cannot together
+    results come in (:meth:`~ackloop.domain.wire.Usage.with_child`): shared, they cannot together
     spend more than the parent has, nor leave it no turn to read what they said. Seconds
     are not shared: the children run side by side."""
     limits = run.limits
@@ -280,7 +280,7 @@ def child_usage(payload: JsonDict | None) -> Usage | None:
 
 
 async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
-    """The handler of a :class:`~ackloop.wire.ChildEndedMessage`: the child's end, read from
+    """The handler of a :class:`~ackloop.domain.wire.ChildEndedMessage`: the child's end, read from
     its record, delivered to its parent as the event its call waits for."""
     child = await deps.store.get_run(child_id)
     if child is None or child.parent_run_id is None or child.parent_step is None:

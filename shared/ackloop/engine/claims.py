@@ -63,8 +63,8 @@ are counted as before. ``ACKLOOP_STEP_CLAIMS=always`` claims every step.
 
 from __future__ import annotations
 
-from ackloop.cost import PRICES
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
+from ackloop.domain.cost import PRICES
 
 DUPLICATE_RATE = 1e-3
 """Share of step deliveries assumed to overlap a duplicate delivery of the same step."""

@@ -16,17 +16,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from ackloop.cost import Cost
+from ackloop.domain.cost import Cost
+from ackloop.domain.errors import LeaseLost, PermanentError, RetryableError, StaleRead, StepTaken
+from ackloop.domain.records import Outgoing, RunRecord, StepRecord, StepStatus
+from ackloop.domain.wire import Usage
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import log_finished, run_end
 from ackloop.engine.lease import ClaimRef
 from ackloop.engine.outbox import send
 from ackloop.engine.spend import spent
-from ackloop.errors import LeaseLost, PermanentError, RetryableError, StaleRead, StepTaken
-from ackloop.records import Outgoing, RunRecord, StepRecord, StepStatus
 from ackloop.store import Basis, Claim, Decision
 from ackloop.telemetry import metrics, tracing
-from ackloop.wire import Usage
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Compaction: a model step whose request would pass its agent's context budget first replaces
-the older turns with a summary (:mod:`ackloop.context`).
+the older turns with a summary (:mod:`ackloop.transcript.context`).
 
 The summary is one model call, committed before the step's own call as the transcript's next
 chunk (:meth:`ackloop.store.AgentStore.commit_compaction`), created once and fenced on the
@@ -33,20 +33,26 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ackloop import conversation, files
-from ackloop.agents import Agent
-from ackloop.context import cut_index, json_size, summary_request_contents, tokens_of_bytes
-from ackloop.cost import Cost, Spend, price
+from ackloop import files
+from ackloop.config.agents import Agent
+from ackloop.domain.cost import Cost, Spend, price
+from ackloop.domain.errors import ModelPermanentError, RetryableError, StaleRead
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import RunRecord, StepRecord, TranscriptChunk
+from ackloop.domain.wire import ModelStepMessage, Usage
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimRef, heartbeat
-from ackloop.errors import ModelPermanentError, RetryableError, StaleRead
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey
 from ackloop.model.base import ModelRequest
-from ackloop.records import RunRecord, StepRecord, TranscriptChunk
 from ackloop.store import CHUNK_BYTES, Transcript
 from ackloop.telemetry import metrics, tracing
-from ackloop.wire import ModelStepMessage, Usage
+from ackloop.transcript import conversation
+from ackloop.transcript.context import (
+    cut_index,
+    json_size,
+    summary_request_contents,
+    tokens_of_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +211,7 @@ async def claim_before_summary(deps: Deps, ref: ClaimRef) -> None:
     a lease, as an eager claim makes it). A summary is the dearest call a step makes, and two
     deliveries that compacted at once both paid for one and raced for the chunk; claimed, a
     concurrent duplicate waits for the holder or finds the step taken. Raises
-    :class:`~ackloop.errors.LeaseLost` when another delivery claimed or recorded the step
+    :class:`~ackloop.domain.errors.LeaseLost` when another delivery claimed or recorded the step
     first: this delivery has lost it and makes no call."""
     if ref.claim.version is not None:
         return

@@ -27,13 +27,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from ackloop.engine.deps import Deps
-from ackloop.engine.ending import end_run_now, publish_end, run_end
-from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled_model_step
-from ackloop.keys import StepKey, run_id_for_request, turn_range
-from ackloop.push import Delivery
-from ackloop.records import StepStatus, StopReason
-from ackloop.wire import (
+from ackloop.domain.keys import StepKey, run_id_for_request, turn_range
+from ackloop.domain.records import StepStatus, StopReason
+from ackloop.domain.wire import (
     ChildEndedMessage,
     ModelStepMessage,
     QueryMessage,
@@ -41,6 +37,10 @@ from ackloop.wire import (
     ToolStepMessage,
     Usage,
 )
+from ackloop.engine.deps import Deps
+from ackloop.engine.ending import end_run_now, publish_end, run_end
+from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled_model_step
+from ackloop.hosting.push import Delivery
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ackloop.agents import AgentRegistry
 from ackloop.bus.base import Publisher
-from ackloop.clock import Clock
+from ackloop.config.agents import AgentRegistry
+from ackloop.config.settings import Settings
+from ackloop.domain.clock import Clock
 from ackloop.files import FileStore, MemoryFileStore
 from ackloop.model.base import ModelClient
-from ackloop.settings import Settings
 from ackloop.store import AgentStore
 
 log = logging.getLogger(__name__)

@@ -16,29 +16,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from ackloop.engine import children, events
-from ackloop.engine.dead_letter import handle_dead_letter
-from ackloop.engine.deps import Deps
-from ackloop.engine.ending import end_run_now, run_end
-from ackloop.engine.ingest import start_run
-from ackloop.engine.lease import RequestScope
-from ackloop.engine.spend import metered
-from ackloop.engine.tool_step import handle_tool_step
-from ackloop.errors import (
+from ackloop.domain.errors import (
     PermanentError,
     PoisonMessage,
     RetryableError,
     StepConflict,
     StepHeldElsewhere,
 )
-from ackloop.files import gate
-from ackloop.keys import StepKey, run_id_for_request
-from ackloop.push import Delivery
-from ackloop.records import ANONYMOUS, ReceivedEvent, StopReason
-from ackloop.store import DecisionRefused
-from ackloop.telemetry import metrics, tracing
-from ackloop.telemetry.context import log_context, update_log_context
-from ackloop.wire import (
+from ackloop.domain.keys import StepKey, run_id_for_request
+from ackloop.domain.records import ANONYMOUS, ReceivedEvent, StopReason
+from ackloop.domain.wire import (
     ChildEndedMessage,
     EventMessage,
     ModelStepMessage,
@@ -47,6 +34,19 @@ from ackloop.wire import (
     ToolStepMessage,
     Usage,
 )
+from ackloop.engine import children, events
+from ackloop.engine.dead_letter import handle_dead_letter
+from ackloop.engine.deps import Deps
+from ackloop.engine.ending import end_run_now, run_end
+from ackloop.engine.ingest import start_run
+from ackloop.engine.lease import RequestScope
+from ackloop.engine.spend import metered
+from ackloop.engine.tool_step import handle_tool_step
+from ackloop.files import gate
+from ackloop.hosting.push import Delivery
+from ackloop.store import DecisionRefused
+from ackloop.telemetry import metrics, tracing
+from ackloop.telemetry.context import log_context, update_log_context
 
 log = logging.getLogger(__name__)
 

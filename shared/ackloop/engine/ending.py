@@ -6,17 +6,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ackloop import outgoing
-from ackloop.cost import Cost
+from ackloop.domain.cost import Cost
+from ackloop.domain.records import RunRecord, RunStatus, StopReason
+from ackloop.domain.wire import Usage
 from ackloop.engine import approval
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import ended_with
 from ackloop.engine.outbox import send
 from ackloop.engine.spend import rolled_up, steps_usage
-from ackloop.records import RunRecord, RunStatus, StopReason
-from ackloop.store import RunEnd
+from ackloop.store import RunEnd, outgoing
 from ackloop.telemetry import metrics
-from ackloop.wire import Usage
 
 log = logging.getLogger(__name__)
 

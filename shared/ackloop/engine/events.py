@@ -26,9 +26,16 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
+from ackloop.domain.records import (
+    DEADLINE,
+    ReceivedEvent,
+    RunRecord,
+    StepDecision,
+    StepRecord,
+    StepStatus,
+)
 from ackloop.engine import approval
 from ackloop.engine.deps import Deps
-from ackloop.records import DEADLINE, ReceivedEvent, RunRecord, StepDecision, StepRecord, StepStatus
 from ackloop.store import DecisionRefused
 from ackloop.telemetry import tracing
 

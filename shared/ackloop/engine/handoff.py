@@ -9,7 +9,7 @@ letter, the sweeper, a cancel), so the conversation's next run goes to that agen
 
 from __future__ import annotations
 
-from ackloop.records import RunRecord, StepRecord, StepStatus
+from ackloop.domain.records import RunRecord, StepRecord, StepStatus
 
 
 def turn_agent(run: RunRecord, turn: int, previous: list[StepRecord]) -> str:

@@ -6,20 +6,20 @@ import hashlib
 import json
 import logging
 
-from ackloop.agents import DEFAULT_AGENT
-from ackloop.cost import Cost
+from ackloop.config.agents import DEFAULT_AGENT
+from ackloop.domain.cost import Cost
+from ackloop.domain.errors import PermanentError
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import ANONYMOUS, RunLimits, RunRecord, RunStatus
+from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import resend, send
 from ackloop.engine.spend import metered, spent
-from ackloop.errors import PermanentError
 from ackloop.files import FileLimits, QueryFiles, plan_query_files
-from ackloop.jsondict import JsonDict
-from ackloop.keys import run_id_for_request
-from ackloop.outgoing import first_step
-from ackloop.records import ANONYMOUS, RunLimits, RunRecord, RunStatus
+from ackloop.store.outgoing import first_step
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import update_log_context
-from ackloop.wire import QueryMessage
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,8 @@ def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS,
             files: list[JsonDict] | None = None) -> RunRecord:
     """The run ``query`` starts; ``files``: its files as the run keeps them
     (:func:`planned_files`). A query may not name an internal agent
-    (:class:`~ackloop.agents.InternalAgent`, permanent): child runs and hand-offs, which reach
+    (:class:`~ackloop.config.agents.InternalAgent`, permanent): child runs and hand-offs, which
+    reach
     one, do not start here."""
     agent = deps.agents.for_query(query.agent)
     settings = deps.settings
@@ -98,7 +99,7 @@ async def start_run(
     step is tried again a few times in the request (:data:`FIRST_PUBLISH_RETRIES`), then left
     to the sweeper; otherwise the failure is raised, for a redelivery.
     ``owner``: the caller, who alone may continue the run's conversation (see
-    :func:`~ackloop.keys.run_id_for_request`).
+    :func:`~ackloop.domain.keys.run_id_for_request`).
     """
     def costed(run: RunRecord, writes: int) -> Cost:
         starts = [first_step(run.run_id)] if run.status is RunStatus.RUNNING else []

@@ -22,10 +22,8 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ackloop.clock import Clock
-from ackloop.deltas import DeltaRecord
-from ackloop.engine.deps import Deps
-from ackloop.errors import (
+from ackloop.domain.clock import Clock
+from ackloop.domain.errors import (
     LeaseLost,
     PermanentError,
     RetryableError,
@@ -33,9 +31,11 @@ from ackloop.errors import (
     StepHeldElsewhere,
     UnknownRun,
 )
-from ackloop.keys import StepKey
-from ackloop.records import RunRecord, RunStatus, StepDecision, StepRecord, Waiting
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import RunRecord, RunStatus, StepDecision, StepRecord, Waiting
+from ackloop.engine.deps import Deps
 from ackloop.store import AgentStore, Claim, RunRead
+from ackloop.store.deltas import DeltaRecord
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import update_log_context
 from ackloop.tools.base import Toolbox, prepare_toolbox
@@ -61,7 +61,7 @@ class RequestScope:
     """Pub/Sub's count of this message's deliveries (1 when it does not say): the attempt
     number of a step run unclaimed, whose failed attempts left no document to count them."""
     reads: str | None = None
-    """The message's ``reads`` attribute (:attr:`ackloop.records.Outgoing.reads`), if any."""
+    """The message's ``reads`` attribute (:attr:`ackloop.domain.records.Outgoing.reads`), if any."""
 
     @classmethod
     def starting(cls, deps: Deps, message_id: str, delivery_attempt: int = 1,

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ackloop.errors import PermanentError
-from ackloop.keys import StepKey
-from ackloop.outgoing import after_tools, first_step
-from ackloop.records import Outgoing, StepRecord, StepStatus
-from ackloop.wire import ModelStepMessage, ToolStepMessage
+from ackloop.domain.errors import PermanentError
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import Outgoing, StepRecord, StepStatus
+from ackloop.domain.wire import ModelStepMessage, ToolStepMessage
+from ackloop.store.outgoing import after_tools, first_step
 
 
 class Unscheduled(PermanentError):

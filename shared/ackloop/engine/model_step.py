@@ -19,9 +19,25 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ackloop import conversation, files
-from ackloop.agents import Agent
-from ackloop.deltas import DeltaRecord, DeltaWriter
+from ackloop import files
+from ackloop.config.agents import Agent
+from ackloop.domain.errors import (
+    ModelPermanentError,
+    ModelRetryableError,
+    PermanentError,
+    RetryableError,
+)
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import (
+    Outgoing,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+    StopReason,
+)
+from ackloop.domain.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 from ackloop.engine import claims, compaction, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
 from ackloop.engine.deps import Deps
@@ -37,33 +53,18 @@ from ackloop.engine.lease import (
 )
 from ackloop.engine.ledger import scheduled_model_step
 from ackloop.engine.structured import OutputContract, contract_for, judge
-from ackloop.errors import (
-    ModelPermanentError,
-    ModelRetryableError,
-    PermanentError,
-    RetryableError,
-)
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey
 from ackloop.model.base import (
     ModelClient,
     ModelRequest,
     ModelTurn,
     StreamingModelClient,
 )
-from ackloop.outgoing import parse_reads
-from ackloop.records import (
-    Outgoing,
-    RunRecord,
-    RunStatus,
-    StepRecord,
-    StepStatus,
-    StopReason,
-)
 from ackloop.store import Claim, ModelStepInputs, RunRead, Transcript
+from ackloop.store.deltas import DeltaRecord, DeltaWriter
+from ackloop.store.outgoing import parse_reads
 from ackloop.telemetry import tracing
 from ackloop.telemetry.context import update_log_context
-from ackloop.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
+from ackloop.transcript import conversation
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from opentelemetry.trace import SpanKind
 
 from ackloop.bus.base import Message
+from ackloop.domain.records import Outgoing
 from ackloop.engine.deps import Deps
-from ackloop.records import Outgoing
 from ackloop.telemetry import tracing
 
 log = logging.getLogger(__name__)

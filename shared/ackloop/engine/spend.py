@@ -21,12 +21,12 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from ackloop.cost import Cost, Spend, price, pubsub_billed_bytes
+from ackloop.domain.cost import Cost, Spend, price, pubsub_billed_bytes
+from ackloop.domain.records import Outgoing, RunRecord, StepRecord
+from ackloop.domain.wire import Usage
 from ackloop.engine.deps import Deps
 from ackloop.engine.outbox import encode
-from ackloop.records import Outgoing, RunRecord, StepRecord
 from ackloop.store import DocumentCounters, delivery_counters
-from ackloop.wire import Usage
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ackloop import conversation, patterns
-from ackloop.jsondict import JsonDict
+from ackloop.domain import patterns
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import FunctionCall
 from ackloop.model.base import ModelTurn
-from ackloop.wire import FunctionCall
+from ackloop.transcript import conversation
 
 FINAL_ANSWER_TOOL = "final_answer"
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
@@ -63,7 +64,7 @@ def contract_for(
 def _linear_pattern(
     validator: Any, pattern: str, instance: Any, schema: JsonDict
 ) -> Iterator[jsonschema.ValidationError]:
-    """JSON Schema's ``pattern``, matched with RE2 (see :mod:`ackloop.patterns`)."""
+    """JSON Schema's ``pattern``, matched with RE2 (see :mod:`ackloop.domain.patterns`)."""
     if validator.is_type(instance, "string") and not patterns.search(pattern, instance):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 

@@ -18,6 +18,11 @@ import logging
 import time
 from dataclasses import replace
 
+from ackloop.domain.errors import PermanentError, UnknownRun
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey, tool_turn_range
+from ackloop.domain.records import RunStatus, StepStatus
+from ackloop.domain.wire import ToolStepMessage, Usage
 from ackloop.engine import approval, children, claims, outbox
 from ackloop.engine.commit import Basis, Decision, commit
 from ackloop.engine.deps import Deps
@@ -30,17 +35,12 @@ from ackloop.engine.lease import (
     released_on_failure,
 )
 from ackloop.engine.ledger import committed_tool_message
-from ackloop.errors import PermanentError, UnknownRun
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey, tool_turn_range
-from ackloop.outgoing import after_tools
-from ackloop.records import RunStatus, StepStatus
 from ackloop.store import RunRead
+from ackloop.store.outgoing import after_tools
 from ackloop.telemetry import tracing
 from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome, prepare_toolbox
 from ackloop.tools.definition import Tool
 from ackloop.tools.outcome import error_outcome
-from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 

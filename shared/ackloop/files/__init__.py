@@ -7,7 +7,7 @@ size (:func:`object_name`), and the transcript holds a Gemini ``file_data`` part
 them (:func:`stored_part`). A model step turns those parts back into what Gemini is sent
 (:func:`for_request`): the bytes inline up to a limit, else the URI.
 
-A query's files (:class:`ackloop.wire.FilePart`: inline base64 bytes, or a caller's
+A query's files (:class:`ackloop.domain.wire.FilePart`: inline base64 bytes, or a caller's
 ``gs://``/``https://`` URI under a prefix the deployment allows: :mod:`ackloop.files.uris`)
 are checked against :class:`FileLimits` and the accepted types (:func:`plan_query_files`), and
 their bytes stored (:meth:`QueryFiles.store`) once nothing else can refuse the query, just
@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from ackloop.errors import PermanentError
+from ackloop.domain.errors import PermanentError
+from ackloop.domain.jsondict import JsonDict
 from ackloop.files import gate, uris
-from ackloop.jsondict import JsonDict
 
 if TYPE_CHECKING:
-    from ackloop.settings import Settings
-    from ackloop.wire import FilePart
+    from ackloop.config.settings import Settings
+    from ackloop.domain.wire import FilePart
 
 ACCEPTED_TYPES = frozenset({
     "image/png", "image/jpeg", "image/webp", "image/gif",

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from ackloop.errors import RetryableError
+from ackloop.domain.errors import RetryableError
 
 LARGE_INLINE_BYTES = 1024 * 1024
 """A request inlining more file bytes than this takes a slot."""
@@ -61,7 +61,7 @@ async def scope(slots: int, wait_seconds: float) -> AsyncIterator[None]:
 async def hold(inline_bytes: int) -> None:
     """Take a slot for a request inlining ``inline_bytes`` (a no-op for a small one, outside
     a :func:`scope`, or when this delivery holds one already). Raises
-    :class:`~ackloop.errors.RetryableError` when none frees within the scope's wait."""
+    :class:`~ackloop.domain.errors.RetryableError` when none frees within the scope's wait."""
     current = _current.get()
     if current is None or current.held is not None or inline_bytes <= LARGE_INLINE_BYTES:
         return

@@ -7,8 +7,9 @@ worker thread. ``STORAGE_EMULATOR_HOST`` points it at an emulator (the local sta
 gcp-storage-emulator), with anonymous credentials.
 
 Errors: a missing object is ``FileNotFoundError``; throttling, 5xx and connection errors are
-:class:`~ackloop.errors.RetryableError` (the delivery is redelivered); anything else (a missing
-bucket, no permission) is :class:`~ackloop.errors.PermanentError`.
+:class:`~ackloop.domain.errors.RetryableError` (the delivery is redelivered); anything else (a
+missing
+bucket, no permission) is :class:`~ackloop.domain.errors.PermanentError`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ackloop.errors import PermanentError, RetryableError
+from ackloop.domain.errors import PermanentError, RetryableError
 from ackloop.files import INLINE_FILE_BYTES, StoredFile, object_name, stored_file
 
 CACHE_BYTES = 64 * 1024 * 1024

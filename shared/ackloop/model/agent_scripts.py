@@ -13,12 +13,12 @@ from collections.abc import Iterable
 
 import httpx
 
-from ackloop.agents import Agent
+from ackloop.config.agents import Agent
+from ackloop.config.settings import Settings
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.final_answer_script import FINAL_ANSWER, with_final_answer
 from ackloop.model.scripted import Script
 from ackloop.model.tool_sweep import TestModel
-from ackloop.settings import Settings
 
 
 def agent_script(agent: Agent) -> Script:
@@ -51,7 +51,7 @@ class CatalogScript:
 
 def deployment_script(settings: Settings) -> CatalogScript:
     """The catalog ``settings`` name, played for a server that sees only REST bodies."""
-    from ackloop.catalog import load_agents
+    from ackloop.config.catalog import load_agents
 
     # The tools never run in this process: the client is only handed to a catalog that asks.
     http = httpx.AsyncClient()

@@ -12,8 +12,8 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ackloop.jsondict import JsonDict
-from ackloop.wire import FunctionCall, Usage
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import FunctionCall, Usage
 
 
 class ModelRequest(BaseModel):
@@ -57,8 +57,8 @@ class ModelTurn(BaseModel):
 class ModelClient(Protocol):
     """Calls a model once. No retries inside: redelivery of the step is the retry.
 
-    Raises :class:`ackloop.errors.ModelRetryableError` for 429 (with ``retry_after``), 5xx,
-    timeouts and connection errors; :class:`ackloop.errors.ModelPermanentError` for 400-class
+    Raises :class:`ackloop.domain.errors.ModelRetryableError` for 429 (with ``retry_after``), 5xx,
+    timeouts and connection errors; :class:`ackloop.domain.errors.ModelPermanentError` for 400-class
     errors, safety blocks, empty candidates and malformed responses.
     """
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ackloop.errors import ModelPermanentError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.errors import ModelPermanentError
+from ackloop.domain.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.final_answer_script import FINAL_ANSWER
 from ackloop.model.transcript import ToolResult, read_exchange

@@ -16,11 +16,11 @@ from google.genai import errors as genai_errors
 from google.genai import types
 from pydantic import ValidationError
 
-from ackloop.errors import ModelPermanentError
+from ackloop.config.settings import Settings
+from ackloop.domain.errors import ModelPermanentError
 from ackloop.model.base import ModelRequest, ModelTurn, TextSink
 from ackloop.model.gemini_errors import TRANSPORT_ERRORS, from_api_error, from_transport_error
 from ackloop.model.gemini_turn import turn_from_response
-from ackloop.settings import Settings
 from ackloop.tools.masking import register_secret
 
 _NO_RETRIES = types.HttpRetryOptions(attempts=1)

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from google.genai import errors as genai_errors
 
-from ackloop.errors import ModelPermanentError, ModelRetryableError
+from ackloop.domain.errors import ModelPermanentError, ModelRetryableError
 from ackloop.tools.masking import mask_secrets
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})

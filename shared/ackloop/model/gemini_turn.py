@@ -5,9 +5,9 @@ from __future__ import annotations
 from google.genai import types
 from pydantic import ValidationError
 
-from ackloop.errors import ModelPermanentError, ModelRetryableError
+from ackloop.domain.errors import ModelPermanentError, ModelRetryableError
+from ackloop.domain.wire import FunctionCall, Usage
 from ackloop.model.base import ModelTurn
-from ackloop.wire import FunctionCall, Usage
 
 BLOCKED_FINISH_REASONS = frozenset(
     {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"}

@@ -14,12 +14,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ackloop.context import is_summary_request
-from ackloop.errors import ModelPermanentError
+from ackloop.domain.errors import ModelPermanentError
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.seed_agent import seed_agent_turn
 from ackloop.model.transcript import count_model_contents, read_exchange
 from ackloop.model.turns import calls_turn, text_turn
+from ackloop.transcript.context import is_summary_request
 
 Script = Callable[[ModelRequest], ModelTurn]
 """Decides one turn from one request. May raise ``ModelRetryableError``/``ModelPermanentError``."""
@@ -69,7 +69,8 @@ class ScriptedModel:
 
     def decide(self, request: ModelRequest) -> ModelTurn:
         """Like :meth:`generate`, but synchronous and unrecorded (the fake server's hook).
-        A compaction's request (:func:`ackloop.context.is_summary_request`) is answered with
+        A compaction's request (:func:`ackloop.transcript.context.is_summary_request`) is answered
+        with
         :func:`scripted_summary`, whatever the script."""
         validate_contents(request)
         if is_summary_request(request.contents):

@@ -19,13 +19,13 @@ import re
 import zlib
 from typing import Any
 
-from ackloop.errors import ModelPermanentError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.errors import ModelPermanentError
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import FunctionCall
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.transcript import Exchange, ToolResult, read_exchange
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.model.us_states import find_state_code, state_code_for_region
-from ackloop.wire import FunctionCall
 
 WEATHER_TOOL = "get_weather_alerts"
 IP_TOOL = "get_ip_address"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.function_model import Conversation, Reply
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import FunctionCall, Usage
 from ackloop.model.base import ModelRequest, ModelTurn
-from ackloop.wire import FunctionCall, Usage
 
 CallSpec = FunctionCall | tuple[str, Mapping[str, Any]]
 """A call to put in a turn: a :class:`FunctionCall`, or ``(name, args)``."""

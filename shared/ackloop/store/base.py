@@ -2,7 +2,8 @@
 the rooms and their callers pass (a run's end, a claim, a transcript as read).
 
 Nothing here imports a room, the engine's message builders or the deltas: the modules that the
-store itself uses (:mod:`ackloop.outgoing`, :mod:`ackloop.deltas`, :mod:`ackloop.store.commit`)
+store itself uses (:mod:`ackloop.store.outgoing`, :mod:`ackloop.store.deltas`,
+:mod:`ackloop.store.commit`)
 take their constants and types from here, so every import points one way.
 """
 
@@ -14,17 +15,17 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from pydantic import ConfigDict, field_validator
 
-from ackloop.cost import Cost
 from ackloop.docdb.base import DocumentDB, Version
 from ackloop.docdb.counting import DocumentCounters
-from ackloop.errors import LeaseLost, StaleRead, StepTaken
-from ackloop.jsondict import JsonDict
-from ackloop.records import RunStatus, StepRecord, StopReason, TranscriptChunk
+from ackloop.domain.cost import Cost
+from ackloop.domain.errors import LeaseLost, StaleRead, StepTaken
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.records import RunStatus, StepRecord, StopReason, TranscriptChunk
+from ackloop.domain.wire import RunOutcome
 from ackloop.tools.masking import mask_secrets
-from ackloop.wire import RunOutcome
 
 if TYPE_CHECKING:
-    from ackloop.settings import Settings
+    from ackloop.config.settings import Settings
 
 
 DAY_SECONDS = 86_400.0

@@ -25,15 +25,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ackloop.cost import Cost
 from ackloop.docdb.base import Snapshot
-from ackloop.jsondict import JsonDict
-from ackloop.records import Outgoing, RunRecord, StepDecision, Waiting
-from ackloop.wire import Usage
+from ackloop.domain.cost import Cost
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.records import Outgoing, RunRecord, StepDecision, Waiting
+from ackloop.domain.wire import Usage
 
 if TYPE_CHECKING:
-    from ackloop.deltas import DeltaRecord
     from ackloop.store.base import RunEnd, Transcript
+    from ackloop.store.deltas import DeltaRecord
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ import time
 from typing import Literal
 
 from ackloop.docdb.base import AlreadyExists, Snapshot, Transaction, Write
-from ackloop.errors import ConversationBusy
-from ackloop.jsondict import JsonDict
-from ackloop.keys import message_doc_id
-from ackloop.records import ConversationRecord, RunRecord, RunStatus, StepStatus
+from ackloop.domain.errors import ConversationBusy
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import message_doc_id
+from ackloop.domain.records import ConversationRecord, RunRecord, RunStatus, StepStatus
 from ackloop.store.base import EXPIRE_AT, LAST_DOCUMENT_ID, StoreBase
 
 # Dead letters read per query when listing them, and an id above every document id.

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ackloop.cost import Cost
 from ackloop.docdb.base import (
     AlreadyExists,
     PreconditionFailed,
@@ -16,14 +15,15 @@ from ackloop.docdb.base import (
     Transaction,
     Write,
 )
-from ackloop.errors import ConversationNotStarted, IdempotencyMismatch, PermanentError
-from ackloop.jsondict import JsonDict
-from ackloop.keys import is_run_id
-from ackloop.records import ConversationRecord, RunRecord, RunStatus, StopReason
+from ackloop.domain.cost import Cost
+from ackloop.domain.errors import ConversationNotStarted, IdempotencyMismatch, PermanentError
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import is_run_id
+from ackloop.domain.records import ConversationRecord, RunRecord, RunStatus, StopReason
+from ackloop.domain.wire import Usage
 from ackloop.store.base import RunEnd
 from ackloop.store.commit import RunRead
 from ackloop.store.transcript import Transcripts
-from ackloop.wire import Usage
 
 # Optimistic retries of :meth:`AgentStore.create_run` when its documents change meanwhile.
 CREATE_RUN_ATTEMPTS = 5

@@ -4,12 +4,12 @@ The invariants it keeps:
 
 - a step document is created by the first delivery that claims it; its ``fence`` and the
   document version make the lease exclusive, and a holder whose lease was taken over cannot
-  commit (:class:`~ackloop.errors.LeaseLost`);
+  commit (:class:`~ackloop.domain.errors.LeaseLost`);
 - a step's completion, its transcript entries, its outbox and, for the last step, the run's
   final state are one atomic batch whose precondition is the holder's version of the step
   (:meth:`Steps.commit_step`, :mod:`ackloop.store.commit`).
 
-The commit still builds the messages a run's end sends (:mod:`ackloop.outgoing`): the engine
+The commit still builds the messages a run's end sends (:mod:`ackloop.store.outgoing`): the engine
 deciding them and the store only writing them is the next step.
 """
 
@@ -20,22 +20,22 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ackloop import outgoing
-from ackloop.cost import Cost
 from ackloop.docdb.base import AlreadyExists, PreconditionFailed, Snapshot, Version, Write
-from ackloop.errors import LeaseLost, StepBusy, StepConflict
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey
-from ackloop.records import StepRecord, StepStatus
+from ackloop.domain.cost import Cost
+from ackloop.domain.errors import LeaseLost, StepBusy, StepConflict
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import StepRecord, StepStatus
+from ackloop.domain.wire import Usage
+from ackloop.store import outgoing
 from ackloop.store.base import Claim
 from ackloop.store.commit import Basis, Committed, Decision, Pricer, RunRead
 from ackloop.store.runs import Runs
 from ackloop.store.transcript import _pointer
 from ackloop.tools.masking import mask_secrets
-from ackloop.wire import Usage
 
 if TYPE_CHECKING:
-    from ackloop.deltas import ClaimWith, DeltaRecord, DeltasReady, DeltaWriter
+    from ackloop.store.deltas import ClaimWith, DeltaRecord, DeltasReady, DeltaWriter
 
 
 
@@ -55,8 +55,8 @@ class Steps(Runs):
                      claim: ClaimWith | None = None) -> DeltaWriter:
         """Where the text of a streamed model call of ``step`` goes while the call runs
         (``ready``, ``claim``: for a step not claimed yet, see
-        :class:`~ackloop.deltas.DeltaWriter`)."""
-        from ackloop.deltas import DeltaWriter, delta_expiry, deltas_collection
+        :class:`~ackloop.store.deltas.DeltaWriter`)."""
+        from ackloop.store.deltas import DeltaWriter, delta_expiry, deltas_collection
 
         return DeltaWriter(self.db, deltas_collection(self, run_id), step, attempt,
                            flush_seconds=flush_seconds, expire_at=delta_expiry(self, now),
@@ -154,7 +154,7 @@ class Steps(Runs):
         writes = [Write("create", self.step_path(claim.run_id, claim.key),
                         step.to_doc() | self._live_expiry(now))]
         if first_delta is not None:
-            from ackloop.deltas import delta_expiry, delta_write, deltas_collection
+            from ackloop.store.deltas import delta_expiry, delta_write, deltas_collection
 
             writes.append(delta_write(deltas_collection(self, claim.run_id), first_delta,
                                       delta_expiry(self, now)))
@@ -338,7 +338,7 @@ class Steps(Runs):
             if decision.end is None and result is not None:
                 result = result | {"transcript": _pointer(basis.transcript, writes)}
         if decision.deltas:  # a streamed call's last text, with its step
-            from ackloop.deltas import delta_expiry, delta_write, deltas_collection
+            from ackloop.store.deltas import delta_expiry, delta_write, deltas_collection
 
             writes += [delta_write(deltas_collection(self, run.run_id), d, delta_expiry(self, now))
                        for d in decision.deltas]

@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from ackloop.context import summary_content
 from ackloop.docdb.base import (
     AlreadyExists,
     PreconditionFailed,
@@ -23,12 +22,13 @@ from ackloop.docdb.base import (
     Write,
 )
 from ackloop.docdb.sizes import value_size
-from ackloop.errors import StaleRead
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey
-from ackloop.records import RunRecord, StepRecord, TranscriptChunk
+from ackloop.domain.errors import StaleRead
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import RunRecord, StepRecord, TranscriptChunk
 from ackloop.store.base import DAY_SECONDS, EXPIRE_AT, StoreBase, Transcript
 from ackloop.store.commit import RunRead
+from ackloop.transcript.context import summary_content
 
 # A chunk grows by one entry a turn, each append sending only its turn; past this size the next
 # turn starts a new chunk, well below Firestore's 1 MiB document cap.

@@ -8,7 +8,6 @@ import json
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from ackloop.cost import Cost
 from ackloop.docdb.base import (
     AlreadyExists,
     PreconditionFailed,
@@ -17,8 +16,9 @@ from ackloop.docdb.base import (
     Transaction,
     Write,
 )
-from ackloop.jsondict import JsonDict
-from ackloop.records import (
+from ackloop.domain.cost import Cost
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.records import (
     DEADLINE,
     ReceivedEvent,
     RunRecord,

@@ -3,7 +3,8 @@
 A delivery's handler enters :func:`log_context` with what the message names (the run, the
 step); what is only known later (the attempt, once the step is claimed; the agent and the
 conversation, once the run is read) is added with :func:`update_log_context`. The formatter of
-:mod:`ackloop.logs` reads :func:`current_labels` and writes them as the entry's Cloud Logging
+:mod:`ackloop.telemetry.logs` reads :func:`current_labels` and writes them as the entry's Cloud
+Logging
 labels, so a run's lines can be filtered by label instead of by parsing message text.
 
 The context variable holds one mutable dict per :func:`log_context`: an update made inside a

@@ -41,9 +41,9 @@ RUNS_FINISHED = "ackloop.runs.finished"
 STEP_DURATION = "ackloop.step.duration"
 STEP_RETRIES = "ackloop.step.retries"
 STEP_TAKEOVERS = "ackloop.step.takeovers"
-PUSH_ANSWERS = "ackloop.push.answers"
+PUSH_ANSWERS = "ackloop.hosting.push.answers"
 MODEL_TOKENS = "ackloop.model.tokens"
-COST_USD = "ackloop.cost.usd"
+COST_USD = "ackloop.domain.cost.usd"
 
 
 class MetricsConfigError(ValueError):

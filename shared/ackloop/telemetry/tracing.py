@@ -39,7 +39,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ackloop.settings import TraceExport
+from ackloop.config.settings import TraceExport
 
 SPAN_NAMES = {
     "query": "ackloop.ingest",

@@ -6,9 +6,9 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import FunctionCall
 from ackloop.tools.files import NamedFile
-from ackloop.wire import FunctionCall
 
 
 class ToolContext(BaseModel):

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ackloop.errors import PermanentError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.errors import PermanentError
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import FunctionCall
 from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome, prepare_toolbox
 from ackloop.tools.outcome import error_outcome
-from ackloop.wire import FunctionCall
 
 
 class DuplicateToolName(PermanentError, ValueError):

@@ -23,12 +23,12 @@ from typing import Any, overload
 
 from pydantic import BaseModel, Field, create_model
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import is_identifier
 from ackloop.tools.base import ToolContext
 from ackloop.tools.docstrings import read_docstring
 from ackloop.tools.parameters import read_parameters
 from ackloop.tools.schema import parameters_schema
-from ackloop.wire import is_identifier
 
 Handler = Callable[..., Any]
 """An async function, or a sync one (run in a worker thread)."""

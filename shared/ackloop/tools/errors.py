@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ackloop.errors import AckloopError
+from ackloop.domain.errors import AckloopError
 
 
 class ToolError(AckloopError):

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 
 MODEL_READABLE = frozenset({"image/png", "image/jpeg", "image/webp", "application/pdf",
                             "text/plain"})

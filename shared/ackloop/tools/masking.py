@@ -138,7 +138,7 @@ class SecretMaskingFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = mask_secrets(record.stack_info, self._known)
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):  # a line's structured fields (ackloop.logs)
+        if isinstance(fields, dict):  # a line's structured fields (ackloop.telemetry.logs)
             record.fields = mask_json(fields, self._known)
         return True
 

@@ -35,8 +35,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from ackloop.errors import PermanentError, RetryableError
-from ackloop.jsondict import JsonDict
+from ackloop.domain.errors import PermanentError, RetryableError
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import FunctionCall
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.tools.definition import DEFAULT_MAX_OUTPUT_BYTES, Tool
 from ackloop.tools.errors import ToolError
@@ -45,7 +46,6 @@ from ackloop.tools.masking import is_secret_name
 from ackloop.tools.outcome import error_outcome
 from ackloop.tools.schema import SchemaError, json_schema_parameters
 from ackloop.tools.toolset import ToolSet
-from ackloop.wire import FunctionCall
 
 if TYPE_CHECKING:
     import mcp

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 
 # Keys copied unchanged when present (google-genai ``Schema`` fields, in their JSON spelling).
 _KEPT = (

@@ -1,7 +1,8 @@
 """The seed agent's tools: weather alerts for a US state, the public IP, and where an IP is.
 
 They call api.weather.gov, an IP echo (icanhazip) and ip-api through ONE process-wide
-``httpx.AsyncClient`` passed in, with base URLs from :class:`~ackloop.settings.Settings` (point
+``httpx.AsyncClient`` passed in, with base URLs from :class:`~ackloop.config.settings.Settings`
+(point
 them at ``ackloop_dev.fakes.sandbox_apis``, in ackloop-dev, to run offline). Every failure the
 model can act on is a :class:`~ackloop.tools.errors.ToolError` written for it.
 """
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field, field_validator
 
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
 from ackloop.tools.definition import typed_tool
 from ackloop.tools.errors import ToolError
 from ackloop.tools.parameters import NoArguments

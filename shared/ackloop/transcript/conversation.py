@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from ackloop import files as files_module
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import FunctionCall
 from ackloop.tools.files import model_readable
-from ackloop.wire import FunctionCall
 
 NOT_EXECUTED = {"error": "not executed: the run that asked for this call ended before it ran"}
 

@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ackloop.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict
 
 SUMMARY_INSTRUCTIONS = """\
 You compact the history of a conversation between a user and an AI agent that calls tools.

@@ -5,7 +5,7 @@ misconfigured can never answer a request. Built lazily on the first request, its
 failed on every health probe: the process answered 500 forever and logged the same traceback
 once per probe, while Cloud Run and ``ackloop dev up`` kept waiting for it. So everything that
 can fail at start-up is built **before** the server binds its socket: the settings, the app,
-and the process's dependencies (:func:`ackloop.runtime.process_deps`: the agent catalog, the
+and the process's dependencies (:func:`ackloop.hosting.runtime.process_deps`: the agent catalog, the
 model client, the store and the publisher). A failure is logged as ONE line, in the process's
 JSON log format, naming the exception's type and message and where it was raised, and the
 process exits with code 1 (Cloud Run restarts a container that exits, with backoff).
@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, NoReturn
 
 from pydantic import ValidationError
 
-from ackloop import gcstart
-from ackloop.settings import Settings
+from ackloop.config.settings import Settings
+from ackloop.hosting import gcstart
 
 if TYPE_CHECKING:
     import uvicorn
     from uvicorn.config import Config
 
-LOGGER = "ackloop.startup"
+LOGGER = "ackloop.hosting.startup"
 """The logger of the one start-up failure line (``ackloop dev up`` looks for it in a log)."""
 PREFIX = "start-up failed: "
 _IMPORTLIB = str(Path(importlib.__file__).parent)
@@ -76,7 +76,7 @@ def _origin(exc: BaseException) -> str | None:
 
 def report(exc: BaseException, level: str = "INFO") -> None:
     """Log the one start-up failure line (JSON on stderr, secrets masked)."""
-    from ackloop.logs import configure
+    from ackloop.telemetry.logs import configure
 
     configure(level)
     log.critical("%s%s", PREFIX, describe(exc))
@@ -87,7 +87,7 @@ def _server(config: Config) -> uvicorn.Server:
     event loop before it binds; a failure there is :class:`StartupFailed`."""
     import uvicorn
 
-    from ackloop.runtime import process_deps
+    from ackloop.hosting.runtime import process_deps
 
     class StartFirst(uvicorn.Server):
         async def serve(self, sockets: list[socket.socket] | None = None) -> None:

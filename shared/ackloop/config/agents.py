@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from ackloop.context import DEFAULT_CONTEXT, Context
-from ackloop.errors import PermanentError
+from ackloop.domain.errors import PermanentError
 from ackloop.tools.base import Toolbox
+from ackloop.transcript.context import DEFAULT_CONTEXT, Context
 
 if TYPE_CHECKING:
     from ackloop.model.scripted import Script
@@ -48,7 +48,8 @@ class Agent:
     :class:`~ackloop.model.function_model.FunctionModel`,
     :class:`~ackloop.model.function_model.ScriptedTurns` or
     :class:`~ackloop.model.tool_sweep.TestModel`; None means ``TestModel()``. ``context`` is
-    the policy for long conversations (:class:`~ackloop.context.Context`; None: the default,
+    the policy for long conversations (:class:`~ackloop.transcript.context.Context`; None: the
+    default,
     which compacts a request past 64,000 input tokens into a summary and the last 4 model
     turns). ``internal``: the agent exists only to be a sub-agent or a hand-off target; a query
     that names it is refused (the HTTP API's ``internal_agent``, a query message's poison

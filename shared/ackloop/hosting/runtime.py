@@ -22,15 +22,15 @@ from collections.abc import Callable
 
 import httpx
 
-from ackloop.agents import AgentRegistry
 from ackloop.bus.pubsub import PubSubPublisher
-from ackloop.clock import SystemClock
+from ackloop.config.agents import AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.firestore import FirestoreDocumentDB
+from ackloop.domain.clock import SystemClock
 from ackloop.engine.deps import Deps
 from ackloop.files import FileStore, MemoryFileStore
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
-from ackloop.settings import Settings
 from ackloop.store import AgentStore, Retention
 from ackloop.store.chunk_cache import chunk_decode_cache
 
@@ -153,14 +153,14 @@ def build_model(settings: Settings, agents: AgentRegistry) -> ModelClient:
 
 
 def build_agents(settings: Settings, http: httpx.AsyncClient) -> AgentRegistry:
-    """The catalog the settings name (raises :class:`ackloop.catalog.CatalogError`)."""
-    from ackloop.catalog import load_agents
+    """The catalog the settings name (raises :class:`ackloop.config.catalog.CatalogError`)."""
+    from ackloop.config.catalog import load_agents
 
     return AgentRegistry(load_agents(settings, http))
 
 
 def configure_logging(settings: Settings) -> None:
-    from ackloop.logs import configure
+    from ackloop.telemetry.logs import configure
 
     configure(settings.log_level, settings.project_id)
 

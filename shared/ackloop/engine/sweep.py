@@ -32,17 +32,24 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import (
+    Outgoing,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+    StopReason,
+)
+from ackloop.domain.wire import ToolStepMessage, Usage
 from ackloop.engine import approval, children, events
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ledger import scheduled_model_message
 from ackloop.engine.outbox import send
-from ackloop.keys import StepKey
-from ackloop.outgoing import after_tools, first_step
-from ackloop.records import Outgoing, RunRecord, RunStatus, StepRecord, StepStatus, StopReason
 from ackloop.store import DecisionRefused
+from ackloop.store.outgoing import after_tools, first_step
 from ackloop.telemetry import tracing
-from ackloop.wire import ToolStepMessage, Usage
 
 log = logging.getLogger(__name__)
 

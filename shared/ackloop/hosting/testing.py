@@ -19,23 +19,23 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ackloop.agents import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.clock import SystemClock
+from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import SystemClock
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunRecord, StepRecord
+from ackloop.domain.wire import QueryMessage, RunOptions, RunOutcome
 from ackloop.engine.deps import Deps
-from ackloop.inprocess import InProcessLoop
-from ackloop.jsondict import JsonDict
-from ackloop.keys import run_id_for_request
+from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.agent_scripts import CatalogScript
 from ackloop.model.base import ModelClient
 from ackloop.model.final_answer_script import with_final_answer
 from ackloop.model.scripted import Script, ScriptedModel
-from ackloop.records import RunRecord, StepRecord
-from ackloop.settings import Settings
 from ackloop.store import AgentStore
-from ackloop.wire import QueryMessage, RunOptions, RunOutcome
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class _ResultHead(BaseModel):
 
 
 class AgentResult(RunOutcome, _ResultHead):
-    """How a run ended, as its record says (its :class:`~ackloop.wire.RunOutcome`: ``status``
+    """How a run ended, as its record says (its :class:`~ackloop.domain.wire.RunOutcome`: ``status``
     is ``completed``, ``failed``, ``cancelled``..., a run stopped by a budget being completed;
     ``stop_reason`` is ``answered``, ``final_tool``, ``max_steps``, ``max_tool_calls``,
     ``failed``...), with the calls and steps that led there."""

@@ -5,7 +5,8 @@ Layout (see docs/architecture.md):
 - ``runs/{run_id}``: :class:`RunRecord`, written when the run starts and when it ends.
 - ``runs/{run_id}/steps/{step_key}``: :class:`StepRecord`, one per step; its lease fences
   concurrent deliveries and its outbox holds the messages the step must send.
-- ``runs/{run_id}/deltas/{step}-{attempt}-{seq}``: :class:`ackloop.deltas.DeltaRecord`, a piece
+- ``runs/{run_id}/deltas/{step}-{attempt}-{seq}``: :class:`ackloop.store.deltas.DeltaRecord`, a
+piece
   of a streamed model call's text, written while the call runs (not a record of the step).
 - ``conversations/{conversation_id}``: :class:`ConversationRecord`, which run is active (none
   while the conversation's first run, whose id it bears, is its only run).
@@ -21,10 +22,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ackloop.context import summary_content
-from ackloop.cost import Cost
-from ackloop.jsondict import JsonDict
-from ackloop.wire import RunOutcome, Usage
+from ackloop.domain.cost import Cost
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.wire import RunOutcome, Usage
+from ackloop.transcript.context import summary_content
 
 ANONYMOUS = "anonymous"
 """The caller of a query published to the topic, or of the HTTP API when it checks no one."""
@@ -323,7 +324,8 @@ class TranscriptChunk(Record):
     """``{run_id}/{step_key}`` of the step that appended last: checked by the next step."""
     size: int = 0
     summary: str | None = Field(default=None, exclude_if=lambda v: v is None)
-    """A compaction's chunk (:mod:`ackloop.context`): the summary of every turn before it. A
+    """A compaction's chunk (:mod:`ackloop.transcript.context`): the summary of every turn before
+    it. A
     model step reads the transcript from the last such chunk on."""
     kept: list[JsonDict] = Field(default_factory=list, exclude_if=lambda v: not v)
     """A compaction's chunk: a copy of the turns it kept as they were (they are also where they

@@ -19,9 +19,9 @@ from pydantic import (
     model_validator,
 )
 
-from ackloop import patterns
 from ackloop.docdb.sizes import depth, unstorable, value_size
-from ackloop.keys import MAX_INDEX, MAX_TURN
+from ackloop.domain import patterns
+from ackloop.domain.keys import MAX_INDEX, MAX_TURN
 
 # Ids that end up in Firestore document paths: no "/", no leading "__", bounded length.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
@@ -372,7 +372,8 @@ class WaitingNotice(WireModel):
 class RunOutcome(BaseModel):
     """How a run ended (or, on a view of a run still going, where it stands): the one
     declaration of these fields. The answers topic's :class:`AnswerMessage`, the run's record
-    and its end (``ackloop.records.RunRecord``, ``ackloop.store.base.RunEnd``), the HTTP views
+    and its end (``ackloop.domain.records.RunRecord``, ``ackloop.store.base.RunEnd``), the HTTP
+    views
     (``ackloop.api.models.RunOutcomeView``) and the tester's ``AgentResult`` derive from it, so
     each says it under the same names."""
 

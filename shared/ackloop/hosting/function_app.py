@@ -55,7 +55,7 @@ def load_function(target: str, source: Path) -> Function:
 
 async def _lifespan(receive: Receive, send: Send) -> None:
     """Nothing to start or stop: the process's dependencies are built before it serves
-    (:mod:`ackloop.startup`)."""
+    (:mod:`ackloop.hosting.startup`)."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":

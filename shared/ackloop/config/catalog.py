@@ -2,9 +2,9 @@
 
 In order: the ``ACKLOOP_AGENTS`` setting (``package.module:attribute``); else every entry point
 an installed package declares in the ``ackloop.agents`` group; else the built-in agents
-(:mod:`ackloop.agent_catalog`). The attribute is a list or tuple of
-:class:`~ackloop.agents.Agent`, or a function returning one, called with what its signature
-asks for: a parameter typed :class:`~ackloop.settings.Settings` (or named ``settings``) gets
+(:mod:`ackloop.config.agent_catalog`). The attribute is a list or tuple of
+:class:`~ackloop.config.agents.Agent`, or a function returning one, called with what its signature
+asks for: a parameter typed :class:`~ackloop.config.settings.Settings` (or named ``settings``) gets
 the process's settings, one typed ``httpx.AsyncClient`` (or named ``http``) the process-wide
 HTTP client. Every failure is one :class:`CatalogError` whose message names the source, the
 module and the original exception, so a process that cannot load its agents says why in one
@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
-from ackloop.agents import Agent
-from ackloop.settings import Settings
+from ackloop.config.agents import Agent
+from ackloop.config.settings import Settings
 
 ENTRY_POINT_GROUP = "ackloop.agents"
 
@@ -43,7 +43,7 @@ def load_agents(settings: Settings, http: httpx.AsyncClient) -> list[Agent]:
             source = f"entry point {point.name} = {point.value} (group {ENTRY_POINT_GROUP})"
             agents += _build(source, _load_entry_point(source, point), settings, http)
         return _checked(f"the {ENTRY_POINT_GROUP} entry points", agents)
-    from ackloop.agent_catalog import builtin_agents
+    from ackloop.config.agent_catalog import builtin_agents
 
     return builtin_agents(settings, http)
 

@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ackloop.bus.base import Publisher
-from ackloop.clock import Clock
+from ackloop.config.settings import Settings
+from ackloop.domain.clock import Clock
+from ackloop.domain.errors import ConversationBusy
+from ackloop.domain.wire import ChildEndedMessage
 from ackloop.engine import children
 from ackloop.engine.dead_letter import CHILD_ENDED
 from ackloop.engine.outbox import encode
-from ackloop.errors import ConversationBusy
-from ackloop.settings import Settings
 from ackloop.store import DEAD_LETTER_PAGE, AgentStore
-from ackloop.wire import ChildEndedMessage
 
 log = logging.getLogger(__name__)
 

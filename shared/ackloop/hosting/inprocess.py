@@ -14,10 +14,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ackloop.bus.memory import MemoryPublisher, Published
+from ackloop.domain.wire import AnswerMessage, QueryMessage, WaitingNotice
 from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Kind, Outcome, dispatch
-from ackloop.push import Delivery
-from ackloop.wire import AnswerMessage, QueryMessage, WaitingNotice
+from ackloop.hosting.push import Delivery
 
 
 @dataclass

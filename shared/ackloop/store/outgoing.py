@@ -6,17 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ackloop.jsondict import JsonDict
-from ackloop.keys import StepKey
-from ackloop.records import Outgoing, RunRecord
-from ackloop.telemetry import tracing
-from ackloop.wire import (
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import StepKey
+from ackloop.domain.records import Outgoing, RunRecord
+from ackloop.domain.wire import (
     AnswerMessage,
     ChildEndedMessage,
     ModelStepMessage,
     ToolStepMessage,
     Usage,
 )
+from ackloop.telemetry import tracing
 
 if TYPE_CHECKING:
     from ackloop.store.base import RunEnd
