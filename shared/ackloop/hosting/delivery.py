@@ -1,6 +1,6 @@
 """How Pub/Sub delivers pushes to ackloop: one set of numbers for deployment and local stack.
 
-The numbers live in ``delivery.json`` beside this module (package data). ``infra/pubsub.tf``
+The numbers live in ``delivery.json`` at the package's root (package data). ``infra/pubsub.tf``
 reads the same file with ``jsondecode(file(...))`` for the subscriptions' retry policy,
 dead-letter policy and ack deadlines (and the services' request timeouts); the local stack reads
 it here for its topology and for its push delivery (:mod:`ackloop_dev.devstack.push_delivery`).
