@@ -221,7 +221,8 @@ async def test_the_fake_gemini_server_plays_a_user_agent_from_the_rest_body() ->
 @pytest.mark.slow
 async def test_the_fake_server_process_loads_the_catalog_the_environment_names() -> None:
     env = os.environ | {"ACKLOOP_AGENTS": "tests.agents.catalog_fixture:catalog",
-                        "PYTHONPATH": os.pathsep.join([str(ROOT / "shared"), str(ROOT)])}
+                        "PYTHONPATH": os.pathsep.join([str(ROOT / "shared"), str(ROOT / "devtools"),
+                                                      str(ROOT)])}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ackloop_dev.fakes.gemini_server", "--port", "0",
         "--policy", "catalog",
