@@ -11,8 +11,8 @@ from ackloop.docdb.base import Write
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import Outgoing, RunLimits, RunRecord, RunStatus, StepRecord, StepStatus
-from ackloop.engine.deltas import DeltaWriter, deltas_collection
 from ackloop.store import AgentStore
+from ackloop.store.deltas import DeltaWriter, deltas_collection
 
 RUN = "run-deltas"
 

@@ -25,7 +25,7 @@ from ackloop.domain.records import (
 )
 from ackloop.domain.wire import Usage
 from ackloop.engine.children import child_run_id, event_name
-from ackloop.engine.deltas import DeltaRecord, delta_id, deltas_collection
+from ackloop.store.deltas import DeltaRecord, delta_id, deltas_collection
 from tests.cli.conftest import Cli, FakeStack
 
 pytestmark = pytest.mark.emulator

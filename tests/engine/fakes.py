@@ -17,11 +17,11 @@ from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.clock import Clock, ManualClock
 from ackloop.domain.wire import FunctionCall, QueryMessage
-from ackloop.engine.deltas import read_deltas
 from ackloop.engine.deps import Deps
 from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelClient
 from ackloop.store import AgentStore
+from ackloop.store.deltas import read_deltas
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop_dev.faults import FaultPoints, with_faults
 

@@ -10,8 +10,8 @@ from ackloop.config.settings import Settings
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import ReceivedEvent, RunLimits, RunRecord
-from ackloop.engine.deltas import DeltaWriter, delta_expiry, deltas_collection
 from ackloop.store import EXPIRE_AT, AgentStore, Retention
+from ackloop.store.deltas import DeltaWriter, delta_expiry, deltas_collection
 from ackloop.store.transcript import append_writes
 from tests.infra.terraform import TerraformConfig, block, expression
 

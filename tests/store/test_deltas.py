@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 from ackloop.docdb.base import StorageUnavailable, Version, Write
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.engine.deltas import (
+from ackloop.store import AgentStore, Retention
+from ackloop.store.deltas import (
     DeltaWriter,
     delta_expiry,
     delta_id,
@@ -18,7 +19,6 @@ from ackloop.engine.deltas import (
     next_id,
     read_deltas,
 )
-from ackloop.store import AgentStore, Retention
 
 STEP = "0002-model"
 

@@ -27,7 +27,7 @@ step event carries the stream's cursor (its run's last step sent), so a stream r
 it sends again the steps of the children whose calls had not completed by then (keep, per
 ``run_id``, each step key once). Deltas are the stream's run's only.
 
-While the run goes on, each poll also reads the deltas (:mod:`ackloop.engine.deltas`) past the last
+While the run goes on, each poll also reads the deltas (:mod:`ackloop.store.deltas`) past the last
 one sent, of the steps past the cursor only. A step's deltas are all written by its commit,
 so once its completion is read, one more read finds the rest of them: a stream that sent some
 of a step's deltas sends all of them before the step's event. Once its event is sent, a step's
@@ -62,8 +62,8 @@ from ackloop.api.tree import read_runs, starts_child
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunRecord, StepRecord, StepStatus
 from ackloop.engine.children import child_run_id
-from ackloop.engine.deltas import after_step, next_id, read_deltas
 from ackloop.store import AgentStore
+from ackloop.store.deltas import after_step, next_id, read_deltas
 
 log = logging.getLogger(__name__)
 

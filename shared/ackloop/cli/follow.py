@@ -6,7 +6,7 @@ alike, with no API in between. A query that never became a run (an unknown agent
 the deployment's ceilings) is rejected at once into ``poison`` under its message id, which the
 follower reads too: the rejection is reported within a poll, not after the timeout.
 
-Given ``on_delta``, each poll also reads the run's deltas (:mod:`ackloop.engine.deltas`) past the
+Given ``on_delta``, each poll also reads the run's deltas (:mod:`ackloop.store.deltas`) past the
 last
 one read, as the API's event stream does: the text of the model step being written, printed as
 it arrives by :class:`LiveText`. The steps are read before the deltas, so a step seen completed
@@ -29,8 +29,8 @@ from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunRecord, RunStatus, StepRecord, StepStatus
 from ackloop.domain.wire import Usage
 from ackloop.engine.children import is_reserved
-from ackloop.engine.deltas import DeltaRecord, after_step, next_id, read_deltas
 from ackloop.engine.spend import rolled_up, steps_usage
+from ackloop.store.deltas import DeltaRecord, after_step, next_id, read_deltas
 
 if TYPE_CHECKING:
     from ackloop.store import AgentStore

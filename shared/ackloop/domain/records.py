@@ -5,7 +5,7 @@ Layout (see docs/architecture.md):
 - ``runs/{run_id}``: :class:`RunRecord`, written when the run starts and when it ends.
 - ``runs/{run_id}/steps/{step_key}``: :class:`StepRecord`, one per step; its lease fences
   concurrent deliveries and its outbox holds the messages the step must send.
-- ``runs/{run_id}/deltas/{step}-{attempt}-{seq}``: :class:`ackloop.engine.deltas.DeltaRecord`, a
+- ``runs/{run_id}/deltas/{step}-{attempt}-{seq}``: :class:`ackloop.store.deltas.DeltaRecord`, a
 piece
   of a streamed model call's text, written while the call runs (not a record of the step).
 - ``conversations/{conversation_id}``: :class:`ConversationRecord`, which run is active (none

@@ -33,9 +33,9 @@ from ackloop.domain.errors import (
 )
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunRecord, RunStatus, StepDecision, StepRecord, Waiting
-from ackloop.engine.deltas import DeltaRecord, run_delta_write
 from ackloop.engine.deps import Deps
 from ackloop.store import AgentStore, Claim, RunRead
+from ackloop.store.deltas import DeltaRecord, run_delta_write
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import update_log_context
 from ackloop.tools.base import Toolbox, prepare_toolbox

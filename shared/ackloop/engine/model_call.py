@@ -12,10 +12,10 @@ import logging
 import time
 
 from ackloop.domain.errors import ModelRetryableError
-from ackloop.engine.deltas import DeltaRecord, DeltaWriter, run_delta_writer
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimAtFirstText, ClaimRef, RequestScope, heartbeat
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn, StreamingModelClient
+from ackloop.store.deltas import DeltaRecord, DeltaWriter, run_delta_writer
 from ackloop.telemetry import tracing
 from ackloop.telemetry.context import update_log_context
 

@@ -40,7 +40,6 @@ from ackloop.domain.records import (
 from ackloop.domain.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
 from ackloop.engine import compaction, outbox
 from ackloop.engine.commit import Basis, Decision, commit, run_end
-from ackloop.engine.deltas import run_delta_write
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import (
@@ -57,6 +56,7 @@ from ackloop.model.base import (
     ModelTurn,
 )
 from ackloop.store import Claim, RunRead, Transcript
+from ackloop.store.deltas import run_delta_write
 from ackloop.telemetry import tracing
 from ackloop.transcript import conversation
 

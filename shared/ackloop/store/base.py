@@ -2,7 +2,7 @@
 the rooms and their callers pass (a run's end, a claim, a transcript as read).
 
 Nothing here imports a room: the rooms, and the modules outside the store that name its
-documents (:mod:`ackloop.engine.deltas`), take their constants and types from here, so every import
+documents (:mod:`ackloop.store.deltas`), take their constants and types from here, so every import
 points one way. The store is a pure writer: a run's end arrives here with its error already
 masked (:func:`ackloop.engine.ending.run_end`), its messages and its cost already decided.
 """

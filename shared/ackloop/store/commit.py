@@ -78,7 +78,7 @@ class Decision:
     error: str | None = None
     writes: tuple[Write, ...] = ()
     """Documents written with the step: a streamed call's last text, not written yet (model
-    steps; :func:`ackloop.engine.deltas.delta_write`)."""
+    steps; :func:`ackloop.store.deltas.delta_write`)."""
     child_cost: Cost | None = None
     """A sub-agent's call: what its child run cost, counted in this step's cost (so in its
     run's)."""

@@ -129,7 +129,7 @@ class Steps(StoreBase):
         text): create its document as ``claim`` describes it (its attempt, its message id;
         ``unclaimed``, since its call started without a claim), holding a lease of
         ``lease_seconds``, in one commit with ``with_writes`` (the call's first words, as
-        :func:`ackloop.engine.deltas.delta_write` makes them). Only a
+        :func:`ackloop.store.deltas.delta_write` makes them). Only a
         create: a document already there means another delivery claimed or recorded the step
         meanwhile, and this one has lost it (:class:`LeaseLost`, nothing written)."""
         if claim.version is not None:
