@@ -9,12 +9,13 @@ from typing import Any
 
 from ackloop import outgoing
 from ackloop.cost import Cost
+from ackloop.engine import children
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import ended_with
 from ackloop.engine.outbox import send
 from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.engine.waits import core as waits
-from ackloop.records import RunRecord, RunStatus, StopReason
+from ackloop.records import RunRecord, RunStatus, StepRecord, StepStatus, StopReason
 from ackloop.store import RunEnd
 from ackloop.telemetry import metrics
 from ackloop.wire import Usage
@@ -49,7 +50,8 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     if found is None or found.status.terminal:
         return None
     steps = await deps.store.list_steps(run_id)
-    end = replace(end, usage=steps_usage(steps), cost=rolled_up(found, steps),
+    usage, cost = await _counted(deps, found, steps)
+    end = replace(end, usage=usage, cost=cost,
                   agent=end.agent or ended_with(found, steps))  # a hand-off survives any end
     now = deps.clock.now()
     ended = await deps.store.end_run_now(run_id, end, now, only_active=only_active)
@@ -66,6 +68,21 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     await send(deps, run_id, outbox)
     await waits.abandon_all(deps, run, steps)  # a child of an ended run works for nobody
     return run
+
+
+async def _counted(deps: Deps, run: RunRecord, steps: list[StepRecord]) -> tuple[Usage, Cost]:
+    """The run's usage and cost from its steps as recorded, and what each call that has not
+    completed counts of what it waits for (:func:`waits.counted`: a child's end already on
+    its step, else what the child spent): the figures its completion would have added."""
+    usage, cost = steps_usage(steps), rolled_up(run, steps)
+    for step in steps:
+        if step.kind == "tool" and step.status is not StepStatus.COMPLETED:
+            figures = await waits.counted(deps, run, step)
+            if (child_usage := children.child_usage(figures)) is not None:
+                usage = usage.with_child(child_usage)
+            if (child_cost := children.child_cost(figures)) is not None:
+                cost = cost.plus(child_cost.as_child())
+    return usage, cost
 
 
 def log_finished(run: RunRecord, end: RunEnd, now: float) -> None:

@@ -34,6 +34,8 @@ from ackloop.records import (
     DEADLINE,
     RunRecord,
     StepDecision,
+    StepRecord,
+    StepStatus,
     Waiting,
     WaitKindName,
 )
@@ -143,10 +145,12 @@ async def _counts_nothing(deps: Deps, run: RunRecord, key: str,
 
 async def _child_spent(deps: Deps, run: RunRecord, key: str,
                        decision: StepDecision | None) -> JsonDict | None:
-    """The child's end when the call took it, else what the child spent so far (the call
-    rejected at its deadline, or its run cancelled, maybe before it recorded its wait)."""
-    if decision is not None and decision.decision == "received":
-        return decision.payload or {}
+    """The child's end when the call has it (taken, or come after the call's deadline), else
+    what the child spent: its end's figures once it has ended, else so far (a call whose
+    child is gone from under it, or a decision recorded before calls waited for their
+    cancelled children's ends)."""
+    if decision is not None and decision.payload is not None:
+        return decision.payload  # its end (taken, or come after the call's deadline)
     return await children.spent_so_far(deps, run, key)
 
 
@@ -165,6 +169,17 @@ KINDS: dict[str, WaitKind] = {
 
 def kind_of(waiting: Waiting) -> WaitKind:
     return KINDS[waiting.kind]
+
+
+def unrecorded(deps: Deps, step: StepRecord) -> WaitKind | None:
+    """The kind of wait a tool step that has not recorded one may have begun: a sub-agent's
+    call starts its child before it records its wait (a kill in between leaves a child and
+    no wait). Read from the deployment's agents by the call's tool name, no document read."""
+    if step.kind != "tool" or step.status is StepStatus.COMPLETED or step.waiting is not None:
+        return None
+    called = any(children.sub_agent_tool(agent.tools, step.name) is not None
+                 for agent in deps.agents)
+    return KINDS["child"] if called else None
 
 
 @dataclass(frozen=True)
