@@ -236,6 +236,13 @@ async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
     return run
 
 
+def has_ended(run: RunRecord) -> bool:
+    """Whether ``run``'s end is final: it has ended and no child of its calls that still
+    worked when it ended has yet to add its figures (``RunRecord.children_ending``). Its
+    caller takes only a final end, so what its root counts misses nothing below it."""
+    return run.status.terminal and not run.children_ending
+
+
 def end_payload(child: RunRecord) -> JsonDict:
     """What the parent's event carries of its child's end: read from the child's record."""
     return {

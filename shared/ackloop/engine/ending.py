@@ -50,8 +50,8 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     if found is None or found.status.terminal:
         return None
     steps = await deps.store.list_steps(run_id)
-    usage, cost = await _counted(deps, found, steps)
-    end = replace(end, usage=usage, cost=cost,
+    usage, cost, ending = await _counted(deps, found, steps)
+    end = replace(end, usage=usage, cost=cost, children_ending=ending,
                   agent=end.agent or ended_with(found, steps))  # a hand-off survives any end
     now = deps.clock.now()
     ended = await deps.store.end_run_now(run_id, end, now, only_active=only_active)
@@ -70,19 +70,23 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     return run
 
 
-async def _counted(deps: Deps, run: RunRecord, steps: list[StepRecord]) -> tuple[Usage, Cost]:
+async def _counted(deps: Deps, run: RunRecord, steps: list[StepRecord]
+                   ) -> tuple[Usage, Cost, tuple[str, ...]]:
     """The run's usage and cost from its steps as recorded, and what each call that has not
-    completed counts of what it waits for (:func:`waits.counted`: a child's end already on
-    its step, else what the child spent): the figures its completion would have added."""
+    completed counts of what it waits for (:func:`waits.counted_at_end`: a child's end
+    already on its step, or come meanwhile): the figures its completion would have added;
+    and the children still working, whose ends add theirs to the ended run."""
     usage, cost = steps_usage(steps), rolled_up(run, steps)
+    ending: list[str] = []
     for step in steps:
         if step.kind == "tool" and step.status is not StepStatus.COMPLETED:
-            figures = await waits.counted(deps, run, step)
+            figures, still = await waits.counted_at_end(deps, run, step)
+            ending += [still] if still is not None else []
             if (child_usage := children.child_usage(figures)) is not None:
                 usage = usage.with_child(child_usage)
             if (child_cost := children.child_cost(figures)) is not None:
                 cost = cost.plus(child_cost.as_child())
-    return usage, cost
+    return usage, cost, tuple(ending)
 
 
 def log_finished(run: RunRecord, end: RunEnd, now: float) -> None:

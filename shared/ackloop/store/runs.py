@@ -326,6 +326,8 @@ class Runs(Transcripts):
             update["cost"] = end.cost.model_dump(mode="json")
         if end.agent is not None:
             update["handed_to"] = end.agent
+        if end.children_ending:
+            update["children_ending"] = list(end.children_ending)
         writes = [Write("update", run_snapshot.path, update, if_version=run_snapshot.version)]
         if conv_snapshot is None:
             return EndWrites(writes, None)
@@ -391,7 +393,8 @@ class Runs(Transcripts):
                 txn.write(fence)
             ended = run.model_copy(update={"status": end.status, "stop_reason": end.stop_reason,
                                            "error": end.error, "finished_at": now,
-                                           "usage": end.usage, "cost": end.cost or run.cost})
+                                           "usage": end.usage, "cost": end.cost or run.cost,
+                                           "children_ending": list(end.children_ending)})
             return ended, ending.next_run_id
 
         return await self.db.transact(body)
@@ -426,6 +429,32 @@ class Runs(Transcripts):
             txn.write(Write("update", snap.path, {"status": RunStatus.RUNNING.value,
                                                   "started_at": now, "progress_at": now}))
             return True
+
+        return await self.db.transact(body)
+
+    async def count_late_child(self, run_id: str, child_id: str, usage: Usage,
+                               cost: Cost | None) -> RunRecord | None:
+        """Add the figures of child ``child_id``, which ended after ``run_id`` had ended
+        outside a step, to the run's usage and cost (its children's part), once: only while
+        the run names it in ``children_ending``, which this removes. The run as updated, or
+        None when it did not wait for that child's figures (counted already, or reopened)."""
+
+        async def body(txn: Transaction) -> RunRecord | None:
+            snap = await txn.get(self.run_path(run_id))
+            if snap is None:
+                return None
+            run = RunRecord.model_validate(snap.data)
+            if child_id not in run.children_ending:
+                return None
+            counted = run.model_copy(update={
+                "usage": run.usage.with_child(usage),
+                "cost": (run.cost or Cost()).plus(cost.as_child()) if cost else run.cost,
+                "children_ending": [c for c in run.children_ending if c != child_id]})
+            txn.write(Write("update", snap.path, {
+                "usage": counted.usage.model_dump(mode="json"),
+                "cost": counted.cost.model_dump(mode="json") if counted.cost else None,
+                "children_ending": counted.children_ending}))
+            return counted
 
         return await self.db.transact(body)
 

@@ -343,6 +343,22 @@ async def counted(deps: Deps, run: RunRecord, step: StepRecord,
     return await kind.spent(deps, run, step.key, step.decision)
 
 
+async def counted_at_end(deps: Deps, run: RunRecord, step: StepRecord
+                         ) -> tuple[JsonDict | None, str | None]:
+    """What a call of a run ended outside a step counts: what it waited for, when that has
+    arrived or ended (:func:`counted`); else, while what it waits for is still to end on its
+    own (a child, then cancelled), nothing now and that run's id: its end adds its figures to
+    the ended run (``RunRecord.children_ending``)."""
+    kind = kind_of(step.waiting) if step.waiting is not None else unrecorded(deps, step)
+    if kind is None:
+        return None, None
+    if step.decision is None or step.decision.payload is None:
+        ending = await kind.ending(deps, run, step.key)
+        if ending is not None:
+            return None, ending
+    return await kind.spent(deps, run, step.key, step.decision), None
+
+
 async def wind_down(deps: Deps, ref: ClaimRef, read: RunRead, wait: Wait,
                     call: FunctionCall) -> tuple[bool, JsonDict | None]:
     """A call whose run's cancel was requested before it recorded its wait (the fan-out came

@@ -16,8 +16,9 @@ for every kind. A kind supplies:
   it; nobody outside acts on a child);
 - ``timeout``: the tool's own wait length, if it sets one;
 - ``abandon``: what ending the wait without its resolution does (a child is cancelled),
-  and ``spent``: what the call counts when it ends (a child's cost and usage, however it
-  ended).
+  ``spent``: what the call counts when it ends (a child's cost and usage, however it
+  ended), and ``ending``: what it waits for that is still to end on its own, whose figures
+  come later (a child's run id while it works).
 
 A time kind (a call that waits until a moment) is one more entry of :data:`KINDS`.
 """
@@ -63,6 +64,7 @@ class WaitKind:
     outcome: Callable[[StepDecision, Waiting], ToolOutcome | None]
     abandon: Callable[[Deps, RunRecord, str, CancelRun], Awaitable[bool]]
     spent: Callable[[Deps, RunRecord, str, StepDecision | None], Awaitable[JsonDict | None]]
+    ending: Callable[[Deps, RunRecord, str], Awaitable[str | None]]
 
 
 def rejection(decision: StepDecision, waiting: Waiting | None = None) -> ToolOutcome:
@@ -114,9 +116,19 @@ async def _child_arrived(deps: Deps, run: RunRecord, key: str, waiting: Waiting
                          ) -> StepDecision | None:
     """The child run's end, read from the child when it has ended."""
     child = await deps.store.get_run(children.child_run_id(run, key))
-    if child is None or not child.status.terminal:
+    if child is None or not children.has_ended(child):
         return None
     return child_end(deps, child)
+
+
+async def _nothing_ending(deps: Deps, run: RunRecord, key: str) -> str | None:
+    return None
+
+
+async def _child_ending(deps: Deps, run: RunRecord, key: str) -> str | None:
+    """The child's run id while it has not ended (its end's figures are to come)."""
+    child = await deps.store.get_run(children.child_run_id(run, key))
+    return child.run_id if child is not None and not children.has_ended(child) else None
 
 
 def child_end(deps: Deps, child: RunRecord) -> StepDecision:
@@ -157,13 +169,16 @@ async def _child_spent(deps: Deps, run: RunRecord, key: str,
 KINDS: dict[str, WaitKind] = {
     "approval": WaitKind("approval", clock_runs=False, announced=True,
                          timeout=lambda tool: tool.approval_timeout_seconds, arrived=_never,
-                         outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing),
+                         outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing,
+                         ending=_nothing_ending),
     "event": WaitKind("event", clock_runs=False, announced=True,
                       timeout=lambda tool: tool.event_timeout_seconds, arrived=_event_arrived,
-                      outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing),
+                      outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing,
+                      ending=_nothing_ending),
     "child": WaitKind("child", clock_runs=True, announced=False,
                       timeout=lambda tool: tool.event_timeout_seconds, arrived=_child_arrived,
-                      outcome=_child_read, abandon=_cancel_child, spent=_child_spent),
+                      outcome=_child_read, abandon=_cancel_child, spent=_child_spent,
+                      ending=_child_ending),
 }
 
 
