@@ -21,11 +21,12 @@ a wait whose awaited thing has arrived but is unresolved is resolved; a wait pas
 is rejected (``by`` ``deadline``). A decided step that still waits (its re-send was lost)
 is re-sent by the sweeper's ledger pass.
 
-**Cancel and ends.** Cancelling a run rejects its waits and abandons each (a child is
-cancelled in turn: cancel goes down the tree, and a child's end goes up as its call's
-resolution); a run that ends any other way abandons them too (:func:`abandon_all`). A call
-that ends counts what its wait spent (:func:`counted`: a child's usage and cost, however the
-call ended).
+**Cancel and ends.** Cancelling a run ends its waits and abandons what each waits for (a
+child is cancelled in turn: cancel goes down the tree, and a child's end goes up as its call's
+resolution, which the call waits for: :func:`end_wait`); a run that ends any other way abandons
+them too (:func:`abandon_all`), and counts what its calls' children spend until their ends
+(:func:`counted_at_end`). A call that ends counts what its wait spent (:func:`counted`: a
+child's usage and cost, however the call ended).
 """
 
 from __future__ import annotations
