@@ -436,7 +436,8 @@ class Runs(Transcripts):
                                cost: Cost | None) -> RunRecord | None:
         """Add the figures of child ``child_id``, which ended after ``run_id`` had ended
         outside a step, to the run's usage and cost (its children's part), once: only while
-        the run names it in ``children_ending``, which this removes. The run as updated, or
+        the run names it in ``children_ending``, which this removes; its conversation's
+        figures, which the run's end added to, too. The run as updated, or
         None when it did not wait for that child's figures (counted already, or reopened)."""
 
         async def body(txn: Transaction) -> RunRecord | None:
@@ -454,6 +455,13 @@ class Runs(Transcripts):
                 "usage": counted.usage.model_dump(mode="json"),
                 "cost": counted.cost.model_dump(mode="json") if counted.cost else None,
                 "children_ending": counted.children_ending}))
+            conv = await txn.get(self.conversation_path(run.conversation_id))
+            if conv is not None:  # its end added the run's figures there: these too
+                record = ConversationRecord.model_validate(conv.data)
+                txn.write(Write("update", conv.path, {
+                    "usage": record.usage.plus(Usage.child_part(usage)).model_dump(mode="json"),
+                    "cost": Cost.total([record.cost, cost.as_child() if cost else None]
+                                       ).model_dump(mode="json")}))
             return counted
 
         return await self.db.transact(body)
