@@ -142,11 +142,13 @@ async def _nothing(deps: Deps, run: RunRecord, key: str, cancel: CancelRun) -> b
 
 
 async def _cancel_child(deps: Deps, run: RunRecord, key: str, cancel: CancelRun) -> bool:
-    """Cancel the call's child if it is still active: True if it was."""
+    """Cancel the call's child if it is still active: True if its end is still to come (it
+    was active, or it has ended with its own children's figures still to come)."""
     child = await deps.store.get_run(children.child_run_id(run, key))
-    if child is None or child.status.terminal:
+    if child is None or children.has_ended(child):
         return False
-    await cancel(deps, child.run_id)
+    if not child.status.terminal:
+        await cancel(deps, child.run_id)
     return True
 
 
