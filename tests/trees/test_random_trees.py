@@ -8,7 +8,7 @@ runs others. A failure names its seed: ``ACKLOOP_TREE_SEEDS=42`` replays it alon
 ``ACKLOOP_TREE_VERBOSE=1`` prints the tree's plan and the scheduler's actions.
 
 A seed that finds an engine fault not fixed yet goes in :data:`KNOWN_FAILING` (with the rule it
-breaks), out of the CI list; it is empty.
+breaks), out of the CI list.
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ from tests.trees.world import build
 
 CI_SEEDS = list(range(20))
 """Seeds 0-19."""
-KNOWN_FAILING: dict[int, str] = {}
+KNOWN_FAILING: dict[int, str] = {
+    616: "published: a grandchild's end is never published (fails alike before the ledger "
+         "fixes; not a ledger rule, not diagnosed yet)",
+}
 """Seeds that break a rule today, with the rule (docs/architecture.md, "Testing: random
 trees"); they run only when named in ``ACKLOOP_TREE_SEEDS``."""
 ACTIONS = 250
