@@ -173,9 +173,14 @@ class Scheduler:
             self._remember(run, steps)
             if run.status.terminal:
                 continue
+            winding_down = {r.parent_step for r in runs
+                            if r.parent_run_id == run.run_id and r.cancel_requested}
             for step in steps:
+                # A call whose child was cancelled (at its deadline) waits for that child's
+                # end, its final figures, which decides it as at the deadline.
                 if (step.status is StepStatus.WAITING and step.decision is None
-                        and step.waiting is not None and step.waiting.deadline + grace < now):
+                        and step.waiting is not None and step.key not in winding_down
+                        and step.waiting.deadline + grace < now):
                     self.observed.late.append(
                         f"[deadline] {run.text} step {step.key} undecided "
                         f"{now - step.waiting.deadline:.0f} s past its deadline")

@@ -169,6 +169,11 @@ class RunRecord(Record, RunOutcome):
     """A child run (:mod:`ackloop.engine.children`): the run whose call started it."""
     parent_step: str | None = None
     """A child run: the key of the parent's tool step that waits for it."""
+    children_ending: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """A run ended outside a step while children of its calls still worked (then cancelled):
+    their run ids. Each one's end adds its figures to this run's usage and cost
+    (:meth:`Runs.count_late_child`); until the last has, the run's end is not final
+    and its caller does not take it."""
     depth: int = 0
     """How many runs up the tree this one is started from (0: a caller's run)."""
     lineage: list[str] = Field(default_factory=list)

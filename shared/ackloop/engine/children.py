@@ -28,9 +28,11 @@ half: starting it, its budgets, what its end says to its caller and what it spen
   apart): the parent's steps, tool calls and tokens are spent by its children too. A call
   that would go deeper than ``max_agent_depth`` (3) or call an agent already in its chain of
   callers is refused with an error the model reads, before anything is written.
-- **Cancel both ways.** Cancelling a parent rejects its waiting calls (``cancel``) and cancels
-  their children; a child cancelled on its own ends its call with an error. A call rejected at
-  its deadline cancels its child.
+- **Cancel both ways.** Cancelling a parent cancels the children of its waiting calls, which
+  wait for their ends (the final figures); a child cancelled on its own ends its call with an
+  error. A call at its deadline cancels its child and takes its end as a rejection at the
+  deadline. A run ended outside a step while a child works counts that child's end when it
+  comes (:func:`has_ended`).
 
 Names starting with ``child.`` are the engine's: a caller cannot send such an event.
 """
@@ -234,6 +236,13 @@ async def start_child(deps: Deps, parent: RunRecord, step_key: str, tool: Tool,
     elif run.status is RunStatus.RUNNING:
         await resend(deps, parent.run_id, [entry])
     return run
+
+
+def has_ended(run: RunRecord) -> bool:
+    """Whether ``run``'s end is final: it has ended and no child of its calls that still
+    worked when it ended has yet to add its figures (``RunRecord.children_ending``). Its
+    caller takes only a final end, so what its root counts misses nothing below it."""
+    return run.status.terminal and not run.children_ending
 
 
 def end_payload(child: RunRecord) -> JsonDict:

@@ -7,9 +7,9 @@ import logging
 from typing import Any
 
 from ackloop.domain.cost import Cost
-from ackloop.domain.records import RunRecord, RunStatus, StopReason
+from ackloop.domain.records import RunRecord, RunStatus, StepRecord, StepStatus, StopReason
 from ackloop.domain.wire import Usage
-from ackloop.engine import outgoing
+from ackloop.engine import children, outgoing
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import ended_with
 from ackloop.engine.outbox import send
@@ -53,8 +53,9 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     if found is None or found.status.terminal:
         return None
     steps = await deps.store.steps.list_steps(run_id)
+    usage, cost, ending = await _counted(deps, found, steps)
     end = end.model_copy(update={  # a hand-off survives any end
-        "usage": steps_usage(steps), "cost": rolled_up(found, steps),
+        "usage": usage, "cost": cost, "children_ending": ending,
         "agent": end.agent or ended_with(found, steps)})
     now = deps.clock.now()
     ended = await deps.store.runs.end_run_now(run_id, end, now, only_active=only_active)
@@ -71,6 +72,25 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     await send(deps, run_id, outbox)
     await waits.abandon_all(deps, run, steps)  # a child of an ended run works for nobody
     return run
+
+
+async def _counted(deps: Deps, run: RunRecord, steps: list[StepRecord]
+                   ) -> tuple[Usage, Cost, tuple[str, ...]]:
+    """The run's usage and cost from its steps as recorded, and what each call that has not
+    completed counts of what it waits for (:func:`waits.counted_at_end`: a child's end
+    already on its step, or come meanwhile): the figures its completion would have added;
+    and the children still working, whose ends add theirs to the ended run."""
+    usage, cost = steps_usage(steps), rolled_up(run, steps)
+    ending: list[str] = []
+    for step in steps:
+        if step.kind == "tool" and step.status is not StepStatus.COMPLETED:
+            figures, still = await waits.counted_at_end(deps, run, step)
+            ending += [still] if still is not None else []
+            if (child_usage := children.child_usage(figures)) is not None:
+                usage = usage.with_child(child_usage)
+            if (child_cost := children.child_cost(figures)) is not None:
+                cost = cost.plus(child_cost.as_child())
+    return usage, cost, tuple(ending)
 
 
 def log_finished(run: RunRecord, end: RunEnd, now: float) -> None:

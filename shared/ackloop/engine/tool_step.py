@@ -108,14 +108,7 @@ async def _run_claimed(
             await deps.store.steps.release_step(claim, error=f"not run: the run is {run.status}")
         return None, None, None
     if run.cancel_requested:
-        # Cancelled after the fan-out: the call is not made; the join still completes the
-        # turn so that the next model step ends the run as cancelled. What the call waits for
-        # is abandoned (a child stops) and what it spent counts (a child's end, or its steps
-        # so far).
-        wait = _sub_agent_wait(deps, message, run_read)
-        return (_error("not run: the run was cancelled"), None,
-                await (waits.forsake(deps, run, claim.step, wait) if wait is not None
-                       else waits.counted(deps, run, claim.step)))
+        return await _cancelled(deps, message, ref, run_read)
     agent = deps.agents.get(_agent_name(deps, message, run_read))
     tracing.note(agent=agent.name)
     context = ToolContext(
@@ -167,6 +160,22 @@ async def _run_claimed(
             outcome = await store_files(deps, outcome)
     beat.check()
     return outcome, time.monotonic() - started, None
+
+
+async def _cancelled(deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_read: RunRead
+                     ) -> tuple[ToolOutcome | None, float | None, JsonDict | None]:
+    """A call of a run cancelled after the fan-out is not made; the join still completes the
+    turn so that the next model step ends the run as cancelled. What the call waits for is
+    abandoned (a child is cancelled, and the call waits for its end: its final figures) and
+    what it spent counts."""
+    wait = _sub_agent_wait(deps, message, run_read)
+    if wait is None:
+        return (_error("not run: the run was cancelled"), None,
+                await waits.counted(deps, run_read.record, ref.claim.step))
+    waits_on, child = await waits.wind_down(deps, ref, run_read, wait, message.call)
+    if waits_on:
+        return None, None, None  # for its cancelled child's end, with its final figures
+    return _error("not run: the run was cancelled"), None, child
 
 
 async def store_files(deps: Deps, outcome: ToolOutcome) -> ToolOutcome:
@@ -239,14 +248,15 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, wait: Wai
         try:
             decision = await waits.begin(deps, ref, run_read, wait, message.call)
         except waits.WaitCancelled:
-            return (_error("not run: the run was cancelled"),
-                    await waits.forsake(deps, run, claim.step, wait))
+            waits_on, child = await waits.wind_down(deps, ref, run_read, wait, message.call)
+            return (None if waits_on else _error("not run: the run was cancelled")), child
         if decision is None:
             return None, None
     if decision.decision == "received":
         return children.outcome(decision.payload or {}), decision.payload or {}
-    # Rejected: the run was cancelled, or the child outlasted the wait's deadline; it stops,
-    # and what it spent until now counts in the parent's usage and cost.
+    # Rejected: the run was cancelled, or the child outlasted the wait's deadline; it was
+    # cancelled and its end, come late, is on the decision (what it spent counts in the
+    # parent's usage and cost), else it stops now and what it spent counts.
     return (rejection(decision, claim.step.waiting),
             await waits.forsake(deps, run, claim.step, wait))
 

@@ -98,6 +98,9 @@ class RunEnd(RunOutcome):
     agent: str | None = None
     """The agent whose turn ended the run, when a hand-off made it another than the run's:
     the conversation's later runs continue with it (``handed_to``)."""
+    children_ending: tuple[str, ...] = ()
+    """Children of its calls still working at an end outside a step: their ends add their
+    figures later (``RunRecord.children_ending``)."""
 
 
 @dataclass(frozen=True)

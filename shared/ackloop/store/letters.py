@@ -126,7 +126,7 @@ class Letters(StoreBase):
                 txn.write(Write("update", snap.path, {
                     "status": RunStatus.RUNNING.value, "stop_reason": None, "error": None,
                     "finished_at": None, "started_at": now, "progress_at": now,
-                    "waited_seconds": 0.0, "wait_ended_at": now,
+                    "waited_seconds": 0.0, "wait_ended_at": now, "children_ending": [],
                 } | ({"conversation_document": True} if conv is not None else {})
                   | ({EXPIRE_AT: None} if self.retention else {})))
                 # A conversation that has no document goes on without one (the run stands

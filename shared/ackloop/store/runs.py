@@ -146,6 +146,8 @@ def end_writes(
         update["cost"] = end.cost.model_dump(mode="json")
     if end.agent is not None:
         update["handed_to"] = end.agent
+    if end.children_ending:
+        update["children_ending"] = list(end.children_ending)
     writes = [Write("update", run_snapshot.path, update, if_version=run_snapshot.version)]
     if conv_snapshot is None:
         return EndWrites(writes, None)
@@ -393,7 +395,8 @@ class Runs(StoreBase):
                 txn.write(fence)
             ended = run.model_copy(update={"status": end.status, "stop_reason": end.stop_reason,
                                            "error": end.error, "finished_at": now,
-                                           "usage": end.usage, "cost": end.cost or run.cost})
+                                           "usage": end.usage, "cost": end.cost or run.cost,
+                                           "children_ending": list(end.children_ending)})
             return ended, ending.next_run_id
 
         return await self.db.transact(body)
@@ -429,6 +432,40 @@ class Runs(StoreBase):
             txn.write(Write("update", snap.path, {"status": RunStatus.RUNNING.value,
                                                   "started_at": now, "progress_at": now}))
             return True
+
+        return await self.db.transact(body)
+
+    async def count_late_child(self, run_id: str, child_id: str, usage: Usage,
+                               cost: Cost | None) -> RunRecord | None:
+        """Add the figures of child ``child_id``, which ended after ``run_id`` had ended
+        outside a step, to the run's usage and cost (its children's part), once: only while
+        the run names it in ``children_ending``, which this removes; its conversation's
+        figures, which the run's end added to, too. The run as updated, or
+        None when it did not wait for that child's figures (counted already, or reopened)."""
+
+        async def body(txn: Transaction) -> RunRecord | None:
+            snap = await txn.get(self.run_path(run_id))
+            if snap is None:
+                return None
+            run = RunRecord.model_validate(snap.data)
+            if child_id not in run.children_ending:
+                return None
+            counted = run.model_copy(update={
+                "usage": run.usage.with_child(usage),
+                "cost": (run.cost or Cost()).plus(cost.as_child()) if cost else run.cost,
+                "children_ending": [c for c in run.children_ending if c != child_id]})
+            txn.write(Write("update", snap.path, {
+                "usage": counted.usage.model_dump(mode="json"),
+                "cost": counted.cost.model_dump(mode="json") if counted.cost else None,
+                "children_ending": counted.children_ending}))
+            conv = await txn.get(self.conversation_path(run.conversation_id))
+            if conv is not None:  # its end added the run's figures there: these too
+                record = ConversationRecord.model_validate(conv.data)
+                txn.write(Write("update", conv.path, {
+                    "usage": record.usage.plus(Usage.child_part(usage)).model_dump(mode="json"),
+                    "cost": Cost.total([record.cost, cost.as_child() if cost else None]
+                                       ).model_dump(mode="json")}))
+            return counted
 
         return await self.db.transact(body)
 

@@ -145,7 +145,10 @@ class Waits(StoreBase):
             if made.by != DEADLINE and made.at > step.waiting.deadline:
                 # Too late: the step is rejected as at its deadline, as the sweeper would have
                 # (the caller sees that decision instead of theirs).
-                made = StepDecision(decision="reject", by=DEADLINE, at=step.waiting.deadline)
+                # What it carried is kept (a child's end, cancelled at the deadline: what it
+                # spent counts in its caller's usage and cost).
+                made = StepDecision(decision="reject", by=DEADLINE, at=step.waiting.deadline,
+                                    payload=made.payload)
             step_write = Write("update", snap.path, {"decision": made.to_doc()},
                                if_version=snap.version)
             decided = step.model_copy(update={"decision": made})

@@ -32,10 +32,12 @@ from ackloop.domain.records import (
     CHILD_EVENT_PREFIX,
     DEADLINE,
     ReceivedEvent,
+    RunRecord,
     StepDecision,
     StepRecord,
     StepStatus,
 )
+from ackloop.engine import children, ending
 from ackloop.engine.deps import Deps
 from ackloop.engine.waits import core
 from ackloop.engine.waits.kinds import child_end
@@ -104,6 +106,8 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
         return {"run_id": child_id, "ignored": "not a child run"}
     if not child.status.terminal:
         return {"run_id": child_id, "ignored": f"the child is {child.status.value}"}
+    if not children.has_ended(child):  # its figures are not final: sent again once they are
+        return {"run_id": child_id, "ignored": "its own children are ending"}
     parent_id, key = child.parent_run_id, child.parent_step
     found = {"run_id": child_id, "parent": parent_id, "step": key}
     (step,) = await deps.store.steps.get_steps(parent_id, [key])
@@ -114,6 +118,7 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
             return found | {"ignored": "its call has taken its end"}
         parent = await deps.store.runs.get_run(parent_id)
         if parent is None or parent.status.terminal:  # nobody will come to wait for it
+            await count_late(deps, parent_id, child)
             return found | {"refused": "run_ended"}
         raise NotWaitingYet(f"run {parent_id} step {key} has not recorded its wait for its "
                             f"child {child_id} yet", retry_after=1.0)
@@ -125,6 +130,20 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
                  parent_id, exc)
         if exc.reason == "already_decided":
             await core.resend(deps, parent_id, step)
+        elif exc.reason == "run_ended":
+            await count_late(deps, parent_id, child)
         return found | {"refused": exc.reason}
     return found | {"recorded": decided, "resumed": [resolved.key]}
 
+
+async def count_late(deps: Deps, parent_id: str, child: RunRecord) -> None:
+    """A child's end refused by its parent, ended outside a step while the child still
+    worked: its figures are added to the parent's usage and cost, once
+    (:meth:`Runs.count_late_child`); the last of them makes the parent's end final,
+    which is sent again, for its own caller to take (or count late in turn)."""
+    counted = await deps.store.runs.count_late_child(parent_id, child.run_id, child.usage,
+                                                     child.cost)
+    if counted is not None and not counted.children_ending:
+        log.info("run %s counted the end of child %s, which came after its own end",
+                 parent_id, child.run_id)
+        await ending.publish_end(deps, counted)

@@ -21,11 +21,12 @@ a wait whose awaited thing has arrived but is unresolved is resolved; a wait pas
 is rejected (``by`` ``deadline``). A decided step that still waits (its re-send was lost)
 is re-sent by the sweeper's ledger pass.
 
-**Cancel and ends.** Cancelling a run rejects its waits and abandons each (a child is
-cancelled in turn: cancel goes down the tree, and a child's end goes up as its call's
-resolution); a run that ends any other way abandons them too (:func:`abandon_all`). A call
-that ends counts what its wait spent (:func:`counted`: a child's usage and cost, however the
-call ended).
+**Cancel and ends.** Cancelling a run ends its waits and abandons what each waits for (a
+child is cancelled in turn: cancel goes down the tree, and a child's end goes up as its call's
+resolution, which the call waits for: :func:`end_wait`); a run that ends any other way abandons
+them too (:func:`abandon_all`), and counts what its calls' children spend until their ends
+(:func:`counted_at_end`). A call that ends counts what its wait spent (:func:`counted`: a
+child's usage and cost, however the call ended).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from ackloop.engine import spend
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimRef
 from ackloop.engine.outbox import send
-from ackloop.engine.waits.kinds import Wait, kind_of
+from ackloop.engine.waits.kinds import Wait, kind_of, unrecorded
 from ackloop.store import DAY_SECONDS, Claim, DecisionRefused, RunRead
 
 log = logging.getLogger(__name__)
@@ -121,12 +122,13 @@ async def begin(deps: Deps, ref: ClaimRef, read: RunRead, wait: Wait,
 
 
 async def _wait_or_met(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
-                       call: FunctionCall) -> StepDecision | None:
+                       call: FunctionCall, despite_cancel: bool = False
+                       ) -> StepDecision | None:
     now = deps.clock.now()
     kind = wait.kind
     for _ in range(WAIT_COMMIT_ATTEMPTS):
         run = read.record
-        if run.cancel_requested:
+        if run.cancel_requested and not despite_cancel:
             # A cancel landed after this step read the run (its commit refused the wait): the
             # cancel's own pass found the step running, not waiting, so it is the step that
             # must not wait, or the run would wait for its deadline.
@@ -271,7 +273,7 @@ async def sweep_waits(deps: Deps, run: RunRecord, steps: list[StepRecord], now: 
         return f"what they waited for had arrived: {', '.join(arrived)}"
     overdue = [s for s in waiting if s.waiting is not None and s.waiting.deadline <= now]
     for step in overdue:
-        await resolve_if_waiting(deps, run.run_id, step, deadline_rejection(now))
+        await end_wait(deps, run, step, deadline_rejection(now))
     return f"no decision before the deadline: {', '.join(s.key for s in overdue)}" if (
         overdue) else None
 
@@ -280,10 +282,25 @@ async def cancel_waits(deps: Deps, run: RunRecord, steps: list[StepRecord]) -> N
     """Reject the undecided waits among ``steps`` of a run whose cancel was requested (a
     cancel takes effect at the next step boundary, which a turn that waits would otherwise
     reach only at a resolution or its deadline), and abandon what each waited for."""
-    for step in steps:
-        if undecided(step):
-            await resolve_if_waiting(deps, run.run_id, step, cancel_rejection(deps.clock.now()))
-    await abandon_all(deps, run, steps)
+    ending = [s for s in steps if undecided(s)]
+    for step in ending:
+        await end_wait(deps, run, step, cancel_rejection(deps.clock.now()))
+    await abandon_all(deps, run, [s for s in steps if all(s.key != e.key for e in ending)])
+
+
+async def end_wait(deps: Deps, run: RunRecord, step: StepRecord, rejection: StepDecision
+                   ) -> None:
+    """End ``step``'s undecided wait (its run's cancel, or its deadline): with what it waits
+    for when that has arrived; else what it waits for is abandoned and, when that is still
+    ending (a child being cancelled), the call goes on waiting for it, and its end resolves
+    the call with its final figures (a late end is recorded as a rejection at the deadline,
+    keeping them: :meth:`Waits.decide_step`), so nothing the child records afterwards,
+    nor its own children's spend, is lost to its root's ledger; else ``rejection``."""
+    assert step.waiting is not None
+    met = await kind_of(step.waiting).arrived(deps, run, step.key, step.waiting)
+    if met is None and await abandon(deps, run, step):
+        return
+    await resolve_if_waiting(deps, run.run_id, step, met or rejection)
 
 
 async def abandon_all(deps: Deps, run: RunRecord, steps: list[StepRecord]) -> list[str]:
@@ -292,17 +309,18 @@ async def abandon_all(deps: Deps, run: RunRecord, steps: list[StepRecord]) -> li
     for nobody); the keys of the calls whose wait abandoned something."""
     done = []
     for step in steps:
-        if step.waiting is not None and await abandon(deps, run, step):
+        if await abandon(deps, run, step):
             done.append(step.key)
     return done
 
 
 async def abandon(deps: Deps, run: RunRecord, step: StepRecord) -> bool:
     """What ending ``step``'s wait without its resolution does, per its kind (a child is
-    cancelled); True if it ended something."""
-    if step.waiting is None:
-        return False
-    return await kind_of(step.waiting).abandon(deps, run, step.key, cancel_tree)
+    cancelled); True if it ended something. A call that has not recorded its wait may have
+    started what it waits for (a sub-agent's call killed between starting its child and
+    recording its wait): that is found by the kind the call's tool waits with."""
+    kind = kind_of(step.waiting) if step.waiting is not None else unrecorded(deps, step)
+    return kind is not None and await kind.abandon(deps, run, step.key, cancel_tree)
 
 
 async def cancel_tree(deps: Deps, run_id: str) -> RunRecord | None:
@@ -320,10 +338,45 @@ async def counted(deps: Deps, run: RunRecord, step: StepRecord,
     or what the child spent so far); None when its wait spends nothing of its own. ``wait``:
     what the call waits for, when it ends before recording its wait."""
     kind = kind_of(step.waiting) if step.waiting is not None else (
-        wait.kind if wait is not None else None)
+        wait.kind if wait is not None else unrecorded(deps, step))
     if kind is None:
         return None
     return await kind.spent(deps, run, step.key, step.decision)
+
+
+async def counted_at_end(deps: Deps, run: RunRecord, step: StepRecord
+                         ) -> tuple[JsonDict | None, str | None]:
+    """What a call of a run ended outside a step counts: what it waited for, when that has
+    arrived or ended (:func:`counted`); else, while what it waits for is still to end on its
+    own (a child, then cancelled), nothing now and that run's id: its end adds its figures to
+    the ended run (``RunRecord.children_ending``)."""
+    kind = kind_of(step.waiting) if step.waiting is not None else unrecorded(deps, step)
+    if kind is None:
+        return None, None
+    if step.decision is None or step.decision.payload is None:
+        ending = await kind.ending(deps, run, step.key)
+        if ending is not None:
+            return None, ending
+    return await kind.spent(deps, run, step.key, step.decision), None
+
+
+async def wind_down(deps: Deps, ref: ClaimRef, read: RunRead, wait: Wait,
+                    call: FunctionCall) -> tuple[bool, JsonDict | None]:
+    """A call whose run's cancel was requested before it recorded its wait (the fan-out came
+    after the cancel, or a redelivery after a kill between starting its child and recording
+    the wait): what it waits for is abandoned and, when that is still ending (a child being
+    cancelled), the call records its wait all the same, for that end to resolve it with its
+    final figures (True). Else what it counts (its resolution's, or what it waited for)."""
+    claim = ref.claim
+    run = read.record
+    if claim.step.decision is None and await wait.kind.abandon(deps, run, claim.key,
+                                                               cancel_tree):
+        met = await _wait_or_met(deps, claim, read, wait, call, despite_cancel=True)
+        if met is None:
+            return True, None
+        ref.waited = met_at_once(deps, run, claim.key, wait, call, met)
+        return False, await wait.kind.spent(deps, run, claim.key, met)
+    return False, await counted(deps, run, claim.step, wait)
 
 
 async def forsake(deps: Deps, run: RunRecord, step: StepRecord, wait: Wait

@@ -16,8 +16,9 @@ for every kind. A kind supplies:
   it; nobody outside acts on a child);
 - ``timeout``: the tool's own wait length, if it sets one;
 - ``abandon``: what ending the wait without its resolution does (a child is cancelled),
-  and ``spent``: what the call counts when it ends (a child's cost and usage, however it
-  ended).
+  ``spent``: what the call counts when it ends (a child's cost and usage, however it
+  ended), and ``ending``: what it waits for that is still to end on its own, whose figures
+  come later (a child's run id while it works).
 
 A time kind (a call that waits until a moment) is one more entry of :data:`KINDS`.
 """
@@ -32,6 +33,8 @@ from ackloop.domain.records import (
     DEADLINE,
     RunRecord,
     StepDecision,
+    StepRecord,
+    StepStatus,
     Waiting,
     WaitKindName,
 )
@@ -61,6 +64,7 @@ class WaitKind:
     outcome: Callable[[StepDecision, Waiting], ToolOutcome | None]
     abandon: Callable[[Deps, RunRecord, str, CancelRun], Awaitable[bool]]
     spent: Callable[[Deps, RunRecord, str, StepDecision | None], Awaitable[JsonDict | None]]
+    ending: Callable[[Deps, RunRecord, str], Awaitable[str | None]]
 
 
 def rejection(decision: StepDecision, waiting: Waiting | None = None) -> ToolOutcome:
@@ -112,9 +116,19 @@ async def _child_arrived(deps: Deps, run: RunRecord, key: str, waiting: Waiting
                          ) -> StepDecision | None:
     """The child run's end, read from the child when it has ended."""
     child = await deps.store.runs.get_run(children.child_run_id(run, key))
-    if child is None or not child.status.terminal:
+    if child is None or not children.has_ended(child):
         return None
     return child_end(deps, child)
+
+
+async def _nothing_ending(deps: Deps, run: RunRecord, key: str) -> str | None:
+    return None
+
+
+async def _child_ending(deps: Deps, run: RunRecord, key: str) -> str | None:
+    """The child's run id while it has not ended (its end's figures are to come)."""
+    child = await deps.store.runs.get_run(children.child_run_id(run, key))
+    return child.run_id if child is not None and not children.has_ended(child) else None
 
 
 def child_end(deps: Deps, child: RunRecord) -> StepDecision:
@@ -128,11 +142,13 @@ async def _nothing(deps: Deps, run: RunRecord, key: str, cancel: CancelRun) -> b
 
 
 async def _cancel_child(deps: Deps, run: RunRecord, key: str, cancel: CancelRun) -> bool:
-    """Cancel the call's child if it is still active: True if it was."""
+    """Cancel the call's child if it is still active: True if its end is still to come (it
+    was active, or it has ended with its own children's figures still to come)."""
     child = await deps.store.runs.get_run(children.child_run_id(run, key))
-    if child is None or child.status.terminal:
+    if child is None or children.has_ended(child):
         return False
-    await cancel(deps, child.run_id)
+    if not child.status.terminal:
+        await cancel(deps, child.run_id)
     return True
 
 
@@ -143,28 +159,44 @@ async def _counts_nothing(deps: Deps, run: RunRecord, key: str,
 
 async def _child_spent(deps: Deps, run: RunRecord, key: str,
                        decision: StepDecision | None) -> JsonDict | None:
-    """The child's end when the call took it, else what the child spent so far (the call
-    rejected at its deadline, or its run cancelled, maybe before it recorded its wait)."""
-    if decision is not None and decision.decision == "received":
-        return decision.payload or {}
+    """The child's end when the call has it (taken, or come after the call's deadline), else
+    what the child spent: its end's figures once it has ended, else so far (a call whose
+    child is gone from under it, or a decision recorded before calls waited for their
+    cancelled children's ends)."""
+    if decision is not None and decision.payload is not None:
+        return decision.payload  # its end (taken, or come after the call's deadline)
     return await children.spent_so_far(deps, run, key)
 
 
 KINDS: dict[str, WaitKind] = {
     "approval": WaitKind("approval", clock_runs=False, announced=True,
                          timeout=lambda tool: tool.approval_timeout_seconds, arrived=_never,
-                         outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing),
+                         outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing,
+                         ending=_nothing_ending),
     "event": WaitKind("event", clock_runs=False, announced=True,
                       timeout=lambda tool: tool.event_timeout_seconds, arrived=_event_arrived,
-                      outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing),
+                      outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing,
+                      ending=_nothing_ending),
     "child": WaitKind("child", clock_runs=True, announced=False,
                       timeout=lambda tool: tool.event_timeout_seconds, arrived=_child_arrived,
-                      outcome=_child_read, abandon=_cancel_child, spent=_child_spent),
+                      outcome=_child_read, abandon=_cancel_child, spent=_child_spent,
+                      ending=_child_ending),
 }
 
 
 def kind_of(waiting: Waiting) -> WaitKind:
     return KINDS[waiting.kind]
+
+
+def unrecorded(deps: Deps, step: StepRecord) -> WaitKind | None:
+    """The kind of wait a tool step that has not recorded one may have begun: a sub-agent's
+    call starts its child before it records its wait (a kill in between leaves a child and
+    no wait). Read from the deployment's agents by the call's tool name, no document read."""
+    if step.kind != "tool" or step.status is StepStatus.COMPLETED or step.waiting is not None:
+        return None
+    called = any(children.sub_agent_tool(agent.tools, step.name) is not None
+                 for agent in deps.agents)
+    return KINDS["child"] if called else None
 
 
 @dataclass(frozen=True)
