@@ -158,10 +158,14 @@ async def test_h1_a_dead_letter_of_a_completed_step_leaves_the_run_going() -> No
 
     outcome = await dead_letter(loop, first)
 
-    assert take(loop) == []  # no answer: the run did not end
+    # No answer (the run did not end); the step's committed tool message is sent again, as one
+    # more redelivery of a completed step would, and its claim absorbs the copy.
+    again = take(loop)
+    assert answers(loop, again) == [] and targets(again) == targets([tool])
     assert (await run_of(loop, run_id)).status is RunStatus.RUNNING
     (next_model,) = await deliver_all(loop, [tool])
     published = await deliver_all(loop, [next_model])
+    assert await deliver_all(loop, again) == []  # the copy finds its step completed
     run = await run_of(loop, run_id)
     assert run.status is RunStatus.COMPLETED and run.error is None
     assert [a.status for a in answers(loop, published)] == ["completed"]
@@ -459,6 +463,33 @@ def quota_exceeded(request: ModelRequest) -> ModelTurn:
 
 
 # -- every end is published on the answers topic ------------------------------------------------
+
+
+async def test_a_dead_letter_of_a_step_that_ended_its_run_publishes_its_end() -> None:
+    """The last model step committed the run's end, then every delivery of it died before
+    its publish went out: the dead letter sends the committed end, which nothing else would
+    (the run has ended, so the sweeper never looks at it again)."""
+    model, tools = one_call_then_answer(), CountingToolbox({"lookup": "42"})
+    loop = make_loop(model, tools)
+    run_id, first = await start(loop, "dl-after-commit")
+    (tool,) = await deliver_all(loop, [first])
+    (last,) = await deliver_all(loop, [tool])
+    publish_many = loop.deps.publisher.publish_many
+
+    async def lost(*args: Any, **kwargs: Any) -> list[str]:
+        raise StorageUnavailable("the publish after the commit died")
+
+    loop.deps.publisher.publish_many = lost  # type: ignore[method-assign]
+    assert (await deliver(loop, last)).status >= 500
+    loop.deps.publisher.publish_many = publish_many  # type: ignore[method-assign]
+    assert (await run_of(loop, run_id)).status is RunStatus.COMPLETED
+    assert answers(loop, take(loop)) == []
+
+    outcome = await dead_letter(loop, last)
+
+    assert outcome.body.get("verdict") == "duplicate"
+    assert [(a.run_id, a.status) for a in answers(loop, take(loop))] == [(run_id, "completed")]
+    assert model.calls == 2
 
 
 async def test_a_run_failed_by_a_dead_letter_publishes_its_end_at_least_once() -> None:

@@ -8,7 +8,9 @@ once the cause is fixed. Its step decides what happens to the run:
   was not published by the engine, and the run is left alone;
 - the step has completed, or a live delivery holds it: the dead letter was a duplicate, and the
   run is left alone (failing it would throw away the holder's work); so is a step that waits
-  for a person's decision, which re-sends its message;
+  for a person's decision, which re-sends its message. A completed step's committed outbox is
+  sent again, as one more redelivery would: its deliveries may all have died after the commit
+  and before the publish (the run's answer, a child's end to its parent);
 - what a waiting call waits for (a child run's end, a named event published on the queries
   topic) fails nothing: it is kept with its origin (``child_ended``, ``event``) for a redrive to
   re-publish as it is (:mod:`ackloop.engine.redrive`), and the sweeper resolves a call whose child
@@ -45,6 +47,7 @@ from ackloop.domain.wire import (
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, publish_end, run_end
 from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled_model_step
+from ackloop.engine.outbox import resend
 from ackloop.hosting.push import Delivery
 
 log = logging.getLogger(__name__)
@@ -150,6 +153,14 @@ async def _verdict(deps: Deps, message: Ours | None, run_id: str | None,
     return "fail", step.last_error or "no error was recorded"
 
 
+async def _send_committed(deps: Deps, run_id: str, step_key: str) -> None:
+    """Send a completed step's outbox again (what was never claimed, and every answer): the
+    publish after its commit may be what every delivery died on."""
+    (step,) = await deps.store.steps.get_steps(run_id, [step_key])
+    if step is not None and step.status is StepStatus.COMPLETED and step.outbox:
+        await resend(deps, run_id, step.outbox)
+
+
 async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
     message = _identify(delivery.data)
     origin, run_id, step_key = _where(message)
@@ -179,6 +190,8 @@ async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
         "redriven_at": None,
     }
     doc_id = await deps.store.letters.record_dead_letter(delivery.message_id, record)
+    if verdict == "duplicate" and run_id and step_key:
+        await _send_committed(deps, run_id, step_key)
     failed = False
     if run_id and verdict == "fail":
         error = f"dead_lettered: step {step_key} exhausted its delivery attempts; cause: {cause}"
