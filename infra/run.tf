@@ -108,7 +108,7 @@ locals {
     ACKLOOP_MAX_STEPS_CEILING               = tostring(var.run_ceilings.max_steps)
     ACKLOOP_MAX_SECONDS_CEILING             = tostring(var.run_ceilings.max_seconds)
     ACKLOOP_MAX_TOOL_CALLS_CEILING          = tostring(var.run_ceilings.max_tool_calls)
-    ACKLOOP_PUSH_AUTH = var.push_auth.mode
+    ACKLOOP_PUSH_AUTH                       = var.push_auth.mode
   }
 
   # Settings whose "unset" is meaningful (None in the code): set only when the variable has a value,
