@@ -29,12 +29,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter, ValidationError
 
 from ackloop.domain.keys import StepKey, run_id_for_request, turn_range
-from ackloop.domain.records import StepStatus, StopReason
+from ackloop.domain.records import StepRecord, StepStatus, StopReason
 from ackloop.domain.wire import (
     ChildEndedMessage,
     EventMessage,
@@ -118,53 +118,62 @@ async def _scheduled(deps: Deps, message: StepMessage) -> str | None:
         return str(exc)
 
 
+class Verdict(NamedTuple):
+    """What a dead-lettered message means for its run: ``fail`` fails it."""
+
+    verdict: str
+    cause: str
+    completed: StepRecord | None = None
+    """Its step, when it has completed: its committed outbox is sent again."""
+
+
 async def _verdict(deps: Deps, message: Ours | None, run_id: str | None,
-                   step_key: str | None) -> tuple[str, str]:
-    """(verdict, cause) of a dead-lettered message: ``fail`` fails its run."""
+                   step_key: str | None) -> Verdict:
+    """The verdict on a dead-lettered message, and its cause."""
     if message is None:
-        return "unknown", "not a message of ours: nothing to fail"
+        return Verdict("unknown", "not a message of ours: nothing to fail")
     if isinstance(message, ChildEndedMessage):
-        return "child_end", ("a child run's end its parent did not take: the sweeper delivers "
-                             "it, or re-drive it")
+        return Verdict("child_end", ("a child run's end its parent did not take: the sweeper "
+                                     "delivers it, or re-drive it"))
     if isinstance(message, EventMessage):
-        return "event", (f"an event {message.name!r} its run did not take: a call waiting for "
-                         "it is rejected at its deadline unless it is re-driven")
+        return Verdict("event", (f"an event {message.name!r} its run did not take: a call "
+                                 "waiting for it is rejected at its deadline unless it is "
+                                 "re-driven"))
     if isinstance(message, QueryMessage):
         # Its run either exists (the sweeper resumes it) or never started.
         if run_id and await deps.store.runs.get_run(run_id) is not None:
-            return "duplicate", "its run exists"
-        return "not_started", "the run was never created: re-drive the query"
+            return Verdict("duplicate", "its run exists")
+        return Verdict("not_started", "the run was never created: re-drive the query")
     if step_key is None or run_id is None:
-        return "fail", "no error was recorded"
+        return Verdict("fail", "no error was recorded")
     unknown = await _scheduled(deps, message)
     if unknown is not None:
-        return "unscheduled", ("not a step its run's ledger scheduled, so the run is left "
-                               f"alone: {unknown}")
+        return Verdict("unscheduled", ("not a step its run's ledger scheduled, so the run is "
+                                       f"left alone: {unknown}"))
     (step,) = await deps.store.steps.get_steps(run_id, [step_key])
     if step is None:
-        return "fail", "the step was never claimed (every delivery was rejected)"
+        return Verdict("fail", "the step was never claimed (every delivery was rejected)")
     if step.status is StepStatus.COMPLETED:
-        return "duplicate", "the step has completed: this was a duplicate"
+        return Verdict("duplicate", "the step has completed: this was a duplicate", step)
     if step.lease_expires_at > deps.clock.now():
-        return "duplicate", f"the step is held by a live delivery ({step.owner})"
+        return Verdict("duplicate", f"the step is held by a live delivery ({step.owner})")
     if step.status is StepStatus.WAITING:
-        return "duplicate", ("the step waits for a decision, which sends it again (or the "
-                             "sweeper does)")
-    return "fail", step.last_error or "no error was recorded"
+        return Verdict("duplicate", ("the step waits for a decision, which sends it again (or "
+                                     "the sweeper does)"))
+    return Verdict("fail", step.last_error or "no error was recorded")
 
 
-async def _send_committed(deps: Deps, run_id: str, step_key: str) -> None:
+async def _send_committed(deps: Deps, run_id: str, step: StepRecord) -> None:
     """Send a completed step's outbox again (what was never claimed, and every answer): the
     publish after its commit may be what every delivery died on."""
-    (step,) = await deps.store.steps.get_steps(run_id, [step_key])
-    if step is not None and step.status is StepStatus.COMPLETED and step.outbox:
+    if step.outbox:
         await resend(deps, run_id, step.outbox)
 
 
 async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
     message = _identify(delivery.data)
     origin, run_id, step_key = _where(message)
-    verdict, cause = await _verdict(deps, message, run_id, step_key)
+    verdict, cause, completed = await _verdict(deps, message, run_id, step_key)
     source = delivery.attributes.get("CloudPubSubDeadLetterSourceSubscription", "")
     kept = delivery.data[:MAX_KEPT_DATA_BYTES]
     truncated = len(kept) < len(delivery.data)
@@ -190,8 +199,8 @@ async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
         "redriven_at": None,
     }
     doc_id = await deps.store.letters.record_dead_letter(delivery.message_id, record)
-    if verdict == "duplicate" and run_id and step_key:
-        await _send_committed(deps, run_id, step_key)
+    if completed is not None and run_id:
+        await _send_committed(deps, run_id, completed)
     failed = False
     if run_id and verdict == "fail":
         error = f"dead_lettered: step {step_key} exhausted its delivery attempts; cause: {cause}"

@@ -37,7 +37,7 @@ from ackloop.engine.lease import (
 from ackloop.engine.ledger import committed_tool_message
 from ackloop.engine.outgoing import after_tools
 from ackloop.engine.waits import core as waits
-from ackloop.engine.waits.kinds import KINDS, Wait, kind_of, rejection, wait_of
+from ackloop.engine.waits.kinds import KINDS, Wait, child_end, kind_of, rejection, wait_of
 from ackloop.store import RunRead
 from ackloop.telemetry import tracing
 from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome, prepare_toolbox
@@ -245,8 +245,11 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, wait: Wai
                                              caller=_agent_name(deps, message, run_read))
         if isinstance(started, ToolOutcome):
             return started, None
+        # start_child read the child: a redelivery that finds it ended takes its end at once.
+        ended = child_end(deps, started) if children.has_ended(started) else None
         try:
-            decision = await waits.begin(deps, ref, run_read, wait, message.call)
+            decision = await waits.begin(deps, ref, run_read, wait, message.call, found=ended,
+                                         looked=True)
         except waits.WaitCancelled:
             waits_on, child = await waits.wind_down(deps, ref, run_read, wait, message.call)
             return (None if waits_on else _error("not run: the run was cancelled")), child

@@ -105,7 +105,8 @@ def _waiting(deps: Deps, run: RunRecord, key: str, wait: Wait, call: FunctionCal
 
 
 async def begin(deps: Deps, ref: ClaimRef, read: RunRead, wait: Wait,
-                call: FunctionCall) -> StepDecision | None:
+                call: FunctionCall, *, found: StepDecision | None = None,
+                looked: bool = False) -> StepDecision | None:
     """Record the step as waiting and announce it; or, when what it waits for has already
     arrived, return its resolution (the call goes on at once; the wait it met is kept on
     ``ref`` for the step's commit to record: :func:`met_at_once`).
@@ -114,15 +115,21 @@ async def begin(deps: Deps, ref: ClaimRef, read: RunRead, wait: Wait,
     event's arrival or a cancel rewrites: the run read again has the event, or the cancel. A
     child's wait writes its step alone: a child that ends meanwhile finds the step not yet
     waiting and is delivered again (or swept), and a cancel that lands meanwhile is the
-    sweeper's to find. Raises :class:`WaitCancelled` when the run's cancel came first."""
-    met = await _wait_or_met(deps, ref.claim, read, wait, call)
+    sweeper's to find. Raises :class:`WaitCancelled` when the run's cancel came first.
+
+    ``looked``: the caller has just read what the call waits for (a sub-agent's call, the
+    child it started or found), and ``found`` is what it found there: the first look is not
+    made again."""
+    met = await _wait_or_met(deps, ref.claim, read, wait, call,
+                             first_look=(found,) if looked else None)
     if met is not None:
         ref.waited = met_at_once(deps, read.record, ref.claim.key, wait, call, met)
     return met
 
 
 async def _wait_or_met(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
-                       call: FunctionCall, despite_cancel: bool = False
+                       call: FunctionCall, despite_cancel: bool = False,
+                       first_look: tuple[StepDecision | None] | None = None
                        ) -> StepDecision | None:
     now = deps.clock.now()
     kind = wait.kind
@@ -134,7 +141,11 @@ async def _wait_or_met(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
             # must not wait, or the run would wait for its deadline.
             raise WaitCancelled(f"run {claim.run_id} was cancelled")
         waiting = _waiting(deps, run, claim.key, wait, call, now)
-        if (met := await kind.arrived(deps, run, claim.key, waiting)) is not None:
+        if first_look is not None:  # the caller's look, this once
+            (met,), first_look = first_look, None
+        else:
+            met = await kind.arrived(deps, run, claim.key, waiting)
+        if met is not None:
             return met
         notices = [notice(run, claim.key, waiting)] if kind.announced else []
         cost = spend.spent(deps, model=None, usage=None,
