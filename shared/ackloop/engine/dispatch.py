@@ -39,6 +39,7 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ingest import start_run
 from ackloop.engine.lease import RequestScope
+from ackloop.engine.outbox import REDRIVEN
 from ackloop.engine.spend import metered
 from ackloop.engine.tool_step import handle_tool_step
 from ackloop.engine.waits import arrivals
@@ -173,7 +174,8 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
         if isinstance(message, ChildEndedMessage):
             return Outcome(200, await arrivals.deliver_end(deps, message.run_id))
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
-                                       delivery.attributes.get("reads"))
+                                       delivery.attributes.get("reads"),
+                                       delivery.attributes.get(REDRIVEN) == "1")
         # A step whose model request inlines large files holds one of the process's slots
         # until it ends (ackloop.files.gate).
         async with gate.scope(deps.settings.files_inline_concurrency,

@@ -63,12 +63,16 @@ class RequestScope:
     number of a step run unclaimed, whose failed attempts left no document to count them."""
     reads: str | None = None
     """The message's ``reads`` attribute (:attr:`ackloop.domain.records.Outgoing.reads`), if any."""
+    redriven: bool = False
+    """A dead letter's message published again by a redrive (its ``redriven`` attribute): a
+    completed step it finds sends what it committed again, since what was sent then met a
+    failed run and did nothing (:func:`ackloop.engine.outbox.sends_again`)."""
 
     @classmethod
     def starting(cls, deps: Deps, message_id: str, delivery_attempt: int = 1,
-                 reads: str | None = None) -> RequestScope:
+                 reads: str | None = None, redriven: bool = False) -> RequestScope:
         return cls(message_id, deps.clock.now() + deps.settings.request_timeout_seconds
-                   - COMMIT_MARGIN_S, max(1, delivery_attempt), reads)
+                   - COMMIT_MARGIN_S, max(1, delivery_attempt), reads, redriven)
 
     def wait_until(self, deps: Deps, call_seconds: float) -> float:
         """Until when a claim may wait: the configured bound, and room left for the call."""

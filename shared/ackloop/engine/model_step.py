@@ -93,7 +93,8 @@ async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: Reques
         return  # the run has ended: nothing to run
     message, run_read, claim, inputs = read
     if claim.state == "completed":
-        await outbox.resend(deps, message.run_id, claim.step.outbox)
+        if outbox.sends_again(claim.step, scope.message_id, scope.redriven):
+            await outbox.resend(deps, message.run_id, claim.step.outbox)
         return
     ref = ClaimRef(claim)
     try:

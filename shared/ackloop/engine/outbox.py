@@ -1,10 +1,15 @@
 """Sending a step's outbox, after its commit.
 
-On the first completion every entry is sent. When a completed step is delivered again (its
-publish may never have happened, or this is a duplicate), an entry that triggers a step is
-re-sent only if that step was never claimed: once the target step's document exists, the
-delivery that created it owns it and Pub/Sub will redeliver it until it is done. This keeps
-one duplicate delivery from replaying the rest of the run.
+On the first completion every entry is sent. When a completed step is delivered again, its
+entries are sent again only by a redelivery of the message whose delivery completed it
+(:func:`sends_again`): that delivery may have died between its commit and its send. A copy
+of the step published by another message (the sweeper's re-send while Pub/Sub still held
+the first message in its backoff, say) leaves the sending to that message, whose delivery
+sent it or will be redelivered: re-sending from the copy would deliver the next step twice
+while it runs unclaimed (:mod:`ackloop.engine.claims`), a second paid call. An entry that
+triggers a step is re-sent only if that step was never claimed: once the target step's
+document exists, the delivery that created it owns it and Pub/Sub will redeliver it until it
+is done. This keeps one duplicate delivery from replaying the rest of the run.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Sequence
 from opentelemetry.trace import SpanKind
 
 from ackloop.bus.base import Message
-from ackloop.domain.records import Outgoing
+from ackloop.domain.records import Outgoing, StepRecord
 from ackloop.engine.deps import Deps
 from ackloop.telemetry import tracing
 
@@ -53,6 +58,18 @@ async def _publish(deps: Deps, topic: str, messages: list[Message]) -> None:
                                          "messaging.batch.message_count": len(messages)},
                       kind=SpanKind.PRODUCER):
         await deps.publisher.publish_many(topic, messages)
+
+
+REDRIVEN = "redriven"
+"""The attribute a redrive sets on the dead letter's message it publishes again."""
+
+
+def sends_again(step: StepRecord, message_id: str, redriven: bool = False) -> bool:
+    """Whether the delivery of ``message_id``, finding ``step`` completed, sends its committed
+    messages again: when it is the message whose delivery completed the step (or the step does
+    not say which it was), or a redrive's (what the step sent met a failed run), so the
+    engine's own copies of a step never duplicate what the step sent."""
+    return redriven or not step.message_id or not message_id or step.message_id == message_id
 
 
 async def resend(deps: Deps, run_id: str, outbox: Sequence[Outgoing]) -> int:

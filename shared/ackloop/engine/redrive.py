@@ -36,7 +36,7 @@ from ackloop.domain.errors import ConversationBusy
 from ackloop.domain.wire import ChildEndedMessage
 from ackloop.engine import children
 from ackloop.engine.dead_letter import CHILD_ENDED, EVENT, WAITED_FOR
-from ackloop.engine.outbox import encode
+from ackloop.engine.outbox import REDRIVEN, encode
 from ackloop.store import DEAD_LETTER_PAGE, AgentStore
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,7 @@ async def _publish(store: AgentStore, publisher: Publisher, topic: str, clock: C
     """Re-publish a dead letter's message, unchanged, and mark it re-driven."""
     raw = record.get("attributes")
     attributes = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    attributes[REDRIVEN] = "1"
     data = base64.b64decode(str(record.get("data") or ""))
     await publisher.publish(topic, data, attributes)
     await store.letters.mark_redriven(str(record["message_id"]), clock.now(), "redriven")

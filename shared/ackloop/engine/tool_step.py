@@ -91,6 +91,8 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
         await commit(deps, ref, decided, Basis(run_read), kind="tool")
         if message.call_count == 1:
             return  # the follow-up went out with the commit
+    elif not outbox.sends_again(claim.step, scope.message_id, scope.redriven):
+        return  # another message completed the step: its delivery sent, or will send, on
     await join(deps, message, model_result)
 
 
