@@ -9,6 +9,7 @@ question, or asks its own sub-agents first.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -533,8 +534,10 @@ async def test_a_child_ended_by_its_dead_letter_tells_its_parent_which_goes_on()
 async def test_a_parent_cancelled_after_its_childs_end_arrived_still_counts_what_it_spent(
 ) -> None:
     """The child's end is recorded on the call (``received``), then the parent is cancelled
-    before the call's message is delivered again: the call is not completed with the answer,
-    but what the child used and cost is in the parent's figures."""
+    before the call carries on (the request that recorded it died): the call is not completed
+    with the answer, but what the child used and cost is in the parent's figures."""
+    from ackloop.engine.waits.kinds import child_end
+
     loop = team_loop(planner_team(), Team({"planner": ["ask_researcher"]}))
     store = loop.deps.store
     parent_id = run_id_for_request("q")
@@ -545,11 +548,8 @@ async def test_a_parent_cancelled_after_its_childs_end_arrived_still_counts_what
             break
         later = []
         for message in pending:
-            (step,) = await store.steps.get_steps(parent_id, ["0000-tool-000"])
-            if (message.attributes.get("run_id") == parent_id
-                    and message.attributes.get("step") == "0000-tool-000"
-                    and step is not None and step.decision is not None):
-                held.append(message)  # the call, resumed by its child's end: held back
+            if json.loads(message.data).get("type") == "child_ended":
+                held.append(message)  # the child's end: held back
                 continue
             later += await deliver_all(loop, [message])
         pending = [m for m in later if m.topic != loop.deps.settings.answers_topic]
@@ -558,6 +558,9 @@ async def test_a_parent_cancelled_after_its_childs_end_arrived_still_counts_what
     assert parent is not None
     child = await child_of(loop, parent, "0000-tool-000")
     assert child.status is RunStatus.COMPLETED and child.cost is not None
+    # Its end recorded on the call, by a request that died before it carried the call on.
+    await store.waits.decide_step(parent_id, "0000-tool-000", child_end(loop.deps, child),
+                                  "child")
     await cancel_run(loop.deps, parent_id)
     pending = held + take(loop)
     while pending := [m for m in pending if m.topic != loop.deps.settings.answers_topic]:
@@ -665,8 +668,9 @@ class Interleaving(CountingDocumentDB):
 
 async def test_the_ends_of_parallel_children_delivered_at_once_are_all_taken() -> None:
     """Eight children end and their ends reach the parent at the same moment: each resolves its
-    own call, writing that call's step alone and no document of the parent's run (no hot
-    document), each exactly once; the parent's turn goes on once and reads all eight."""
+    own call and carries it on in the same request, writing that call's step alone and no
+    other document of the parent's run (no hot document): its decision, its claim and its
+    commit; the parent's turn goes on once and reads all eight."""
     tools = [f"ask_{name}" for name in "abcdefgh"]
     team = Team({"planner": tools})
     subs = [Agent(t.removeprefix("ask_"), "Answer.") for t in tools]
@@ -697,14 +701,15 @@ async def test_the_ends_of_parallel_children_delivered_at_once_are_all_taken() -
     assert [o.acknowledged for o in outcomes] == [True] * 8, outcomes
     written = {p: n - before.get(p, 0) for p, n in memory.written.items()
                if n != before.get(p, 0)}
-    assert written == {f"{parent_docs}/steps/{k}": 1 for k in keys}, written
+    assert written == {f"{parent_docs}/steps/{k}": 3 for k in keys}, written
     parent = await loop.deps.store.runs.get_run(parent_id)
     assert parent is not None and parent.received == {}
-    waiting = await loop.deps.store.steps.get_steps(parent_id, keys)
-    assert all(s is not None and s.decision is not None
-               and s.decision.decision == "received" for s in waiting)
-    resent = [m for m in take(loop) if b"tool_step" in m.data or b'"index"' in m.data]
-    await drain(loop, resent)
+    calls = await loop.deps.store.steps.get_steps(parent_id, keys)
+    assert all(s is not None and s.status is StepStatus.COMPLETED and s.decision is not None
+               and s.decision.decision == "received" for s in calls)
+    sent = take(loop)
+    assert [json.loads(m.data).get("turn") for m in sent] == [1]  # the next model step, once
+    await drain(loop, sent)
     parent = await loop.deps.store.runs.get_run(parent_id)
     assert parent is not None and parent.status is RunStatus.COMPLETED
     assert parent.answer == "planner answers (" + "; ".join(
@@ -792,3 +797,63 @@ async def test_a_childs_end_before_its_call_waits_is_delivered_again_and_writes_
     parent = await loop.deps.store.runs.get_run(parent_id)
     assert parent is not None and parent.status is RunStatus.COMPLETED
     assert parent.answer == "planner answers (ask_researcher=researcher answers)"
+
+
+@pytest.mark.parametrize("dies_at", ["before_commit", "before_send"])
+async def test_a_call_carried_on_by_its_childs_end_survives_that_request_dying(
+        dies_at: str) -> None:
+    """The child's end resolves its call and carries it on in the same request, which dies
+    before the call's commit, or after it and before the next model step is sent. The end's
+    redelivery carries the call on again (the step holds its message id): the call completes
+    once, the parent's next model step is sent, the run answers, and nothing runs twice."""
+    team = Team({"planner": ["ask_researcher"]})
+    loop = team_loop(planner_team(), team)
+    store = loop.deps.store
+    parent_id = run_id_for_request("q")
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending, ends = take(loop), []
+    while pending:
+        ends += [m for m in pending if b"child_ended" in m.data]
+        pending = await deliver_all(loop, [m for m in steps_of(loop, pending)
+                                           if b"child_ended" not in m.data])
+    (end,) = ends
+
+    died = False
+    commit_step, publish_many = store.steps.commit_step, loop.deps.publisher.publish_many
+
+    async def dying_commit(*args: Any, **options: Any) -> Any:
+        nonlocal died
+        if not died:
+            died = True
+            raise SimulatedCrash("before the call's commit")
+        return await commit_step(*args, **options)
+
+    async def dying_send(topic: str, messages: Any) -> Any:
+        nonlocal died
+        if not died and topic == loop.deps.settings.model_steps_topic:
+            died = True
+            raise SimulatedCrash("before the next model step is sent")
+        return await publish_many(topic, messages)
+
+    if dies_at == "before_commit":
+        store.steps.commit_step = dying_commit  # type: ignore[method-assign]
+    else:
+        loop.deps.publisher.publish_many = dying_send  # type: ignore[method-assign]
+    with pytest.raises(SimulatedCrash):
+        await loop.deliver("query", end)
+    assert died
+    assert take(loop) == []  # nothing was sent: the end is not acknowledged
+
+    outcome = await loop.deliver("query", end)  # Pub/Sub's redelivery of the same message
+    assert outcome.acknowledged, outcome
+    sent = take(loop)
+    assert [json.loads(m.data).get("turn") for m in steps_of(loop, sent)] == [1]
+    await drain(loop, sent)
+    parent = await store.runs.get_run(parent_id)
+    assert parent is not None and parent.status is RunStatus.COMPLETED, parent
+    assert "ask_researcher=researcher answers" in (parent.answer or "")
+    assert [agent for agent, _ in team.calls].count("planner") == 2
+    assert [agent for agent, _ in team.calls].count("researcher") == 1
+    (call,) = await store.steps.get_steps(parent_id, ["0000-tool-000"])
+    assert call is not None and call.status is StepStatus.COMPLETED
+    assert call.message_id == end.message_id

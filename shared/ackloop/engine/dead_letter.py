@@ -118,6 +118,10 @@ async def _scheduled(deps: Deps, message: StepMessage) -> str | None:
         return str(exc)
 
 
+UNRECORDED = ("the step has no record: every delivery was rejected, or one ran it unclaimed "
+              "and died before its commit (a retry-safe call may have run)")
+
+
 class Verdict(NamedTuple):
     """What a dead-lettered message means for its run: ``fail`` fails it."""
 
@@ -152,7 +156,7 @@ async def _verdict(deps: Deps, message: Ours | None, run_id: str | None,
                                        f"left alone: {unknown}"))
     (step,) = await deps.store.steps.get_steps(run_id, [step_key])
     if step is None:
-        return Verdict("fail", "the step was never claimed (every delivery was rejected)")
+        return Verdict("fail", UNRECORDED)
     if step.status is StepStatus.COMPLETED:
         return Verdict("duplicate", "the step has completed: this was a duplicate", step)
     if step.lease_expires_at > deps.clock.now():
@@ -161,6 +165,23 @@ async def _verdict(deps: Deps, message: Ours | None, run_id: str | None,
         return Verdict("duplicate", ("the step waits for a decision, which sends it again (or "
                                      "the sweeper does)"))
     return Verdict("fail", step.last_error or "no error was recorded")
+
+
+async def _record_step(deps: Deps, message: ModelStepMessage | ToolStepMessage,
+                       delivery: Delivery) -> None:
+    """Give a dead-lettered step that has no document one, released with the cause (as an
+    unclaimed step's failure is recorded), so the run's steps show the call that may have
+    run, and a redrive claims it as its next attempt."""
+    if isinstance(message, ModelStepMessage):
+        key, name = StepKey.model(message.turn), "model"
+    else:
+        key, name = StepKey.tool(message.turn, message.index), message.call.name
+    attempts = str(delivery.attributes.get("CloudPubSubDeadLetterSourceDeliveryCount") or "")
+    claim = deps.store.steps.unclaimed(
+        message.run_id, key, name, owner=deps.owner, now=deps.clock.now(),
+        message_id=delivery.message_id,
+        attempt=int(attempts) if attempts.isdigit() else (delivery.delivery_attempt or 1))
+    await deps.store.steps.release_step(claim, error=f"dead_lettered: {UNRECORDED}")
 
 
 async def _send_committed(deps: Deps, run_id: str, step: StepRecord) -> None:
@@ -201,6 +222,8 @@ async def handle_dead_letter(deps: Deps, delivery: Delivery) -> dict[str, Any]:
     doc_id = await deps.store.letters.record_dead_letter(delivery.message_id, record)
     if completed is not None and run_id:
         await _send_committed(deps, run_id, completed)
+    if cause == UNRECORDED and isinstance(message, ModelStepMessage | ToolStepMessage):
+        await _record_step(deps, message, delivery)
     failed = False
     if run_id and verdict == "fail":
         error = f"dead_lettered: step {step_key} exhausted its delivery attempts; cause: {cause}"

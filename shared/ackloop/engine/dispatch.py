@@ -11,6 +11,7 @@ import base64
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,7 +25,7 @@ from ackloop.domain.errors import (
     StepHeldElsewhere,
 )
 from ackloop.domain.keys import StepKey, run_id_for_request
-from ackloop.domain.records import ANONYMOUS, ReceivedEvent, StopReason
+from ackloop.domain.records import ANONYMOUS, Outgoing, ReceivedEvent, StopReason
 from ackloop.domain.wire import (
     ChildEndedMessage,
     EventMessage,
@@ -126,6 +127,19 @@ async def dispatch(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
     return outcome
 
 
+def _here(deps: Deps, delivery: Delivery) -> Callable[[Outgoing], Awaitable[None]]:
+    """Carries a resolved call on in the delivery at hand (a child's end): its tool step runs
+    as if its message had come, under this delivery's message id."""
+
+    async def carry_on(entry: Outgoing) -> None:
+        message = ToolStepMessage.model_validate(entry.data)
+        with log_context(**_labels(message)):
+            await handle_tool_step(deps, message, RequestScope.starting(
+                deps, delivery.message_id, delivery.delivery_attempt or 1, entry.reads))
+
+    return carry_on
+
+
 def _run_of(kind: Kind, delivery: Delivery) -> str | None:
     """The run a delivery is for, as far as its attributes (or a query's request id) say: the
     trace its span joins when the message carries no trace context."""
@@ -172,7 +186,8 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
         if isinstance(message, EventMessage):
             return Outcome(200, await _deliver_event(deps, message))
         if isinstance(message, ChildEndedMessage):
-            return Outcome(200, await arrivals.deliver_end(deps, message.run_id))
+            return Outcome(200, await arrivals.deliver_end(
+                deps, message.run_id, _here(deps, delivery), delivery.message_id))
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
                                        delivery.attributes.get("reads"),
                                        delivery.attributes.get(REDRIVEN) == "1")

@@ -96,9 +96,13 @@ async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
                      [s.key for s in resumed if s.decision and s.decision.by == DEADLINE])
 
 
-async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
+async def deliver_end(deps: Deps, child_id: str, here: core.CarryOn | None = None,
+                      message_id: str = "") -> dict[str, Any]:
     """The handler of a :class:`~ackloop.domain.wire.ChildEndedMessage`: the child's end, read from
-    its record, resolves the call of its parent that waits for it (its step alone).
+    its record, resolves the call of its parent that waits for it (its step alone). ``here``:
+    the call is carried on in this request (:func:`core.carry_on`) instead of by a message of
+    its own; ``message_id``: this delivery's, which the call's step holds once carried on here,
+    so that a redelivery after this request died carries it on again.
 
     Raises :class:`NotWaitingYet` while that call has not recorded its wait."""
     child = await deps.store.runs.get_run(child_id)
@@ -111,6 +115,11 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
     parent_id, key = child.parent_run_id, child.parent_step
     found = {"run_id": child_id, "parent": parent_id, "step": key}
     (step,) = await deps.store.steps.get_steps(parent_id, [key])
+    if step is not None and here is not None and message_id and step.message_id == message_id:
+        # This message carried the call on before, and its request died: again (the step's
+        # claim, or its completed record and what it sends, take it from there).
+        await core.carry_on(deps, parent_id, step, here)
+        return found | {"carried_on": key}
     if step is None or step.status is StepStatus.COMPLETED:
         return found | {"ignored": "its call has ended"}
     if step.status is not StepStatus.WAITING:
@@ -124,7 +133,7 @@ async def deliver_end(deps: Deps, child_id: str) -> dict[str, Any]:
                             f"child {child_id} yet", retry_after=1.0)
     try:
         resolved, decided = await core.resolve(deps, parent_id, key, child_end(deps, child),
-                                               "child")
+                                               "child", here)
     except DecisionRefused as exc:  # the parent ended, or the call was decided otherwise
         log.info("child run %s ended; its parent %s did not take it: %s", child_id,
                  parent_id, exc)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from ackloop.domain.errors import RunKeptChanging, StaleRead
 from ackloop.domain.jsondict import JsonDict
@@ -57,6 +58,9 @@ from ackloop.engine.waits.kinds import Wait, kind_of, unrecorded
 from ackloop.store import DAY_SECONDS, Claim, DecisionRefused, RunRead
 
 log = logging.getLogger(__name__)
+
+CarryOn = Callable[[Outgoing], Awaitable[None]]
+"""Runs a step's committed message in the request at hand (:func:`carry_on`)."""
 
 CANCEL = "cancel"
 """Who decided the waiting steps of a run whose cancel was requested."""
@@ -222,12 +226,16 @@ def cancel_rejection(now: float) -> StepDecision:
 
 
 async def resolve(deps: Deps, run_id: str, key: str, decision: StepDecision,
-                  kind: WaitKindName | None = None) -> tuple[StepRecord, bool]:
+                  kind: WaitKindName | None = None, here: CarryOn | None = None
+                  ) -> tuple[StepRecord, bool]:
     """Record ``decision`` (:meth:`Waits.decide_step`; only on a wait of ``kind`` when
-    given) and re-send the step's message; a duplicate of an already recorded decision sends
-    it again too (the claim absorbs it)."""
+    given) and re-send the step's message, or carry the step on ``here`` (:func:`carry_on`);
+    a duplicate of an already recorded decision does it again too (the claim absorbs it)."""
     step, decided = await deps.store.waits.decide_step(run_id, key, decision, kind)
-    await resend(deps, run_id, step)
+    if here is None:
+        await resend(deps, run_id, step)
+    else:
+        await carry_on(deps, run_id, step, here)
     return step, decided
 
 
@@ -250,6 +258,20 @@ async def resend(deps: Deps, run_id: str, step: StepRecord) -> None:
     entry = next((o for o in model_step.outbox if o.target_step == step.key), None)
     if entry is not None:
         await send(deps, run_id, [entry])
+
+
+async def carry_on(deps: Deps, run_id: str, step: StepRecord, here: CarryOn) -> None:
+    """Run the committed message of a decided step in this request (``here``) instead of
+    sending it: what a child's end resolves has nothing left to call (the call takes the
+    end), so a Pub/Sub hop and a delivery are saved on every child. The request that does it
+    is the net: it is not acknowledged before the step's commit and its send, and its
+    redelivery carries the step on again (the step then holds this message's id)."""
+    (model_step,) = await deps.store.steps.get_steps(run_id, [str(StepKey.model(step.turn))])
+    if model_step is None:
+        return
+    entry = next((o for o in model_step.outbox if o.target_step == step.key), None)
+    if entry is not None:
+        await here(entry)
 
 
 def undecided(step: StepRecord) -> bool:
