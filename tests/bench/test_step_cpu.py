@@ -50,8 +50,9 @@ def test_a_short_run_is_timed_at_every_model_turn(monkeypatch: pytest.MonkeyPatc
                  "ACKLOOP_MODEL_PROVIDER", "ACKLOOP_LOG_LEVEL", "ACKLOOP_AGENTS"):
         monkeypatch.setenv(name, os.environ.get(name, ""))  # restored after the test
     try:
-        (run,) = asyncio.run(_measure(7, 1))
+        (run,), (decisions,) = asyncio.run(_measure(7, 1))
     finally:
         gc.unfreeze()  # the benchmark freezes its process's objects, as a deployed one does
-    assert len(run) == 4  # 7 steps: model turns 0..3
+    assert len(run) == len(decisions) == 4  # 7 steps: model turns 0..3
     assert all(ms > 0 for ms in run)
+    assert all(ms > 0 for ms in decisions)  # the scripted model decided every turn

@@ -11,9 +11,19 @@ delivery exactly: the runtime's dependencies as a deployed model step builds the
 (:func:`ackloop.hosting.runtime.build_deps`: the Firestore adapter and its decode cache at the
 settings' defaults), the scripted model of the step profile's agent
 (:mod:`ackloop_dev.bench.step_agents`), an in-memory publisher (publishing is not what grows
-with the run). A warm-up run first, then ``--runs`` runs of ``--steps`` steps; a turn's figure
-is the median over the runs of the mean over ``--window`` model steps from it (ending at it for
-the run's last). Needs ``FIRESTORE_EMULATOR_HOST`` and ``PUBSUB_EMULATOR_HOST`` (the runtime
+with the run). The scripted model's decision (its script reading the history to choose the
+turn's call: Gemini's own work, done on Google's side in production) is timed apart and left
+out of the step's figure; its validation of the request (what google-genai's types cost the
+client) stays in. ``--with-script`` prints the figures with the decision counted too.
+
+A warm-up run first, then ``--runs`` runs of ``--steps`` steps; a turn's figure is the median
+over the runs of the mean over ``--window`` model steps from it (ending at it for the run's
+last).
+
+With the shipped defaults a long conversation's model step claims before its call
+(:mod:`ackloop.engine.claims`: past about 1,800 prompt tokens of the default model a duplicate
+would cost more than the claim's write), so the late turns carry one commit the early ones do
+not; ``ACKLOOP_STEP_CLAIMS=always`` compares every turn claiming. Needs ``FIRESTORE_EMULATOR_HOST`` and ``PUBSUB_EMULATOR_HOST`` (the runtime
 builds its publisher, though nothing is published to it).
 
 ``--against CHECKOUT`` measures another checkout of the project too (its ``shared/``, with
@@ -63,8 +73,9 @@ def ratios(means: dict[int, float]) -> dict[int, float]:
     return {t: round(v / base, 2) for t, v in means.items()} if base else {}
 
 
-async def _measure(steps: int, runs: int) -> list[list[float]]:
-    """CPU ms of each model step's delivery, by turn, for each run after a warm-up one."""
+async def _measure(steps: int, runs: int) -> tuple[list[list[float]], list[list[float]]]:
+    """CPU ms of each model step's delivery, by turn, for each run after a warm-up one: the
+    step's own (without the scripted model's decision), and the decision's."""
     from ackloop.bus.memory import MemoryPublisher
     from ackloop.config.settings import Settings
     from ackloop.domain.keys import run_id_for_request
@@ -87,23 +98,40 @@ async def _measure(steps: int, runs: int) -> list[list[float]]:
     gc.collect()
     gc.freeze()
     timed: dict[int, float] = {}
+    decided: dict[int, float] = {}
+    in_script = [0.0]
+    script = deps.model.script  # type: ignore[attr-defined]  # the scripted model's
+
+    def timed_script(request: Any) -> Any:
+        began = time.process_time()
+        try:
+            return script(request)
+        finally:
+            in_script[0] += time.process_time() - began
+
+    deps.model.script = timed_script  # type: ignore[attr-defined]
 
     class Timed(InProcessLoop):
         async def deliver(self, kind: Any, message: Any) -> Any:
             if kind != "model":
                 return await super().deliver(kind, message)
-            began = time.process_time()
+            began, scripted = time.process_time(), in_script[0]
             outcome = await super().deliver(kind, message)
             turn = int(json.loads(message.data)["turn"])
-            timed[turn] = timed.get(turn, 0.0) + (time.process_time() - began) * 1000
+            decision = (in_script[0] - scripted) * 1000
+            total = (time.process_time() - began) * 1000
+            timed[turn] = timed.get(turn, 0.0) + total - decision
+            decided[turn] = decided.get(turn, 0.0) + decision
             return outcome
 
     loop = Timed(deps, publisher)
     found: list[list[float]] = []
+    decisions: list[list[float]] = []
     for i in range(runs + 1):
         calls = tool_calls_for(steps if i else 5)
         request_id = f"{tag}-{i}"
         timed.clear()
+        decided.clear()
         await loop.submit(QueryMessage(
             request_id=request_id, text=f"step cpu, calls={calls}", agent=AGENT,
             options=RunOptions(max_steps=calls + 1, max_tool_calls=calls)))
@@ -113,7 +141,8 @@ async def _measure(steps: int, runs: int) -> list[list[float]]:
             raise RuntimeError(f"run {request_id} did not complete: {run}")
         if i:
             found.append([timed[t] for t in sorted(timed)])
-    return found
+            decisions.append([decided[t] for t in sorted(decided)])
+    return found, decisions
 
 
 def summary(runs: list[list[float]], turns: Sequence[int], window: int) -> dict[str, Any]:
@@ -140,15 +169,20 @@ def _side(shared: Path | None, args: argparse.Namespace) -> dict[str, Any]:
         [sys.executable, "-m", "ackloop_dev.bench.step_cpu", "--child", "--steps",
          str(args.steps), "--runs", str(args.runs)],
         env=env, check=True, capture_output=True, text=True)
-    runs: list[list[float]] = json.loads(out.stdout)
+    runs, decisions = json.loads(out.stdout)
+    if args.with_script:
+        runs = [[a + b for a, b in zip(r, d, strict=True)] for r, d in zip(runs, decisions,
+                                                                            strict=True)]
     return summary(runs, parse_ints(args.turns), args.window)
 
 
-def render(sides: dict[str, dict[str, Any]], turns: Sequence[int], window: int) -> str:
+def render(sides: dict[str, dict[str, Any]], turns: Sequence[int], window: int,
+           with_script: bool = True) -> str:
     """One row per turn, one column pair (CPU ms, ratio) per side."""
     names = list(sides)
     lines = [f"model step CPU ms per delivery (mean of {window} steps from the turn, median "
-             "over runs; ratio to turn 0)",
+             "over runs; ratio to turn 0)" + ("" if with_script else
+                                              "; the scripted model's decision left out"),
              f"{'turn':>6}" + "".join(f"{name:>28}" for name in names)]
     for t in turns:
         cells = []
@@ -181,6 +215,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="times each side is measured, alternated (default 1)")
     parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument("--with-script", action="store_true",
+                        help="count the scripted model's decision in the step's CPU too")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     tool_calls_for(args.steps)
@@ -196,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.against is not None:
             sides[f"{args.against.name}{suffix}"] = _side(args.against / "shared", args)
         sides[f"this checkout{suffix}"] = _side(None, args)
-    print(render(sides, turns, args.window))
+    print(render(sides, turns, args.window, args.with_script))
     if args.json is not None:
         args.json.write_text(json.dumps(sides, indent=2))
 
