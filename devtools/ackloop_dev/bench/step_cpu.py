@@ -23,7 +23,9 @@ last).
 With the shipped defaults a long conversation's model step claims before its call
 (:mod:`ackloop.engine.claims`: past about 1,800 prompt tokens of the default model a duplicate
 would cost more than the claim's write), so the late turns carry one commit the early ones do
-not; ``ACKLOOP_STEP_CLAIMS=always`` compares every turn claiming. Needs ``FIRESTORE_EMULATOR_HOST`` and ``PUBSUB_EMULATOR_HOST`` (the runtime
+not; ``ACKLOOP_STEP_CLAIMS=always`` compares every turn claiming.
+
+Needs ``FIRESTORE_EMULATOR_HOST`` and ``PUBSUB_EMULATOR_HOST`` (the runtime
 builds its publisher, though nothing is published to it).
 
 ``--against CHECKOUT`` measures another checkout of the project too (its ``shared/``, with
