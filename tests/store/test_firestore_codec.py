@@ -68,7 +68,17 @@ UPDATES: list[dict[str, Any]] = [
      "`a.b`": 1, "size": 10},
     {FieldPath("received", "name-with-dash").to_api_repr(): {"payload": None}},
     {"geo": firestore.GeoPoint(1.0, 2.0)},
+    # Simple and quoted paths mixed, sorted as the library sorts them (by their segments).
+    {"z": 1, "a.b": 2, "`a.c`": 3, "a.a": {"k": [1]}, "_m": None},
 ]
+
+
+@pytest.mark.parametrize("key", [
+    "status", "_a1", "turns.t000001", "a.b.c", "`a.b`", "received.`name-with-dash`",
+    "`1st`", "a.`b c`.d", "x.`y`",
+])
+def test_a_field_paths_parts_are_the_librarys(key: str) -> None:
+    assert codec.field_path_parts(key) == tuple(FieldPath.from_string(key).parts)
 
 
 @pytest.mark.parametrize("updates", UPDATES)
