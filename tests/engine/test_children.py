@@ -799,6 +799,17 @@ async def test_a_childs_end_before_its_call_waits_is_delivered_again_and_writes_
     assert parent.answer == "planner answers (ask_researcher=researcher answers)"
 
 
+async def all_but_the_ends(loop: InProcessLoop) -> list[Published]:
+    """Ask the planner; deliver everything but its children's ends, and return those."""
+    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
+    pending, ends = take(loop), []
+    while pending:
+        ends += [m for m in pending if b"child_ended" in m.data]
+        pending = await deliver_all(loop, [m for m in steps_of(loop, pending)
+                                           if b"child_ended" not in m.data])
+    return ends
+
+
 @pytest.mark.parametrize("dies_at", ["before_commit", "before_send"])
 async def test_a_call_carried_on_by_its_childs_end_survives_that_request_dying(
         dies_at: str) -> None:
@@ -810,13 +821,7 @@ async def test_a_call_carried_on_by_its_childs_end_survives_that_request_dying(
     loop = team_loop(planner_team(), team)
     store = loop.deps.store
     parent_id = run_id_for_request("q")
-    await loop.submit(QueryMessage(request_id="q", text="plan", agent="planner"))
-    pending, ends = take(loop), []
-    while pending:
-        ends += [m for m in pending if b"child_ended" in m.data]
-        pending = await deliver_all(loop, [m for m in steps_of(loop, pending)
-                                           if b"child_ended" not in m.data])
-    (end,) = ends
+    (end,) = await all_but_the_ends(loop)
 
     died = False
     commit_step, publish_many = store.steps.commit_step, loop.deps.publisher.publish_many
@@ -857,3 +862,29 @@ async def test_a_call_carried_on_by_its_childs_end_survives_that_request_dying(
     (call,) = await store.steps.get_steps(parent_id, ["0000-tool-000"])
     assert call is not None and call.status is StepStatus.COMPLETED
     assert call.message_id == end.message_id
+
+
+async def test_a_call_its_childs_end_carries_on_that_cannot_be_recorded_fails_its_run() -> None:
+    """The call carried on by its child's end cannot be committed (a record Firestore refuses):
+    as when its own delivery meets that, its message is kept as a tool step's poison and the
+    parent ends failed with the reason; the child's end is acknowledged, not redelivered."""
+    from ackloop.domain.errors import PermanentError
+
+    team = Team({"planner": ["ask_researcher"]})
+    loop = team_loop(planner_team(), team)
+    store = loop.deps.store
+    parent_id = run_id_for_request("q")
+    (end,) = await all_but_the_ends(loop)
+
+    async def refused(*args: Any, **options: Any) -> Any:
+        raise PermanentError("a value nested too deep", reason="invalid_write")
+
+    store.steps.commit_step = refused  # type: ignore[method-assign]
+    outcome = await loop.deliver("query", end)
+    assert outcome.acknowledged, outcome
+    parent = await store.runs.get_run(parent_id)
+    assert parent is not None and parent.status is RunStatus.FAILED, parent
+    assert "invalid_write" in (parent.error or "")
+    (poison,) = await store.letters.list_poison()
+    assert poison["kind"] == "tool" and poison["reason"] == "invalid_write"
+    assert poison["attributes"]["step"] == "0000-tool-000"

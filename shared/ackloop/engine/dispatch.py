@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -40,7 +40,7 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ingest import start_run
 from ackloop.engine.lease import RequestScope
-from ackloop.engine.outbox import REDRIVEN
+from ackloop.engine.outbox import REDRIVEN, encode
 from ackloop.engine.spend import metered
 from ackloop.engine.tool_step import handle_tool_step
 from ackloop.engine.waits import arrivals
@@ -129,13 +129,21 @@ async def dispatch(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
 
 def _here(deps: Deps, delivery: Delivery) -> Callable[[Outgoing], Awaitable[None]]:
     """Carries a resolved call on in the delivery at hand (a child's end): its tool step runs
-    as if its message had come, under this delivery's message id."""
+    as if its message had come, under this delivery's message id. A permanent failure of the
+    step is recorded as its own delivery would record it (its message kept as a tool step's
+    poison; a step its run cannot record ends the run), and the end is acknowledged."""
 
     async def carry_on(entry: Outgoing) -> None:
         message = ToolStepMessage.model_validate(entry.data)
         with log_context(**_labels(message)):
-            await handle_tool_step(deps, message, RequestScope.starting(
-                deps, delivery.message_id, delivery.delivery_attempt or 1, entry.reads))
+            try:
+                await handle_tool_step(deps, message, RequestScope.starting(
+                    deps, delivery.message_id, delivery.delivery_attempt or 1, entry.reads))
+            except PermanentError as exc:
+                step = replace(delivery, data=encode(entry.data),
+                               attributes={"run_id": message.run_id,
+                                           "step": str(entry.target_step)})
+                await _record_rejection(deps, "tool", step, exc, message)
 
     return carry_on
 
