@@ -56,8 +56,9 @@ async def test_redrive_reopens_the_run_and_republishes_once() -> None:
     assert conv is not None and conv.data["active_run_id"] == "run-1"
     (step,) = await store.steps.get_steps("run-1", ["0000-model"])
     assert step is not None and step.attempts == 0  # a fresh attempt budget
+    # The message as it was, marked re-driven (a completed step it finds sends again).
     assert [(m.topic, m.data, m.attributes) for m in publisher.messages] == [
-        ("model-steps", MESSAGE, {"run_id": "run-1"})]
+        ("model-steps", MESSAGE, {"run_id": "run-1", "redriven": "1"})]
     # Already re-driven: a second redrive publishes nothing.
     assert await redrive(store, publisher, SETTINGS, clock) == []
     assert len(publisher.messages) == 1

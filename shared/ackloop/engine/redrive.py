@@ -6,11 +6,13 @@ Re-driving one:
 1. reopens the run, in a transaction, only if it failed by dead-lettering (see
    :meth:`~ackloop.store.Letters.reopen_dead_lettered_run`), and gives the step a fresh
    attempt budget;
-2. re-publishes the recorded message, unchanged, to the topic it came from;
+2. re-publishes the recorded message to the topic it came from, as it was, with the attribute
+   ``redriven`` (a step it finds completed sends what it committed again: what was sent then
+   met a failed run);
 3. marks the dead letter ``redriven_at``.
 
 What a waiting call waits for, dead-lettered (a child run's end, a named event published on
-the queries topic), is re-published as it is (its handler reads the child, or keeps the event,
+the queries topic), is re-published the same way (its handler reads the child, or keeps the event,
 and resolves the waiting call). A
 child whose caller has ended or has taken its end already is not run again
 (``parent_resolved``); a parent reopened has the ends of its children that ended meanwhile
@@ -161,7 +163,8 @@ async def _redrive_one(
 
 async def _publish(store: AgentStore, publisher: Publisher, topic: str, clock: Clock,
                    record: dict[str, object]) -> None:
-    """Re-publish a dead letter's message, unchanged, and mark it re-driven."""
+    """Re-publish a dead letter's message, its data and attributes as they were plus
+    ``redriven`` (:func:`ackloop.engine.outbox.sends_again`), and mark it re-driven."""
     raw = record.get("attributes")
     attributes = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
     attributes[REDRIVEN] = "1"
