@@ -780,3 +780,45 @@ async def test_runs_with_long_calls_in_flight_do_not_hide_a_stalled_run_from_the
     assert first == [(f"busy-{n}", "progressing") for n in range(3)]
     second = [(s.run_id, s.action) for s in await sweep(loop.deps, limit=3)]
     assert ("stalled", "resumed") in second, second
+
+
+# -- a step run unclaimed, killed after its call, then dead-lettered -----------------------------
+
+
+async def test_a_dead_letter_of_a_step_with_no_record_records_it_released_and_a_redrive_claims_it(
+) -> None:
+    """A retry-safe call runs unclaimed (nothing written before its commit); its process dies
+    after the call; the message is then dead-lettered. The run fails, and the call, which may
+    have run, is on record: its step exists, released, with the cause. A redrive claims it as
+    its next attempt, runs it and the run answers."""
+    from tests.engine.fakes import CrashingFaults, SimulatedCrash
+
+    model = one_call_then_answer()
+    tools = CountingToolbox({"lookup": "42"})
+    loop = make_loop(model, tools, faults=CrashingFaults({"tool:after_call"}))
+    run_id, first = await start(loop, "unrecorded")
+    (tool,) = await deliver_all(loop, [first])
+    with pytest.raises(SimulatedCrash):
+        await deliver(loop, tool)
+    assert tools.executed["lookup"] == 1
+    assert await loop.deps.store.steps.get_steps(run_id, ["0000-tool-000"]) == [None]
+
+    outcome = await dead_letter(loop, tool)
+    assert outcome.body["verdict"] == "fail" and outcome.body["run_failed"] is True
+    run = await run_of(loop, run_id)
+    assert run.status is RunStatus.FAILED and "has no record" in (run.error or "")
+    (step,) = await loop.deps.store.steps.get_steps(run_id, ["0000-tool-000"])
+    assert step is not None and step.status is StepStatus.RUNNING and step.lease_expires_at == 0
+    assert "dead_lettered" in (step.last_error or "") and step.attempts == 10
+    take(loop)
+
+    assert [r.outcome for r in await redrive(loop.deps.store, loop.publisher,
+                                             loop.deps.settings, loop.deps.clock)] == ["redriven"]
+    pending = take(loop)
+    while pending := [m for m in pending if m.topic != loop.deps.settings.answers_topic]:
+        pending = await deliver_all(loop, pending)
+    run = await run_of(loop, run_id)
+    assert run.status is RunStatus.COMPLETED, run
+    (step,) = await loop.deps.store.steps.get_steps(run_id, ["0000-tool-000"])
+    assert step is not None and step.status is StepStatus.COMPLETED and step.attempts == 1
+    assert tools.executed["lookup"] == 2  # retry-safe: run again after the redrive, recorded once
