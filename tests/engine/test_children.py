@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -109,6 +109,22 @@ async def ask(loop: InProcessLoop, agent: str, request_id: str = "q",
     run = await loop.deps.store.runs.get_run(run_id_for_request(request_id))
     assert run is not None
     return run
+
+
+class DiesOnce:
+    """Stands in for ``call``: the first call that ``when`` accepts (by its arguments) raises
+    :class:`SimulatedCrash` (the process dies there, ``why``); every other one goes through."""
+
+    def __init__(self, call: Callable[..., Awaitable[Any]], why: str,
+                 when: Callable[..., bool] = lambda *_: True) -> None:
+        self.call, self.why, self.when = call, why, when
+        self.died = False
+
+    async def __call__(self, *args: Any, **options: Any) -> Any:
+        if not self.died and self.when(*args):
+            self.died = True
+            raise SimulatedCrash(self.why)
+        return await self.call(*args, **options)
 
 
 def steps_of(loop: InProcessLoop, messages: list[Published]) -> list[Published]:
@@ -764,17 +780,9 @@ async def test_a_childs_end_before_its_call_waits_is_delivered_again_and_writes_
     redelivery takes the end at once, and the end's redelivery then finds the call ended."""
     team = Team({"planner": ["ask_researcher"]})
     loop = team_loop(planner_team(), team)
-    wait_step = loop.deps.store.waits.wait_step
-    crashed = False
-
-    async def die_before_the_wait(*args: Any, **options: Any) -> Any:
-        nonlocal crashed
-        if not crashed:
-            crashed = True
-            raise SimulatedCrash("after the child was started, before its wait was recorded")
-        return await wait_step(*args, **options)
-
-    loop.deps.store.waits.wait_step = die_before_the_wait  # type: ignore[method-assign]
+    loop.deps.store.waits.wait_step = DiesOnce(  # type: ignore[method-assign]
+        loop.deps.store.waits.wait_step,
+        "after the child was started, before its wait was recorded")
     call = await _planner_call_crashed(loop)
     pending, ends = steps_of(loop, take(loop)), []
     while pending:  # the child runs and ends; its end's message held back
@@ -823,30 +831,17 @@ async def test_a_call_carried_on_by_its_childs_end_survives_that_request_dying(
     parent_id = run_id_for_request("q")
     (end,) = await all_but_the_ends(loop)
 
-    died = False
-    commit_step, publish_many = store.steps.commit_step, loop.deps.publisher.publish_many
-
-    async def dying_commit(*args: Any, **options: Any) -> Any:
-        nonlocal died
-        if not died:
-            died = True
-            raise SimulatedCrash("before the call's commit")
-        return await commit_step(*args, **options)
-
-    async def dying_send(topic: str, messages: Any) -> Any:
-        nonlocal died
-        if not died and topic == loop.deps.settings.model_steps_topic:
-            died = True
-            raise SimulatedCrash("before the next model step is sent")
-        return await publish_many(topic, messages)
-
     if dies_at == "before_commit":
-        store.steps.commit_step = dying_commit  # type: ignore[method-assign]
+        dies = DiesOnce(store.steps.commit_step, "before the call's commit")
+        store.steps.commit_step = dies  # type: ignore[method-assign]
     else:
-        loop.deps.publisher.publish_many = dying_send  # type: ignore[method-assign]
+        model_steps = loop.deps.settings.model_steps_topic
+        dies = DiesOnce(loop.deps.publisher.publish_many, "before the next model step is sent",
+                        when=lambda topic, *_: topic == model_steps)
+        loop.deps.publisher.publish_many = dies  # type: ignore[method-assign]
     with pytest.raises(SimulatedCrash):
         await loop.deliver("query", end)
-    assert died
+    assert dies.died
     assert take(loop) == []  # nothing was sent: the end is not acknowledged
 
     outcome = await loop.deliver("query", end)  # Pub/Sub's redelivery of the same message

@@ -11,7 +11,6 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -44,6 +43,7 @@ from ackloop.engine.outbox import REDRIVEN, encode
 from ackloop.engine.spend import metered
 from ackloop.engine.tool_step import handle_tool_step
 from ackloop.engine.waits import arrivals
+from ackloop.engine.waits.core import CarryOn
 from ackloop.files import gate
 from ackloop.hosting.push import Delivery
 from ackloop.store import DecisionRefused
@@ -127,7 +127,7 @@ async def dispatch(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
     return outcome
 
 
-def _here(deps: Deps, delivery: Delivery) -> Callable[[Outgoing], Awaitable[None]]:
+def _here(deps: Deps, delivery: Delivery) -> CarryOn:
     """Carries a resolved call on in the delivery at hand (a child's end): its tool step runs
     as if its message had come, under this delivery's message id. A permanent failure of the
     step is recorded as its own delivery would record it (its message kept as a tool step's
@@ -145,7 +145,7 @@ def _here(deps: Deps, delivery: Delivery) -> Callable[[Outgoing], Awaitable[None
                                            "step": str(entry.target_step)})
                 await _record_rejection(deps, "tool", step, exc, message)
 
-    return carry_on
+    return CarryOn(delivery.message_id, carry_on)
 
 
 def _run_of(kind: Kind, delivery: Delivery) -> str | None:
@@ -194,8 +194,8 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
         if isinstance(message, EventMessage):
             return Outcome(200, await _deliver_event(deps, message))
         if isinstance(message, ChildEndedMessage):
-            return Outcome(200, await arrivals.deliver_end(
-                deps, message.run_id, _here(deps, delivery), delivery.message_id))
+            return Outcome(200, await arrivals.deliver_end(deps, message.run_id,
+                                                           _here(deps, delivery)))
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
                                        delivery.attributes.get("reads"),
                                        delivery.attributes.get(REDRIVEN) == "1")

@@ -96,13 +96,13 @@ async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
                      [s.key for s in resumed if s.decision and s.decision.by == DEADLINE])
 
 
-async def deliver_end(deps: Deps, child_id: str, here: core.CarryOn | None = None,
-                      message_id: str = "") -> dict[str, Any]:
+async def deliver_end(deps: Deps, child_id: str, here: core.CarryOn | None = None
+                      ) -> dict[str, Any]:
     """The handler of a :class:`~ackloop.domain.wire.ChildEndedMessage`: the child's end, read from
     its record, resolves the call of its parent that waits for it (its step alone). ``here``:
     the call is carried on in this request (:func:`core.carry_on`) instead of by a message of
-    its own; ``message_id``: this delivery's, which the call's step holds once carried on here,
-    so that a redelivery after this request died carries it on again.
+    its own; the call's step then holds this delivery's message id, so that a redelivery after
+    this request died carries it on again.
 
     Raises :class:`NotWaitingYet` while that call has not recorded its wait."""
     child = await deps.store.runs.get_run(child_id)
@@ -115,7 +115,7 @@ async def deliver_end(deps: Deps, child_id: str, here: core.CarryOn | None = Non
     parent_id, key = child.parent_run_id, child.parent_step
     found = {"run_id": child_id, "parent": parent_id, "step": key}
     (step,) = await deps.store.steps.get_steps(parent_id, [key])
-    if step is not None and here is not None and message_id and step.message_id == message_id:
+    if here is not None and step is not None and step.message_id == here.message_id:
         # This message carried the call on before, and its request died: again (the step's
         # claim, or its completed record and what it sends, take it from there).
         await core.carry_on(deps, parent_id, step, here)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from ackloop.domain.errors import RunKeptChanging, StaleRead
 from ackloop.domain.jsondict import JsonDict
@@ -59,8 +60,13 @@ from ackloop.store import DAY_SECONDS, Claim, DecisionRefused, RunRead
 
 log = logging.getLogger(__name__)
 
-CarryOn = Callable[[Outgoing], Awaitable[None]]
-"""Runs a step's committed message in the request at hand (:func:`carry_on`)."""
+@dataclass(frozen=True)
+class CarryOn:
+    """Runs a step's committed message in the request at hand (:func:`carry_on`), as the
+    delivery of ``message_id``: the message a step it carries on then holds."""
+
+    message_id: str
+    run: Callable[[Outgoing], Awaitable[None]]
 
 CANCEL = "cancel"
 """Who decided the waiting steps of a run whose cancel was requested."""
@@ -232,10 +238,7 @@ async def resolve(deps: Deps, run_id: str, key: str, decision: StepDecision,
     given) and re-send the step's message, or carry the step on ``here`` (:func:`carry_on`);
     a duplicate of an already recorded decision does it again too (the claim absorbs it)."""
     step, decided = await deps.store.waits.decide_step(run_id, key, decision, kind)
-    if here is None:
-        await resend(deps, run_id, step)
-    else:
-        await carry_on(deps, run_id, step, here)
+    await (resend(deps, run_id, step) if here is None else carry_on(deps, run_id, step, here))
     return step, decided
 
 
@@ -250,13 +253,17 @@ async def resolve_if_waiting(deps: Deps, run_id: str, step: StepRecord,
     return step
 
 
-async def resend(deps: Deps, run_id: str, step: StepRecord) -> None:
-    """Send the committed message of a decided step."""
+async def _committed_message(deps: Deps, run_id: str, step: StepRecord) -> Outgoing | None:
+    """The message the turn's model step committed for ``step`` (None when there is none)."""
     (model_step,) = await deps.store.steps.get_steps(run_id, [str(StepKey.model(step.turn))])
     if model_step is None:
-        return
-    entry = next((o for o in model_step.outbox if o.target_step == step.key), None)
-    if entry is not None:
+        return None
+    return next((o for o in model_step.outbox if o.target_step == step.key), None)
+
+
+async def resend(deps: Deps, run_id: str, step: StepRecord) -> None:
+    """Send the committed message of a decided step."""
+    if (entry := await _committed_message(deps, run_id, step)) is not None:
         await send(deps, run_id, [entry])
 
 
@@ -266,12 +273,8 @@ async def carry_on(deps: Deps, run_id: str, step: StepRecord, here: CarryOn) -> 
     end), so a Pub/Sub hop and a delivery are saved on every child. The request that does it
     is the net: it is not acknowledged before the step's commit and its send, and its
     redelivery carries the step on again (the step then holds this message's id)."""
-    (model_step,) = await deps.store.steps.get_steps(run_id, [str(StepKey.model(step.turn))])
-    if model_step is None:
-        return
-    entry = next((o for o in model_step.outbox if o.target_step == step.key), None)
-    if entry is not None:
-        await here(entry)
+    if (entry := await _committed_message(deps, run_id, step)) is not None:
+        await here.run(entry)
 
 
 def undecided(step: StepRecord) -> bool:
