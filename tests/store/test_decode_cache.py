@@ -149,10 +149,104 @@ async def test_a_chunk_changed_at_a_new_version_is_read_fresh(emulator_session: 
     assert newer != version
     assert second == TranscriptChunk.model_validate(
         _chunk(3) | {"tail": "run-1/0003-model", "size": 200})
-    assert cache.hits == 3  # the content and the two turns read before
+    # Known at its version: nothing read before is decoded again, the new turn once.
+    assert (cache.known_hits, cache.misses) == (2, 4)
     await db.commit([Write("update", path, {"tail": "run-2/0000-model"}, if_version=newer,
                            into={"turns": {"t000002": _turn(2, "rewritten")}})])
     found = await store.transcript.read_chunk("c1", 0)
     assert found is not None
     assert found[0].turns["t000002"] == _turn(2, "rewritten")
     assert found[0].tail == "run-2/0000-model"
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every map's keys in order: what compares the order of a decode too."""
+    if isinstance(value, dict):
+        return [(k, _plain(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+@pytest.mark.emulator
+async def test_a_document_this_process_wrote_is_known_at_the_version_its_commit_returned(
+        emulator_session: Any) -> None:
+    """A chunk appended to by this process is read without decoding what it already knows,
+    and reads exactly as a process that never saw it reads it (its maps' order included)."""
+    cache = DecodeCache(1 << 20, {TRANSCRIPT})
+    db = FirestoreDocumentDB.connect(emulator_session.project_id, decode_cache=cache)
+    cold = FirestoreDocumentDB.connect(emulator_session.project_id,  # another process
+                                       decode_cache=DecodeCache(1 << 20, {TRANSCRIPT}))
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    store, path = AgentStore(db, prefix), AgentStore(db, prefix).chunk_path("c1", 0)
+    expiry = datetime.datetime(2027, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    (version,) = await db.commit([Write("create", path, _chunk(1) | {"expire_at": expiry})])
+    for n in range(1, 6):
+        (version,) = await db.commit([Write(
+            "update", path, {"tail": f"run-1/{n:04d}-model", "size": 100 * (n + 1)},
+            if_version=version, into={"turns": {f"t{n:06d}": _turn(n)}})])
+        (snap,) = await db.get_all([path])
+        (truth,) = await cold.get_all([path])
+        assert snap is not None and truth is not None
+        assert snap.version == truth.version == version
+        assert _plain(snap.data) == _plain(truth.data)
+        assert snap.data["expire_at"] == expiry  # a timestamp: decoded from the read
+        snap.data["turns"]["t000000"][0]["parts"].clear()  # the caller's own
+    # Every read found the chunk at the version its commit returned, and each turn and the
+    # opening content was decoded once, on the read that followed its write.
+    assert cache.known_hits == 5
+    assert cache.misses == 1 + 6
+    found = await store.transcript.read_chunk("c1", 0)
+    assert found is not None and found[0] == TranscriptChunk.model_validate(
+        _chunk(6) | {"tail": "run-1/0005-model", "size": 600})
+
+
+@pytest.mark.emulator
+async def test_what_a_process_cannot_know_exactly_is_decoded_from_the_read(
+        emulator_session: Any) -> None:
+    """A document another process wrote, an update fenced on no version, a write of a
+    transaction and a server-side value are decoded from what the read returns."""
+    from google.cloud.firestore_v1 import SERVER_TIMESTAMP
+
+    cache = DecodeCache(1 << 20, {TRANSCRIPT})
+    db = FirestoreDocumentDB.connect(emulator_session.project_id, decode_cache=cache)
+    other = FirestoreDocumentDB.connect(emulator_session.project_id,  # another process
+                                        decode_cache=DecodeCache(1 << 20, {TRANSCRIPT}))
+    path = AgentStore(db, f"t{uuid.uuid4().hex[:10]}_").chunk_path("c1", 0)
+
+    async def read() -> dict[str, Any]:
+        (snap,) = await db.get_all([path])
+        (truth,) = await other.get_all([path])
+        assert snap is not None and truth is not None and snap.version == truth.version
+        assert _plain(snap.data) == _plain(truth.data)
+        return snap.data
+
+    (version,) = await db.commit([Write("create", path, _chunk(2))])
+    await read()
+    known = cache.known_hits
+    # Another process appends: this one's knowledge is of an older version.
+    (version,) = await other.commit([Write("update", path, {"tail": "run-2/0001-model"},
+                                           if_version=version,
+                                           into={"turns": {"t000002": _turn(2)}})])
+    assert (await read())["tail"] == "run-2/0001-model"
+    assert cache.known_hits == known  # decoded (entry by entry), then known again
+    # An update with no version fence: what else the document holds is not known.
+    await db.commit([Write("update", path, {"tail": "run-2/0002-model"},
+                           into={"turns": {"t000003": _turn(3)}})])
+    assert len((await read())["turns"]) == 4
+    assert cache.known_hits == known
+    # A transaction's write, and a value the server sets.
+    await db.transact(_write_in_transaction(path))
+    assert (await read())["tail"] == "run-3/0000-model"
+    await db.commit([Write("set", path, _chunk(1) | {"at": SERVER_TIMESTAMP})])
+    data = await read()
+    assert isinstance(data["at"], datetime.datetime) and len(data["turns"]) == 1
+    assert cache.known_hits == known  # every read above decoded what it found
+
+
+def _write_in_transaction(path: str) -> Any:
+    async def body(txn: Any) -> None:
+        await txn.get(path)
+        txn.write(Write("update", path, {"tail": "run-3/0000-model"},
+                        into={"turns": {"t000004": _turn(4)}}))
+    return body

@@ -50,7 +50,8 @@ class Snapshot:
     data: JsonDict
     version: Version
     size: int | None = field(default=None, compare=False)
-    """The document's size as the database sent it (Firestore: its encoded message), when the
+    """The document's size as the database sent it (Firestore: the encoded response that
+    carried it, the document and a few bytes of read time), when the
     adapter knows it without more work; counters measure the others as JSON."""
 
     @property

@@ -33,7 +33,7 @@ from ackloop.docdb.base import (
     Version,
     Write,
 )
-from ackloop.docdb.decode_cache import DecodeCache
+from ackloop.docdb.decode_cache import DecodeCache, version_key
 from ackloop.docdb.firestore_rpc import BatchGetRequestPb, CommitRequestPb, FirestoreRpc
 from ackloop.domain.jsondict import JsonDict
 
@@ -103,13 +103,15 @@ class FirestoreDocumentDB:
                                     documents=[prefix + p for p in paths])
         found: dict[str, Snapshot] = {}
         cache = self.decode_cache
-        for response in await self._rpc.batch_get(request):
+        for size, response in await self._rpc.batch_get(request):
             if response.WhichOneof("result") == "found":
                 doc = response.found
                 path = doc.name[len(prefix):] if doc.name.startswith(prefix) else doc.name
-                admitted = cache if cache is not None and cache.admits(path) else None
-                found[path] = Snapshot(path, codec.decode_fields(doc.fields, client, admitted),
-                                       codec.version_of(doc.update_time), doc.ByteSize())
+                data = (codec.decode_admitted(path, doc, client, cache)
+                        if cache is not None and cache.admits(path)
+                        else codec.decode_fields(doc.fields, client))
+                # Its size: the response that carried it (the document and its read time).
+                found[path] = Snapshot(path, data, codec.version_of(doc.update_time), size)
         return [found.get(p) for p in paths]
 
     @_translated
@@ -127,6 +129,12 @@ class FirestoreDocumentDB:
         request = CommitRequestPb(database=client._database_string)
         request.writes.extend(self._write_pb(prefix + w.path, w) for w in writes)
         response = await self._rpc.commit(request)
+        cache = self.decode_cache
+        if cache is not None:  # what this process now knows its documents hold
+            for w, pb, result in zip(writes, request.writes, response.write_results,
+                                     strict=True):
+                if cache.admits(w.path):
+                    cache.wrote(w.path, pb, version_key(result.update_time))
         return [codec.version_of(r.update_time) for r in response.write_results]
 
     def _write_pb(self, path: str, w: Write) -> Any:
@@ -140,6 +148,8 @@ class FirestoreDocumentDB:
 
     def _add(self, target: Any, w: Write) -> None:
         """Add ``w`` to a transaction (the library's own write path)."""
+        if self.decode_cache is not None:
+            self.decode_cache.forget(w.path)  # known again from its next read
         ref = self._client.document(w.path)
         if w.op == "create":
             target.create(ref, w.data)

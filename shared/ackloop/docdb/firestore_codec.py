@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds as ValueTime
 from google.cloud._helpers import _datetime_to_pb_timestamp
@@ -30,10 +30,8 @@ from google.cloud.firestore_v1.field_path import FieldPath
 from google.cloud.firestore_v1.types import document, write
 from proto.datetime_helpers import DatetimeWithNanoseconds as VersionTime
 
+from ackloop.docdb.decode_cache import DecodeCache, version_key
 from ackloop.domain.jsondict import JsonDict
-
-if TYPE_CHECKING:
-    from ackloop.docdb.decode_cache import DecodeCache
 
 WritePb = write.Write.pb()
 ValuePb = document.Value.pb()
@@ -173,27 +171,74 @@ def decode_fields(fields: Any, client: Any, cache: DecodeCache | None = None) ->
     once per process: :mod:`ackloop.docdb.decode_cache`)."""
     if cache is None:
         return {key: _value(value, client) for key, value in fields.items()}
-    return {key: _cached_field(value, client, cache) for key, value in fields.items()}
 
-
-def _cached_field(pb: Any, client: Any, cache: DecodeCache) -> Any:
     def decode(entry: Any) -> Any:
-        return _value(entry, client)
+        return _canonical(entry, client)
 
+    return {key: _cached_field(value, client, cache, decode)[0]
+            for key, value in fields.items()}
+
+
+def decode_admitted(path: str, doc: Any, client: Any, cache: DecodeCache) -> JsonDict:
+    """The fields of ``doc`` (a found raw ``Document`` at ``path``) decoded through ``cache``:
+    what this process knows the document held at its version, else entry by entry, and then
+    known at that version (:mod:`ackloop.docdb.decode_cache`)."""
+    def decode(entry: Any) -> Any:
+        return _canonical(entry, client)
+
+    version = version_key(doc.update_time)
+    fields = doc.fields
+    known = cache.known(path, version)
+    if known is not None:
+        kept = known.fields
+        return {name: cache.thaw(known, name, decode) if name in kept
+                else _cached_field(value, client, cache, decode)[0]
+                for name, value in fields.items()}
+    found: JsonDict = {}
+    frozen: JsonDict = {}
+    for name, value in fields.items():
+        found[name], frozen[name] = _cached_field(value, client, cache, decode)
+    cache.remember(path, version, frozen)
+    return found
+
+
+def _cached_field(pb: Any, client: Any, cache: DecodeCache, decode: Any) -> tuple[Any, Any]:
+    """A top-level field's value and what a document keeps of it."""
     kind = pb.WhichOneof("value_type")
     if kind == "map_value":
         fields = pb.map_value.fields
         if not any(key.startswith("__") for key in fields):  # not a vector or BSON value
-            return {key: _entry(value, cache, decode) for key, value in fields.items()}
+            values: JsonDict = {}
+            frozen: JsonDict = {}
+            for key in sorted(fields):
+                values[key], frozen[key] = _entry(fields[key], cache, decode)
+            return values, cache.entries(frozen)
     elif kind == "array_value":
-        return [_entry(item, cache, decode) for item in pb.array_value.values]
+        pairs = [_entry(item, cache, decode) for item in pb.array_value.values]
+        return [v for v, _ in pairs], cache.entries([f for _, f in pairs])
+    value = _canonical(pb, client)
+    return value, cache.frozen(value)
+
+
+def _canonical(pb: Any, client: Any) -> Any:
+    """:func:`_value`, each plain map's keys in order: Firestore's maps have none, so a value
+    decoded here is the same whatever message carried it (the server's answer to a read,
+    or the write this process sent), and a cached value is what a fresh decode gives."""
+    kind = pb.WhichOneof("value_type")
+    if kind == "map_value":
+        fields = pb.map_value.fields
+        if not any(key.startswith("__") for key in fields):
+            return {key: _canonical(fields[key], client) for key in sorted(fields)}
+    elif kind == "array_value":
+        return [_canonical(item, client) for item in pb.array_value.values]
     return _value(pb, client)
 
 
-def _entry(pb: Any, cache: DecodeCache, decode: Any) -> Any:
+def _entry(pb: Any, cache: DecodeCache, decode: Any) -> tuple[Any, Any]:
     if pb.WhichOneof("value_type") in ("map_value", "array_value"):
-        return cache.decoded(pb, decode)
-    return decode(pb)  # a scalar: nothing to save
+        return cache.entry(pb, decode)
+    value = decode(pb)  # a scalar: nothing to save
+    return value, cache.frozen(value)
 
 
 def _value(pb: Any, client: Any) -> Any:
@@ -222,4 +267,4 @@ def _value(pb: Any, client: Any) -> Any:
     return _helpers.decode_value(pb, client)
 
 
-__all__ = ["create_pb", "decode_fields", "set_pb", "update_pb", "version_of"]
+__all__ = ["create_pb", "decode_admitted", "decode_fields", "set_pb", "update_pb", "version_of"]

@@ -82,8 +82,10 @@ class FirestoreRpc:
         self._commit: Any = None
         self._metadata: Any = None
 
-    async def batch_get(self, request: Any) -> list[Any]:
-        """The responses (raw ``BatchGetDocumentsResponse``) to the raw ``request``."""
+    async def batch_get(self, request: Any) -> list[tuple[int, Any]]:
+        """The responses (raw ``BatchGetDocumentsResponse``) to the raw ``request``, each with
+        its size on the wire (what measuring the parsed message would cost as much as encoding
+        it again: about 45 microseconds for a 20 KB transcript chunk)."""
         if self._loop is not asyncio.get_running_loop():
             self._connect()
         return await gcp_rpc.unary_stream(self._batch_get, request, self._metadata,
@@ -101,7 +103,7 @@ class FirestoreRpc:
         self._batch_get = channel.unary_stream(
             _SERVICE + "BatchGetDocuments",
             request_serializer=BatchGetRequestPb.SerializeToString,
-            response_deserializer=BatchGetResponsePb.FromString)
+            response_deserializer=_sized_batch_get_response)
         self._commit = channel.unary_unary(
             _SERVICE + "Commit",
             request_serializer=CommitRequestPb.SerializeToString,
@@ -117,6 +119,10 @@ class FirestoreRpc:
         channel, loop, self._channel, self._loop = self._channel, self._loop, None, None
         if channel is not None and loop is asyncio.get_running_loop():
             await channel.close()
+
+
+def _sized_batch_get_response(data: bytes) -> tuple[int, Any]:
+    return len(data), BatchGetResponsePb.FromString(data)
 
 
 def channel_for(client: Any) -> Any:
