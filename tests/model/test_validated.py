@@ -10,6 +10,7 @@ import pytest
 from google.genai import types
 from pydantic import ValidationError
 
+from ackloop.domain.frozen import freeze
 from ackloop.model.turns import _words, contents_words
 from ackloop.model.validated import Validated, ValueMemo
 
@@ -92,3 +93,36 @@ def test_the_value_memo_makes_each_distinct_value_once() -> None:
     assert [memo.get("len", v, make) for v in ([1, 2], [1, 2], [1, 2, 3])] == [2, 2, 3]
     assert made == [[1, 2], [1, 2, 3]]
     assert memo.get("other", [1, 2], lambda v: -1) == -1  # another tag, another entry
+
+
+def test_a_frozen_content_is_validated_once_and_found_by_its_identity() -> None:
+    """A content of the shared history is its own key: validated once, then found without
+    being read; an equal content that is another object is validated on its own, and a
+    failure is not kept."""
+    memo = Validated()
+    shared = freeze(_call("a"))
+    first = memo.validate(types.Content, shared)
+    assert memo.validate(types.Content, shared) is first and memo.validations == 1
+    other = freeze(_call("a"))
+    assert memo.validate(types.Content, other) == first and memo.validations == 2
+    assert memo.validate(types.Content, _call("a")) == first and memo.validations == 3
+    bad = freeze({"role": "model", "parts": "not a list"})
+    for _ in range(2):
+        with pytest.raises(ValidationError):
+            memo.validate(types.Content, bad)
+    assert memo.validations == 5 and len(memo) == 3
+
+
+def test_the_identity_memo_keeps_its_newest_entries_and_what_it_keeps_alive() -> None:
+    memo = Validated(max_entries=2)
+    kept = [freeze(_call(key)) for key in ("a", "b", "c")]
+    for value in kept:
+        memo.validate(types.Content, value)
+    assert len(memo) == 2
+    memo.validate(types.Content, kept[2])
+    assert memo.validations == 3  # the newest is kept
+    memo.validate(types.Content, kept[0])
+    assert memo.validations == 4  # the oldest went first
+    # Each entry holds its value (so no new value can take a kept one's id meanwhile).
+    assert [entry[0] for entry in memo._frozen.values()] == [kept[2], kept[0]]
+    assert all(any(entry[0] is v for v in kept) for entry in memo._frozen.values())

@@ -20,6 +20,7 @@ from google.protobuf import timestamp_pb2
 from ackloop.docdb import firestore_codec as codec
 from ackloop.docdb.base import Write
 from ackloop.docdb.firestore import FirestoreDocumentDB
+from ackloop.domain.frozen import freeze
 
 PATH = "projects/p/databases/(default)/documents/runs/r1/steps/0001-tool-000"
 UTC = datetime.UTC
@@ -35,6 +36,9 @@ DATA: list[dict[str, Any]] = [
                 {"nested": [[1, 2.5, "x"], {"a.b": {"c": None}}]}],
      "tuple": (1, "two"), "big": 2**62, "neg": -7, "unicode": "héllo \u2603",
      "dotted.key": "v", "`tick`": {"k-1": 1}},
+    # The history a process shares, frozen (a transcript's kept turns written again).
+    {"kept": freeze([{"role": "model", "parts": [{"text": "x", "n": (1, 2.5)}]}]),
+     "turns": {"t000000": freeze([{"role": "user", "parts": []}])}},
     # Values the codec leaves to the library:
     {"geo": firestore.GeoPoint(1.5, 2.5), "set": {1}},
     {"sentinel": firestore.SERVER_TIMESTAMP, "x": 1},

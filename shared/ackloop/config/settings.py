@@ -81,8 +81,9 @@ class Settings(BaseSettings):
     decode_cache_bytes: int = Field(
         default=16 * 1024 * 1024, ge=0,
         description="Memory a process may keep of the transcript chunks it decoded (each turn "
-        "as JSON, by its encoded bytes), so that a model step decodes only the turns it has "
-        "not seen; least recently used first out. 0: decode every read whole.",
+        "by its encoded bytes, and each chunk at the version it last read or wrote), so that a "
+        "model step decodes only the turns it has not seen; least recently used first out. "
+        "0: decode every read whole.",
     )
 
     tool_timeout_seconds: float = Field(default=30.0, gt=0, description="One tool call.")

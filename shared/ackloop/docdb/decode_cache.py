@@ -9,17 +9,16 @@ levels:
 
 * **The document at its version.** For each admitted document it read or wrote, the process
   keeps what the document held at one version (its update time): each field, and each entry
-  of a top-level map or array field, as kept values. A read that finds the document at that
-  version decodes nothing it keeps: each entry is a copy of its kept value. A commit this
-  process makes moves the document to the version the commit returned, with what the write
-  set (:meth:`DecodeCache.wrote`): an update fenced on the version kept (the append of a
-  turn is one) adds its entries, so the next model step of the conversation in this process
-  finds the whole chunk known, however long it is. The version decides, exactly: a document
-  another process wrote since, or one deleted and written again, is at another version and
-  is decoded (through the entries below). What cannot be known exactly from a write (an
-  update with no version fence, a server-side transform, a field path inside an entry) drops
-  the document; a field whose values are not plain (a timestamp) is left out and decoded on
-  every read.
+  of a top-level map or array field. A read that finds the document at that version decodes
+  nothing it keeps. A commit this process makes moves the document to the version the commit
+  returned, with what the write set (:meth:`DecodeCache.wrote`): an update fenced on the
+  version kept (the append of a turn is one) adds its entries, so the next model step of the
+  conversation in this process finds the whole chunk known, however long it is, and decodes
+  only the new turn. The version decides, exactly: a document another process wrote since,
+  or one deleted and written again, is at another version and is decoded (through the entries
+  below). What cannot be known exactly from a write (an update with no version fence, a
+  server-side transform, a field path inside an entry) drops the document; a field whose
+  value is not plain (a timestamp inside a map) is left out and decoded on every read.
 * **Each entry by its encoded bytes.** An entry (one value of a top-level map or array field:
   a chunk's turn in ``turns``, a content of ``contents`` or ``kept``) of a document read at an
   unknown version is keyed by its ``Value`` message serialized deterministically. Equal bytes
@@ -27,32 +26,31 @@ levels:
   and whatever happened to the document in between (an entry changed, or the chunk deleted
   and written again, is other bytes: a miss, decoded afresh).
 
-What is kept is never shared. A container is kept in ``marshal``'s format 2 and each hit is
-``marshal.loads`` of it (C code: about half of ``json.loads`` of the same value, and a small
-part of decoding the message), so every caller gets values of its own, and nothing a caller
-does to them reaches the cache or another caller; only immutable values (strings, numbers,
-booleans, None, bytes, times) are handed out as they are. marshal carries exactly the plain
-values a chunk holds (strings, numbers, booleans, None, bytes, maps and arrays of them); an
-entry holding anything else (a timestamp inside a map, a reference...) is not kept.
+What is kept is shared, and frozen (:mod:`ackloop.domain.frozen`): every map and array of an
+entry is decoded as a :class:`~ackloop.domain.frozen.FrozenDict` or
+:class:`~ackloop.domain.frozen.FrozenList`, so every reader gets the same values and none can
+change them for the others (a copy is the reader's own). A read costs no copy of what is
+known, and what the model layer works out from a content (its validation) is kept by the
+content's identity. A top-level map or array field is a new ``dict`` or ``list`` on each
+read (of shared entries).
 
 Bounded: least recently used entries, then least recently used documents, go first once
-what is kept passes ``max_bytes`` (``ACKLOOP_DECODE_CACHE_BYTES``; 0: no cache).
+what is kept passes ``max_bytes`` (``ACKLOOP_DECODE_CACHE_BYTES``; 0: no cache), each value
+counted by the memory its objects take.
 """
 
 from __future__ import annotations
 
 import datetime
-import marshal
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any
 
+from ackloop.domain.frozen import FROZEN
+
 ENTRY_OVERHEAD = 200
 """Bytes counted per kept entry besides its key and value (the objects that hold them)."""
-
-_FORMAT = 2
-"""marshal's format 2: a value's bytes without back-references (format 3 on), whatever objects
-it shares."""
 
 Version = tuple[int, int]
 """A document's update time as ``(seconds, nanos)``."""
@@ -60,16 +58,18 @@ Version = tuple[int, int]
 Decode = Callable[[Any], Any]
 """Decodes one raw ``Value`` message."""
 
-_IMMUTABLE = (str, int, float, bool, type(None), bytes, datetime.datetime)
+_SHAREABLE = (str, int, float, bool, type(None), bytes, datetime.datetime, *FROZEN)
+"""What a value that may be handed to every reader is: immutable."""
 
 
-class _Kept:
-    """A container value, kept as its marshal bytes: each read gets a copy."""
+class _Shared:
+    """A frozen value, decoded once, and the memory it takes."""
 
-    __slots__ = ("kept",)
+    __slots__ = ("cost", "value")
 
-    def __init__(self, kept: bytes) -> None:
-        self.kept = kept
+    def __init__(self, value: Any, cost: int) -> None:
+        self.value = value
+        self.cost = cost
 
 
 class _Pending:
@@ -82,11 +82,11 @@ class _Pending:
 
 
 class _Entries(dict[str, Any]):
-    """A top-level map field, entry by entry (each kept, pending or immutable)."""
+    """A top-level map field, entry by entry (each shareable or pending)."""
 
 
 class _Items(list[Any]):
-    """A top-level array field, item by item (each kept, pending or immutable)."""
+    """A top-level array field, item by item (each shareable or pending)."""
 
 
 UNKNOWN = object()
@@ -94,8 +94,8 @@ UNKNOWN = object()
 
 
 class Known:
-    """What a document held at ``version``: its fields, each kept, pending or immutable;
-    a field it held that is not in :attr:`fields` is decoded from the read."""
+    """What a document held at ``version``: its fields, each shareable, pending or entry by
+    entry; a field it held that is not in :attr:`fields` is decoded from the read."""
 
     __slots__ = ("cost", "fields", "version")
 
@@ -116,7 +116,7 @@ class DecodeCache:
     def __init__(self, max_bytes: int, collections: Collection[str]) -> None:
         self.max_bytes = max_bytes
         self.collections = frozenset(collections)
-        self._kept: OrderedDict[bytes, bytes] = OrderedDict()
+        self._kept: OrderedDict[bytes, _Shared] = OrderedDict()
         self._known: OrderedDict[str, Known] = OrderedDict()
         self._entries_size = 0
         self._known_size = 0
@@ -130,8 +130,8 @@ class DecodeCache:
 
     @property
     def size(self) -> int:
-        """Bytes counted now: each entry's key, kept value and :data:`ENTRY_OVERHEAD`, and
-        what each document keeps besides."""
+        """Bytes counted now: each entry's key, its value's objects and
+        :data:`ENTRY_OVERHEAD`, and what each document keeps besides."""
         return self._entries_size + self._known_size
 
     def admits(self, path: str) -> bool:
@@ -143,8 +143,8 @@ class DecodeCache:
     # -- entries, by their encoded bytes --------------------------------------------------
 
     def decoded(self, pb: Any, decode: Decode) -> Any:
-        """The value of the raw ``Value`` ``pb``: decoded by ``decode``, or, when the same
-        bytes were decoded before, a fresh copy of what that gave."""
+        """The value of the raw ``Value`` ``pb``: decoded by ``decode`` (into frozen values),
+        or, when the same bytes were decoded before, what that gave."""
         return self.entry(pb, decode)[0]
 
     def entry(self, pb: Any, decode: Decode) -> tuple[Any, Any]:
@@ -155,22 +155,17 @@ class DecodeCache:
         if kept is not None:
             self._kept.move_to_end(raw)
             self.hits += 1
-            return marshal.loads(kept), _Kept(kept)
+            return kept.value, kept
         self.misses += 1
         value = decode(pb)
-        return value, self._keep(raw, value)
-
-    def _keep(self, raw: bytes, value: Any) -> Any:
-        try:
-            kept = marshal.dumps(value, _FORMAT)
-        except ValueError:
-            return UNKNOWN  # a timestamp, a reference...: decoded every time
-        cost = len(raw) + len(kept) + ENTRY_OVERHEAD
-        if cost <= self.max_bytes:
+        if not isinstance(value, _SHAREABLE):
+            return value, UNKNOWN  # a reference, a geo point...: decoded every time
+        kept = _Shared(value, len(raw) + footprint(value) + ENTRY_OVERHEAD)
+        if kept.cost <= self.max_bytes:
             self._kept[raw] = kept
-            self._entries_size += cost
+            self._entries_size += kept.cost
             self._trim()
-        return _Kept(kept)
+        return value, kept
 
     # -- documents, at a version ----------------------------------------------------------
 
@@ -207,38 +202,39 @@ class DecodeCache:
             self._known_size -= known.cost
 
     def thaw(self, known: Known, name: str, decode: Decode) -> Any:
-        """A fresh value of the field ``name`` a document keeps (in ``known``)."""
+        """The field ``name`` of a document (``known``): its shared value, or, for a map or
+        array kept entry by entry, a new one of its shared entries."""
         frozen = known.fields[name]
         kind = type(frozen)
         if kind is _Entries:
-            return {key: self._thawed(frozen, key, decode) for key in frozen}
+            return {key: self._resolved(frozen, key, decode) for key in frozen}
         if kind is _Items:
-            return [self._thawed(frozen, i, decode) for i in range(len(frozen))]
-        return self._thawed(known.fields, name, decode)
+            return [self._resolved(frozen, i, decode) for i in range(len(frozen))]
+        return self._resolved(known.fields, name, decode)
 
-    def _thawed(self, holder: Any, key: Any, decode: Decode) -> Any:
+    def _resolved(self, holder: Any, key: Any, decode: Decode) -> Any:
         item = holder[key]
         kind = type(item)
-        if kind is _Kept:
-            return marshal.loads(item.kept)
+        if kind is _Shared:
+            return item.value
         if kind is not _Pending:
-            return item  # immutable
+            return item  # a scalar
         if type(holder) is dict:  # a top-level field written here, not entry by entry
             value = decode(item.pb)
-            if isinstance(value, _IMMUTABLE):
-                holder[key] = value
+            if isinstance(value, _SHAREABLE):
+                holder[key] = _Shared(value, ENTRY_OVERHEAD)
             else:
                 del holder[key]  # decoded from the read from now on
             return value
         value, frozen = self.entry(item.pb, decode)
         if frozen is not UNKNOWN:
-            holder[key] = frozen  # an entry written here: decoded once, then kept
+            holder[key] = frozen  # an entry written here: decoded once, then shared
         return value
 
     @staticmethod
     def frozen(value: Any) -> Any:
         """``value`` (a decoded scalar field or entry) as a document keeps it."""
-        return value if isinstance(value, _IMMUTABLE) else UNKNOWN
+        return _Shared(value, ENTRY_OVERHEAD) if isinstance(value, _SHAREABLE) else UNKNOWN
 
     @staticmethod
     def entries(items: dict[str, Any] | list[Any]) -> Any:
@@ -257,11 +253,23 @@ class DecodeCache:
 
     def _trim(self) -> None:
         while self.size > self.max_bytes and self._kept:
-            old, old_kept = self._kept.popitem(last=False)
-            self._entries_size -= len(old) + len(old_kept) + ENTRY_OVERHEAD
+            self._entries_size -= self._kept.popitem(last=False)[1].cost
         while self.size > self.max_bytes and self._known:
             _, old_known = self._known.popitem(last=False)
             self._known_size -= old_known.cost
+
+
+def footprint(value: Any) -> int:
+    """The memory ``value``'s objects take (``sys.getsizeof`` of each, shared strings counted
+    each time)."""
+    size = sys.getsizeof(value)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            size += sys.getsizeof(key) + footprint(item)
+    elif isinstance(value, list):
+        for item in value:
+            size += footprint(item)
+    return size
 
 
 def _cost(field: Any) -> int:
@@ -270,14 +278,11 @@ def _cost(field: Any) -> int:
         return sum(_cost(i) for i in field.values())
     if isinstance(field, _Items):
         return sum(_cost(i) for i in field)
-    kind = type(field)
-    if kind is _Kept:
-        return len(field.kept) + ENTRY_OVERHEAD
-    if kind is _Pending:
-        return int(field.pb.ByteSize()) + ENTRY_OVERHEAD
-    if kind is str or kind is bytes:
-        return len(field) + ENTRY_OVERHEAD
-    return ENTRY_OVERHEAD
+    if type(field) is _Pending:
+        # Decoded, a value takes up to about 8 times its encoded bytes (a content of short
+        # strings; long texts about 1.2).
+        return int(field.pb.ByteSize()) * 8 + ENTRY_OVERHEAD
+    return field.cost if type(field) is _Shared else ENTRY_OVERHEAD
 
 
 def _written(known: Known | None, pb: Any, version: Version) -> tuple[Known, int] | None:

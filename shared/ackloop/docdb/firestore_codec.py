@@ -8,7 +8,8 @@ This module builds the same ``Write`` messages directly on the raw (upb) message
 found document straight into Python values.
 
 It produces exactly what the library produces: the plain types ackloop stores (``None``,
-``bool``, ``int``, ``float``, ``str``, ``bytes``, ``datetime``, ``list``, ``tuple``, ``dict``)
+``bool``, ``int``, ``float``, ``str``, ``bytes``, ``datetime``, ``list``, ``tuple``, ``dict``, and
+the frozen ``list`` and ``dict`` of :mod:`ackloop.domain.frozen`)
 are encoded here as the library encodes them, and a write holding anything else (a sentinel,
 a GeoPoint, a document reference, a subclass...) is built by the library itself, so its
 semantics and its errors stay the library's. Reads decode the plain value kinds here and leave
@@ -31,6 +32,7 @@ from google.cloud.firestore_v1.types import document, write
 from proto.datetime_helpers import DatetimeWithNanoseconds as VersionTime
 
 from ackloop.docdb.decode_cache import DecodeCache, version_key
+from ackloop.domain.frozen import FrozenDict, FrozenList
 from ackloop.domain.jsondict import JsonDict
 
 WritePb = write.Write.pb()
@@ -54,9 +56,9 @@ def _put(target: Any, value: Any) -> None:
         target.integer_value = value
     elif kind is float:
         target.double_value = value
-    elif kind is dict:
+    elif kind is dict or kind is FrozenDict:
         _put_map(target.map_value, value)
-    elif kind is list or kind is tuple:
+    elif kind is list or kind is tuple or kind is FrozenList:
         array = target.array_value
         array.SetInParent()
         values = array.values
@@ -221,16 +223,17 @@ def _cached_field(pb: Any, client: Any, cache: DecodeCache, decode: Any) -> tupl
 
 
 def _canonical(pb: Any, client: Any) -> Any:
-    """:func:`_value`, each plain map's keys in order: Firestore's maps have none, so a value
-    decoded here is the same whatever message carried it (the server's answer to a read,
-    or the write this process sent), and a cached value is what a fresh decode gives."""
+    """:func:`_value` as the decode cache shares it: each map and array frozen
+    (:mod:`ackloop.domain.frozen`), each plain map's keys in order (Firestore's maps have
+    none, so a value decoded here is the same whatever message carried it: the server's
+    answer to a read, or the write this process sent)."""
     kind = pb.WhichOneof("value_type")
     if kind == "map_value":
         fields = pb.map_value.fields
         if not any(key.startswith("__") for key in fields):
-            return {key: _canonical(fields[key], client) for key in sorted(fields)}
+            return FrozenDict({key: _canonical(fields[key], client) for key in sorted(fields)})
     elif kind == "array_value":
-        return [_canonical(item, client) for item in pb.array_value.values]
+        return FrozenList(_canonical(item, client) for item in pb.array_value.values)
     return _value(pb, client)
 
 

@@ -22,19 +22,40 @@ from ackloop.docdb.base import (
     Write,
 )
 from ackloop.docdb.sizes import document_size, unstorable
+from ackloop.domain.frozen import freeze
 from ackloop.domain.jsondict import JsonDict
 
 T = TypeVar("T")
+
+
+def _shared(value: Any) -> Any:
+    """A top-level field as the decode cache hands it out: a new map or array of frozen
+    entries, or a frozen value."""
+    if type(value) is dict:
+        return {k: freeze(v) for k, v in value.items()}
+    if type(value) is list:
+        return [freeze(v) for v in value]
+    return freeze(value)
 
 
 def _parent(path: str) -> str:
     return path.rsplit("/", 1)[0]
 
 
-class MemoryDocumentDB:
-    """Documents in a dict. Reads and writes deep-copy, as a remote store would."""
+SHARED_COLLECTIONS = frozenset({"transcript"})
+"""The collections whose documents a deployed process decodes through its decode cache at the
+shipped defaults (:data:`ackloop.store.chunk_cache.TRANSCRIPT`): what it reads of them it
+shares, frozen (:mod:`ackloop.docdb.decode_cache`)."""
 
-    def __init__(self) -> None:
+
+class MemoryDocumentDB:
+    """Documents in a dict. Reads and writes deep-copy, as a remote store would; the entries
+    of a top-level map or array of a document in ``shared`` are read frozen, as the Firestore
+    adapter shares them with its decode cache (so a test of code that would change them fails
+    here as it would there)."""
+
+    def __init__(self, shared: frozenset[str] = SHARED_COLLECTIONS) -> None:
+        self.shared = shared
         self._docs: dict[str, tuple[JsonDict, int]] = {}
         self._versions = itertools.count(1)
         self._lock = asyncio.Lock()
@@ -46,6 +67,9 @@ class MemoryDocumentDB:
         entry = self._docs.get(path)
         if entry is None:
             return None
+        parts = path.rsplit("/", 2)
+        if len(parts) == 3 and parts[1] in self.shared:
+            return Snapshot(path, {k: _shared(v) for k, v in entry[0].items()}, entry[1])
         return Snapshot(path, copy.deepcopy(entry[0]), entry[1])
 
     async def get_all(self, paths: Sequence[str]) -> list[Snapshot | None]:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ackloop.domain.cost import Cost
-from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict, SharedJsonDict
 from ackloop.domain.wire import RunOutcome, Usage
 from ackloop.transcript.context import summary_content
 
@@ -338,9 +338,9 @@ class StepRecord(Record):
 
 class TranscriptChunk(Record):
     index: int
-    contents: list[JsonDict] = Field(default_factory=list)
+    contents: list[SharedJsonDict] = Field(default_factory=list)
     """What a chunk written whole holds (chunks are now appended to by ``turns``)."""
-    turns: dict[str, list[JsonDict]] = Field(default_factory=dict)
+    turns: dict[str, list[SharedJsonDict]] = Field(default_factory=dict)
     """One entry a model step, keyed ``t{n:06d}`` in the order they were appended: an append
     sends only its own turn."""
     tail: str | None = None
@@ -350,7 +350,7 @@ class TranscriptChunk(Record):
     """A compaction's chunk (:mod:`ackloop.transcript.context`): the summary of every turn before
     it. A
     model step reads the transcript from the last such chunk on."""
-    kept: list[JsonDict] = Field(default_factory=list, exclude_if=lambda v: not v)
+    kept: list[SharedJsonDict] = Field(default_factory=list, exclude_if=lambda v: not v)
     """A compaction's chunk: a copy of the turns it kept as they were (they are also where they
     were first appended; :attr:`entries`, the history, does not repeat them)."""
     compaction: JsonDict | None = Field(default=None, exclude_if=lambda v: v is None)

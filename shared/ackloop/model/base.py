@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.jsondict import JsonDict, SharedJsonDict
 from ackloop.domain.wire import FunctionCall, Usage
 
 
@@ -26,8 +26,9 @@ class ModelRequest(BaseModel):
     agent: str | None = None
     """The agent the call is for (set by the model step): a scripted model plays that agent's
     script. Not sent to Gemini."""
-    contents: list[JsonDict]
-    """Gemini ``Content`` dicts, oldest first (roles ``user`` and ``model``)."""
+    contents: list[SharedJsonDict]
+    """Gemini ``Content`` dicts, oldest first (roles ``user`` and ``model``): the history's
+    as the transcript shares them (not copied)."""
     tools: list[JsonDict] = Field(default_factory=list)
     """Gemini ``FunctionDeclaration`` dicts."""
     calls_allowed: bool = True

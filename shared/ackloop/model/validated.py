@@ -14,6 +14,10 @@ model step's CPU grow with its turn. A warm process validates each distinct cont
   function call's content); a value marshal refuses (a dict subclass, a Pydantic model) is
   validated every time. A value that fails validation is not kept (its error is raised
   again).
+* **Or by identity.** A content of the history a process decoded is shared frozen
+  (:mod:`ackloop.domain.frozen`): no one can change it, so it is its own exact key, found by
+  its ``id`` (the entry holds the value, so its ``id`` is not reused while kept) without
+  reading it at all. marshal refuses a frozen value (a subclass), so it has no other key.
 * **Shared.** The validated object is handed to every call that sends that content:
   google-genai reads the models it is given (to build the request's JSON) and never changes
   them, and neither does ackloop.
@@ -28,6 +32,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+
+from ackloop.domain.frozen import FROZEN
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -47,14 +53,17 @@ class ValueMemo:
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self.max_entries = max_entries
         self._kept: OrderedDict[tuple[object, bytes], Any] = OrderedDict()
+        self._frozen: OrderedDict[tuple[object, int], tuple[Any, Any]] = OrderedDict()
         self.made = 0
         """Values made so far (misses, and values marshal refuses)."""
 
     def __len__(self) -> int:
-        return len(self._kept)
+        return len(self._kept) + len(self._frozen)
 
     def get(self, tag: object, value: Any, make: Callable[[Any], T]) -> T:
         """``make(value)``, once per distinct value (what ``make`` raises is not kept)."""
+        if type(value) in FROZEN:
+            return self._by_identity(tag, value, make)
         try:
             key = (tag, marshal.dumps(value, _FORMAT))
         except ValueError:  # not marshallable: made every time
@@ -69,6 +78,20 @@ class ValueMemo:
             self._kept[key] = made
             while len(self._kept) > self.max_entries:
                 self._kept.popitem(last=False)
+        return made
+
+    def _by_identity(self, tag: object, value: Any, make: Callable[[Any], T]) -> T:
+        key = (tag, id(value))
+        found = self._frozen.get(key)
+        if found is not None and found[0] is value:
+            self._frozen.move_to_end(key)
+            return found[1]  # type: ignore[no-any-return]  # made by this tag's make
+        self.made += 1
+        made = make(value)
+        if self.max_entries > 0:
+            self._frozen[key] = (value, made)
+            while len(self._frozen) > self.max_entries:
+                self._frozen.popitem(last=False)
         return made
 
 

@@ -4,7 +4,8 @@ A model step reads its conversation's last chunk on every turn, and that chunk h
 appended to it so far: only the newest turn is news to a warm process. The Firestore adapter
 decodes the documents of the transcript collections through this cache, so what a read decodes
 does not grow with the chunk (the read itself still happens: it is the step's consistency
-check, and what it returns is the store's as before, values of its own).
+check). What it returns is shared and frozen (:mod:`ackloop.domain.frozen`): no reader changes
+the history another reads.
 """
 
 from __future__ import annotations
