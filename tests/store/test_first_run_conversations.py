@@ -209,3 +209,29 @@ async def test_a_redrive_restarts_the_runs_clock_and_the_time_it_waited(
     run = await store.runs.get_run(first.run_id)
     assert run is not None and run.status is RunStatus.RUNNING
     assert (run.started_at, run.waited_seconds, run.wait_ended_at) == (T0 + 7_000, 0.0, T0 + 7_000)
+
+
+@pytest.mark.parametrize("ends_first", ["alone", "with_a_document"])
+async def test_a_follow_up_asked_during_a_run_that_starts_after_its_end_starts_at_its_end(
+    store: AgentStore, ends_first: str,
+) -> None:
+    """A follow-up whose query came while the run before it was active (its ``created_at``),
+    but that is created once that run has ended (its commit to queue was refused by the end,
+    and it read again), starts then: a run of a conversation never starts before the one
+    before it ended."""
+    first, _ = await store.runs.create_run(run_record("first"))
+    if ends_first == "with_a_document":  # a second run the first one's end hands over to
+        queued, _ = await store.runs.create_run(run_record("second", first.run_id, at=T0 + 1))
+        await end_by_its_step(store, first.run_id, T0 + 5)
+        before = queued.run_id
+        await end_by_its_step(store, before, T0 + 9)
+    else:
+        before = first.run_id
+        await end_by_its_step(store, before, T0 + 9)
+    late, created = await store.runs.create_run(run_record("third", first.run_id, at=T0 + 2))
+    assert created and late.status is RunStatus.RUNNING
+    ended = await store.runs.get_run(before)
+    assert ended is not None and ended.finished_at == T0 + 9
+    assert late.started_at == T0 + 9 and late.progress_at == T0 + 9
+    stored = await store.runs.get_run(late.run_id)
+    assert stored is not None and stored.started_at == T0 + 9 and stored.created_at == T0 + 2

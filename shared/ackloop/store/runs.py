@@ -254,13 +254,16 @@ class Runs(StoreBase):
                     "updated_at": run.created_at,
                 })
             else:
-                run = run.model_copy(update={"started_at": run.created_at,
-                                             "progress_at": run.created_at})
+                # It starts now: not before the end of the run it follows, which this read may
+                # be the first to see (its query came while that run was active, and the
+                # commit that would have queued it was refused by that run's end).
+                start = max(run.created_at, conv.updated_at)
+                run = run.model_copy(update={"started_at": start, "progress_at": start})
                 conv = conv.model_copy(
                     update={
                         "active_run_id": run.run_id,
                         "run_count": conv.run_count + 1,
-                        "updated_at": run.created_at,
+                        "updated_at": start,
                     }
                 )
             conv_doc = conv.to_doc() | self._conversation_expiry(run.created_at)
