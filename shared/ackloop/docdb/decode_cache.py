@@ -89,7 +89,7 @@ class _Items(list[Any]):
     """A top-level array field, item by item (each shareable or pending)."""
 
 
-UNKNOWN = object()
+_UNKNOWN = object()
 """What a value that cannot be kept is kept as (a field left out: decoded on every read)."""
 
 
@@ -142,14 +142,10 @@ class DecodeCache:
 
     # -- entries, by their encoded bytes --------------------------------------------------
 
-    def decoded(self, pb: Any, decode: Decode) -> Any:
-        """The value of the raw ``Value`` ``pb``: decoded by ``decode`` (into frozen values),
-        or, when the same bytes were decoded before, what that gave."""
-        return self.entry(pb, decode)[0]
-
     def entry(self, pb: Any, decode: Decode) -> tuple[Any, Any]:
-        """:meth:`decoded`, and the value as a document keeps it (:data:`UNKNOWN` if it
-        cannot)."""
+        """The value of the raw ``Value`` ``pb`` (decoded by ``decode`` into frozen values, or,
+        when the same bytes were decoded before, what that gave), and the value as a document
+        keeps it (:data:`_UNKNOWN` if it cannot)."""
         raw: bytes = pb.SerializeToString(deterministic=True)
         kept = self._kept.get(raw)
         if kept is not None:
@@ -159,7 +155,7 @@ class DecodeCache:
         self.misses += 1
         value = decode(pb)
         if not isinstance(value, _SHAREABLE):
-            return value, UNKNOWN  # a reference, a geo point...: decoded every time
+            return value, _UNKNOWN  # a reference, a geo point...: decoded every time
         kept = _Shared(value, len(raw) + footprint(value) + ENTRY_OVERHEAD)
         if kept.cost <= self.max_bytes:
             self._kept[raw] = kept
@@ -180,8 +176,8 @@ class DecodeCache:
 
     def remember(self, path: str, version: Version, fields: dict[str, Any]) -> None:
         """Keep what a read decoded of the document at ``path`` at ``version``: ``fields``,
-        each as :meth:`frozen` or :meth:`entries` gives it (:data:`UNKNOWN` ones left out)."""
-        kept = {k: v for k, v in fields.items() if v is not UNKNOWN}
+        each as :meth:`frozen` or :meth:`entries` gives it (:data:`_UNKNOWN` ones left out)."""
+        kept = {k: v for k, v in fields.items() if v is not _UNKNOWN}
         self._put(path, Known(version, kept), sum(_cost(v) for v in kept.values()))
 
     def wrote(self, path: str, write_pb: Any, version: Version) -> None:
@@ -217,8 +213,6 @@ class DecodeCache:
         kind = type(item)
         if kind is _Shared:
             return item.value
-        if kind is not _Pending:
-            return item  # a scalar
         if type(holder) is dict:  # a top-level field written here, not entry by entry
             value = decode(item.pb)
             if isinstance(value, _SHAREABLE):
@@ -227,20 +221,20 @@ class DecodeCache:
                 del holder[key]  # decoded from the read from now on
             return value
         value, frozen = self.entry(item.pb, decode)
-        if frozen is not UNKNOWN:
+        if frozen is not _UNKNOWN:
             holder[key] = frozen  # an entry written here: decoded once, then shared
         return value
 
     @staticmethod
     def frozen(value: Any) -> Any:
         """``value`` (a decoded scalar field or entry) as a document keeps it."""
-        return _Shared(value, ENTRY_OVERHEAD) if isinstance(value, _SHAREABLE) else UNKNOWN
+        return _Shared(value, ENTRY_OVERHEAD) if isinstance(value, _SHAREABLE) else _UNKNOWN
 
     @staticmethod
     def entries(items: dict[str, Any] | list[Any]) -> Any:
-        """A top-level map or array field kept entry by entry (:data:`UNKNOWN` if any is)."""
-        if any(v is UNKNOWN for v in (items.values() if isinstance(items, dict) else items)):
-            return UNKNOWN
+        """A top-level map or array field kept entry by entry (:data:`_UNKNOWN` if any is)."""
+        if any(v is _UNKNOWN for v in (items.values() if isinstance(items, dict) else items)):
+            return _UNKNOWN
         return _Entries(items) if isinstance(items, dict) else _Items(items)
 
     def _put(self, path: str, known: Known, cost: int) -> None:
@@ -304,22 +298,21 @@ def _written(known: Known | None, pb: Any, version: Version) -> tuple[Known, int
         if "`" in path or "." in key:
             return None  # a quoted or deeper path: not one the store writes here
         old = updated.pop(name, None)
-        cost -= _cost(old) if old is not None and not dot else 0
-        if not dot:
-            if name in fields:  # else: in the mask and not in the data, deleted
-                updated[name] = _sent(fields[name])
-                cost += _cost(updated[name])
-            continue
-        value = fields[name].map_value.fields.get(key) if name in fields else None
-        if isinstance(old, _Entries) and value is not None:
+        value = (fields[name] if not dot else fields[name].map_value.fields.get(key)) \
+            if name in fields else None
+        if dot and isinstance(old, _Entries) and value is not None:  # an entry set
             replaced = old.get(key)
             last = next(reversed(old), None)
             old[key] = _Pending(value)
             # Entries in their keys' order, as a read decodes a map (an append adds the last).
             updated[name] = old if last is None or key >= last else _Entries(sorted(old.items()))
             cost += _cost(old[key]) - (_cost(replaced) if replaced is not None else 0)
-        elif old is not None:
-            cost -= _cost(old)  # the field is decoded from the next read
+            continue
+        cost -= _cost(old) if old is not None else 0
+        if not dot and value is not None:  # a field set (in the mask, not sent: deleted)
+            updated[name] = _sent(value)
+            cost += _cost(updated[name])
+        # An entry set in a field not kept entry by entry: the field is decoded from the read.
     return Known(version, updated), cost
 
 
@@ -334,4 +327,4 @@ def _sent(value: Any) -> Any:
     return _Pending(value)
 
 
-__all__ = ["UNKNOWN", "DecodeCache", "Known", "Version", "version_key"]
+__all__ = ["DecodeCache", "Known", "Version", "version_key"]

@@ -129,19 +129,15 @@ class FirestoreDocumentDB:
         request = CommitRequestPb(database=client._database_string)
         request.writes.extend(self._write_pb(prefix + w.path, w) for w in writes)
         response = await self._rpc.commit(request)
-        if self.decode_cache is not None:
-            self._known_after(writes, request.writes, response.write_results)
+        if (cache := self.decode_cache) is not None:
+            # What this process now knows the admitted documents it wrote hold: each write
+            # applied in order, as Firestore applies them (a second write to a document in
+            # one commit is fenced on no version it knows: the document is read again).
+            for w, pb, result in zip(writes, request.writes, response.write_results,
+                                     strict=True):
+                if cache.admits(w.path):
+                    cache.wrote(w.path, pb, version_key(result.update_time))
         return [codec.version_of(r.update_time) for r in response.write_results]
-
-    def _known_after(self, writes: Sequence[Write], pbs: Any, results: Any) -> None:
-        """What this process now knows the admitted documents it wrote hold: each write
-        applied in order, as Firestore applies them (a second write to a document in one
-        commit is fenced on no version it knows: the document is read again)."""
-        cache = self.decode_cache
-        assert cache is not None
-        for w, pb, result in zip(writes, pbs, results, strict=True):
-            if cache.admits(w.path):
-                cache.wrote(w.path, pb, version_key(result.update_time))
 
     def _write_pb(self, path: str, w: Write) -> Any:
         if w.op == "create":
