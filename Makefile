@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml devtools/pyproject.toml
 install-test: $(VENV)/.installed-test
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(VENV)/bin/pip install -q -e '.[dev,infra,mcp]' -e './devtools[bench]'
+	$(VENV)/bin/pip install -q -e '.[dev,infra,mcp,eval]' -e './devtools[bench]'
 	touch $@
 
 # checkov pins packages that clash with ours: it lives in its own virtualenv.

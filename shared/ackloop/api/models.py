@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ackloop.domain.cost import Cost
-from ackloop.domain.records import RunRecord, StepRecord, StepStatus
+from ackloop.domain.records import RunRecord, StepDecision, StepRecord, StepStatus
 from ackloop.domain.wire import (
     ID_PATTERN,
     MAX_QUERY_CHARS,
@@ -125,6 +125,9 @@ class StepView(BaseModel):
     cost: Cost | None = Field(default=None, description=STEP_COST)
     last_error: str | None
     result: dict[str, Any] | None
+    decision: StepDecision | None = Field(
+        default=None, description="How the step's wait ended: a person's approval or "
+        "rejection, an event's arrival, the deadline or a cancel (None: it never waited).")
 
     @classmethod
     def of(cls, step: StepRecord) -> StepView:
@@ -135,7 +138,7 @@ class StepView(BaseModel):
             started_at=step.started_at, completed_at=done,
             duration_seconds=None if done is None else round(done - step.created_at, 6),
             call_seconds=step.call_seconds, usage=step.usage, cost=step.cost,
-            last_error=step.last_error, result=step.result,
+            last_error=step.last_error, result=step.result, decision=step.decision,
         )
 
 
