@@ -72,7 +72,9 @@ class Summary(BaseModel):
     pass_all_k: float = 0.0
     """The share of cases that passed in every one of their runs (pass^k)."""
     cost_usd: float = 0.0
-    """What the cases' runs cost."""
+    """What the cases' runs cost (a replayed case's nothing: it calls no model)."""
+    replayed: int = 0
+    """Runs replayed from a recording (no model called, no tool run)."""
     eval_cost_usd: float = 0.0
     """What the eval itself cost beyond its runs: its judges' model calls."""
     judge_calls: int = 0
@@ -116,7 +118,8 @@ def summarize(cases: list[CaseResult], *, eval_cost_usd: float = 0.0, judge_call
         score=statistics.fmean(c.score for c in cases) if cases else 0.0,
         pass_at_k=sum(any(g) for g in groups.values()) / len(groups) if groups else 0.0,
         pass_all_k=sum(all(g) for g in groups.values()) / len(groups) if groups else 0.0,
-        cost_usd=sum(c.cost_usd for c in cases), eval_cost_usd=eval_cost_usd,
+        cost_usd=sum(c.cost_usd for c in cases if not c.replay),
+        replayed=sum(c.replay for c in cases), eval_cost_usd=eval_cost_usd,
         judge_calls=judge_calls,
         model_calls=sum(c.model_calls for c in cases),
         tool_calls=sum(c.tool_calls for c in cases),
