@@ -15,11 +15,16 @@ Respond = Callable[[str, Mapping[str, str]], tuple[int, Any]]
 
 
 @contextlib.contextmanager
-def json_server(respond: Respond) -> Iterator[str]:
-    """Serve ``respond`` on a free loopback port; yields the base URL."""
+def json_server(respond: Respond, received: list[Any] | None = None) -> Iterator[str]:
+    """Serve ``respond`` on a free loopback port; yields the base URL. ``received`` collects
+    each request's JSON body."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            data = self.rfile.read(length) if length else b""
+            if received is not None:
+                received.append(json.loads(data) if data else None)
             status, payload = respond(self.path, dict(self.headers))
             body = json.dumps(payload).encode()
             self.send_response(status)

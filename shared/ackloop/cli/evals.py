@@ -12,6 +12,7 @@ runs as cases that replay them (``--output``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -158,9 +159,17 @@ async def _target(options: Options, http: Any) -> tuple[Any, Any]:
         return remote, put
     from ackloop.cli.runs import _deps
     from ackloop.cli.target import connect
+    from ackloop.docdb.counting import CountingDocumentDB
+    from ackloop.docdb.firestore import FirestoreDocumentDB
+    from ackloop.store import AgentStore, Retention
 
     target = connect(options.directory)
-    deps = await _deps(target)
+    settings = target.settings
+    # The eval's own reads are counted: what following its runs costs is the eval's cost.
+    db = CountingDocumentDB(FirestoreDocumentDB.connect(settings.project_id,
+                                                        settings.firestore_database))
+    deps = dataclasses.replace(await _deps(target), store=AgentStore(
+        db, settings.collection_prefix, Retention.from_settings(settings)))
     where = target.stack.api_url if target.stack is not None else None
     label = (f"local stack {options.directory}" if target.stack is not None
              else f"project {target.settings.project_id}")

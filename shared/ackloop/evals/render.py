@@ -37,8 +37,9 @@ def summary_lines(report: EvalReport) -> list[str]:
                      f"{s.pass_all_k:.0%} over {s.cases} case(s)")
     lines.append(f"runs cost ${s.cost_usd:.6f} ({s.model_calls} model call(s), "
                  f"{s.tool_calls} tool call(s)); the eval itself ${s.eval_cost_usd:.6f} "
-                 f"({s.judge_calls} judge call(s)); {s.wall_seconds:.1f} s, the slowest case "
-                 f"{s.slowest_case_seconds:.1f} s")
+                 f"({s.judge_calls} judge call(s), {s.eval_firestore_reads} document(s) read, "
+                 f"{s.eval_pubsub_bytes} byte(s) published); {s.wall_seconds:.1f} s, the "
+                 f"slowest case {s.slowest_case_seconds:.1f} s")
     if s.replayed:
         lines.append(f"{s.replayed} run(s) replayed from their recordings: no model called, "
                      "no tool run, nothing paid")

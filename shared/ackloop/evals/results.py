@@ -76,8 +76,12 @@ class Summary(BaseModel):
     replayed: int = 0
     """Runs replayed from a recording (no model called, no tool run)."""
     eval_cost_usd: float = 0.0
-    """What the eval itself cost beyond its runs: its judges' model calls."""
+    """What the eval itself cost beyond its runs: its judges' model calls, and the documents
+    it read to follow its runs and the queries it published, where the target counts them."""
     judge_calls: int = 0
+    eval_firestore_reads: int = 0
+    eval_firestore_writes: int = 0
+    eval_pubsub_bytes: int = 0
     model_calls: int = 0
     tool_calls: int = 0
     wall_seconds: float = 0.0

@@ -22,6 +22,7 @@ from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFai
 
 from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
+from ackloop.domain.cost import Spend, price
 from ackloop.domain.records import StepDecision
 from ackloop.evals.cases import EvalDataset, EvalInputs
 from ackloop.evals.cassette import Cassette, CassetteModel, CassetteToolbox
@@ -79,15 +80,24 @@ class EvalRunner:
                                          max_concurrency=self.concurrency, progress=False)
         finished = time.time()
         cases = _results(report, self.repeat)
+        own = self._own_spend()
+        summary = summarize(cases, eval_cost_usd=JUDGE_SPEND.cost.usd - spent + price(own).usd,
+                            judge_calls=JUDGE_SPEND.calls - judged,
+                            wall_seconds=round(finished - started, 3))
+        summary = summary.model_copy(update={
+            "eval_firestore_reads": own.firestore_reads,
+            "eval_firestore_writes": own.firestore_writes,
+            "eval_pubsub_bytes": own.pubsub_bytes})
         return EvalReport(
             eval_id=eval_id, name=dataset.name or "eval", dataset=source,
             target=self.target.label if self.target is not None else "in process",
             repeat=self.repeat, concurrency=self.concurrency,
-            started_at=started, finished_at=finished,
-            summary=summarize(cases, eval_cost_usd=JUDGE_SPEND.cost.usd - spent,
-                              judge_calls=JUDGE_SPEND.calls - judged,
-                              wall_seconds=round(finished - started, 3)),
-            cases=cases)
+            started_at=started, finished_at=finished, summary=summary, cases=cases)
+
+    def _own_spend(self) -> Spend:
+        """The target's count of what the eval itself read, wrote and published."""
+        spent = getattr(self.target, "spent", None)
+        return spent() if callable(spent) else Spend(requests=0)
 
     def _expanded(self, dataset: EvalDataset) -> EvalDataset:
         """One case per repetition, its inputs keyed by its place (the run's request id), and

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ackloop.domain.cost import Spend
 from ackloop.domain.records import ReceivedEvent, StepDecision
 from ackloop.domain.wire import FilePart, QueryMessage, RunOptions
 from ackloop.engine.deps import Deps
@@ -64,13 +65,25 @@ class StoreTarget:
     inspector: str | None = None
     """The API's base URL, for each case's link to the inspector."""
     poll_seconds: float = POLL_SECONDS
+    published_bytes: int = 0
 
     async def start(self, query: QueryMessage) -> str:
+        from ackloop.domain.cost import pubsub_billed_bytes
         from ackloop.domain.keys import run_id_for_request
 
-        await self.deps.publisher.publish(self.deps.settings.queries_topic,
-                                          query.model_dump_json().encode())
+        data = query.model_dump_json().encode()
+        await self.deps.publisher.publish(self.deps.settings.queries_topic, data)
+        self.published_bytes += pubsub_billed_bytes(len(data))
         return run_id_for_request(query.request_id)
+
+    def spent(self) -> Spend:
+        """What the eval's own reads, writes and messages came to here (not its runs'): the
+        documents it read to follow its runs, the queries it published. Counted when the
+        store's database counts (:class:`~ackloop.docdb.counting.CountingDocumentDB`)."""
+        counters = getattr(self.deps.store.db, "counters", None)
+        return Spend(firestore_reads=getattr(counters, "docs_read", 0),
+                     firestore_writes=getattr(counters, "docs_written", 0),
+                     pubsub_bytes=self.published_bytes, requests=0)
 
     async def view(self, run_id: str) -> ViewTree | None:
         return await store_view(self.deps, run_id)
