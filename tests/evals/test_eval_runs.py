@@ -196,6 +196,7 @@ async def test_repetitions_give_pass_at_k_and_pass_all_k() -> None:
         ("flaky", 1, True), ("flaky", 2, False), ("flaky", 3, True), ("flaky", 4, False)]
     s = report.summary
     assert (s.cases, s.runs, s.pass_rate, s.pass_at_k, s.pass_all_k) == (1, 4, 0.5, 1.0, 0.0)
+    assert s.eval_cost_usd == 0  # no judge, nothing read to follow the runs: nothing of its own
 
 
 async def test_the_same_eval_asked_again_finds_its_runs_and_runs_nothing_twice() -> None:

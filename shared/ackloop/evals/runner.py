@@ -81,7 +81,9 @@ class EvalRunner:
         finished = time.time()
         cases = _results(report, self.repeat)
         own = self._own_spend()
-        summary = summarize(cases, eval_cost_usd=JUDGE_SPEND.cost.usd - spent + price(own).usd,
+        priced = price(own)  # its reads, writes and messages; it serves no request
+        summary = summarize(cases, eval_cost_usd=JUDGE_SPEND.cost.usd - spent
+                            + priced.firestore_usd + priced.pubsub_usd,
                             judge_calls=JUDGE_SPEND.calls - judged,
                             wall_seconds=round(finished - started, 3))
         summary = summary.model_copy(update={
