@@ -148,6 +148,7 @@ async def _target(options: Options, http: Any) -> tuple[Any, Any]:
     from ackloop.evals.targets import HttpTarget, StoreTarget
 
     if options.in_process:
+        _stack_settings(options.directory)
         return None, None
     if options.url is not None:
         remote = HttpTarget(options.url, options.token, label=f"http {options.url}")
@@ -178,6 +179,19 @@ async def _target(options: Options, http: Any) -> tuple[Any, Any]:
         await deps.store.evals.put_report(report, owner=LOCAL_OWNER)
 
     return StoreTarget(deps=deps, label=label, inspector=where), keep
+
+
+def _stack_settings(directory: Path) -> None:
+    """In process, the settings of the stack in ``directory`` when there is one (its agent
+    catalog, its tools' API addresses), as its functions have them."""
+    from ackloop.hosting.localstack import StackState
+
+    try:
+        state = StackState.load(directory)
+    except (OSError, ValueError, TypeError):
+        return
+    if state is not None:
+        os.environ.update({k: v for k, v in state.env.items() if k.startswith("ACKLOOP_")})
 
 
 LOCAL_OWNER = "anonymous"
