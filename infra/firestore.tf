@@ -51,6 +51,8 @@ locals {
     events        = "events"     # runs/{run_id}/events: a named event's payload
     poison        = "${var.collection_prefix}poison"
     dead_letters  = "${var.collection_prefix}dead_letters"
+    evals         = "${var.collection_prefix}evals" # eval reports (ackloop eval)
+    eval_cases    = "cases"                         # evals/{id}/cases: a report's cases
   }
 }
 
@@ -144,4 +146,33 @@ resource "google_firestore_index" "runs_by_status" {
     field_path = each.value
     order      = "ASCENDING"
   }
+}
+
+# The inspector's list of evals and GET /evals (store.evals.list_reports): an owner's eval
+# reports, the latest started first.
+resource "google_firestore_index" "evals_by_owner" {
+  project    = var.project_id
+  database   = local.firestore_database
+  collection = "${var.collection_prefix}evals"
+
+  fields {
+    field_path = "owner"
+    order      = "ASCENDING"
+  }
+
+  fields {
+    field_path = "started_at"
+    order      = "DESCENDING"
+  }
+}
+
+# A page of an eval report's cases (up to 512 KiB of them) is read by its id alone: no index
+# entries for the cases it holds.
+resource "google_firestore_field" "eval_cases_unindexed" {
+  project    = var.project_id
+  database   = local.firestore_database
+  collection = "cases"
+  field      = "cases"
+
+  index_config {}
 }

@@ -129,6 +129,12 @@ async def test_a_lone_surrogate_anywhere_in_a_body_is_4xx(api: httpx.AsyncClient
         '{"class_method": "query", "input": {"message": "hi", "options": {"output_schema": '
         + schema + "}}}").encode(), headers={"Content-Type": "application/json"})
     assert runtime.status_code == 422, runtime.text
+    for raw in ('{"eval_id": "ev-x", "name": "\\ud800"}',
+                '{"eval_id": "ev-x", "name": "n", "cases": [{"name": "c", "answer": '
+                '{"\\udfff": [1]}}]}'):
+        report = await api.put("/evals/ev-x", content=raw.encode(),
+                               headers={"Content-Type": "application/json"})
+        assert report.status_code == 422, (raw, report.text)
 
 
 async def test_budgets_above_the_deployment_ceilings_are_refused(

@@ -29,7 +29,8 @@ from tests.api.tokens_support import Issuer
 from tests.support.stack import RunningStack
 
 AUDIENCE = "https://ackloop-api.example.run.app"
-ASSETS = {"/ui": "text/html", "/ui/app.js": "text/javascript", "/ui/style.css": "text/css"}
+ASSETS = {"/ui": "text/html", "/ui/app.js": "text/javascript", "/ui/evals.js": "text/javascript",
+          "/ui/style.css": "text/css"}
 
 
 @pytest.fixture
@@ -74,7 +75,7 @@ async def test_nothing_is_loaded_from_elsewhere(page: httpx.AsyncClient) -> None
     assert "http" not in policy and "*" not in policy
     shipped = resources.files("ackloop.api").joinpath("ui_assets")
     names = sorted(f.name for f in shipped.iterdir())
-    assert names == ["app.js", "index.html", "style.css"]
+    assert names == ["app.js", "evals.js", "index.html", "style.css"]
     for name in names:
         text = shipped.joinpath(name).read_text()
         assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I), name
@@ -91,7 +92,8 @@ async def test_the_page_needs_no_token_but_the_data_does(tmp_path: Path) -> None
     async with serving(app) as url, httpx.AsyncClient(base_url=url) as client:
         assert (await client.get("/ui")).status_code == 200
         assert (await client.get("/ui/app.js")).status_code == 200
-        for path in ("/runs", "/runs/run-x/transcript", "/dead-letters", "/poison"):
+        for path in ("/runs", "/runs/run-x/transcript", "/dead-letters", "/poison", "/evals",
+                     "/evals/ev-x"):
             refused = await client.get(path)
             assert refused.status_code == 401, path
             assert refused.headers["www-authenticate"] == "Bearer"

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
 import pytest
 
 from ackloop.api.app import create_app
+from ackloop.config.settings import Settings
 from ackloop.domain.keys import run_id_for_request
 from ackloop.engine.deps import Deps
 from ackloop.hosting.runtime import build_deps
@@ -35,25 +37,30 @@ class Callers:
     mallory: httpx.AsyncClient
 
 
-@pytest.fixture
-async def callers(api_stack: RunningStack) -> AsyncIterator[Callers]:
+@asynccontextmanager
+async def signed_in(settings: Settings, deps: Deps, *subjects: str
+                    ) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """``deps`` behind the API with ID-token auth (tokens signed by a key of the test's own),
+    served on 127.0.0.1, and a client signed in as each of ``subjects``."""
     issuer = Issuer()
-    settings = api_stack.settings.model_copy(update={
+    settings = settings.model_copy(update={
         "api_auth": "google_id_token", "api_id_token_audience": AUDIENCE})
-    deps = await build_deps(settings)
 
     async def engine() -> Deps:
         return deps
 
     app = create_app(settings, deps=engine, id_token_verifier=issuer.verifier())
+    async with serving(app) as url, AsyncExitStack() as clients:
+        yield [await clients.enter_async_context(httpx.AsyncClient(
+            base_url=url, timeout=30, headers={"Authorization": "Bearer " + issuer.token(
+                AUDIENCE, sub=subject, email=f"{subject}@example.com")}))
+            for subject in subjects]
 
-    def bearer(subject: str) -> dict[str, str]:
-        token = issuer.token(AUDIENCE, sub=subject, email=f"{subject}@example.com")
-        return {"Authorization": f"Bearer {token}"}
 
-    async with serving(app) as url, \
-            httpx.AsyncClient(base_url=url, timeout=30, headers=bearer("alice")) as alice, \
-            httpx.AsyncClient(base_url=url, timeout=30, headers=bearer("mallory")) as mallory:
+@pytest.fixture
+async def callers(api_stack: RunningStack) -> AsyncIterator[Callers]:
+    deps = await build_deps(api_stack.settings)
+    async with signed_in(api_stack.settings, deps, "alice", "mallory") as (alice, mallory):
         yield Callers(alice, mallory)
 
 

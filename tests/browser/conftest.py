@@ -90,11 +90,13 @@ class Inspector:
         return view
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def inspector(browser_paths: tuple[str, str], emulator_session: EmulatorSession,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Inspector]:
     """A stack serving the browser tests' agents, with Pub/Sub's fewest delivery attempts (5)
-    at a tenth of production's backoff, so that a dead letter arises in seconds."""
+    at a tenth of production's backoff, so that a dead letter arises in seconds. One for the
+    session: every module of pages that needs a stack shares it (its start is most of their
+    time)."""
     running = start_stack(emulator_session, tmp_path_factory.mktemp("inspector"),
                           agents="tests.browser.agents:catalog", max_delivery_attempts=5,
                           push_time_scale=0.1)

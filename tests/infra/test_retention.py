@@ -10,6 +10,7 @@ from ackloop.config.settings import Settings
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import ReceivedEvent, RunLimits, RunRecord
+from ackloop.evals.results import CaseResult, EvalReport
 from ackloop.store import EXPIRE_AT, AgentStore, Retention
 from ackloop.store.deltas import DeltaWriter, delta_expiry, deltas_collection
 from ackloop.store.transcript import append_writes
@@ -35,6 +36,8 @@ async def _write_every_kind(store: AgentStore) -> None:
     await deltas.close()
     await store.waits.receive_event("r", "signed",
                                     ReceivedEvent(payload={"ok": True}, by="o", at=1.0))
+    await store.evals.put_report(EvalReport(eval_id="e", name="n", cases=[CaseResult(name="c")]),
+                                 "o", now=1.0)
 
 
 def collection_groups_the_store_writes() -> dict[str, bool]:
@@ -60,7 +63,8 @@ def test_every_collection_group_the_store_writes_has_a_ttl_policy(
     assert set(written) >= {"${var.collection_prefix}runs", "steps",
                             "${var.collection_prefix}conversations", "transcript",
                             "${var.collection_prefix}poison",
-                            "${var.collection_prefix}dead_letters", "deltas", "events"}, written
+                            "${var.collection_prefix}dead_letters", "deltas", "events",
+                            "${var.collection_prefix}evals", "cases"}, written
     # Runs carry expire_at once they end; every other kind from its first write.
     assert all(has for group, has in written.items() if not group.endswith("runs")), written
 

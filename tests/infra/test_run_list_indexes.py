@@ -58,3 +58,14 @@ def test_every_runs_list_filter_has_an_index_newest_first(terraform: TerraformCo
             assert needed in declared, f"no composite index for runs where {name} == ?"
     # One index per filter, none left over.
     assert set(terraform.locals["run_list_filters"].values()) == fields
+
+
+def test_the_list_of_an_owners_evals_has_its_index(terraform: TerraformConfig) -> None:
+    """``GET /evals`` (``store.evals.list_reports``): an owner's reports, the latest started
+    first, on an index of its own."""
+    db = QueryLog()
+    store = AgentStore(cast(Any, db), PREFIX)
+    asyncio.run(store.evals.list_reports("bearer", 10, before=12.5))
+    assert db.queries == [(f"{PREFIX}evals", ("owner",), "started_at")]
+    assert ("${var.collection_prefix}evals", (("owner", "ASCENDING"), ("started_at", "DESCENDING"))
+            ) in _declared_indexes(terraform)

@@ -47,7 +47,7 @@ def test_the_runtime_wheel_has_no_development_tools(tmp_path: Path) -> None:
     for module in ("ackloop/engine/model_step.py", "ackloop/hosting/localstack.py",
                    "ackloop/hosting/delivery.py", "ackloop/delivery.json",
                    "ackloop/api/ui_assets/index.html", "ackloop/api/ui_assets/app.js",
-                   "ackloop/api/ui_assets/style.css"):
+                   "ackloop/api/ui_assets/evals.js", "ackloop/api/ui_assets/style.css"):
         assert module in names
     assert [n for n in names if any(part in n for part in DEV_ONLY)] == []
     (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]

@@ -5,8 +5,9 @@ request id (the ``Idempotency-Key`` header, or ``request_id`` in the body) and i
 is published; the step functions do the rest. Reads come from the run's Firestore documents.
 
 Routes: the runs API (:mod:`ackloop.api.runs`), the Agent Runtime contract
-(:mod:`ackloop.api.agent_runtime`), what the run inspector reads (:mod:`ackloop.api.inspector`)
-and its page at ``/ui`` (:mod:`ackloop.api.ui`), ``/healthz``, and the OpenAPI document at
+(:mod:`ackloop.api.agent_runtime`), what the run inspector reads (:mod:`ackloop.api.inspector`),
+the eval reports it shows (:mod:`ackloop.api.evals`) and its page at ``/ui``
+(:mod:`ackloop.api.ui`), ``/healthz``, and the OpenAPI document at
 ``/openapi.json`` (generated from these routes and models, so it cannot drift).
 """
 
@@ -20,6 +21,7 @@ from ackloop.api import (
     agent_runtime,
     approvals,
     errors,
+    evals,
     files,
     inspector,
     run_events,
@@ -42,7 +44,8 @@ Start a run with `POST /runs`, follow it with `GET /runs/{run_id}/events` (ndjso
 Server-Sent Events, resumable), read it with `GET /runs/{run_id}`, stop it with
 `POST /runs/{run_id}/cancel`, decide a tool call that waits for a person with
 `POST /runs/{run_id}/approvals/{step}`, send a run the event one of its calls waits for with
-`POST /runs/{run_id}/events/{name}`. `POST /api/reasoning_engine` and
+`POST /runs/{run_id}/events/{name}`; keep an eval's report with `PUT /evals/{eval_id}`.
+`POST /api/reasoning_engine` and
 `POST /api/stream_reasoning_engine` implement the Vertex AI Agent Engine container contract.
 Every error answers `{"error": message, "code": code}`, with `fields` for invalid input."""
 
@@ -92,12 +95,15 @@ def create_app(
     app.state.streams = StreamSlots(settings.api_stream_max_open)
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes,
-                       larger=dict.fromkeys(FILE_ROUTES, files_body_limit(settings)))
+                       larger=dict.fromkeys(FILE_ROUTES, files_body_limit(settings)),
+                       larger_puts={evals.EVALS_PREFIX: (evals.MAX_REPORT_BYTES,
+                                                         evals.REPORT_TOO_LARGE)})
     app.add_middleware(ReadDeadline, seconds=settings.api_request_read_seconds)
     # Outside the read deadline: a body waiting for its slot is not being read yet.
     app.add_middleware(LargeBodyGate, paths=FILE_ROUTES, small_bytes=settings.api_max_body_bytes,
                        slots=settings.api_files_concurrency,
-                       wait_seconds=settings.api_files_wait_seconds)
+                       wait_seconds=settings.api_files_wait_seconds,
+                       put_prefixes=(evals.EVALS_PREFIX,))
     app.add_middleware(TraceHeaders)
     app.include_router(runs.router, dependencies=guarded)
     app.include_router(approvals.router, dependencies=guarded)
@@ -106,6 +112,7 @@ def create_app(
     app.include_router(agent_runtime.router, dependencies=guarded)
     app.include_router(inspector.router, dependencies=guarded)
     app.include_router(files.router, dependencies=guarded)
+    app.include_router(evals.router, dependencies=guarded)
     app.include_router(ui.router)  # the page holds no data: it asks for the token
 
     @app.get("/healthz", include_in_schema=False)

@@ -24,21 +24,32 @@ class BodyLimit:
     """ASGI middleware: 413 for a body over ``max_bytes``, declared or streamed (chunked).
 
     ``larger``: routes (``POST`` to an exact path) allowed a larger body, each with the limit
-    and what its 413 adds (the routes that take a query's files inline)."""
+    and what its 413 adds (the routes that take a query's files inline). ``larger_puts``: the
+    same for a ``PUT`` to any path under a prefix (an eval's report, ``/evals/``)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int,
-                 larger: dict[str, tuple[int, str]] | None = None) -> None:
+                 larger: dict[str, tuple[int, str]] | None = None,
+                 larger_puts: dict[str, tuple[int, str]] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.larger = larger or {}
+        self.larger_puts = larger_puts or {}
+
+    def _limit(self, scope: Scope) -> tuple[int, str]:
+        path = scope.get("path") or ""
+        if scope.get("method") == "POST" and path in self.larger:
+            return self.larger[path]
+        if scope.get("method") == "PUT":
+            for prefix, limit in self.larger_puts.items():
+                if path.startswith(prefix):
+                    return limit
+        return self.max_bytes, ""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        max_bytes, hint = self.max_bytes, ""
-        if scope.get("method") == "POST" and scope.get("path") in self.larger:
-            max_bytes, hint = self.larger[scope["path"]]
+        max_bytes, hint = self._limit(scope)
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if declared is not None:
@@ -120,26 +131,33 @@ class ReadDeadline:
 
 
 class LargeBodyGate:
-    """ASGI middleware: at most ``slots`` large bodies (a ``POST`` to one of ``paths`` whose
-    declared body is over ``small_bytes``, or not declared) are read and handled at once. A
-    query carrying the largest files holds its body several times over while it is decoded and
-    stored (about 100 MiB for 14 MiB of files), so a burst of them would take the instance past
+    """ASGI middleware: at most ``slots`` large bodies (a ``POST`` to one of ``paths``, or a
+    ``PUT`` under one of ``put_prefixes``, whose declared body is over ``small_bytes``, or not
+    declared) are read and handled at once. A query carrying the largest files holds its body
+    several times over while it is decoded and stored (about 100 MiB for 14 MiB of files), and
+    so does an eval's report while it is parsed, so a burst of them would take the instance past
     its memory. Another waits for a slot, its body unread, up to ``wait_seconds``, then is
     answered 503 with ``Retry-After`` (nothing was read, stored or created: the same request
     may be sent again). Small requests never wait."""
 
     def __init__(self, app: ASGIApp, paths: tuple[str, ...], small_bytes: int, slots: int,
-                 wait_seconds: float) -> None:
+                 wait_seconds: float, put_prefixes: tuple[str, ...] = ()) -> None:
         self.app = app
         self.paths = frozenset(paths)
+        self.put_prefixes = put_prefixes
         self.small_bytes = small_bytes
         self.slots = slots
         self.wait_seconds = wait_seconds
         self.semaphore = asyncio.Semaphore(slots)
 
+    def _gated(self, scope: Scope) -> bool:
+        path = scope.get("path") or ""
+        if scope.get("method") == "PUT":
+            return path.startswith(self.put_prefixes) if self.put_prefixes else False
+        return scope.get("method") == "POST" and path in self.paths
+
     def _large(self, scope: Scope) -> bool:
-        if scope["type"] != "http" or scope.get("method") != "POST" or (
-                scope.get("path") not in self.paths):
+        if scope["type"] != "http" or not self._gated(scope):
             return False
         declared = dict(scope.get("headers") or []).get(b"content-length")
         try:
@@ -156,8 +174,9 @@ class LargeBodyGate:
         except TimeoutError:
             retry = max(1, round(self.wait_seconds))
             await _answer(send, 503, {
-                "error": f"{self.slots} queries with large files are being received by this "
-                f"instance; send this one again in {retry} s", "code": "busy"},
+                "error": f"{self.slots} large requests (queries with files, eval reports) are "
+                f"being received by this instance; send this one again in {retry} s",
+                "code": "busy"},
                 headers=[(b"retry-after", str(retry).encode())])
             return
         try:

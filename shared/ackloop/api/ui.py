@@ -22,6 +22,7 @@ from ackloop.api.errors import ApiError
 CONTENT_TYPES = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
+    "evals.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
 }
 SECURITY_HEADERS = {

@@ -10,14 +10,15 @@ ground they all stand on; no room is built on another):
 - :mod:`~ackloop.store.transcript`: the transcript's chunks, appends and compactions;
 - :mod:`~ackloop.store.waits`: waiting steps, decisions, received events, the sweeper's clock;
 - :mod:`~ackloop.store.letters`: poison, dead letters and their redrive;
+- :mod:`~ackloop.store.evals`: eval reports (``ackloop eval``), a head and pages of cases;
 - :mod:`~ackloop.store.base`: the ground: paths, retention and the values they all pass;
 - :mod:`~ackloop.store.commit`: what a step's commit is made of, and the engine's part in it.
 
 :class:`AgentStore` is the narrow port the engine holds: the rooms as attributes
 (``store.runs.get_run(...)``, ``store.steps.commit_step(...)``, ``store.transcript``,
-``store.waits``, ``store.letters``) and the ground's paths. A commit that crosses rooms (a
-step's commit that appends to the transcript and ends the run) is written by the room that
-owns it, with the write builders of the others' modules.
+``store.waits``, ``store.letters``, ``store.evals``) and the ground's paths. A commit that
+crosses rooms (a step's commit that appends to the transcript and ends the run) is written by
+the room that owns it, with the write builders of the others' modules.
 
 The store is a pure writer: it builds no message, prices nothing and masks nothing; the engine
 hands it all of that (:data:`Composer`), and it writes it with its preconditions.
@@ -47,6 +48,7 @@ from ackloop.store.commit import (
     RunRead,
     StepPlan,
 )
+from ackloop.store.evals import EvalHead, Evals
 from ackloop.store.letters import DEAD_LETTER_PAGE, Letters
 from ackloop.store.runs import CREATE_RUN_ATTEMPTS, MAX_QUEUED_RUNS, EndWrites, Runs
 from ackloop.store.steps import Steps
@@ -63,7 +65,8 @@ __all__ = ["CHUNK_BYTES", "CREATE_RUN_ATTEMPTS", "DAY_SECONDS", "DEAD_LETTER_PAG
            "LAST_DOCUMENT_ID", "MAX_QUEUED_RUNS", "MAX_RECEIVED_EVENTS", "VIEW_PAGE",
            "AgentStore", "Basis", "Claim", "ClaimState", "Committed", "Composed", "Composer",
            "Decision",
-           "DecisionRefused", "DocumentCounters", "EndWrites", "Letters", "ModelStepInputs",
+           "DecisionRefused", "DocumentCounters", "EndWrites", "EvalHead", "Evals", "Letters",
+           "ModelStepInputs",
            "Retention", "RunEnd", "RunRead", "Runs", "StepPlan", "Steps", "StoreBase",
            "Transcript", "Transcripts", "Waits", "delivery_counters", "payload_digest",
            "pointer_range"]
@@ -71,9 +74,9 @@ __all__ = ["CHUNK_BYTES", "CREATE_RUN_ATTEMPTS", "DAY_SECONDS", "DEAD_LETTER_PAG
 
 class AgentStore(StoreBase):
     """The store's port: its rooms over one database, each an attribute (:attr:`runs`,
-    :attr:`steps`, :attr:`transcript`, :attr:`waits`, :attr:`letters`), and the ground's paths
-    and counters. Callers name the room they use; a wrapper (the fault points of the tests)
-    replaces one room, never the port."""
+    :attr:`steps`, :attr:`transcript`, :attr:`waits`, :attr:`letters`, :attr:`evals`), and the
+    ground's paths and counters. Callers name the room they use; a wrapper (the fault points of
+    the tests) replaces one room, never the port."""
 
     def __init__(self, db: DocumentDB, collection_prefix: str = "",
                  retention: Retention | None = None) -> None:
@@ -83,3 +86,4 @@ class AgentStore(StoreBase):
         self.transcript = Transcripts(db, collection_prefix, retention)
         self.waits = Waits(db, collection_prefix, retention)
         self.letters = Letters(db, collection_prefix, retention)
+        self.evals = Evals(db, collection_prefix, retention)

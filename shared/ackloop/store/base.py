@@ -9,6 +9,7 @@ masked (:func:`ackloop.engine.ending.run_end`), its messages and its cost alread
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
@@ -54,7 +55,8 @@ class Retention:
       continued until that run expires, and its chunks go at most a day and the longest run
       after that;
     * an event's payload (``runs/{run_id}/events/{name}``): :meth:`live` from its arrival;
-    * poison and dead letters: ``seconds`` after they were recorded.
+    * poison and dead letters: ``seconds`` after they were recorded;
+    * an eval's report (its head and its pages of cases): ``seconds`` after it was stored.
     """
 
     seconds: float
@@ -168,6 +170,7 @@ class StoreBase:
         self._conversations = f"{collection_prefix}conversations"
         self._poison = f"{collection_prefix}poison"
         self._dead_letters = f"{collection_prefix}dead_letters"
+        self._evals = f"{collection_prefix}evals"
 
     @property
     def counters(self) -> DocumentCounters | None:
@@ -206,6 +209,16 @@ class StoreBase:
 
     def chunk_path(self, conversation_id: str, index: int) -> str:
         return f"{self.transcript_collection(conversation_id)}/{index:05d}"
+
+    def eval_path(self, eval_id: str, owner: str) -> str:
+        """An eval report's head: its id is the owner's and the eval id's hash, so any eval id
+        names a document, and the same eval id from two callers names two."""
+        scoped = f"{owner}\n{eval_id}".encode("utf-8", "surrogatepass")
+        return f"{self._evals}/ev-{hashlib.sha256(scoped).hexdigest()[:32]}"
+
+    def eval_page_path(self, eval_id: str, owner: str, page: int) -> str:
+        """A page of an eval report's cases (``cases/00000``, ``00001``, ...)."""
+        return f"{self.eval_path(eval_id, owner)}/cases/{page:05d}"
 
     async def _raise_conflict(self, claim: Claim, exc: Exception) -> NoReturn:
         """Tell a lost lease from a stale read after a commit was refused."""

@@ -5,8 +5,11 @@
 //                    sub-agents' calls started, each under its step), transcript; a child
 //                    run links to its parent
 //   #/dead-letters   dead letters (with redrive) and poison, for operators
+//   #/evals, #/evals/<eval_id>   eval reports and one eval's cases (evals.js)
 // Everything is read with fetch so the bearer token (kept in sessionStorage) goes with it;
 // data is put in the page as text, never as HTML.
+
+import { evalListView, evalView } from "./evals.js";
 
 const LIST_REFRESH_MS = 3000;
 const RUN_REFRESH_MS = 1000;
@@ -815,17 +818,27 @@ function letterRow(letter, outcomes, refresh) {
 
 // -- routing ---------------------------------------------------------------------------------
 
+// What the eval pages (evals.js) use of this module.
+const ui = { h, api, attempt, every, reconcile, main, when, secs, dollars, plural };
+
 function route() {
   stopView();
   say("");
   const hash = location.hash || "#/";
   const run = hash.match(/^#\/runs\/(.+)$/);
+  const evaluation = hash.match(/^#\/evals\/(.+)$/);
   if (run) stopView = runView(decodeURIComponent(run[1]));
+  else if (evaluation) stopView = evalView(ui, decodeURIComponent(evaluation[1]));
+  else if (hash === "#/evals") stopView = evalListView(ui);
   else if (hash === "#/dead-letters") stopView = deadLettersView();
   else stopView = runListView();
   for (const link of document.querySelectorAll("nav a")) {
-    if (link.getAttribute("href") === hash) link.setAttribute("aria-current", "page");
-    else link.removeAttribute("aria-current");
+    const href = link.getAttribute("href");
+    if (href === hash || (href !== "#/" && hash.startsWith(`${href}/`))) {
+      link.setAttribute("aria-current", "page");
+    } else {
+      link.removeAttribute("aria-current");
+    }
   }
 }
 
