@@ -178,7 +178,7 @@ async def _target(options: Options, http: Any) -> tuple[Any, Any]:
     async def keep(report: Any) -> None:
         await deps.store.evals.put_report(report, owner=LOCAL_OWNER)
 
-    return StoreTarget(deps=deps, label=label, inspector=where), keep
+    return StoreTarget(deps=deps, label=label, inspector=where, counters=db.counters), keep
 
 
 def _stack_settings(directory: Path) -> None:

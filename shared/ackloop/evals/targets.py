@@ -65,6 +65,9 @@ class StoreTarget:
     inspector: str | None = None
     """The API's base URL, for each case's link to the inspector."""
     poll_seconds: float = POLL_SECONDS
+    counters: Any = None
+    """The store's read and write counters, when its database counts them
+    (:class:`~ackloop.docdb.counting.CountingDocumentDB`'s ``counters``)."""
     published_bytes: int = 0
 
     async def start(self, query: QueryMessage) -> str:
@@ -78,9 +81,9 @@ class StoreTarget:
 
     def spent(self) -> Spend:
         """What the eval's own reads, writes and messages came to here (not its runs'): the
-        documents it read to follow its runs, the queries it published. Counted when the
-        store's database counts (:class:`~ackloop.docdb.counting.CountingDocumentDB`)."""
-        counters = getattr(self.deps.store.db, "counters", None)
+        documents it read to follow its runs, the queries it published; reads and writes
+        when the target was given ``counters``."""
+        counters = self.counters
         return Spend(firestore_reads=getattr(counters, "docs_read", 0),
                      firestore_writes=getattr(counters, "docs_written", 0),
                      pubsub_bytes=self.published_bytes, requests=0)
