@@ -10,6 +10,7 @@ from ackloop.evals.facts import Call
 from ackloop.evals.matchers import (
     ExpectedCall,
     Mode,
+    answer_diff,
     check_matcher,
     match_trajectory,
     matches,
@@ -133,3 +134,18 @@ def test_text_diff_is_bounded() -> None:
     lines = text_diff("\n".join(map(str, range(100))), "\n".join(map(str, range(1, 101))),
                       width=5)
     assert len(lines) == 6 and lines[-1].startswith("… ")
+
+
+@pytest.mark.parametrize(("expected", "actual", "says"), [
+    ("No alerts.", "I can't answer that.",
+     ["expected 'No alerts.', answered \"I can't answer that.\""]),
+    ("a\nb\nc", "a\nB\nc", ["the answer differs from the expected:", "-b", "+B"]),
+    ({"state": "TX"}, {"state": "OK"}, ['expected {"state": "TX"}, answered {"state": "OK"}']),
+    (None, "x", ['expected null, answered "x"']),
+    ("x" * 300, 1, ["…, answered 1"]),
+])
+def test_answer_diff_says_how_the_answer_differs(expected: Any, actual: Any,
+                                                 says: list[str]) -> None:
+    text = answer_diff(expected, actual)
+    for part in says:
+        assert part in text.splitlines() or part in text, (part, text)

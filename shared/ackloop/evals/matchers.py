@@ -253,3 +253,19 @@ def text_diff(expected: str, actual: str, *, width: int = 20) -> list[str]:
     diff = list(difflib.unified_diff(expected.splitlines(), actual.splitlines(),
                                      "expected", "answer", lineterm="", n=1))
     return diff[:width] + ([f"… {len(diff) - width} more line(s)"] if len(diff) > width else [])
+
+
+def answer_diff(expected: Any, actual: Any, *, width: int = 20) -> str:
+    """Why an answer is not the expected one, for a check that compared them and gave no
+    reason: a line diff of two texts, else both values."""
+    if isinstance(expected, str) and isinstance(actual, str):
+        if "\n" not in expected and "\n" not in actual:
+            return f"expected {expected!r}, answered {actual!r}"
+        return "the answer differs from the expected:\n" + "\n".join(
+            text_diff(expected, actual, width=width))
+    return f"expected {_short(expected)}, answered {_short(actual)}"
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -29,6 +29,7 @@ from ackloop.evals.cassette import Cassette, CassetteModel, CassetteToolbox
 from ackloop.evals.checks import Status
 from ackloop.evals.facts import RunFacts, run_facts
 from ackloop.evals.judge import JUDGE_SPEND
+from ackloop.evals.matchers import answer_diff
 from ackloop.evals.results import (
     CaseResult,
     CheckResult,
@@ -209,7 +210,8 @@ def _name(name: str, repeat: int) -> tuple[str, int]:
 
 
 def _case_result(case: ReportCase[Any, Any, Any], repeat: int) -> CaseResult:
-    checks = [CheckResult(name=n, kind="assertion", value=bool(r.value), reason=r.reason)
+    checks = [CheckResult(name=n, kind="assertion", value=bool(r.value),
+                          reason=_reason(n, bool(r.value), r.reason, case))
               for n, r in case.assertions.items()]
     checks += [CheckResult(name=n, kind="score", value=float(r.value), reason=r.reason)
                for n, r in case.scores.items()]
@@ -231,6 +233,15 @@ def _case_result(case: ReportCase[Any, Any, Any], repeat: int) -> CaseResult:
         tool_calls=int(run.get("tool_calls", 0)),
         wall_seconds=float(run.get("wall_seconds", 0.0)),
         replay=bool(case.attributes.get("replay")))
+
+
+def _reason(name: str, passed: bool, reason: str | None,
+            case: ReportCase[Any, Any, Any]) -> str | None:
+    """A check's reason; for a failed comparison with the expected answer that gave none
+    (``EqualsExpected``), how the answer differs from it."""
+    if passed or reason is not None or not name.startswith("EqualsExpected"):
+        return reason
+    return answer_diff(case.expected_output, case.output)
 
 
 def _label(call: dict[str, Any]) -> str:
