@@ -137,6 +137,12 @@ async def test_a_function_killed_during_an_eval_the_eval_completes_counting_each
     for run in runs:
         steps = await store.steps.list_steps(run.run_id)
         assert [s.key for s in steps] == ["0000-model", "0000-tool-000", "0001-model"], steps
+    # Each case's two model calls counted once; at the model server, a call in flight when its
+    # process died may have been made again (its answer was lost with it), no more.
+    assert report.summary.model_calls == 20
+    served = running.model_stats()["requests"]
+    print(f"model calls recorded {report.summary.model_calls}, served by the model {served}")
+    assert 20 <= served <= 20 + len(cases), served
 
 
 def test_the_dataset_fixture_is_valid_yaml(tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ def _answer(case: CaseResult) -> str:
     value = case.answer
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = (text or "").replace("\n", " ")
+    if not text.strip():
+        return "(no answer)"
     return text if len(text) <= ANSWER_CHARS else text[:ANSWER_CHARS] + "…"
 
 
