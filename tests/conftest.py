@@ -40,8 +40,13 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"emulator tier: ON (Pub/Sub emulator: {where})"
 
 
+_SELECTED = [0]
+"""How many emulator tests this session selected: none, and the summary says nothing of them."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _quick_chaos_around_the_suite(items)
+    _SELECTED[0] = sum("emulator" in item.keywords for item in items)
     if not _MISSING:
         return
     skip = pytest.mark.skip(reason=f"emulator tests SKIPPED: {_MISSING}")
@@ -62,13 +67,16 @@ def _quick_chaos_around_the_suite(items: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    if not _SELECTED[0]:
+        return
     if _MISSING:
         line = f"emulator tests SKIPPED: {_MISSING}"
         terminalreporter.write_sep("!", "EMULATOR TIER DID NOT RUN", red=True, bold=True)
         terminalreporter.write_line(line, red=True, bold=True)
     else:
-        where = os.environ.get("PUBSUB_EMULATOR_HOST", "?")
-        terminalreporter.write_line(f"emulator tier ran (Pub/Sub emulator at {where})")
+        where = os.environ.get("PUBSUB_EMULATOR_HOST") or "started by the test session"
+        terminalreporter.write_line(f"emulator tier ran: {_SELECTED[0]} emulator test(s) "
+                                    f"selected (Pub/Sub emulator: {where})")
 
 
 @pytest.fixture(scope="session")

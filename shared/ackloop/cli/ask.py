@@ -11,7 +11,6 @@ run holds no process while it waits (``ackloop runs follow`` goes on).
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import uuid
 from pathlib import Path
@@ -33,8 +32,9 @@ from ackloop.cli.follow import (
 )
 from ackloop.cli.target import DIRECTORY, Target, connect
 from ackloop.domain.keys import is_run_id, run_id_for_request
-from ackloop.domain.wire import FileData, FilePart, InlineData, QueryMessage, RunOptions
+from ackloop.domain.wire import FilePart, QueryMessage, RunOptions
 from ackloop.files import FileLimits, FileRefused, check_query_files
+from ackloop.files import local as local_files
 
 WAITING_EXIT = 2
 """ask's exit code when the run waits for a decision."""
@@ -95,36 +95,26 @@ def ask(
         raise typer.Exit(WAITING_EXIT if followed.waiting else 1)
 
 
-_TYPES = {".pdf": "application/pdf", ".png": "image/png", ".jpg": "image/jpeg",
-          ".jpeg": "image/jpeg", ".webp": "image/webp", ".gif": "image/gif",
-          ".wav": "audio/wav", ".mp3": "audio/mp3", ".aac": "audio/aac", ".ogg": "audio/ogg",
-          ".flac": "audio/flac", ".aiff": "audio/aiff", ".aif": "audio/aiff"}
-"""A file's type from its extension (the types a query's file may have)."""
-
 PUBSUB_MAX_MESSAGE_BYTES = 10_000_000
 """Pub/Sub's largest message: a query's inline files travel in it, base64."""
 
 
 def mime_type_of(name: str) -> str:
     """The MIME type of a file named ``name``, from its extension."""
-    suffix = Path(name.split("?", 1)[0]).suffix.lower()
-    if suffix not in _TYPES:
-        raise CliError(f"{name}: cannot tell its type from the extension {suffix or '(none)'!r}"
-                       f"; known: {', '.join(sorted(_TYPES))}")
-    return _TYPES[suffix]
+    try:
+        return local_files.mime_type_of(name)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def file_part(spec: str) -> FilePart:
     """``--file``: a gs:// or https:// URI as given, else a local file's bytes inline."""
-    if spec.startswith(("gs://", "https://", "http://")):
-        return FilePart(file_data=FileData(file_uri=spec, mime_type=mime_type_of(spec)))
-    path = Path(spec)
     try:
-        data = path.read_bytes()
+        return local_files.file_part(spec)
     except OSError as exc:
         raise CliError(f"--file {spec}: {exc.strerror or exc}") from exc
-    return FilePart(inline_data=InlineData(mime_type=mime_type_of(spec), display_name=path.name,
-                                           data=base64.b64encode(data).decode("ascii")))
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def _check_files(query: QueryMessage, target: Target) -> None:

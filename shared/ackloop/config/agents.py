@@ -113,7 +113,11 @@ class Agent:
         """This agent as a tool another agent calls: each call is a durable child run of this
         agent, asked the call's ``question`` (:mod:`ackloop.engine.children`). The budgets cap
         the child's (never more than its share of what the calling run has left:
-        :func:`ackloop.engine.children.left`)."""
+        :func:`ackloop.engine.children.left`). The tool is named ``ask_<agent>`` (each
+        character of the agent's name that a function name cannot hold becomes ``_``:
+        ``Agent("sales-team")`` gives ``ask_sales_team``) unless ``name`` says otherwise. The
+        catalog that holds the caller must hold this agent too (:class:`AgentRegistry` refuses
+        it otherwise); ``AgentTester`` and ``run_agent`` register it themselves."""
         from ackloop.tools.definition import SubAgent, Tool
 
         class Question(BaseModel):
@@ -126,13 +130,16 @@ class Agent:
                                         f"its instructions begin: {self.instructions[:200]}"),
             args_model=Question, call=_run_by_the_engine, arg_name=None, retry_safe=False,
             sub_agent=SubAgent(self.name, max_steps, max_seconds, max_tool_calls, max_tokens),
+            target=self,
         )
 
     def as_handoff(self, description: str | None = None, *, name: str | None = None) -> Tool:
         """A tool that hands the conversation over to this agent: the run's next turn is this
         agent's (its instructions and tools, the whole conversation so far), and so are the
         conversation's later runs, until an agent hands it on again (recorded on the tool
-        step, the model step, the run and the conversation)."""
+        step, the model step, the run and the conversation). The tool is named
+        ``transfer_to_<agent>`` (``transfer_to_sales_team`` for ``Agent("sales-team")``) unless
+        ``name`` says otherwise; the catalog must hold this agent too, as for :meth:`as_tool`."""
         from ackloop.tools.definition import Tool
 
         class Note(BaseModel):
@@ -143,8 +150,20 @@ class Agent:
             description=description or (f"Hand the conversation over to agent {self.name!r}, "
                                         f"who continues it; its instructions begin: "
                                         f"{self.instructions[:200]}"),
-            args_model=Note, call=_run_by_the_engine, handoff=self.name,
+            args_model=Note, call=_run_by_the_engine, handoff=self.name, target=self,
         )
+
+    def reaches(self) -> list[tuple[str, str, Agent | None]]:
+        """The agents this one's own tools reach, as (tool, agent's name, the agent when the
+        tool was made by ``as_tool`` or ``as_handoff``): its sub-agents and hand-off targets.
+        Tools of a toolbox known only once prepared (an MCP server's) reach none."""
+        found = []
+        for tool in _local_tools(self.tools):
+            name = tool.sub_agent.agent if tool.sub_agent is not None else tool.handoff
+            if name is not None:
+                target = tool.target if isinstance(tool.target, Agent) else None
+                found.append((tool.name, name, target))
+        return found
 
     def _tool_name(self, prefix: str) -> str:
         """``prefix`` and this agent's name, as a function name Gemini accepts."""
@@ -158,6 +177,33 @@ async def _run_by_the_engine(args: BaseModel, context: object) -> None:
     """The ``call`` of a sub-agent's or a hand-off's tool: the engine runs such a call itself
     (:mod:`ackloop.engine.children`, the tool step), never through its tool."""
     raise RuntimeError("a sub-agent's or a hand-off's call is run by the engine, not its tool")
+
+
+def _local_tools(box: Toolbox) -> Iterator[Tool]:
+    """The tools of ``box`` known before it is prepared: a ToolSet's, and those of the
+    ToolSets in a CombinedToolbox."""
+    from ackloop.tools.combined import CombinedToolbox
+    from ackloop.tools.toolset import ToolSet
+
+    if isinstance(box, ToolSet):
+        yield from box
+    elif isinstance(box, CombinedToolbox):
+        for part in box.parts:
+            yield from _local_tools(part)
+
+
+def with_reached(agents: Iterable[Agent]) -> list[Agent]:
+    """``agents`` and every agent their sub-agent and hand-off tools reach, transitively (an
+    agent named twice is the first one met): what a test of one agent needs registered."""
+    found: dict[str, Agent] = {}
+    pending = list(agents)
+    while pending:
+        agent = pending.pop(0)
+        if agent.name in found:
+            continue
+        found[agent.name] = agent
+        pending += [target for _, _, target in agent.reaches() if target is not None]
+    return list(found.values())
 
 
 def _toolbox(agent: str, tools: Sequence[Tool | Toolbox] | Toolbox) -> Toolbox:
@@ -214,6 +260,10 @@ class InternalAgent(PermanentError):
         )
 
 
+class MissingAgent(ValueError):
+    """A catalog whose sub-agent or hand-off tool names an agent it does not hold."""
+
+
 class AgentRegistry:
     """The deployment's agents by name; ``"default"`` falls back to the first one given."""
 
@@ -221,6 +271,18 @@ class AgentRegistry:
         self._agents: dict[str, Agent] = {}
         for agent in agents:
             self.add(agent)
+        self.check_reached()
+
+    def check_reached(self) -> None:
+        """Refuse a catalog whose sub-agent or hand-off tool names an agent it does not hold
+        (the model would read "no agent …" and the run end as if all were well)."""
+        for agent in self._agents.values():
+            for tool, name, _ in agent.reaches():
+                if name not in self:
+                    raise MissingAgent(
+                        f"agent {agent.name!r}: its tool {tool!r} reaches agent {name!r}, which "
+                        f"the catalog does not hold: add {name!r} to the catalog (it has "
+                        f"{sorted(self._agents)})")
 
     def add(self, agent: Agent) -> None:
         if agent.name in self._agents:

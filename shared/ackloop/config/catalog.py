@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from ackloop.config.agents import Agent
+from ackloop.config.agents import Agent, AgentRegistry, MissingAgent
 from ackloop.config.settings import Settings
 
 ENTRY_POINT_GROUP = "ackloop.agents"
@@ -126,6 +126,10 @@ def _checked(source: str, agents: list[Agent]) -> list[Agent]:
         if agent.name in seen:
             raise CatalogError(f"{source}: two agents are named {agent.name!r}")
         seen.add(agent.name)
+    try:
+        AgentRegistry(agents)  # a sub-agent or hand-off tool must reach an agent it holds
+    except MissingAgent as exc:
+        raise CatalogError(f"{source}: {exc}") from exc
     return agents
 
 

@@ -213,7 +213,7 @@ class HttpTarget:
 
 def query_of(inputs: EvalInputs, text: str, request_id: str, conversation: str | None
              ) -> QueryMessage:
-    from ackloop.cli.ask import file_part
+    from ackloop.files.local import file_part
 
     options = RunOptions(**inputs.options.model_dump())
     files: list[FilePart] = [file_part(f) for f in inputs.files] if text == inputs.question else []

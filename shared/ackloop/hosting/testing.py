@@ -15,12 +15,13 @@ import copy
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.config.agents import Agent, AgentRegistry, with_reached
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
@@ -28,8 +29,9 @@ from ackloop.domain.clock import SystemClock
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunRecord, StepRecord
-from ackloop.domain.wire import QueryMessage, RunOptions, RunOutcome
+from ackloop.domain.wire import FilePart, QueryMessage, RunOptions, RunOutcome
 from ackloop.engine.deps import Deps
+from ackloop.files.local import file_part
 from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.agent_scripts import CatalogScript
 from ackloop.model.base import ModelClient
@@ -109,7 +111,8 @@ class AgentTester:
         catalog = [agents] if isinstance(agents, Agent) else list(agents)
         if not catalog:
             raise ValueError("AgentTester needs at least one agent")
-        self.agents = AgentRegistry(catalog)
+        # The sub-agents and hand-off targets the agents' tools name are registered with them.
+        self.agents = AgentRegistry(with_reached(catalog))
         self.model: ModelClient = _model(model, self.agents)
         publisher = MemoryPublisher()
         self.deps = Deps(
@@ -130,15 +133,21 @@ class AgentTester:
         agent: str = "default",
         conversation_id: str | None = None,
         options: RunOptions | None = None,
+        files: Sequence[str | Path | FilePart] = (),
         max_deliveries: int = 2000,
     ) -> AgentResult:
-        """Ask ``agent`` (default: the first agent) and run the loop until nothing is left."""
+        """Ask ``agent`` (default: the first agent) and run the loop until nothing is left.
+        ``files`` go with the question, as ``ackloop ask --file`` sends them: a local path
+        (its bytes inline, its type from its extension), a ``gs://`` or ``https://`` URI, or a
+        :class:`~ackloop.domain.wire.FilePart`; they are checked and stored as a deployment
+        does (a refused one raises ``ValueError`` with the reason)."""
         # An unknown or internal name fails here, with the names a query may give.
         self.agents.for_query(agent)
         request_id = f"test-{uuid.uuid4().hex}"
+        parts = [f if isinstance(f, FilePart) else file_part(f) for f in files]
         await self.loop.submit(QueryMessage(
             request_id=request_id, text=question, agent=agent, conversation_id=conversation_id,
-            options=options or RunOptions()))
+            options=options or RunOptions(), files=parts))
         await self.loop.run_until_idle(max_deliveries=max_deliveries)
         run = await self.deps.store.runs.get_run(run_id_for_request(request_id))
         if run is None:

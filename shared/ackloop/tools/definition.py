@@ -18,7 +18,7 @@ import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, overload
 
 from pydantic import BaseModel, Field, create_model
@@ -101,6 +101,9 @@ class Tool:
     """Set by ``Agent.as_handoff``: a call hands the conversation to that agent, whose
     instructions and tools the run's next turns (and the conversation's later runs) use (the
     engine runs it; ``call`` is not used)."""
+    target: object = field(default=None, compare=False, repr=False)
+    """The :class:`~ackloop.config.agents.Agent` a sub-agent's call or a hand-off reaches (set
+    by ``as_tool`` and ``as_handoff``), so that a tester can register it with its caller."""
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
