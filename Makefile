@@ -4,11 +4,16 @@ PYTHON ?= python3
 VENV ?= .venv
 Q ?= are there any weather alerts where I am?
 
-.PHONY: install install-test ask test lint checkov clean
+.DEFAULT_GOAL := help
+.PHONY: help install install-test ask test lint docs checkov clean
+
+# One line per target: the text after `## ` on its line.
+help:  ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)$$/  make \1\t\2/' | expand -t 24
 
 # What `make ask` needs: the runtime and the development tools (the local stack's sandbox and
 # fake Gemini server), without the benchmark's Temporal peer and chart.
-install: $(VENV)/.installed
+install: $(VENV)/.installed  ## the runtime and the development tools, into .venv
 
 $(VENV)/.installed: pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,32 +23,36 @@ $(VENV)/.installed: pyproject.toml devtools/pyproject.toml
 
 # What the tests and the linters need on top: pytest, ruff, mypy, the deployment checks, the MCP
 # SDK and the benchmark's extras (tests/bench runs the Temporal side).
-install-test: $(VENV)/.installed-test
+install-test: $(VENV)/.installed-test  ## adds the tests', linters' and site's extras
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(VENV)/bin/pip install -q -e '.[dev,infra,mcp,eval]' -e './devtools[bench]'
+	$(VENV)/bin/pip install -q -e '.[dev,infra,mcp,eval,docs]' -e './devtools[bench]'
 	touch $@
 
 # checkov pins packages that clash with ours: it lives in its own virtualenv.
-checkov: .venv-checkov/bin/checkov
+checkov: .venv-checkov/bin/checkov  ## checkov, in a virtualenv of its own
 
 .venv-checkov/bin/checkov:
 	$(PYTHON) -m venv .venv-checkov
 	.venv-checkov/bin/pip install -q checkov==3.3.30
 
 # Ask the agent a question end to end: emulators, functions, the question, the answer.
-ask: install
+ask: install  ## ask Q="..." end to end on the emulators
 	$(VENV)/bin/ackloop dev down >/dev/null 2>&1 || true
 	$(VENV)/bin/ackloop dev up
 	$(VENV)/bin/ackloop ask "$(Q)"; status=$$?; $(VENV)/bin/ackloop dev down; exit $$status
 
 # Every test tier: unit, contract (memory + Firestore emulator), end to end, infra checks.
-test: install-test checkov
+test: install-test checkov  ## every test tier
 	$(VENV)/bin/python -m pytest -q -ra --durations=25
 
-lint: install-test
+lint: install-test  ## ruff and strict mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-clean:
-	rm -rf $(VENV) .venv-checkov .ackloop
+# The documentation site, strict: a warning, a broken link or a missing anchor fails it.
+docs: install-test  ## the documentation site, into site/
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+clean:  ## remove the virtualenvs, the local stack's state and the site
+	rm -rf $(VENV) .venv-checkov .ackloop site

@@ -1,0 +1,1 @@
+"""An expense desk built on ackloop: the tutorial's app (docs/tutorial/)."""
