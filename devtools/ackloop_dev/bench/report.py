@@ -1,4 +1,5 @@
-"""The side-by-side table of ``ackloop bench`` (Markdown, so the README can hold it as is)."""
+"""The side-by-side table of ``ackloop bench`` (Markdown, so docs/how-to/benchmark.md can hold it
+as is)."""
 
 from __future__ import annotations
 

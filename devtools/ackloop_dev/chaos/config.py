@@ -74,7 +74,7 @@ class ChaosConfig:
     uses 1/3, not the 1/6 floor: the machine is not scaled, and at 1/6 (lease 1.67 s, a
     heartbeat due every 0.56 s) 240 runs 16 at a time on 2 CPUs saw 17 leases taken over from
     live holders whose heartbeat came late (duplicate model calls) and 12 runs stopped by their
-    50 s budget; at 1/3 none (see the README)."""
+    50 s budget; at 1/3 none (see docs/how-to/chaos.md)."""
 
     @property
     def kills(self) -> int:
