@@ -43,12 +43,15 @@ def test_the_runtime_wheel_has_no_development_tools(tmp_path: Path) -> None:
     wheel, log = _build(ROOT, ["pyproject.toml", "README.md", "LICENSE", "shared"], tmp_path)
     names = wheel.namelist()
     # The local stack's state file reader and the retry policy infra/ shares stay, and so do
-    # the run inspector's files, which the API serves at /ui.
+    # the run inspector's files, which the API serves at /ui, and `ackloop new`'s templates.
     for module in ("ackloop/engine/model_step.py", "ackloop/hosting/localstack.py",
                    "ackloop/hosting/delivery.py", "ackloop/delivery.json",
                    "ackloop/api/ui_assets/index.html", "ackloop/api/ui_assets/app.js",
                    "ackloop/api/ui_assets/evals.js", "ackloop/api/ui_assets/style.css"):
         assert module in names
+    templates = {p.relative_to(ROOT / "shared").as_posix()
+                 for p in (ROOT / "shared" / "ackloop" / "cli" / "templates").rglob("*.tmpl")}
+    assert templates and templates <= set(names), templates - set(names)
     assert [n for n in names if any(part in n for part in DEV_ONLY)] == []
     (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     text = wheel.read(metadata).decode()

@@ -14,7 +14,7 @@ from ackloop.cli.serving import FUNCTION_TARGETS, function_source, serve_target
 # serves without them; `dev`, `bench` and `chaos` come from the development tools (ackloop-dev).
 COMMANDS = {"runs": "ackloop.cli.runs:app", "ask": "ackloop.cli.ask:ask",
             "metrics": "ackloop.cli.metrics:metrics", "eval": "ackloop.cli.evals:eval_command",
-            "chat": "ackloop.cli.chat:chat"}
+            "chat": "ackloop.cli.chat:chat", "new": "ackloop.cli.new:new"}
 
 # Known conditions (no stack, no credentials, no such run) end in one line: cli/errors.py.
 app = errors.App(cls=lazy_group(COMMANDS), no_args_is_help=True, add_completion=False,
