@@ -1,21 +1,23 @@
-"""``GET /runs/{run_id}/files/{sha256}``: a file a run's tool step stored, for the run's owner
-only, and only the files its steps recorded."""
+"""``GET /runs/{run_id}/files/{sha256}``: a file a run's question carried or its tool step
+stored, for the run's owner only, and only the files the run names."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from pathlib import Path
 
 import httpx
 
 from ackloop.api.app import create_app
+from ackloop.api.files import question_files
 from ackloop.config.settings import Settings
 from ackloop.domain.keys import run_id_for_request
-from ackloop.domain.wire import QueryMessage
+from ackloop.domain.wire import FilePart, InlineData, QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.model.scripted import ScriptedModel
 from tests.api.test_auth import TOKEN
-from tests.engine.test_tool_files import IMAGE, loop_of, script
+from tests.engine.test_tool_files import IMAGE, loop_of, png, script
 
 SECRET = b"another run's secret"
 SECRET_SHA = hashlib.sha256(SECRET).hexdigest()
@@ -67,3 +69,48 @@ async def test_the_owner_gets_the_bytes_of_a_file_the_run_stored(tmp_path: Path)
                                     headers={"Authorization": f"Bearer {TOKEN}"})
     assert anonymous.status_code == 401
     assert stranger.status_code == 404 and stranger.json()["code"] == "not_found"
+
+
+PHOTO = png(20, 10)
+
+
+async def test_a_file_the_question_carried_is_served_by_the_digest_its_uri_names() -> None:
+    """The run's ``files`` names an inline file by the URI its bytes were stored under; the
+    digest in that URI is what the route serves it by (the run inspector's link), beside the
+    files its steps stored. A file the question passed by its own URI has no bytes here."""
+    loop = loop_of(ScriptedModel(script))
+    photo = FilePart(inline_data=InlineData(mime_type="image/png", display_name="photo.png",
+                                            data=base64.b64encode(PHOTO).decode()))
+    await loop.submit(QueryMessage(request_id="question-file", text="draw q3", files=[photo]))
+    await loop.run_until_idle()
+    run_id = run_id_for_request("question-file")
+    deps = loop.deps
+
+    async def engine() -> Deps:
+        return deps
+
+    run = await deps.store.runs.get_run(run_id)
+    assert run is not None
+    (part,) = run.files
+    sha = hashlib.sha256(PHOTO).hexdigest()
+    assert part["file_data"]["file_uri"].endswith(f"/files/{sha}-{len(PHOTO)}")
+    app = create_app(Settings(), deps=engine)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://api") as client:
+        listed = (await client.get(f"/runs/{run_id}")).json()["files"]
+        got = await client.get(f"/runs/{run_id}/files/{sha}")
+        tools = await client.get(f"/runs/{run_id}/files/{hashlib.sha256(IMAGE).hexdigest()}")
+    assert listed == run.files
+    assert got.status_code == 200, got.text
+    assert got.content == PHOTO and got.headers["content-type"] == "image/png"
+    assert got.headers["content-disposition"] == 'inline; filename="photo.png"'
+    assert tools.status_code == 200 and tools.content == IMAGE  # the tool's file still served
+
+    # Only the deployment's own stored files: a caller's URI (even one shaped like a stored
+    # file's name) and a part that is no file_data are skipped.
+    foreign = f"gs://someone-elses-bucket/files/{'0' * 64}-12"
+    run = run.model_copy(update={"files": [
+        {"file_data": {"file_uri": foreign, "mime_type": "image/png"}},
+        {"text": "not a file"}, *run.files]})
+    assert [(f.sha256, f.size, f.name, f.mime_type) for f in question_files(run, deps.files)] == [
+        (sha, len(PHOTO), "photo.png", "image/png")]

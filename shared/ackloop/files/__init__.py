@@ -110,6 +110,12 @@ def stored_size(uri: str) -> int | None:
     return int(match.group(2)) if match else None
 
 
+def stored_digest(uri: str) -> str | None:
+    """The SHA-256 a stored file's URI names (:func:`object_name`), None for any other URI."""
+    match = _STORED_NAME.search(uri)
+    return match.group(1) if match else None
+
+
 def stored_file(uri: str, data: bytes, mime_type: str, name: str | None) -> StoredFile:
     return StoredFile(uri=uri, mime_type=mime_type, size=len(data),
                       sha256=hashlib.sha256(data).hexdigest(), name=name)
