@@ -111,6 +111,23 @@ async def test_a_run_lists_its_children_with_their_costs_apart_and_a_child_names
     assert (leaf_view["children"], leaf_view["children_cost"]) == ([], None)
 
 
+async def test_the_list_of_runs_names_each_childs_parent() -> None:
+    """``GET /runs`` (the run inspector nests a child under its parent by it) and a
+    conversation's runs name each child's parent and the parent's step that started it."""
+    loop, runs = await finished_tree()
+    async with api_of(loop) as api:
+        listed = (await api.get("/runs")).json()["runs"]
+        conversation = (await api.get(
+            f"/conversations/{runs['planner'].conversation_id}/runs")).json()["runs"]
+    parents = {r["agent"]: (r["parent_run_id"], r["parent_step"]) for r in listed}
+    assert parents == {
+        "planner": (None, None),
+        "researcher": (runs["planner"].run_id, FIRST_CALL),
+        "critic": (runs["planner"].run_id, SECOND_CALL),
+        "librarian": (runs["researcher"].run_id, FIRST_CALL)}
+    assert [(r["agent"], r["parent_run_id"]) for r in conversation] == [("planner", None)]
+
+
 async def test_a_run_shows_its_childrens_usage_apart() -> None:
     """``GET /runs/{id}``: the run's usage counts its children's (each one's whole tree: the
     researcher's counts the librarian's), with their part apart in ``usage.children``; the

@@ -4,7 +4,8 @@ Starting a run here is the same operation as publishing a query: the run is crea
 request id (the ``Idempotency-Key`` header, or ``request_id`` in the body) and its first step
 is published; the step functions do the rest. Reads come from the run's Firestore documents.
 
-Routes: the runs API (:mod:`ackloop.api.runs`), the Agent Runtime contract
+Routes: the runs API (:mod:`ackloop.api.runs`), the agents a run may start
+(:mod:`ackloop.api.agents`), the Agent Runtime contract
 (:mod:`ackloop.api.agent_runtime`), what the run inspector reads (:mod:`ackloop.api.inspector`),
 the eval reports it shows (:mod:`ackloop.api.evals`) and its page at ``/ui``
 (:mod:`ackloop.api.ui`), ``/healthz``, and the OpenAPI document at
@@ -19,6 +20,7 @@ from fastapi import Depends, FastAPI, Request
 
 from ackloop.api import (
     agent_runtime,
+    agents,
     approvals,
     errors,
     evals,
@@ -40,8 +42,9 @@ from ackloop.hosting.runtime import process_deps
 
 DESCRIPTION = """Durable AI agents on Pub/Sub and Firestore.
 
-Start a run with `POST /runs`, follow it with `GET /runs/{run_id}/events` (ndjson or
-Server-Sent Events, resumable), read it with `GET /runs/{run_id}`, stop it with
+Start a run with `POST /runs` (`GET /agents` lists the agents it may name), follow it with
+`GET /runs/{run_id}/events` (ndjson or Server-Sent Events, resumable), read it with
+`GET /runs/{run_id}`, stop it with
 `POST /runs/{run_id}/cancel`, decide a tool call that waits for a person with
 `POST /runs/{run_id}/approvals/{step}`, send a run the event one of its calls waits for with
 `POST /runs/{run_id}/events/{name}`; keep an eval's report with `PUT /evals/{eval_id}`.
@@ -106,6 +109,7 @@ def create_app(
                        put_prefixes=(evals.EVALS_PREFIX,))
     app.add_middleware(TraceHeaders)
     app.include_router(runs.router, dependencies=guarded)
+    app.include_router(agents.router, dependencies=guarded)
     app.include_router(approvals.router, dependencies=guarded)
     app.include_router(run_events.router, dependencies=guarded)
     app.include_router(trace.router, dependencies=guarded)

@@ -180,6 +180,11 @@ class RunSummary(RunOutcomeView, _SummaryHead):
         default=None, description="The agent a hand-off (`Agent.as_handoff`) gave the "
         "conversation to, whose turn ended the run (null when the run's own agent ended it); "
         "a later run of the conversation naming no agent is that agent's.")
+    parent_run_id: str | None = Field(
+        default=None, description="A child run: the run whose sub-agent call started it "
+        "(null for a run a caller started).")
+    parent_step: str | None = Field(
+        default=None, description="A child run: the parent's tool step that waits for it.")
 
     @classmethod
     def of(cls, run: RunRecord) -> RunSummary:
@@ -188,7 +193,8 @@ class RunSummary(RunOutcomeView, _SummaryHead):
             agent=run.agent, text=run.text, files=run.files, **cls.outcome_of(run),
             created_at=run.created_at, finished_at=run.finished_at,
             cancel_requested=run.cancel_requested, trace_id=run.trace_id,
-            handed_to=run.handed_to,
+            handed_to=run.handed_to, parent_run_id=run.parent_run_id,
+            parent_step=run.parent_step,
         )
 
 
@@ -243,11 +249,6 @@ class RunView(RunSummary):
     steps: list[StepView]
     waiting: list[WaitingView] = Field(
         default_factory=list, description="Tool calls waiting for a decision or an event.")
-    parent_run_id: str | None = Field(
-        default=None, description="A child run: the run whose sub-agent call started it "
-        "(null for a run a caller started).")
-    parent_step: str | None = Field(
-        default=None, description="A child run: the parent's tool step that waits for it.")
     children: list[ChildView] = Field(
         default_factory=list, description="The child runs its sub-agent calls started, in "
         "the order of their steps (each one's own children are in its GET /runs/{run_id}).")
@@ -272,8 +273,7 @@ class RunView(RunSummary):
         waiting = [w for s in steps if (w := WaitingView.of(s)) is not None]
         kids = [ChildView.of(key, child) for key, child in children]
         return cls(**dict(summary), model=run.model, steps=[StepView.of(s) for s in steps],
-                   waiting=waiting, parent_run_id=run.parent_run_id, parent_step=run.parent_step,
-                   children=kids,
+                   waiting=waiting, children=kids,
                    children_cost=Cost.total([k.cost for k in kids]) if kids else None,
                    children_usage=_summed([k.usage for k in kids]) if kids else None)
 
