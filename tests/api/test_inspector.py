@@ -29,8 +29,10 @@ from tests.api.tokens_support import Issuer
 from tests.support.stack import RunningStack
 
 AUDIENCE = "https://ackloop-api.example.run.app"
-ASSETS = {"/ui": "text/html", "/ui/app.js": "text/javascript", "/ui/evals.js": "text/javascript",
-          "/ui/style.css": "text/css"}
+SCRIPTS = ["app.js", "chat.js", "evals.js", "files.js", "letters.js", "live.js", "run.js",
+           "runs.js", "ui.js"]
+ASSETS = {"/ui": "text/html", "/ui/style.css": "text/css",
+          **{f"/ui/{name}": "text/javascript" for name in SCRIPTS}}
 
 
 @pytest.fixture
@@ -75,13 +77,23 @@ async def test_nothing_is_loaded_from_elsewhere(page: httpx.AsyncClient) -> None
     assert "http" not in policy and "*" not in policy
     shipped = resources.files("ackloop.api").joinpath("ui_assets")
     names = sorted(f.name for f in shipped.iterdir())
-    assert names == ["app.js", "evals.js", "index.html", "style.css"]
+    assert names == sorted([*SCRIPTS, "index.html", "style.css"])
     for name in names:
         text = shipped.joinpath(name).read_text()
         assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I), name
         assert "@import" not in text and "url(" not in text, name
         served = await page.get("/ui" if name == "index.html" else f"/ui/{name}")
         assert served.text == text  # what the package ships is what is served
+
+
+async def test_every_module_a_script_imports_is_served(page: httpx.AsyncClient) -> None:
+    """The page's modules import each other by relative name: each one named is served."""
+    shipped = resources.files("ackloop.api").joinpath("ui_assets")
+    imported = {name for script in SCRIPTS for name in re.findall(
+        r'from "\./([\w.-]+)"', shipped.joinpath(script).read_text())}
+    assert imported == set(SCRIPTS) - {"app.js"}
+    for name in imported:
+        assert (await page.get(f"/ui/{name}")).status_code == 200, name
 
 
 async def test_the_page_needs_no_token_but_the_data_does(tmp_path: Path) -> None:
@@ -93,7 +105,8 @@ async def test_the_page_needs_no_token_but_the_data_does(tmp_path: Path) -> None
         assert (await client.get("/ui")).status_code == 200
         assert (await client.get("/ui/app.js")).status_code == 200
         for path in ("/runs", "/runs/run-x/transcript", "/dead-letters", "/poison", "/evals",
-                     "/evals/ev-x"):
+                     "/evals/ev-x", "/agents", "/conversations/c-1/runs",
+                     f"/runs/run-x/files/{'0' * 64}"):
             refused = await client.get(path)
             assert refused.status_code == 401, path
             assert refused.headers["www-authenticate"] == "Bearer"

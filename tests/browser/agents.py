@@ -5,7 +5,9 @@ run while it is live; ``fragile`` answers its tool's result with something no mo
 so its run fails with a cause; ``echo`` answers at once; ``narrator`` answers with a paragraph
 (streamed by the fake model in chunks, for the live text); ``approval-demo`` is the built-in
 agent whose payments wait for a person; ``lead`` asks two sub-agents at once, ``scout`` (one slow
-survey) and ``checker``, each call a child run, then answers with what they said.
+survey) and ``checker``, each call a child run, then answers with what they said;
+``research-team`` is the development catalog's planner (its ``researcher`` and ``critic`` child
+runs, then a hand-off to ``writer``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ackloop.model.function_model import (
 )
 from ackloop.tools.definition import tool
 from ackloop_dev.agents.approval_demo import approval_demo_agent
+from ackloop_dev.agents.research_team import research_team_agents
 
 SURVEYS = 3
 """Sequential turns of ``survey_site`` in a surveyor run: 2 steps each, then the answer."""
@@ -89,4 +92,5 @@ checker = Agent("checker", "You check a plan and name its faults.",
                 script=FunctionModel(lambda c: "No faults found."))
 lead = Agent("lead", "You send a scout and a checker at once, then report what they said.",
              [scout.as_tool(), checker.as_tool()], script=FunctionModel(lead_turn))
-catalog = [surveyor, fragile, echo, narrator, approval_demo_agent(), lead, scout, checker]
+catalog = [surveyor, fragile, echo, narrator, approval_demo_agent(), lead, scout, checker,
+           *research_team_agents()]

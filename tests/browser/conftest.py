@@ -130,6 +130,20 @@ def bearer_inspector(inspector: Inspector, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture
+def slow_stream(inspector: Inspector) -> Iterator[None]:
+    """The fake model streams 6 characters every 250 ms; back to its defaults afterwards."""
+    admin = f"{inspector.stack.fake_gemini}/_admin"
+    before = httpx.get(f"{admin}/stream", timeout=5).json()
+    httpx.post(f"{admin}/stream", json={"delay": 0.25, "chunk_chars": 6},
+               timeout=5).raise_for_status()
+    try:
+        yield
+    finally:
+        httpx.post(f"{admin}/stream", json=before, timeout=5).raise_for_status()
+        httpx.post(f"{admin}/reset", timeout=5).raise_for_status()
+
+
+@pytest.fixture
 def driver(browser_paths: tuple[str, str], monkeypatch: pytest.MonkeyPatch,
            request: pytest.FixtureRequest) -> Iterator[Any]:
     """A headless Chromium of its own per test, 1280 x 900; a failed test leaves a screenshot

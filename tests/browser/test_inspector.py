@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -284,10 +284,11 @@ def test_bearer_auth_without_the_token_says_401_and_with_it_works(
     screenshot("bearer-with-token")
 
 
-def approval_panel(driver: Any, step: str) -> Any:
-    selector = f'#approvals div.approval[data-step="{step}"]'
+def approval_panel(driver: Any, step: str, within: str = "#approvals") -> Any:
+    """The decision panel of ``step`` in ``within`` (a run page's panels, or a chat turn's)."""
+    selector = f'{within} div.approval[data-step="{step}"]'
     wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, selector),
-             f"the decision panel of {step}")
+             f"the decision panel of {step} in {within}")
     return driver.find_element(By.CSS_SELECTOR, selector)
 
 
@@ -396,20 +397,6 @@ def record_live_text(driver: Any) -> None:
         new MutationObserver(() => window.liveSeen.push(
             {attempt: box.dataset.attempt, text: box.textContent}))
           .observe(box, {childList: true, characterData: true, subtree: true});""")
-
-
-@pytest.fixture
-def slow_stream(inspector: Inspector) -> Iterator[None]:
-    """The fake model streams 6 characters every 250 ms; back to its defaults afterwards."""
-    admin = f"{inspector.stack.fake_gemini}/_admin"
-    before = httpx.get(f"{admin}/stream", timeout=5).json()
-    httpx.post(f"{admin}/stream", json={"delay": 0.25, "chunk_chars": 6},
-               timeout=5).raise_for_status()
-    try:
-        yield
-    finally:
-        httpx.post(f"{admin}/stream", json=before, timeout=5).raise_for_status()
-        httpx.post(f"{admin}/reset", timeout=5).raise_for_status()
 
 
 def test_live_text_shows_before_the_step_commits_and_gives_way_to_the_transcript(

@@ -19,10 +19,12 @@ from fastapi.responses import RedirectResponse, Response
 
 from ackloop.api.errors import ApiError
 
+SCRIPTS = ("app.js", "ui.js", "runs.js", "run.js", "live.js", "files.js", "chat.js",
+           "letters.js", "evals.js")
+"""The page's ES modules: ``app.js`` routes, each view is a module of its own."""
 CONTENT_TYPES = {
     "index.html": "text/html; charset=utf-8",
-    "app.js": "text/javascript; charset=utf-8",
-    "evals.js": "text/javascript; charset=utf-8",
+    **dict.fromkeys(SCRIPTS, "text/javascript; charset=utf-8"),
     "style.css": "text/css; charset=utf-8",
 }
 SECURITY_HEADERS = {
