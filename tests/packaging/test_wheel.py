@@ -45,10 +45,12 @@ def test_the_runtime_wheel_has_no_development_tools(tmp_path: Path) -> None:
     # The local stack's state file reader and the retry policy infra/ shares stay, and so do
     # the run inspector's files, which the API serves at /ui, and `ackloop new`'s templates.
     for module in ("ackloop/engine/model_step.py", "ackloop/hosting/localstack.py",
-                   "ackloop/hosting/delivery.py", "ackloop/delivery.json",
-                   "ackloop/api/ui_assets/index.html", "ackloop/api/ui_assets/app.js",
-                   "ackloop/api/ui_assets/evals.js", "ackloop/api/ui_assets/style.css"):
+                   "ackloop/hosting/delivery.py", "ackloop/delivery.json"):
         assert module in names
+    assets = {p.relative_to(ROOT / "shared").as_posix()
+              for p in (ROOT / "shared" / "ackloop" / "api" / "ui_assets").iterdir()}
+    assert {"ackloop/api/ui_assets/index.html", "ackloop/api/ui_assets/chat.js"} <= assets
+    assert assets <= set(names), assets - set(names)
     templates = {p.relative_to(ROOT / "shared").as_posix()
                  for p in (ROOT / "shared" / "ackloop" / "cli" / "templates").rglob("*.tmpl")}
     assert templates and templates <= set(names), templates - set(names)

@@ -14,7 +14,8 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -131,6 +132,19 @@ class ManagedProcess:
         stop_pid(self.process.pid, timeout)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=1.0)
+
+
+def stop_together(stops: Sequence[Callable[[], None]]) -> None:
+    """Run ``stops`` at once, each in a thread of its own, and return when all have: a
+    process takes its time to exit after SIGTERM (its server's graceful shutdown), and a
+    stack's processes need not wait for one another's."""
+    if len(stops) <= 1:
+        for stop in stops:
+            stop()
+        return
+    with ThreadPoolExecutor(max_workers=len(stops)) as pool:
+        for done in [pool.submit(stop) for stop in stops]:
+            done.result()
 
 
 def stop_pid(pid: int, timeout: float = 5.0) -> None:

@@ -9,6 +9,7 @@ stops exactly what ``dev up`` started, by PID.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -28,7 +29,14 @@ from ackloop.hosting.delivery import load_policy
 from ackloop.hosting.localstack import STATE_FILE, StackState
 from ackloop_dev.agents import CATALOG
 from ackloop_dev.devstack import emulators, ports
-from ackloop_dev.devstack.processes import ManagedProcess, StartupFailed, alive, stop_pid, wait_all
+from ackloop_dev.devstack.processes import (
+    ManagedProcess,
+    StartupFailed,
+    alive,
+    stop_pid,
+    stop_together,
+    wait_all,
+)
 from ackloop_dev.devstack.topology import PushMode, create_topology, routes
 
 FUNCTIONS = ("ingest", "model_step", "tool_step", "dead_letter")
@@ -416,10 +424,11 @@ class LocalStack:
     # -- stop -------------------------------------------------------------------------------
 
     def down(self) -> list[str]:
-        stopped = []
-        for name, proc in reversed(list(self.processes.items())):
-            proc.stop()
-            stopped.append(name)
+        stopped = list(reversed(self.processes))
+        # What serves first, at once; then the emulators it used.
+        for phase in (False, True):
+            stop_together([self.processes[name].stop for name in stopped
+                           if _is_emulator(name) is phase])
         self.processes.clear()
         return stopped
 
@@ -429,13 +438,17 @@ def stop_recorded(directory: Path) -> list[str]:
     state = StackState.load(directory)
     if state is None:
         return []
-    stopped = []
-    for name, pid in reversed(list(state.pids.items())):
-        if alive(pid):
-            stop_pid(pid)
-            stopped.append(name)
+    running = [(name, pid) for name, pid in reversed(list(state.pids.items())) if alive(pid)]
+    # What serves first, at once; then the emulators it used.
+    for phase in (False, True):
+        stop_together([functools.partial(stop_pid, pid) for name, pid in running
+                       if _is_emulator(name) is phase])
     (directory / STATE_FILE).unlink(missing_ok=True)
-    return stopped
+    return [name for name, _ in running]
+
+
+def _is_emulator(name: str) -> bool:
+    return name.endswith("-emulator")
 
 
 @dataclass(frozen=True)
