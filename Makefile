@@ -13,12 +13,12 @@ help:  ## this list
 
 # What `make ask` needs: the runtime and the development tools (the local stack's sandbox and
 # fake Gemini server), without the benchmark's Temporal peer and chart.
-install: $(VENV)/.installed  ## the runtime and the development tools, into .venv
+install: $(VENV)/.installed  ## the runtime, the development tools and pytest, into .venv
 
 $(VENV)/.installed: pyproject.toml devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e . -e ./devtools
+	$(VENV)/bin/pip install -q -e '.[testing]' -e ./devtools
 	touch $@
 
 # What the tests and the linters need on top: pytest, ruff, mypy, the deployment checks, the MCP
