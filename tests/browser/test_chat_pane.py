@@ -79,14 +79,11 @@ def test_a_payment_asked_in_the_chat_is_approved_inline_and_a_follow_up_keeps_th
     open_chat(driver, inspector, "approval-demo")
     assert driver.find_element(By.CSS_SELECTOR, 'nav a[href="#/chat"]').get_attribute(
         "aria-current") == "page"
-    driver.find_element(By.ID, "chat-files").send_keys(str(receipt))
-    wait_for(driver, lambda d: "receipt.png" in text_of(d, "#chat-attached"), "the attached file")
     ask(driver, "pay 40 to Ada")
 
     first = turn_where(driver, 0, lambda t: t["waiting"] == 1, "the payment waiting for approval")
     conversation = driver.current_url.rsplit("#/chat/", 1)[1]
     assert first["question"] == "pay 40 to Ada" and first["href"] == f"#/runs/{first['run']}"
-    assert not text_of(driver, "#chat-attached")  # sent with the question
     decision = panel(driver, 0)
     assert "send_payment" in decision.find_element(By.CSS_SELECTOR, "h3").text
     args = decision.find_element(By.CSS_SELECTOR, "textarea.args").get_attribute("value")
@@ -95,10 +92,6 @@ def test_a_payment_asked_in_the_chat_is_approved_inline_and_a_follow_up_keeps_th
     first = turn_where(driver, 0, lambda t: t["status"] == "completed", "the approved run's end")
     assert '"amount": 40' in first["answer"] and '"status": "sent"' in first["answer"]
     assert "Approved by anonymous" in text_of(driver, "#chat-log li.turn .outcome")
-    # The question's file, shown with it: loaded through the API.
-    wait_for(driver, lambda d: d.execute_script(
-        "const img = document.querySelector('#chat-log li.turn .thumbnail');"
-        "return img && img.complete && img.naturalWidth === 96"), "the attached file's thumbnail")
 
     ask(driver, "pay 5 to Bo")
     decision = panel(driver, 1)
@@ -106,27 +99,39 @@ def test_a_payment_asked_in_the_chat_is_approved_inline_and_a_follow_up_keeps_th
     decision.find_element(By.CSS_SELECTOR, "button.reject").click()
     second = turn_where(driver, 1, lambda t: t["status"] == "completed", "the follow-up's end")
     assert "not run: rejected by anonymous (Bo is paid already)" in second["answer"]
+
+    # A third question with a file: the file goes with it and shows with it, loaded through the
+    # API (what the model makes of it is the model's: a description, or another payment).
+    driver.find_element(By.ID, "chat-files").send_keys(str(receipt))
+    wait_for(driver, lambda d: "receipt.png" in text_of(d, "#chat-attached"), "the attached file")
+    ask(driver, "what is on this receipt?")
+    turn_where(driver, 2, lambda t: bool(t["run"]), "the third question's run")
+    assert not text_of(driver, "#chat-attached")  # sent with the question
+    wait_for(driver, lambda d: d.execute_script(
+        "const img = document.querySelector('#chat-log li.turn:nth-child(3) .thumbnail');"
+        "return img && img.complete && img.naturalWidth === 96"), "the attached file's thumbnail")
     driver.set_window_size(1280, 1500)  # the whole conversation, and the composer under it
     screenshot("chat-pane")
 
     # Through the API: two runs, one conversation (the one the page's address names).
     runs = [inspector.run(t["run"]) for t in turns(driver)]
-    assert [r["text"] for r in runs] == ["pay 40 to Ada", "pay 5 to Bo"]
+    assert [r["text"] for r in runs] == ["pay 40 to Ada", "pay 5 to Bo", "what is on this receipt?"]
     assert {r["conversation_id"] for r in runs} == {conversation}
-    assert [r["agent"] for r in runs] == ["approval-demo", "approval-demo"]
-    assert runs[0]["files"][0]["file_data"]["display_name"] == "receipt.png"
+    assert [r["agent"] for r in runs] == ["approval-demo"] * 3
+    assert [len(r.get("files") or []) for r in runs] == [0, 0, 1]
+    assert runs[2]["files"][0]["file_data"]["display_name"] == "receipt.png"
     listed = inspector.api("GET", f"/conversations/{conversation}/runs").json()["runs"]
     assert [r["run_id"] for r in listed] == [r["run_id"] for r in runs]
 
     # The conversation's address shows it again, as it ended.
     driver.get(f"{inspector.url}/ui#/")
     driver.get(f"{inspector.url}/ui#/chat/{conversation}")
-    wait_for(driver, lambda d: [t["status"] for t in turns(d)] == ["completed", "completed"],
-             "both turns, reloaded")
+    wait_for(driver, lambda d: [t["status"] for t in turns(d)][:2] == ["completed", "completed"],
+             "the turns, reloaded")
     assert Select(driver.find_element(By.ID, "chat-agent")).first_selected_option.get_attribute(
         "value") == "approval-demo"
     on_phone(driver)
-    wait_for(driver, lambda d: len(turns(d)) == 2, "the conversation on a phone")
+    wait_for(driver, lambda d: len(turns(d)) == 3, "the conversation on a phone")
     assert_fits(driver)
 
 

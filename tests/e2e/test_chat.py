@@ -23,33 +23,31 @@ async def test_a_chat_is_one_conversation_with_approvals_asked_inline_and_files(
     home.mkdir()
     (home / "photo.png").write_bytes(PNG)
     typed = "\n".join(["pay 40 to Ada", "maybe", "y",          # a wrong answer is asked again
-                       "/help", "pay 30 to Bo", "n",
-                       "/file photo.png", "pay 5 to Cy and show me the balance", "y",
-                       "/quit", "never asked"]) + "\n"
+                       "/help", "pay 30 to Bo and show me the balance", "n",
+                       "/file photo.png", "what is in the photo?"]) + "\n"
+    # The photo's question is the last line: however the model takes it (a description of the
+    # file, or a payment that waits for an approval nobody is left to give), the chat ends at
+    # the end of its input.
     done = await asyncio.to_thread(
         subprocess.run, [ACKLOOP, "chat", "--agent", "approval-demo",
                          "--directory", stack.state.directory],
         input=typed, capture_output=True, text=True, timeout=180, env=user_env(home), cwd=home)
     assert done.returncode == 0, done.stderr
-    # stdout: the answers alone, in order.
+    # stdout: the answers, in order.
     answers = done.stdout.splitlines()
     assert answers[0] == 'send_payment: {"result": {"amount": 40, "paid": "Ada", "status": "sent"}}'
     assert answers[1].startswith('send_payment: {"error": "not run: rejected by ')
-    assert answers[2].startswith('send_payment: {"result": {"amount": 5, "paid": "Cy"')
-    assert 'account_balance: {"result": {"balance": 1000}}' in answers[2]
-    assert len(answers) == 3
+    assert 'account_balance: {"result": {"balance": 1000}}' in answers[1]
     err = done.stderr
-    assert err.count("approve send_payment(") == 4   # Ada twice (after "maybe"), Bo, Cy
+    assert err.count('approve send_payment({"amount": 40, "to": "Ada"})') == 2  # after "maybe"
     assert "answer y (approve), n (reject) or e {JSON}" in err and "/file PATH" in err
-    assert "never asked" not in err + done.stdout
+    assert "attached photo.png to the next question" in err
     run_ids = re.findall(r"^run (run-[0-9a-f]+) completed", err, re.MULTILINE)
-    assert len(run_ids) == 3
+    assert len(run_ids) >= 2 and err.count("conversation ") == 1
     store = stack.store()
-    runs = [await store.runs.get_run(r) for r in run_ids]
-    assert all(r is not None for r in runs)
-    assert {r.conversation_id for r in runs if r} == {run_ids[0]}   # one conversation
-    assert err.count("conversation ") == 1
-    assert [len(r.files) for r in runs if r] == [0, 0, 1]            # the file went with the 3rd
+    runs = sorted(await store.runs.list_runs(run_ids[0]), key=lambda r: r.created_at)
+    assert [r.run_id for r in runs[:2]] == run_ids[:2]
+    assert len(runs) == 3 and {r.conversation_id for r in runs} == {run_ids[0]}  # one conversation
+    assert [len(r.files) for r in runs] == [0, 0, 1]            # the photo went with the third
     bo = await store.steps.list_steps(run_ids[1])
-    decided = [s.decision for s in bo if s.decision is not None]
-    assert [d.decision for d in decided] == ["reject"]
+    assert [s.decision.decision for s in bo if s.decision is not None] == ["reject"]

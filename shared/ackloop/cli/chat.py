@@ -176,7 +176,8 @@ class ChatSession:
             while not isinstance(decision, tuple):
                 if decision:
                     note(decision)
-                answer = await prompt(f"approve {waiting.tool}({json.dumps(args)})? "
+                shown = json.dumps(args, sort_keys=True)
+                answer = await prompt(f"approve {waiting.tool}({shown})? "
                                       "[y]es / [n]o / [e]dit {JSON}: ")
                 if answer is None:
                     return False
