@@ -137,12 +137,7 @@ async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool)
             await store.runs.get_conversation(conversation)) is None:
         # Ingest would wait for that run to exist (the query redelivered), and this for it.
         raise CliError(f"no conversation {conversation!r}: no run has that id")
-    publisher = target.publisher()
-    try:
-        message_id = await publisher.publish(target.settings.queries_topic,
-                                             query.model_dump_json().encode())
-    finally:
-        await publisher.aclose()
+    message_id = await publish_query(target, query)
     run_id = run_id_for_request(query.request_id)
     if quiet:
         return await follow(store, run_id, timeout=timeout, message_id=message_id,
@@ -154,6 +149,16 @@ async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool)
                             on_delta=live.delta)
     live.end_line()
     return followed
+
+
+async def publish_query(target: Target, query: QueryMessage) -> str:
+    """Publish ``query`` to the target's queries topic; its Pub/Sub message id."""
+    publisher = target.publisher()
+    try:
+        return await publisher.publish(target.settings.queries_topic,
+                                       query.model_dump_json().encode())
+    finally:
+        await publisher.aclose()
 
 
 def _json(followed: Followed, query: QueryMessage, timeout: float) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import typer
 from pydantic import ValidationError
 
-from ackloop.cli.ask import _check_files, file_part, note
+from ackloop.cli.ask import _check_files, file_part, note, publish_query
 from ackloop.cli.errors import CliError
 from ackloop.cli.follow import Followed, LiveText, answer_text, follow, outcome_line, step_line
 from ackloop.cli.target import DIRECTORY, Target, connect
@@ -113,12 +113,7 @@ class ChatSession:
             raise CliError(f"not a valid question: {exc.errors()[0]['msg']}") from exc
         if query.files:
             _check_files(query, self.target)
-        publisher = self.target.publisher()
-        try:
-            message_id = await publisher.publish(self.target.settings.queries_topic,
-                                                 query.model_dump_json().encode())
-        finally:
-            await publisher.aclose()
+        message_id = await publish_query(self.target, query)
         self.files = []
         return await self._follow(run_id_for_request(query.request_id), message_id, prompt)
 
@@ -155,11 +150,9 @@ class ChatSession:
 
     async def _decide(self, followed: Followed, prompt: Prompt) -> bool:
         """Put each call that waits for approval to the user; False when they left."""
-        from ackloop.cli.runs import _deps, _local_user
-        from ackloop.domain.records import StepDecision
-        from ackloop.engine.waits import core as waits
-        from ackloop.store import DecisionRefused
+        from ackloop.cli.runs import _deps, record_decision
 
+        deps = None
         for step in followed.waiting:
             waiting = step.waiting
             if waiting is None or step.decision is not None:
@@ -182,12 +175,11 @@ class ChatSession:
                 if answer is None:
                     return False
                 decision = read_decision(answer, args)
-            deps = await _deps(self.target)
-            made = StepDecision(decision=decision[0], args=decision[1], by=_local_user(),
-                                at=deps.clock.now())
+            deps = deps or await _deps(self.target)
             try:
-                await waits.resolve(deps, followed.run_id, step.key, made, "approval")
-            except DecisionRefused as exc:
+                await record_decision(deps, followed.run_id, step.key, decision[0], decision[1],
+                                      None)
+            except CliError as exc:
                 note(f"not recorded: {exc}")
         return True
 

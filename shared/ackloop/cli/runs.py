@@ -331,10 +331,6 @@ def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["a
             args: dict[str, Any] | None, comment: str | None, as_json: bool) -> None:
     """Record the decision as the API does (first wins) and resume the step. The decider is
     the local user at this host."""
-    from ackloop.domain.records import StepDecision
-    from ackloop.engine.waits import core as waits
-    from ackloop.store import DecisionRefused
-
     target = connect(directory)
 
     async def record() -> tuple[str, StepRecord, bool]:
@@ -345,13 +341,8 @@ def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["a
         if key is None:
             raise CliError(f"run {run_id} has {len(waiting)} waiting steps"
                            + (f" ({', '.join(waiting)}): name one" if waiting else ""))
-        deps = await _deps(target)
-        made = StepDecision(decision=decision, args=args, comment=comment, by=_local_user(),
-                            at=deps.clock.now())
-        try:
-            recorded, decided = await waits.resolve(deps, run_id, key, made, "approval")
-        except DecisionRefused as exc:
-            raise CliError(str(exc)) from exc
+        recorded, decided = await record_decision(await _deps(target), run_id, key, decision,
+                                                  args, comment)
         return key, recorded, decided
 
     key, recorded, decided = asyncio.run(record())
@@ -364,6 +355,24 @@ def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["a
     typer.echo(f"run {run_id} step {key} {verb}; the run resumes" if decided else
                f"run {run_id} step {key} was already {verb} by "
                f"{final.by if final else '?'}; nothing changed")
+
+
+async def record_decision(deps: Deps, run_id: str, step: str,
+                          decision: Literal["approve", "reject"], args: dict[str, Any] | None,
+                          comment: str | None) -> tuple[StepRecord, bool]:
+    """Record the local user's decision on a call that waits for approval, as the API does
+    (first wins), and resume its step: the step as recorded, and whether this decision was the
+    one recorded (a refusal is a :class:`CliError` saying why)."""
+    from ackloop.domain.records import StepDecision
+    from ackloop.engine.waits import core as waits
+    from ackloop.store import DecisionRefused
+
+    made = StepDecision(decision=decision, args=args, comment=comment, by=_local_user(),
+                        at=deps.clock.now())
+    try:
+        return await waits.resolve(deps, run_id, step, made, "approval")
+    except DecisionRefused as exc:
+        raise CliError(str(exc)) from exc
 
 
 @app.command("send-event")
