@@ -1,6 +1,8 @@
 """``ackloop run`` serves a step function's module as functions-framework's HTTP routing did:
 every path and method to the function, 404 for robots.txt and favicon.ico, 500 for an exception
-the function lets out; a module without the function is refused before anything is served."""
+the function lets out; a module without the function is refused before anything is served. A
+combined service (``steps``, ``all``) routes ``/<kind>`` to that step function, the rest to the
+API or a 404."""
 
 from __future__ import annotations
 
@@ -12,8 +14,14 @@ import pytest
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ackloop.hosting.function_app import FunctionNotFound, function_app, load_function
+from ackloop.hosting.function_app import (
+    FunctionNotFound,
+    combined_app,
+    function_app,
+    load_function,
+)
 
 
 async def _echo(request: Request) -> Response:
@@ -101,3 +109,49 @@ async def test_the_lifespan_starts_and_stops() -> None:
     await app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)  # type: ignore[arg-type]
     assert [m["type"] for m in sent] == ["lifespan.startup.complete",
                                          "lifespan.shutdown.complete"]
+
+
+def _kind(name: str) -> ASGIApp:
+    async def step(request: Request) -> Response:
+        return PlainTextResponse(f"{name} {request.method} {request.url.path}")
+
+    return function_app(step)
+
+
+async def _api(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        message = await receive()
+        await send({"type": f"{message['type']}.complete"})
+        return
+    await PlainTextResponse(f"api {scope['path']}")(scope, receive, send)
+
+
+STEPS = {"ingest": _kind("ingest"), "model_step": _kind("model_step")}
+
+
+@pytest.mark.parametrize(("path", "with_api", "status", "text"), [
+    ("/ingest", False, 200, "ingest POST /ingest"),
+    ("/model_step", False, 200, "model_step POST /model_step"),
+    ("/model_step/below", True, 200, "model_step POST /model_step/below"),
+    ("/model_stepx", False, 404, "Not Found: this service serves /ingest, /model_step"),
+    ("/tool_step", False, 404, "Not Found: this service serves /ingest, /model_step"),
+    ("/runs", True, 200, "api /runs"),
+    ("/", True, 200, "api /"),
+    ("/model_stepx", True, 200, "api /model_stepx"),
+])
+async def test_a_combined_service_routes_by_the_step_kind_its_path_names(
+        path: str, with_api: bool, status: int, text: str) -> None:
+    app = combined_app(STEPS, _api if with_api else None)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://steps") as client:
+        response = await client.post(path)
+    assert (response.status_code, response.text) == (status, text)
+
+
+async def test_a_combined_service_without_the_api_answers_its_root_with_what_it_serves() -> None:
+    app = combined_app(STEPS)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://steps") as client:
+        response = await client.get("/")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "serves": ["/ingest", "/model_step"]}

@@ -24,13 +24,13 @@ def _env(**values: str) -> dict[str, str]:
 def test_the_container_run_needs_no_command_line() -> None:
     assert container_run(["run"], _env(FUNCTION_TARGET="tool_step", PORT="8081",
                                        ACKLOOP_HOST="127.0.0.1")) == {
-        "target": "tool_step", "source": FUNCTIONS / "tool_step" / "main.py",
+        "target": "tool_step", "sources": {"tool_step": FUNCTIONS / "tool_step" / "main.py"},
         "host": "127.0.0.1", "port": 8081}
 
 
 def test_its_defaults_are_the_run_commands() -> None:
     options = container_run(["run"], {"FUNCTION_TARGET": "api"})
-    assert options == {"target": "api", "source": None, "host": "0.0.0.0", "port": 8080}
+    assert options == {"target": "api", "sources": {}, "host": "0.0.0.0", "port": 8080}
 
 
 @pytest.mark.parametrize(("args", "env"), [

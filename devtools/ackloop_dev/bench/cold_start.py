@@ -231,12 +231,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     bytecode.add_argument(parser)
     args = parser.parse_args(argv)
+    from ackloop_dev.devstack.emulators import required_ports
     from ackloop_dev.devstack.stack import project_root
 
-    hosts = [os.environ.get(v) for v in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST")]
-    if not all(hosts):
-        parser.error("set PUBSUB_EMULATOR_HOST and FIRESTORE_EMULATOR_HOST (ackloop dev up "
-                     "--emulators-only prints them)")
+    ports = required_ports(parser)
     root = project_root()
     if not args.no_compile:
         bytecode.compile_sources(root)
@@ -248,7 +246,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(table(rows))
     result: dict[str, Any] = {"targets": rows}
     if not args.no_run:
-        ports = [int(str(h).rsplit(":", 1)[1]) for h in hosts]
         result["run"] = asyncio.run(cold_vs_warm(ports[0], ports[1], args.repeats))
         print(json.dumps(result["run"], indent=1))
     if args.json:

@@ -95,6 +95,7 @@ async def run_bench(options: BenchOptions, log: Any = print) -> dict[str, Any]:
         coro = measure_ackloop(config, workdir / "ackloop" if workdir else None)
         result["ackloop"], load = await _section("ackloop", coro, log)
         result["meta"]["sections"]["ackloop"] = load
+        await _cold_query(options, result, log)
     if options.temporal:
         from ackloop_dev.bench.temporal_side import measure_temporal
 
@@ -111,6 +112,17 @@ async def run_bench(options: BenchOptions, log: Any = print) -> dict[str, Any]:
     result["meta"]["total_wall_s"] = round(
         (dt.datetime.now(dt.UTC) - started).total_seconds(), 1)
     return result
+
+
+async def _cold_query(options: BenchOptions, result: dict[str, Any], log: Any) -> None:
+    """A question on services scaled to zero against a warm one, per deployment layout."""
+    from ackloop_dev.bench.cold_query import LAYOUTS, measure_on_own_emulators
+
+    samples = 2 if options.quick else 5
+    workdir = options.workdir / "cold_query" if options.workdir else None
+    coro = measure_on_own_emulators(samples, list(LAYOUTS), workdir, log)
+    result["cold_query"], load = await _section("cold query", coro, log)
+    result["meta"]["sections"]["cold_query"] = load
 
 
 async def _dbos(options: BenchOptions, result: dict[str, Any], log: Any) -> None:

@@ -10,6 +10,7 @@ The jars come with the Cloud SDK components ``pubsub-emulator`` and
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -170,6 +171,24 @@ def reset_firestore(port: int, project: str, database: str = "(default)") -> Non
 _HANDED_OUT: set[int] = set()
 """Ports this process has picked: never picked twice, so two processes started together never
 get the same one."""
+
+
+def ports_from_env() -> tuple[int, int] | None:
+    """The Pub/Sub and Firestore emulators' ports from ``PUBSUB_EMULATOR_HOST`` and
+    ``FIRESTORE_EMULATOR_HOST``; None unless both are set."""
+    hosts = [os.environ.get(v) for v in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST")]
+    if not (hosts[0] and hosts[1]):
+        return None
+    return int(hosts[0].rsplit(":", 1)[1]), int(hosts[1].rsplit(":", 1)[1])
+
+
+def required_ports(parser: argparse.ArgumentParser) -> tuple[int, int]:
+    """:func:`ports_from_env`, or the command line's error saying how to set them."""
+    ports = ports_from_env()
+    if ports is None:
+        parser.error("set PUBSUB_EMULATOR_HOST and FIRESTORE_EMULATOR_HOST (ackloop dev up "
+                     "--emulators-only prints them)")
+    return ports
 
 
 def free_port() -> int:

@@ -16,14 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ackloop.cli.serving import FUNCTION_TARGETS, function_source
+from ackloop.cli.serving import FUNCTION_TARGETS, function_sources
 
 
 def container_run(args: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any] | None:
     """The arguments of :func:`~ackloop.cli.serving.serve_target` for ``args`` (the command
     line after ``ackloop``), or None unless it is a bare ``run`` whose environment is valid
     as the ``run`` command reads it (every variable unset or non-empty; a known target; a
-    decimal port; the function's module present)."""
+    decimal port; the functions' modules present)."""
     if list(args) != ["run"]:
         return None
     names = ("FUNCTION_TARGET", "PORT", "ACKLOOP_HOST", "ACKLOOP_FUNCTIONS_DIR")
@@ -33,10 +33,10 @@ def container_run(args: Sequence[str], environ: Mapping[str, str]) -> dict[str, 
     port = environ.get("PORT", "8080")
     if target not in FUNCTION_TARGETS or not (port.isascii() and port.isdigit()):
         return None
-    source = function_source(target, Path(environ.get("ACKLOOP_FUNCTIONS_DIR", "functions")))
-    if source is not None and not source.exists():
+    sources = function_sources(target, Path(environ.get("ACKLOOP_FUNCTIONS_DIR", "functions")))
+    if not all(source.exists() for source in sources.values()):
         return None
-    return {"target": target, "source": source, "host": environ.get("ACKLOOP_HOST", "0.0.0.0"),
+    return {"target": target, "sources": sources, "host": environ.get("ACKLOOP_HOST", "0.0.0.0"),
             "port": int(port)}
 
 

@@ -8,7 +8,7 @@ import typer
 
 from ackloop.cli import errors
 from ackloop.cli.lazy import lazy_group
-from ackloop.cli.serving import FUNCTION_TARGETS, function_source, serve_target
+from ackloop.cli.serving import FUNCTION_TARGETS, function_sources, serve_target
 
 # Imported only when invoked or listed by --help, so that `ackloop run` (every cold start)
 # serves without them; `dev`, `bench` and `chaos` come from the development tools (ackloop-dev).
@@ -24,19 +24,21 @@ app = errors.App(cls=lazy_group(COMMANDS), no_args_is_help=True, add_completion=
 @app.command()
 def run(
     target: str = typer.Option(None, envvar="FUNCTION_TARGET",
-                               help="ingest, model_step, tool_step, dead_letter or api."),
+                               help="ingest, model_step, tool_step, dead_letter, api; or "
+                               "steps (every step kind) or all (every step kind and the API)."),
     port: int = typer.Option(8080, envvar="PORT"),
     host: str = typer.Option("0.0.0.0", envvar="ACKLOOP_HOST"),
     functions_dir: Path = typer.Option(Path("functions"), envvar="ACKLOOP_FUNCTIONS_DIR"),
 ) -> None:
-    """Serve one function or the HTTP API: the container's entrypoint."""
+    """Serve a step function, several (steps, all) or the HTTP API: the container's entrypoint."""
     if target not in FUNCTION_TARGETS:
         raise typer.BadParameter(f"FUNCTION_TARGET must be one of {', '.join(FUNCTION_TARGETS)}")
-    source = function_source(target, functions_dir)
-    if source is not None and not source.exists():
-        raise typer.BadParameter(f"{source} not found (run from the project root or set "
-                                 "ACKLOOP_FUNCTIONS_DIR)")
-    serve_target(target, source, host=host, port=port)
+    sources = function_sources(target, functions_dir)
+    for source in sources.values():
+        if not source.exists():
+            raise typer.BadParameter(f"{source} not found (run from the project root or set "
+                                     "ACKLOOP_FUNCTIONS_DIR)")
+    serve_target(target, sources, host=host, port=port)
 
 
 @app.command()

@@ -10,27 +10,40 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-FUNCTION_TARGETS = ("ingest", "model_step", "tool_step", "dead_letter", "api")
+STEP_KINDS = ("ingest", "model_step", "tool_step", "dead_letter")
+"""The step functions, each ``<functions_dir>/<kind>/main.py`` defining an async ``<kind>``."""
+
+COMBINED = {"steps": STEP_KINDS, "all": STEP_KINDS}
+"""The targets that serve several step kinds from one service, each under ``/<kind>``
+(a push subscription's endpoint is ``<service URL>/<kind>``); ``all`` serves the HTTP API at
+every other path too. One service instead of one per step kind: a question that finds every
+instance scaled to zero pays one cold start, not one per hop (docs/deployment-layouts.md)."""
+
+FUNCTION_TARGETS = (*STEP_KINDS, "api", *COMBINED)
 
 
-def function_source(target: str, functions_dir: Path) -> Path | None:
-    """The module serving ``target`` (``<functions_dir>/<target>/main.py``); None for the API."""
-    return None if target == "api" else functions_dir / target / "main.py"
+def function_sources(target: str, functions_dir: Path) -> dict[str, Path]:
+    """The modules serving ``target``, by step kind (``<functions_dir>/<kind>/main.py``):
+    one for a step function, each step kind's for a combined target, none for the API."""
+    kinds = COMBINED.get(target, (target,) if target in STEP_KINDS else ())
+    return {kind: functions_dir / kind / "main.py" for kind in kinds}
 
 
-def serve_target(target: str, source: Path | None, *, host: str, port: int) -> None:
-    """Serve ``target`` (one of :data:`FUNCTION_TARGETS`; ``source``, its module, for a
-    function) until the process is stopped."""
+def serve_target(target: str, sources: dict[str, Path], *, host: str, port: int) -> None:
+    """Serve ``target`` (one of :data:`FUNCTION_TARGETS`; ``sources``, its modules by step
+    kind: :func:`function_sources`) until the process is stopped."""
     prepare()
     from ackloop.hosting import runtime
 
     runtime.serve_target(target)  # the process builds only what this service uses
-    if source is None:
+    if target in COMBINED:
+        serve_combined(sources, with_api=target == "all", host=host, port=port)
+    elif not sources:
         from ackloop.api import server
 
         server.serve(host=host, port=port)
-        return
-    serve_function(target, source, host=host, port=port)
+    else:
+        serve_function(target, sources[target], host=host, port=port)
 
 
 def prepare() -> None:
@@ -85,4 +98,34 @@ def serve_function(target: str, source: Path, *, host: str, port: int) -> None:
                               ws="none")
 
     # Exits at once, after one log line, if the function cannot start (ackloop.hosting.startup).
+    startup.serve(configured)
+
+
+def serve_combined(sources: dict[str, Path], *, with_api: bool, host: str, port: int) -> None:
+    """Serve every step kind of ``sources`` under ``/<kind>``, and with ``with_api`` the HTTP
+    API at every other path, from this one process
+    (:func:`ackloop.hosting.function_app.combined_app`)."""
+    from uvicorn.config import Config
+
+    from ackloop.api.limits import ReadDeadline
+    from ackloop.api.server import uvicorn_config
+    from ackloop.config.settings import Settings
+    from ackloop.hosting import startup
+    from ackloop.hosting.function_app import combined_app, function_app, load_function
+
+    def configured(settings: Settings) -> Config:
+        steps = {kind: ReadDeadline(function_app(load_function(kind, source)),
+                                    settings.api_request_read_seconds)
+                 for kind, source in sources.items()}
+        if not with_api:
+            return uvicorn_config(settings, host=host, port=port, app=combined_app(steps),
+                                  access_log=False, ws="none")
+
+        def factory() -> object:
+            from ackloop.api.app import create_app
+
+            return combined_app(steps, create_app())
+
+        return uvicorn_config(settings, host=host, port=port, app=factory, factory=True)
+
     startup.serve(configured)

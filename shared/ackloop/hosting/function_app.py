@@ -13,12 +13,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
@@ -123,5 +123,37 @@ def function_app(function: Function) -> ASGIApp:
             if started:  # too late for a 500: the connection is closed by the server
                 raise
             await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+
+    return app
+
+
+def _first_segment(scope: Scope) -> str:
+    return _route_path(scope).lstrip("/").split("/", 1)[0]
+
+
+def combined_app(steps: Mapping[str, ASGIApp], other: ASGIApp | None = None) -> ASGIApp:
+    """One service serving several step functions: a request whose path is ``/<kind>`` (or
+    below it) goes to ``steps[kind]``; any other goes to ``other`` (the HTTP API, which also
+    gets the lifespan events), or without one is answered: ``GET /`` 200 with the paths served
+    (a start-up check), anything else 404 naming them.
+
+    A push subscription's endpoint names the step kind (``<service URL>/model_step``), so each
+    step function sees the requests it sees on a service of its own."""
+    served = ", ".join(f"/{kind}" for kind in steps)
+    listing = JSONResponse({"status": "ok", "serves": [f"/{kind}" for kind in steps]})
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (step := steps.get(_first_segment(scope))) is not None:
+            await step(scope, receive, send)
+        elif other is not None:
+            await other(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+        elif scope["type"] == "http" and _route_path(scope) in ("", "/") and (
+                scope["method"] in ("GET", "HEAD")):
+            await listing(scope, receive, send)
+        elif scope["type"] == "http":
+            await PlainTextResponse(f"Not Found: this service serves {served}",
+                                    status_code=404)(scope, receive, send)
 
     return app

@@ -40,10 +40,10 @@ _deps: Deps | None = None
 _lock = asyncio.Lock()
 _target: str | None = None
 
-MODEL_CALLERS = frozenset({"model_step"})
+MODEL_CALLERS = frozenset({"model_step", "steps", "all"})
 """The services that call the model; any other builds its client on first use only."""
 
-TOOL_CALLERS = frozenset({"tool_step"})
+TOOL_CALLERS = frozenset({"tool_step", "steps", "all"})
 """The services that run tools, the users of the process's HTTP client; any other builds that
 client's connection pool on its first request only."""
 
