@@ -40,7 +40,7 @@ from ackloop_dev.bench import push_answers
 from ackloop_dev.bench.ackloop_client import AnswerWatcher, RunDriver, RunResult, completed
 from ackloop_dev.bench.ackloop_stack import STEP_FUNCTIONS, BenchStack
 from ackloop_dev.bench.contention import measure_lock_floor
-from ackloop_dev.bench.pricing import cost_per_1000_runs
+from ackloop_dev.bench.pricing import billed_per_run, cost_per_1000_runs
 from ackloop_dev.bench.procstats import CpuMeter, tree_peak_rss_mib
 from ackloop_dev.bench.push_floor import measure_delivery_floor
 from ackloop_dev.bench.step_timing import call_seconds, load_steps, split_gaps, step_gaps
@@ -176,18 +176,7 @@ async def _sequential(side: _Side) -> dict[str, Any]:
         lambda: side.driver.run_sequence(side.config.sequential_runs),
         STEPS_PER_REFERENCE_RUN,
     )
-    per_run = phase["per_run"]
-    # The client publishes each query; a consumer of the caller's receives each answer (a
-    # Pub/Sub delivery, not a request to a function).
-    billed = {
-        "docs_read": per_run["docs_read"],
-        "docs_written": per_run["docs_written"],
-        "published": per_run["published"] + 1,
-        "deliveries": per_run["deliveries"] + 1,
-        "function_requests": per_run["deliveries"],
-        "function_cpu_s": phase["function_cpu_ms_per_run"] / 1000,
-    }
-    phase["cost_per_1000_runs"] = cost_per_1000_runs(billed)
+    phase["cost_per_1000_runs"] = cost_per_1000_runs(billed_per_run(phase))
     return phase
 
 

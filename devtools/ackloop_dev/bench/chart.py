@@ -1,27 +1,34 @@
-"""The benchmark's chart (PNG): the headline figures of each engine, side by side.
+"""The benchmark's chart (PNG): the headline figures of every engine measured, side by side.
+
+A panel per figure, a bar per column of the report's table (ackloop, each Temporal storage,
+DBOS, Restate: those the result holds), "n/a" where an engine lacks the figure.
 
 matplotlib comes with the optional ``bench`` extra and is imported here only.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ackloop_dev.bench.report import engine_columns
+
 Figures = dict[str, Any]
 
 
+def _label(column: str) -> str:
+    """A column's name as a bar's label: the engine, then what sets it apart, wrapped."""
+    engine, _, detail = column.partition(" (")
+    if not detail:
+        return engine
+    return engine + "\n" + textwrap.fill("(" + detail, 10, break_long_words=False)
+
+
 def _series(result: Figures) -> dict[str, Figures]:
-    series: dict[str, Figures] = {}
-    ack = result.get("ackloop")
-    if ack:
-        series["ackloop\n(push delivery)"] = ack
-        if ack.get("emulator_push"):
-            series["ackloop\n(emulator push)"] = ack["emulator_push"]
-    for storage, figures in ((result.get("temporal") or {}).get("storages") or {}).items():
-        series[f"Temporal\n({storage})"] = figures
-    return series
+    """The table's columns: every engine the result holds."""
+    return {_label(name): figures for name, figures in engine_columns(result).items()}
 
 
 def _value(figures: Figures, read: Callable[[Figures], float]) -> float | None:
@@ -47,6 +54,25 @@ def _cpu_at(concurrency: int) -> Callable[[Figures], float]:
     return read
 
 
+TITLE = "ackloop vs Temporal, DBOS and Restate"
+
+COLOURS = {"ackloop": ("#1b7f5a", "#7fc8a9"), "Temporal": ("#3b5b92", "#9bb0d6"),
+           "DBOS": ("#c0792b", "#e8b98a"), "Restate": ("#8e4fa3", "#c9a6d6")}
+"""A colour per engine, and a lighter one for its other columns (another storage, the
+emulator's push)."""
+
+
+def _colours(names: list[str]) -> list[str]:
+    seen: set[str] = set()
+    colours = []
+    for name in names:
+        engine = name.split("\n")[0]
+        dark, light = COLOURS.get(engine, ("#666666", "#aaaaaa"))
+        colours.append(light if engine in seen else dark)
+        seen.add(engine)
+    return colours
+
+
 PANELS: list[tuple[str, Callable[[Figures], float]]] = [
     ("per-step overhead p50 (ms, lower is better)",
      lambda f: f["sequential"]["step_overhead_ms"]["p50"]),
@@ -66,9 +92,14 @@ def draw(result: Figures, path: Path) -> Path:
 
     series = _series(result)
     names = list(series)
-    colours = ["#1b7f5a", "#7fc8a9", "#3b5b92", "#9bb0d6"][: len(names)]
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 4.2))
-    for ax, (title, read) in zip(axes, PANELS, strict=True):
+    colours = _colours(names)
+    rows = 2
+    cols = -(-len(PANELS) // rows)
+    fig, grid = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.4 * rows))
+    axes = list(grid.flat)
+    for spare in axes[len(PANELS):]:
+        spare.axis("off")
+    for ax, (title, read) in zip(axes, PANELS, strict=False):
         values = [_value(series[n], read) for n in names]
         bars = ax.bar(range(len(names)), [v or 0.0 for v in values], color=colours)
         ax.set_title(title, fontsize=9)
@@ -78,7 +109,7 @@ def draw(result: Figures, path: Path) -> Path:
             ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=7)
     meta = result.get("meta", {})
-    fig.suptitle(f"ackloop vs Temporal, reference workload - {meta.get('date', '')}, "
+    fig.suptitle(f"{TITLE}, reference workload - {meta.get('date', '')}, "
                  f"{meta.get('machine', '')}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,15 +1,17 @@
 """What a month of reference runs costs on each engine, idle included: a curve over runs a month.
 
-``python -m ackloop_dev.bench.cost_curve [--bench-json FILE] [--out PNG] [--json FILE]``
+``python -m ackloop_dev.bench.cost_curve [--bench-json FILE] [--out PNG] [--json FILE]``;
+``ackloop bench`` draws it too, from the run it has just measured.
 
 ackloop's cost is per run only (every service scales to zero; Firestore's storage of finished
 runs is left out): :func:`ackloop_dev.bench.pricing.cost_per_1000_runs` at the runtime's dated
-list prices (:data:`ackloop.domain.cost.PRICES`), from one reference run's counts, by default
-:data:`REFERENCE_RUN`, or the sequential phase of an ``ackloop bench`` JSON. The peers cost
-what they hold running whether or not a run comes, plus (Temporal Cloud) a price per action.
-Their prices in :data:`PEER_PRICES` are ASSUMPTIONS written down from memory of the vendors'
-public list prices, not checked against the vendors' pages: each says so, and the chart says so.
-Capacity is left out: one small instance of each peer is assumed to carry every volume drawn.
+list prices (:data:`ackloop.domain.cost.PRICES`), from one reference run's counts: the
+sequential phase of an ``ackloop bench`` JSON, or :data:`REFERENCE_RUN` without one. The peers
+cost what they hold running whether or not a run comes, plus what their vendor bills per run:
+:data:`ackloop_dev.bench.peer_prices.PEER_PRICES`, each figure with its source and the date it
+was read, a figure not checked against the vendor's page marked so (and the peer starred on the
+chart). Capacity is left out: one small instance of each self-hosted peer is assumed to carry
+every volume drawn.
 """
 
 from __future__ import annotations
@@ -17,47 +19,20 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ackloop.domain.cost import PRICES
-from ackloop_dev.bench.pricing import cost_per_1000_runs
+from ackloop_dev.bench.peer_prices import PEER_PRICES, PeerPrices
+from ackloop_dev.bench.pricing import billed_per_run, cost_per_1000_runs
 
-REFERENCE_RUN = {"docs_read": 15.0, "docs_written": 17.0, "published": 6.0, "deliveries": 7.0,
-                 "function_requests": 6.0, "function_cpu_s": 0.085}
-"""One reference run (5 steps), from the step profile of the engine at afdfc06 (11-step runs:
-3.0 documents read, 3.36 written and 17 ms of function CPU per step; one publish and one push
-per step, plus the client's query and ingest's push; and the answer's delivery to the caller's
-consumer, which is no function's request)."""
-
-HOURS_PER_MONTH = 730.0
-
-
-@dataclass(frozen=True)
-class PeerPrices:
-    """A peer's monthly fixed cost and price per run, and where the figures come from."""
-
-    name: str
-    fixed_usd_month: float
-    usd_per_run: float
-    basis: str
-    assumed: bool = True
-
-
-PEER_PRICES = (
-    PeerPrices("Temporal Cloud", 100.0 + 0.0335 * HOURS_PER_MONTH, 6 * 50.0 / 1_000_000,
-               "ASSUMED: Essentials plan $100/month minimum; $50 per million actions, 6 actions "
-               "a run (start + 5 activities), the plan's included actions ignored; the worker on "
-               "one e2-small VM ($0.0335/h)"),
-    PeerPrices("DBOS on Cloud SQL", 0.035 * HOURS_PER_MONTH + 1.7 + 0.0335 * HOURS_PER_MONTH,
-               0.0,
-               "ASSUMED: Cloud SQL for PostgreSQL db-g1-small ($0.035/h) with 10 GB SSD "
-               "($0.17/GB-month), the application on one e2-small VM ($0.0335/h)"),
-    PeerPrices("Restate on a VM", 0.067 * HOURS_PER_MONTH + 1.0, 0.0,
-               "ASSUMED: restate-server and the service on one e2-medium VM ($0.067/h) with "
-               "10 GB balanced disk ($0.10/GB-month)"),
-)
+REFERENCE_RUN = {"docs_read": 13.0, "docs_written": 10.0, "published": 7.0, "deliveries": 7.0,
+                 "function_requests": 6.0, "function_cpu_s": 0.042}
+"""One reference run (5 steps), the sequential phase of ``ackloop bench --quick`` on a2baa05
+(2026-12-04, 2 cores): 13 documents read and 10 written (the run's, one per step, and the run's
+end), 6 publishes by the functions plus the client's query, 6 pushes to the functions plus the
+answer's delivery to the caller's consumer (no function's request), 42 ms of function CPU."""
 
 
 def ackloop_usd_per_run(per_run: dict[str, float]) -> float:
@@ -65,49 +40,62 @@ def ackloop_usd_per_run(per_run: dict[str, float]) -> float:
     return float(cost_per_1000_runs(per_run)["total_usd"]) / 1000
 
 
-def monthly_usd(fixed: float, per_run: float, runs: float) -> float:
-    """A month's cost at ``runs`` runs: what is held running, plus what each run costs."""
-    return fixed + per_run * runs
-
-
 def curves(volumes: Sequence[float], ackloop_per_run: float,
            peers: Sequence[PeerPrices] = PEER_PRICES) -> dict[str, list[float]]:
     """Each engine's monthly cost at each volume (runs a month)."""
-    lines = {"ackloop": [round(monthly_usd(0.0, ackloop_per_run, v), 4) for v in volumes]}
+    lines = {"ackloop": [round(ackloop_per_run * v, 4) for v in volumes]}
     for peer in peers:
-        lines[peer.name] = [round(monthly_usd(peer.fixed_usd_month, peer.usd_per_run, v), 4)
-                            for v in volumes]
+        lines[peer.name] = [round(peer.monthly_usd(v), 4) for v in volumes]
     return lines
 
 
-def crossover(fixed: float, per_run: float, ackloop_per_run: float) -> float | None:
-    """Runs a month above which a peer with this fixed cost and price per run is cheaper than
-    ackloop; None when it never is."""
-    saving = ackloop_per_run - per_run
-    return fixed / saving if saving > 0 else None
+def cheaper_between(peer: PeerPrices,
+                    ackloop_per_run: float) -> tuple[float, float | None] | None:
+    """The runs a month over which ``peer`` costs less than ackloop: (from, to), ``to`` None
+    when it stays cheaper at any volume; None when it is never cheaper.
+
+    A peer's month is flat (its fixed part) until its included units are used, then rises by
+    its price per run; ackloop's rises from zero by its own."""
+    if ackloop_per_run <= 0:
+        return None
+    flat_until = (peer.included_units / peer.units_per_run if peer.usd_per_run > 0
+                  else float("inf"))
+    saving = ackloop_per_run - peer.usd_per_run
+    meets = peer.fixed_usd_month / ackloop_per_run
+    # Where the two meet once the included units are used.
+    again = ((peer.fixed_usd_month - peer.included_units * peer.usd_per_unit) / saving
+             if saving else float("inf"))
+    if meets <= flat_until:
+        # Past its included units it rises faster than ackloop, if it does, and meets it again.
+        return meets, (again if saving < 0 else None)
+    return (again, None) if saving > 0 else None
 
 
 def per_run_from_bench(result: dict[str, Any]) -> dict[str, float]:
-    """One reference run's counts from an ``ackloop bench`` JSON (its sequential phase)."""
-    seq = result["ackloop"]["sequential"]
-    per_run = seq["per_run"]
-    return {"docs_read": per_run["docs_read"], "docs_written": per_run["docs_written"],
-            "published": per_run["published"] + 1, "deliveries": per_run["deliveries"] + 1,
-            "function_requests": per_run["deliveries"],
-            "function_cpu_s": seq["function_cpu_ms_per_run"] / 1000}
+    """One reference run's billed counts from an ``ackloop bench`` JSON (its sequential phase)."""
+    return billed_per_run(result["ackloop"]["sequential"])
 
 
-def draw(volumes: Sequence[float], lines: dict[str, list[float]], path: Path) -> Path:
+def _legend(name: str) -> str:
+    peer = next((p for p in PEER_PRICES if p.name == name), None)
+    return f"{name} *" if peer is not None and peer.unverified else name
+
+
+def draw(volumes: Sequence[float], lines: dict[str, list[float]], path: Path,
+         measured: str = "") -> Path:
     """The curves on log-log axes, with the prices' basis under them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 6.5))
-    # Two peers may cost nearly the same: a line style each keeps both visible.
-    for (name, values), style in zip(lines.items(), ("-", "--", "-.", ":", "-"), strict=False):
-        ax.plot(volumes, values, label=name, marker="o", markersize=3, linestyle=style)
+    fig, ax = plt.subplots(figsize=(9, 6.8))
+    # Two peers may cost the same: a line style and a marker each keep both visible.
+    for (name, values), (style, marker) in zip(
+            lines.items(), (("-", "o"), ("--", "o"), ("-.", "o"), (":", "s"), ((0, (1, 4)), "x")),
+            strict=False):
+        ax.plot(volumes, values, label=_legend(name), marker=marker, markersize=4,
+                linestyle=style, fillstyle="none")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("reference runs a month (model -> tool -> model -> tool -> model)")
@@ -115,11 +103,12 @@ def draw(volumes: Sequence[float], lines: dict[str, list[float]], path: Path) ->
     ax.set_title("Monthly cost at list prices")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    note = (f"ackloop: Google Cloud list prices of {PRICES.date}, per run only (scales to "
-            "zero).\nPeers: ASSUMED prices, not checked (see cost_curve.PEER_PRICES); "
-            "capacity not modelled.")
+    note = (f"ackloop: {measured or 'REFERENCE_RUN'}; Google Cloud list prices of {PRICES.date}, "
+            "per run only (scales to zero).\nPeers: list prices read "
+            f"{PEER_PRICES[0].prices[0].read}, sources in peer_prices.py; * rests on a figure "
+            "not checked against the vendor's page. Capacity not modelled.")
     fig.text(0.01, 0.01, note, fontsize=7, va="bottom")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -130,6 +119,55 @@ VOLUMES = tuple(float(10 ** (e / 2)) for e in range(4, 17))
 """100 to 100 million runs a month, two points a decade."""
 
 
+def _where(span: tuple[float, float | None] | None) -> str:
+    if span is None:
+        return "never cheaper than ackloop"
+    low, high = span
+    if high is None:
+        return f"cheaper than ackloop above {low:,.0f} runs a month"
+    return f"cheaper than ackloop from {low:,.0f} to {high:,.0f} runs a month"
+
+
+def summary(per_run: dict[str, float]) -> list[str]:
+    """ackloop's cost per million runs, then each peer's month and where it crosses ackloop."""
+    ackloop = ackloop_usd_per_run(per_run)
+    lines = [f"ackloop: ${ackloop * 1_000_000:.2f} per million runs, nothing idle"]
+    for peer in PEER_PRICES:
+        mark = " (rests on an unverified figure)" if peer.unverified else ""
+        included = (f" past {peer.included_units / peer.units_per_run:,.0f} included"
+                    if peer.included_units else "")
+        lines.append(f"{peer.name}: ${peer.fixed_usd_month:.2f} a month idle, "
+                     f"${peer.usd_per_run * 1_000_000:.2f} per million runs{included}; "
+                     f"{_where(cheaper_between(peer, ackloop))}{mark} ({peer.basis})")
+    return lines
+
+
+def write(per_run: dict[str, float], out: Path, json_path: Path | None = None,
+          measured: str = "") -> list[str]:
+    """Draw the curves for these per-run counts to ``out`` (and their figures to
+    ``json_path``); the summary lines, the chart's path last."""
+    ackloop = ackloop_usd_per_run(per_run)
+    lines = curves(VOLUMES, ackloop)
+    text = [*summary(per_run), f"cost curve: {draw(VOLUMES, lines, out, measured)}"]
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({
+            "ackloop_per_run": per_run, "ackloop_usd_per_run": ackloop, "measured": measured,
+            "volumes": list(VOLUMES), "curves": lines, "prices_date": PRICES.date,
+            "peers": [asdict(p) | {"usd_per_run": p.usd_per_run,
+                                   "cheaper_between": cheaper_between(p, ackloop)}
+                      for p in PEER_PRICES]}, indent=2))
+    return text
+
+
+def from_bench(result: dict[str, Any], out: Path, json_path: Path | None = None) -> list[str]:
+    """:func:`write` from an ``ackloop bench`` result: its measured ackloop run."""
+    meta = result.get("meta", {})
+    size = "ackloop bench --quick" if meta.get("quick") else "ackloop bench"
+    measured = f"the run measured {meta.get('date', '?')} ({size})"
+    return write(per_run_from_bench(result), out, json_path, measured)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench-json", type=Path,
@@ -137,22 +175,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-results/cost_curve.png"))
     parser.add_argument("--json", type=Path, help="also write the curves here")
     args = parser.parse_args(argv)
-    per_run = (per_run_from_bench(json.loads(args.bench_json.read_text()))
-               if args.bench_json else REFERENCE_RUN)
-    ackloop = ackloop_usd_per_run(per_run)
-    lines = curves(VOLUMES, ackloop)
-    print(f"ackloop: ${ackloop * 1_000_000:.2f} per million runs, nothing idle")
-    for peer in PEER_PRICES:
-        runs = crossover(peer.fixed_usd_month, peer.usd_per_run, ackloop)
-        where = f"cheaper above {runs:,.0f} runs a month" if runs else "never cheaper"
-        print(f"{peer.name}: ${peer.fixed_usd_month:.2f} a month idle, "
-              f"${peer.usd_per_run * 1_000_000:.2f} per million runs; {where} ({peer.basis})")
-    print(f"chart: {draw(VOLUMES, lines, args.out)}")
-    if args.json is not None:
-        args.json.write_text(json.dumps({"ackloop_per_run": per_run, "ackloop_usd_per_run":
-                                         ackloop, "volumes": list(VOLUMES), "curves": lines,
-                                         "peers": [asdict(p) for p in PEER_PRICES],
-                                         "prices_date": PRICES.date}, indent=2))
+    if args.bench_json:
+        text = from_bench(json.loads(args.bench_json.read_text()), args.out, args.json)
+    else:
+        text = write(REFERENCE_RUN, args.out, args.json, "REFERENCE_RUN")
+    print("\n".join(text))
 
 
 if __name__ == "__main__":

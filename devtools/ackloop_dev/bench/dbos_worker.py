@@ -8,6 +8,13 @@ an instant ``@DBOS.step`` (the scripted model decides from the turn alone), reco
 ran. The phases (a first run timed from the process's spawn, warm-up, sequential, each
 concurrency level) are measured here, CPU of this process and of the PostgreSQL server tree
 included, and printed as one JSON line on stdout.
+
+Set up as DBOS's configuration reference describes (docs.dbos.dev/python/reference/configuration):
+PostgreSQL as the system database; ``max_executor_threads`` raised to 512, because DBOS runs
+each started workflow on a thread of its executor and the bench keeps up to 200 in flight; the
+system database's connection pool left at DBOS's default (20 connections, no overflow), which
+the docs do not advise changing; no queue (each run is started with ``DBOS.start_workflow``,
+nothing to rate-limit).
 """
 
 from __future__ import annotations

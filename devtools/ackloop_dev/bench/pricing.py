@@ -14,6 +14,24 @@ from typing import Any
 from ackloop.domain.cost import PRICES, PUBSUB_MIN_BYTES, PriceTable
 
 
+def billed_per_run(phase: dict[str, Any]) -> dict[str, float]:
+    """The billed counts of one run from a phase of the ackloop bench (its ``per_run`` counts
+    and ``function_cpu_ms_per_run``), as :func:`cost_per_1000_runs` takes them.
+
+    The client publishes each query; a consumer of the caller's receives each answer (a Pub/Sub
+    delivery, not a request to a function).
+    """
+    per_run = phase["per_run"]
+    return {
+        "docs_read": per_run["docs_read"],
+        "docs_written": per_run["docs_written"],
+        "published": per_run["published"] + 1,
+        "deliveries": per_run["deliveries"] + 1,
+        "function_requests": per_run["deliveries"],
+        "function_cpu_s": phase["function_cpu_ms_per_run"] / 1000,
+    }
+
+
 def cost_per_1000_runs(
     per_run: dict[str, float], prices: PriceTable = PRICES
 ) -> dict[str, Any]:

@@ -77,7 +77,9 @@ ROWS += [
 ]
 
 
-def _columns(result: Figures) -> dict[str, Figures]:
+def engine_columns(result: Figures) -> dict[str, Figures]:
+    """Each engine's figures by its column's name: ackloop (and its emulator-push phases),
+    each Temporal storage, DBOS, Restate; only those the result holds."""
     columns: dict[str, Figures] = {}
     ack = result.get("ackloop")
     if ack:
@@ -103,7 +105,7 @@ def _safe(cell: Cell, figures: Figures) -> str:
 
 def main_table(result: Figures) -> str:
     """Both engines side by side."""
-    columns = _columns(result)
+    columns = engine_columns(result)
     lines = ["| figure | " + " | ".join(columns) + " |",
              "|---|" + "---|" * len(columns)]
     for label, cell in ROWS:

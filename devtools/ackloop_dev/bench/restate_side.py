@@ -7,6 +7,11 @@ of its own with every port on 127.0.0.1 and its telemetry off; the service
 (:mod:`ackloop_dev.bench.restate_service`) is served by hypercorn in its own process and
 registered through the admin API; each run is one request to the ingress, which answers with
 the run's result. Its figures have the shape of a Temporal storage's.
+
+Set up as Restate's docs describe: the server's defaults (its partitions and memory pools are
+sized for production, docs.restate.dev/server/memory; this machine holds them), only the ports,
+the data directory and telemetry set; the Python service as an ASGI app served by hypercorn,
+which speaks the HTTP/2 the server uses to call it, and registered through the admin API.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``ackloop bench``: ackloop and Temporal side by side on the reference workload."""
+"""``ackloop bench``: ackloop, Temporal, DBOS and Restate side by side on the reference workload."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ def bench(
     json_path: Path = typer.Option(None, "--json", help="Write every figure here (JSON)."),
     chart: Path = typer.Option(Path("bench-results/bench.png"), "--chart",
                                help="Where to draw the chart (PNG)."),
+    cost_curve: Path = typer.Option(None, "--cost-curve",
+                                    help="Where to draw the monthly cost curve from the run "
+                                    "measured (PNG; default: cost_curve.png next to the "
+                                    "chart)."),
     markdown: Path = typer.Option(None, "--markdown", help="Also write the tables here."),
     ackloop_side: bool = typer.Option(True, "--ackloop/--no-ackloop",
                                       help="Measure ackloop (emulators + functions)."),
@@ -33,8 +37,8 @@ def bench(
     workdir: Path = typer.Option(None, help="Keep logs and databases here."),
 ) -> None:
     """Run the reference workload (model -> tool -> model -> tool -> model, instant model and
-    tools) through ackloop on the emulators AND through the Temporal dev server, print a table,
-    write the figures (--json) and draw a chart."""
+    tools) through ackloop on the emulators, the Temporal dev server, DBOS and Restate, print a
+    table, write the figures (--json), draw a chart and the monthly cost curve of the run."""
     from ackloop_dev.bench import report
     from ackloop_dev.bench.compare import BenchOptions, run_bench_sync
 
@@ -55,6 +59,11 @@ def bench(
 
     try:
         typer.echo(f"chart: {draw(result, chart)}", err=True)
+        if "ackloop" in result:
+            from ackloop_dev.bench.cost_curve import from_bench
+
+            out = cost_curve or chart.with_name("cost_curve.png")
+            typer.echo("\n".join(from_bench(result, out, out.with_suffix(".json"))), err=True)
     except ImportError:
         typer.echo("no chart: matplotlib is missing (pip install 'ackloop-dev[bench]')", err=True)
     failed = [t["name"] for t in result.get("targets", []) if not t["holds"]]
