@@ -131,3 +131,53 @@ def test_functions_framework_still_serves_a_step_function(tmp_path: Path) -> Non
     response = _first_answer(command, env, port, tmp_path / "stderr.log")
     assert response.status_code == 400, response.text
     assert "not a Pub/Sub push envelope" in response.text
+
+
+@pytest.mark.parametrize("target", ["steps", "all"])
+def test_one_service_serves_each_step_kind_under_its_path(target: str, tmp_path: Path) -> None:
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ACKLOOP_METRICS",
+                                                                        "ACKLOOP_TRACE"))},
+           "FUNCTION_TARGET": target, "PORT": str(port), "ACKLOOP_HOST": "127.0.0.1",
+           "ACKLOOP_PROJECT_ID": "p", "ACKLOOP_MODEL_PROVIDER": "gemini",
+           "ACKLOOP_GEMINI_API_KEY": "unused-key",
+           "PUBSUB_EMULATOR_HOST": "127.0.0.1:1", "FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"}
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen([sys.executable, *RUN], cwd=ROOT, env=env,
+                                   stdout=subprocess.DEVNULL, stderr=stderr)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert process.poll() is None, log.read_text()[-3000:]
+            try:
+                root = httpx.get(f"{base}/", timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, f"{target} did not serve in 90 s"
+                time.sleep(0.05)
+        for kind in ("ingest", "model_step", "tool_step", "dead_letter"):
+            answer = httpx.post(f"{base}/{kind}", json={}, timeout=5)
+            assert answer.status_code == 400, (kind, answer.text)
+            assert "not a Pub/Sub push envelope" in answer.text
+            counters = httpx.get(f"{base}/{kind}", timeout=5).json()
+            assert counters["status"] == "ok"
+        if target == "all":  # the API everywhere else
+            assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+            assert httpx.get(f"{base}/agents", timeout=5).status_code == 200
+        else:
+            assert root.json() == {"status": "ok", "serves": [
+                "/ingest", "/model_step", "/tool_step", "/dead_letter"]}
+            assert httpx.get(f"{base}/healthz", timeout=5).status_code == 404
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    modules = [line.rsplit("|", 1)[1].strip() for line in log.read_text().splitlines()
+               if line.startswith("import time:") and "imported package" not in line]
+    # The model client is built before serving, the tool pool too: every kind is served here.
+    assert {"google.genai", "httpcore"} <= set(modules)
+    # With the API, what the API imports (FastAPI, its metrics); never the development tools.
+    unwanted = ("ackloop_dev", "temporalio", "matplotlib", "typer") if target == "all" \
+        else NOT_NEEDED
+    assert _among(modules, unwanted) == []
