@@ -225,6 +225,17 @@ def render(result: Figures) -> str:
     ack = result.get("ackloop")
     if ack:
         sections += [counts_table(ack), growth_table(ack), floors_text(ack)]
+    if result.get("cold_query"):
+        sections.append(cold_text(result["cold_query"]))
     if result.get("targets"):
         sections.append(targets_table(result["targets"]))
     return "\n\n".join(s for s in sections if s)
+
+
+def cold_text(cold: Figures) -> str:
+    """A cold question against a warm one, per deployment layout
+    (:mod:`ackloop_dev.bench.cold_query`)."""
+    from ackloop_dev.bench.cold_query import table
+
+    return (f"Cold question (every service scaled to zero) vs warm, model: {cold['model']}\n"
+            f"```\n{table(cold)}\n```")
