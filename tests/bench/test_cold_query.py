@@ -58,3 +58,11 @@ def test_a_combined_service_gets_the_longest_request_timeout_of_its_kinds() -> N
     assert request_timeout_s("steps") == max(request_timeout_s(k) for k in
                                              ("ingest", "model_step", "tool_step", "dead_letter"))
     assert request_timeout_s("ingest") < request_timeout_s("steps")
+
+
+def test_the_bench_report_shows_the_cold_question(result: dict[str, Any]) -> None:
+    from ackloop_dev.bench import report
+
+    text = report.render({"meta": {}, "cold_query": result})
+    assert "Cold question (every service scaled to zero) vs warm" in text
+    assert table(result) in text
