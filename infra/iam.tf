@@ -3,7 +3,8 @@
 # roles/datastore.user is project-wide, limited to the ackloop database by an IAM condition.
 
 locals {
-  # Topics each service publishes to. Any step may end a run (answer or budget exhausted), so
+  # Topics each kind publishes to (its service publishes to those of every kind it serves,
+  # layout.tf). Any step may end a run (answer or budget exhausted), so
   # every step service can publish answers, and a run's end starts its conversation's next
   # queued run (a model step). ingest starts a run with its first model step; model_step fans
   # out tool steps; the last tool step of a turn starts the next model step; dead_letter fails
@@ -22,13 +23,20 @@ locals {
     api         = ["model_steps", "tool_steps", "answers", "queries"]
   }
 
+  service_publishes = {
+    for service in keys(local.services) : service => distinct(flatten([
+      for kind, topics in local.publishes : topics if local.service_of[kind] == service
+    ]))
+  }
+
   publisher_bindings = merge([
-    for service, topics in local.publishes : {
+    for service, topics in local.service_publishes : {
       for topic in topics : "${service}/${topic}" => { service = service, topic = topic }
     }
   ]...)
 
-  push_services = toset(["ingest", "model_step", "tool_step", "dead_letter"])
+  # The services the step subscriptions push to.
+  push_services = toset([for kind in local.step_kinds : local.push_targets[kind].service])
 
   pubsub_service_agent = "serviceAccount:${google_project_service_identity.pubsub.email}"
 }
@@ -68,18 +76,19 @@ resource "google_project_iam_member" "service_writes_traces" {
   member  = google_service_account.service[each.key].member
 }
 
-# Vertex AI backend: only model_step calls Gemini.
+# Vertex AI backend: only model_step calls Gemini (its service's account).
 resource "google_project_iam_member" "model_step_vertex_user" {
   count = var.gemini_backend == "vertex" ? 1 : 0
 
   project = var.project_id
   role    = "roles/aiplatform.user"
-  member  = google_service_account.service["model_step"].member
+  member  = google_service_account.service[local.service_of["model_step"]].member
 }
 
 # --- Pub/Sub push ---------------------------------------------------------------------------
 
-# The push identity may invoke the four push-triggered services and nothing else.
+# The push identity may invoke the push-triggered services (the four step kinds' or the steps
+# service) and nothing else.
 resource "google_cloud_run_v2_service_iam_member" "push_invoker" {
   for_each = local.push_services
 

@@ -1,6 +1,11 @@
 output "service_urls" {
-  description = "URL of each Cloud Run service, by FUNCTION_TARGET."
+  description = "URL of each Cloud Run service, by FUNCTION_TARGET (service_layout \"steps\": steps and api)."
   value       = { for name, service in google_cloud_run_v2_service.service : name => service.uri }
+}
+
+output "build_services" {
+  description = "The services cloudbuild.yaml rolls the image out to, as its _SERVICES substitution wants them (service_layout \"steps\": \"steps api\")."
+  value       = join(" ", [for name in keys(local.services) : replace(name, "_", "-")])
 }
 
 output "api_url" {
@@ -14,7 +19,7 @@ output "topics" {
 }
 
 output "subscriptions" {
-  description = "Push subscription names, by the service they deliver to."
+  description = "Push subscription names, by the step kind they deliver to."
   value = merge(
     { for name, subscription in google_pubsub_subscription.step : name => subscription.name },
     { dead_letter = google_pubsub_subscription.dead_letter.name },

@@ -13,7 +13,8 @@ locals {
   # cannot be told its own URL (Terraform would need the service to create the service).
   push_audience = "ackloop-push:${var.project_id}"
 
-  # Push subscriptions that drive the agent loop: key = the service they push to.
+  # Push subscriptions that drive the agent loop: key = the step kind they push to (its
+  # service and path: local.push_targets, layout.tf).
   step_subscriptions = {
     ingest     = "queries"
     model_step = "model_steps"
@@ -31,10 +32,15 @@ locals {
     minimum = coalesce(var.retry_backoff_seconds.minimum, local.delivery.retry_policy.minimum_backoff_seconds)
     maximum = coalesce(var.retry_backoff_seconds.maximum, local.delivery.retry_policy.maximum_backoff_seconds)
   }
-  request_timeout_seconds = {
+  kind_request_timeout_seconds = {
     for name, seconds in local.delivery.request_timeout_seconds :
     name => coalesce(var.request_timeout_seconds[name], seconds)
   }
+  # By service (and by kind, for the ack deadlines): the steps service (layout.tf) serves every
+  # step kind, so it gets the longest of their timeouts.
+  request_timeout_seconds = merge(local.kind_request_timeout_seconds, {
+    steps = max([for kind in local.step_kinds : local.kind_request_timeout_seconds[kind]]...)
+  })
 }
 
 resource "google_pubsub_topic" "topic" {
@@ -50,7 +56,8 @@ resource "google_pubsub_topic" "topic" {
   depends_on = [google_project_service.required]
 }
 
-# queries -> ingest, model_steps -> model_step, tool_steps -> tool_step.
+# queries -> ingest, model_steps -> model_step, tool_steps -> tool_step (each a kind's service,
+# or a path of the steps service).
 # At-least-once push: a non-2xx answer (retryable error) is redelivered with exponential backoff;
 # after max_delivery_attempts the message goes to the dead-letter topic.
 resource "google_pubsub_subscription" "step" {
@@ -60,8 +67,9 @@ resource "google_pubsub_subscription" "step" {
   name    = "${google_pubsub_topic.topic[each.value].name}-${replace(each.key, "_", "-")}"
   topic   = google_pubsub_topic.topic[each.value].id
 
-  # For push the ack deadline is also the request timeout: equal to the service's Cloud Run
-  # timeout, so a delivery is never redelivered while Cloud Run may still be running it.
+  # For push the ack deadline is also the request timeout: equal to the kind's Cloud Run
+  # timeout, so a delivery is never redelivered while Cloud Run may still be running it (on the
+  # steps service, whose timeout is the longest of its kinds', each keeps its kind's own).
   ack_deadline_seconds       = local.request_timeout_seconds[each.key]
   message_retention_duration = "${var.message_retention_seconds}s"
   retain_acked_messages      = false
@@ -70,7 +78,7 @@ resource "google_pubsub_subscription" "step" {
   enable_exactly_once_delivery = false
 
   push_config {
-    push_endpoint = google_cloud_run_v2_service.service[each.key].uri
+    push_endpoint = "${google_cloud_run_v2_service.service[local.push_targets[each.key].service].uri}${local.push_targets[each.key].path}"
 
     # Cloud Run IAM verifies this token in front of the service (run.invoker, iam.tf), removes
     # its signature and passes its claims on, which the service checks (push_auth, run.tf).
@@ -101,7 +109,7 @@ resource "google_pubsub_subscription" "step" {
   ]
 }
 
-# dead_letter -> dead_letter service. A topic cannot be its own dead-letter topic, so the
+# dead_letter -> the dead_letter step kind. A topic cannot be its own dead-letter topic, so the
 # dead-letter subscription dead-letters to a topic of its own, where nothing pushes: a message the
 # handler refused max_delivery_attempts times is parked there (readable with gcloud for
 # message_retention_seconds) instead of cycling through the handler forever.
@@ -114,7 +122,7 @@ resource "google_pubsub_subscription" "dead_letter" {
   message_retention_duration = "${var.message_retention_seconds}s"
 
   push_config {
-    push_endpoint = google_cloud_run_v2_service.service["dead_letter"].uri
+    push_endpoint = "${google_cloud_run_v2_service.service[local.push_targets.dead_letter.service].uri}${local.push_targets.dead_letter.path}"
 
     oidc_token {
       service_account_email = google_service_account.push_invoker.email

@@ -1,5 +1,6 @@
-# Five Cloud Run services from ONE image; FUNCTION_TARGET selects what `ackloop run` serves.
-# Terraform owns the services; the build (cloudbuild.yaml) owns the image.
+# The Cloud Run services, from ONE image; FUNCTION_TARGET selects what `ackloop run` serves.
+# Which services exist is the layout's (layout.tf: local.services). Terraform owns the services;
+# the build (cloudbuild.yaml) owns the image.
 
 locals {
   # Concurrency: every service spends a request waiting on I/O (Gemini, tool HTTP APIs, Firestore,
@@ -7,7 +8,8 @@ locals {
   # service runs rarely and writes one record per message: a low bound keeps a burst of
   # dead letters from fanning out into a burst of Firestore writes.
   # memory_gib is memory in GiB, what the cost ledger prices a request's time by.
-  services = {
+  # A service per step kind, and the api (service_layout "per_step").
+  per_step_services = {
     ingest = {
       description = "Turns a query from the queries topic into a run and its first model step."
       concurrency = 80
@@ -44,6 +46,12 @@ locals {
       ingress     = "INGRESS_TRAFFIC_ALL" # callers still need roles/run.invoker (api_invoker_members)
     }
   }
+
+  # One service for every step kind (service_layout "steps"), sized as model_step: the largest
+  # memory of the kinds and the concurrency of the I/O-bound ones, for all of them.
+  steps_service = merge(local.per_step_services.model_step, {
+    description = "Serves every step kind under /<kind>: ingest, model_step, tool_step and dead_letter."
+  })
 
   # Every setting the services read (shared/ackloop/config/settings.py), one name per setting. The Google
   # names (GOOGLE_CLOUD_PROJECT, GOOGLE_CLOUD_LOCATION, GOOGLE_GENAI_USE_VERTEXAI) are aliases the
@@ -142,8 +150,8 @@ locals {
   # Where the api service sees the bearer-token secret (a Secret Manager volume).
   api_token_dir = "/secrets/api-bearer-token"
 
-  # Only model_step calls Gemini, so only it receives the key.
-  gemini_key_services = var.gemini_backend == "api_key" ? toset(["model_step"]) : toset([])
+  # Only model_step calls Gemini, so only its service receives the key.
+  gemini_key_services = var.gemini_backend == "api_key" ? toset([local.service_of["model_step"]]) : toset([])
 }
 
 resource "google_cloud_run_v2_service" "service" {
@@ -168,6 +176,9 @@ resource "google_cloud_run_v2_service" "service" {
     # model_step >= model call + lease, tool_step >= tool call + lease (validated in variables.tf;
     # the numbers come from shared/ackloop/delivery.json unless overridden, see pubsub.tf):
     # a step that overruns its lease can be claimed again, and a request cut short is redelivered.
+    # The steps service (layout.tf) gets the longest of its kinds' timeouts while each
+    # subscription keeps its own kind's ack deadline: a delivery of a shorter kind still running
+    # past it is delivered again, a duplicate the engine records once, as any other.
     timeout = "${local.request_timeout_seconds[each.key]}s"
 
     max_instance_request_concurrency = each.value.concurrency

@@ -13,12 +13,12 @@ resource "google_secret_manager_secret" "gemini_api_key" {
   depends_on = [google_project_service.required]
 }
 
-# Only model_step calls Gemini, so only its service account may read the key.
+# Only model_step calls Gemini, so only its service's account may read the key.
 resource "google_secret_manager_secret_iam_member" "model_step_reads_gemini_key" {
   count = var.gemini_backend == "api_key" ? 1 : 0
 
   project   = var.project_id
   secret_id = google_secret_manager_secret.gemini_api_key[0].secret_id
   role      = "roles/secretmanager.secretAccessor"
-  member    = google_service_account.service["model_step"].member
+  member    = google_service_account.service[local.service_of["model_step"]].member
 }

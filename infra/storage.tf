@@ -41,8 +41,11 @@ resource "google_storage_bucket" "files" {
 locals {
   # Who reads and writes file bytes: ingest and the api store a query's files, tool_step a
   # tool's output files, model_step reads them to send them to Gemini. dead_letter never does.
-  files_writers = toset(["ingest", "api", "tool_step"])
-  files_readers = toset(["model_step"])
+  # By kind; the bindings go to the services that serve them (layout.tf).
+  files_writer_kinds = ["ingest", "api", "tool_step"]
+  files_reader_kinds = ["model_step"]
+  files_writers      = toset([for kind in local.files_writer_kinds : local.service_of[kind]])
+  files_readers      = toset([for kind in local.files_reader_kinds : local.service_of[kind]])
 }
 
 # Object access on this bucket only (no project-wide storage role). objectUser: create, read

@@ -240,12 +240,14 @@ variable "sweep" {
   default     = {}
   nullable    = false
 
+  # Under service_layout "steps" every step kind runs with the steps service's timeout, the
+  # longest of theirs.
   validation {
     condition = alltrue([
-      for name in ["model_step", "tool_step"] :
+      for name in concat(["model_step", "tool_step"], var.service_layout == "steps" ? ["ingest", "dead_letter"] : []) :
       var.sweep.stale_seconds > coalesce(var.request_timeout_seconds[name], local.delivery.request_timeout_seconds[name])
     ])
-    error_message = "sweep.stale_seconds must exceed the model_step and tool_step request timeouts."
+    error_message = "sweep.stale_seconds must exceed the model_step and tool_step request timeouts (under service_layout = \"steps\", every step kind's)."
   }
 }
 
@@ -368,7 +370,7 @@ variable "request_timeout_seconds" {
     dead_letter = optional(number)
     api         = optional(number)
   })
-  description = "Overrides of the Cloud Run request timeouts in shared/ackloop/delivery.json (unset: the file's, which the local stack uses too; ingest 60, model_step 120, tool_step 90, dead_letter 60, api 360 s). For the four push-triggered services the timeout is also the subscription's ack deadline (Pub/Sub caps it at 600 s). model_step must cover a model call plus a lease (model_timeout_seconds + lease_seconds), tool_step a tool call plus a lease; the api must cover a streamed run (run_limits.max_seconds)."
+  description = "Overrides of the Cloud Run request timeouts in shared/ackloop/delivery.json (unset: the file's, which the local stack uses too; ingest 60, model_step 120, tool_step 90, dead_letter 60, api 360 s). For the four push-triggered services the timeout is also the subscription's ack deadline (Pub/Sub caps it at 600 s). Under service_layout = \"steps\" the steps service gets the longest of the four, and each subscription keeps its own kind's ack deadline. model_step must cover a model call plus a lease (model_timeout_seconds + lease_seconds), tool_step a tool call plus a lease; the api must cover a streamed run (run_limits.max_seconds)."
   default     = {}
   nullable    = false
 
@@ -399,47 +401,7 @@ variable "request_timeout_seconds" {
   }
 }
 
-variable "max_instances" {
-  type = object({
-    ingest      = optional(number, 10)
-    model_step  = optional(number, 20)
-    tool_step   = optional(number, 20)
-    dead_letter = optional(number, 2)
-    api         = optional(number, 10)
-  })
-  description = "Upper bound on instances of each service (they all scale to zero). Bounds the cost of a retry storm and the write rate on Firestore."
-  default     = {}
-
-  validation {
-    condition     = alltrue([for n in values(var.max_instances) : n >= 1 && n <= 1000])
-    error_message = "max_instances values must be between 1 and 1000."
-  }
-}
-
-variable "min_instances" {
-  type = object({
-    ingest      = optional(number, 0)
-    model_step  = optional(number, 0)
-    tool_step   = optional(number, 0)
-    dead_letter = optional(number, 0)
-    api         = optional(number, 0)
-  })
-  description = "Instances of each service kept warm (default 0: every service scales to zero). One run crosses api or ingest, model_step and tool_step in turn, so with all at zero an idle deployment can pay a cold start at each hop; 1 on model_step and tool_step (and api) removes most of that. Warm instances are billed while idle."
-  default     = {}
-  nullable    = false
-
-  validation {
-    condition     = alltrue([for n in values(var.min_instances) : n >= 0 && n == floor(n)])
-    error_message = "min_instances values must be whole numbers >= 0."
-  }
-
-  validation {
-    condition = alltrue([
-      for name, n in var.min_instances : n <= coalesce(var.max_instances[name], 1000)
-    ])
-    error_message = "min_instances must not exceed max_instances for any service."
-  }
-}
+# max_instances and min_instances: layout.tf, with the services they bound.
 
 variable "api_invoker_members" {
   type        = list(string)

@@ -39,9 +39,13 @@ def test_deployed_values_are_the_file_unless_a_variable_overrides_them(
         assert expression(backoff[bound]) == (
             f"coalesce(var.retry_backoff_seconds.{bound}, "
             f"local.delivery.retry_policy.{bound}_backoff_seconds)")
-    timeouts = expression(terraform.locals["request_timeout_seconds"])
+    timeouts = expression(terraform.locals["kind_request_timeout_seconds"])
     assert "local.delivery.request_timeout_seconds" in timeouts
     assert "coalesce(var.request_timeout_seconds[name], seconds)" in timeouts
+    # By service: the kinds', and the steps service's, the longest of the step kinds'
+    # (evaluated in test_service_layout.py).
+    assert expression(terraform.locals["request_timeout_seconds"]).startswith(
+        "merge(local.kind_request_timeout_seconds, {steps = max(")
     # The variables only override: unset, they hold nothing of their own.
     assert terraform.variable_default("max_delivery_attempts") is None
     for name in ("retry_backoff_seconds", "request_timeout_seconds"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ackloop.api.app import create_app
@@ -19,10 +18,12 @@ EXPECTED_STEP_SUBSCRIPTIONS = {
 PUBSUB_MAX_ACK_DEADLINE = 600
 
 
-def _push(subscription: dict[str, Any], service_ref: str) -> None:
+def _push(subscription: dict[str, Any], target: str) -> None:
     push = block(subscription, "push_config")
-    uri = f"${{google_cloud_run_v2_service.service[{service_ref}].uri}}"
-    assert push["push_endpoint"] == uri, "push to the service URL (path /)"
+    # The kind's service URL, and on the steps service the kind's path (test_service_layout.py).
+    uri = (f"${{google_cloud_run_v2_service.service[{target}.service].uri}}"
+           f"${{{target}.path}}")
+    assert push["push_endpoint"] == uri, "push to the URL of the kind's service (and path)"
     token = block(push, "oidc_token")
     assert token["audience"] == "${local.push_audience}", "one configured push audience"
     assert token["service_account_email"] == "${google_service_account.push_invoker.email}"
@@ -40,8 +41,10 @@ def test_step_subscriptions_follow_the_runtime_layout(terraform: TerraformConfig
 def test_push_endpoints_are_the_service_urls_and_tokens_carry_the_push_audience(
     terraform: TerraformConfig,
 ) -> None:
-    _push(terraform.resource("google_pubsub_subscription", "step"), "each.key")
-    _push(terraform.resource("google_pubsub_subscription", "dead_letter"), '"dead_letter"')
+    _push(terraform.resource("google_pubsub_subscription", "step"),
+          "local.push_targets[each.key]")
+    _push(terraform.resource("google_pubsub_subscription", "dead_letter"),
+          "local.push_targets.dead_letter")
     # Cloud Run IAM accepts a token for a custom audience only if the service declares it.
     service = terraform.resource("google_cloud_run_v2_service", "service")
     assert service["custom_audiences"] == (
@@ -125,13 +128,15 @@ def test_services_scale_to_zero_with_bounded_instances_and_deliberate_concurrenc
     scaling = block(template, "scaling")
     # Warm instances per service are offered; by default every service scales to zero.
     assert scaling["min_instance_count"] == "${var.min_instances[each.key]}"
-    assert set(terraform.object_optional_defaults("min_instances")) == set(
-        terraform.locals["services"])
-    for name in terraform.locals["services"]:
+    # The steps service's spec is evaluated in test_service_layout.py.
+    specs = terraform.locals["per_step_services"]
+    assert set(terraform.object_optional_defaults("min_instances")) == {*specs, "steps"}
+    assert set(terraform.object_optional_defaults("max_instances")) == {*specs, "steps"}
+    for name in (*specs, "steps"):
         assert terraform.variable_default("min_instances", name) == 0, name
     assert scaling["max_instance_count"] == "${var.max_instances[each.key]}"
     assert template["max_instance_request_concurrency"] == "${each.value.concurrency}"
-    for name, spec in terraform.locals["services"].items():
+    for name, spec in specs.items():
         assert 1 <= spec["concurrency"] <= 1000, name
         assert 1 <= terraform.variable_default("max_instances", name) <= 1000
         expected = "INGRESS_TRAFFIC_ALL" if name == "api" else "INGRESS_TRAFFIC_INTERNAL_ONLY"
@@ -147,9 +152,10 @@ def test_the_build_owns_the_image(terraform: TerraformConfig) -> None:
 
 def test_push_invoker_may_invoke_only_the_push_services(terraform: TerraformConfig) -> None:
     binding = terraform.resource("google_cloud_run_v2_service_iam_member", "push_invoker")
-    assert (
-        set(re.findall(r'"(\w+)"', expression(terraform.locals["push_services"]))) == PUSH_SERVICES
-    )
+    # The services the step kinds' subscriptions push to (evaluated: test_service_layout.py).
+    assert set(terraform.locals["step_kinds"]) == PUSH_SERVICES
+    assert expression(terraform.locals["push_services"]) == (
+        "toset([for kind in local.step_kinds : local.push_targets[kind].service])")
     assert binding["for_each"] == "${local.push_services}"
     assert binding["role"] == "roles/run.invoker"
     assert binding["member"] == "${google_service_account.push_invoker.member}"
@@ -180,8 +186,8 @@ def test_pubsub_service_agent_can_dead_letter(terraform: TerraformConfig) -> Non
 def test_each_service_has_its_own_account_and_least_privilege(terraform: TerraformConfig) -> None:
     accounts = terraform.resource("google_service_account", "service")
     assert accounts["for_each"] == "${local.services}"
-    publishes = terraform.locals["publishes"]
-    assert set(publishes) == set(terraform.locals["services"])
+    publishes = terraform.locals["publishes"]  # by kind; by service: test_service_layout.py
+    assert set(publishes) == set(terraform.locals["per_step_services"])
     for service, topics in publishes.items():
         assert set(topics) <= set(terraform.locals["topics"]), service
     # Every service that can end a run can end a child run, whose end is a ChildEndedMessage

@@ -24,6 +24,12 @@ CASES: list[tuple[str, str, bool]] = [
     ("min_instances", "{ api = -1 }", False),
     ("min_instances", "{ ingest = 0.5 }", False),
     ("min_instances", "{ dead_letter = 3 }", False),  # above its max_instances of 2
+    ("min_instances", "{ steps = 1 }", False),  # no steps service under "per_step"
+    # The layouts Terraform offers: the api stays a service of its own ("all" is not offered).
+    ("service_layout", '"per_step"', True),
+    ("service_layout", '"steps"', True),
+    ("service_layout", '"all"', False),
+    ("service_layout", '"step"', False),
     # Retention: whole days, 0 (keep everything) or more.
     ("retention_days", "30", True),
     ("retention_days", "0", True),
@@ -31,7 +37,15 @@ CASES: list[tuple[str, str, bool]] = [
     ("retention_days", "1.5", False),
 ]
 # Variables a validation refers to besides its own.
-ALSO = {"min_instances": ("max_instances",)}
+ALSO = {"min_instances": ("max_instances", "service_layout")}
+
+# Under service_layout = "steps": one service serves every step kind, warmed as a whole.
+STEPS_CASES: list[tuple[str, str, bool]] = [
+    ("min_instances", "{ steps = 1, api = 1 }", True),
+    ("min_instances", "{}", True),
+    ("min_instances", "{ model_step = 1 }", False),  # model_step has no service of its own
+    ("min_instances", "{ steps = 21 }", False),  # above its max_instances of 20
+]
 
 
 @pytest.mark.parametrize(("variable", "value", "accepted"), CASES)
@@ -39,5 +53,17 @@ def test_terraform_refuses_what_cannot_work(variable: str, value: str, accepted:
     terraform_bin = require_executable("terraform", "TERRAFORM_BIN")
     ok, output = terraform_accepts(terraform_bin, variable, value, ALSO.get(variable, ()))
     assert ok == accepted, f"{variable} = {value}: {'accepted' if ok else output}"
+    if not accepted:
+        assert "Invalid value for variable" in output, output
+
+
+@pytest.mark.parametrize(("variable", "value", "accepted"), STEPS_CASES)
+def test_terraform_refuses_what_the_steps_layout_cannot_use(
+    variable: str, value: str, accepted: bool
+) -> None:
+    terraform_bin = require_executable("terraform", "TERRAFORM_BIN")
+    ok, output = terraform_accepts(terraform_bin, variable, value, ALSO.get(variable, ()),
+                                   {"service_layout": '"steps"'})
+    assert ok == accepted, f"{variable} = {value} under steps: {'accepted' if ok else output}"
     if not accepted:
         assert "Invalid value for variable" in output, output

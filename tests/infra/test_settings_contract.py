@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import AliasChoices
 
+from ackloop.cli.serving import FUNCTION_TARGETS as SERVED_TARGETS
 from ackloop.config.settings import Settings
 from ackloop.hosting.delivery import load_policy
 from tests.infra.terraform import TerraformConfig, block, dynamic_blocks, expression
@@ -19,6 +20,9 @@ from tests.infra.terraform import TerraformConfig, block, dynamic_blocks, expres
 # Read by `ackloop run`, not by Settings: picks what the image serves.
 LAUNCHER_ENV = {"FUNCTION_TARGET"}
 
+# The targets of the default layout ("per_step"); "steps" deploys steps and api
+# (test_service_layout.py). `ackloop run` also serves "steps" and "all", which Terraform never
+# deploys: the api keeps a service of its own.
 FUNCTION_TARGETS = {"ingest", "model_step", "tool_step", "dead_letter", "api"}
 
 # Settings whose deployed default differs from the code's on purpose, with the reason.
@@ -112,7 +116,8 @@ def test_the_env_maps_reach_every_container(terraform: TerraformConfig) -> None:
 
 
 def test_function_target_selects_the_entry_point(terraform: TerraformConfig) -> None:
-    assert set(terraform.locals["services"]) == FUNCTION_TARGETS
+    assert set(terraform.locals["per_step_services"]) == FUNCTION_TARGETS
+    assert FUNCTION_TARGETS | {"steps"} <= set(SERVED_TARGETS)
     service = terraform.resource("google_cloud_run_v2_service", "service")
     assert service["for_each"] == "${local.services}"
     container = block(block(service, "template"), "containers")
@@ -127,7 +132,8 @@ def test_gemini_api_key_comes_from_the_secret(terraform: TerraformConfig) -> Non
     assert set_as == ["GOOGLE_API_KEY"]
     ref = env["GOOGLE_API_KEY"][0]["secret_key_ref"][0]
     assert ref["version"] == "latest"
-    assert 'toset(["model_step"])' in expression(terraform.locals["gemini_key_services"])
+    assert 'toset([local.service_of["model_step"]])' in expression(
+        terraform.locals["gemini_key_services"])
 
 
 @pytest.mark.parametrize(
@@ -216,7 +222,7 @@ def test_each_service_is_told_its_own_size_for_the_cost_ledger(
     assert env[vcpu] == limits["cpu"] == "1"
     assert env[memory] == "${tostring(each.value.memory_gib)}"
     gib = {"512Mi": 0.5, "1Gi": 1}
-    for name, spec in terraform.locals["services"].items():
+    for name, spec in terraform.locals["per_step_services"].items():
         assert spec["memory_gib"] == gib[spec["memory"]], name
     assert Settings.model_fields["service_vcpu"].default == 1.0
     assert Settings.model_fields["service_memory_gib"].default == 0.5

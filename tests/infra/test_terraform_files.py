@@ -25,6 +25,7 @@ EXPECTED_FILES = {
     "firestore.tf",
     "secrets.tf",
     "outputs.tf",
+    "layout.tf",
 }
 
 
@@ -149,7 +150,10 @@ def test_gemini_key_comes_from_secret_manager_only_for_api_key_backend(
         "google_secret_manager_secret_iam_member", "model_step_reads_gemini_key"
     )
     assert access["role"] == "roles/secretmanager.secretAccessor"
-    assert access["member"] == '${google_service_account.service["model_step"].member}'
+    # The account of the service that runs model_step (test_service_layout.py evaluates it).
+    model_step_account = '${google_service_account.service[local.service_of["model_step"]].member}'
+    assert access["member"] == model_step_account
     vertex = terraform.resource("google_project_iam_member", "model_step_vertex_user")
     assert vertex["role"] == "roles/aiplatform.user"
+    assert vertex["member"] == model_step_account
     assert 'var.gemini_backend == "vertex"' in vertex["count"]

@@ -74,16 +74,19 @@ def require_executable(name: str, env_var: str | None = None) -> str:
 
 
 def terraform_accepts(terraform_bin: str, variable: str, value: str,
-                      also: tuple[str, ...] = ()) -> tuple[bool, str]:
+                      also: tuple[str, ...] = (),
+                      others: dict[str, str] | None = None) -> tuple[bool, str]:
     """Whether Terraform accepts ``value`` (HCL) for ``variable``, by planning a module holding
     only that variable's block from infra/ (its own validations, no providers: runs offline),
     and the blocks of the variables ``also`` names (which its validations refer to; they keep
-    their defaults)."""
+    their defaults unless ``others`` gives them a value, HCL by name)."""
     with tempfile.TemporaryDirectory() as workdir:
         module = Path(workdir)
         blocks = [variable_block(INFRA, name) for name in (variable, *also)]
         (module / "main.tf").write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
-        (module / "values.auto.tfvars").write_text(f"{variable} = {value}\n", encoding="utf-8")
+        values = {variable: value, **(others or {})}
+        (module / "values.auto.tfvars").write_text(
+            "".join(f"{name} = {text}\n" for name, text in values.items()), encoding="utf-8")
         env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
         for command in (["init", "-input=false", "-backend=false"],
                         ["plan", "-input=false", "-no-color", "-refresh=false"]):
