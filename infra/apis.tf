@@ -5,6 +5,7 @@ locals {
       "cloudbuild.googleapis.com",
       "cloudresourcemanager.googleapis.com",
       "cloudscheduler.googleapis.com",
+      "cloudtasks.googleapis.com",
       "cloudtrace.googleapis.com",
       "firestore.googleapis.com",
       "iam.googleapis.com",

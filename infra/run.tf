@@ -117,6 +117,9 @@ locals {
     ACKLOOP_MAX_SECONDS_CEILING             = tostring(var.run_ceilings.max_seconds)
     ACKLOOP_MAX_TOOL_CALLS_CEILING          = tostring(var.run_ceilings.max_tool_calls)
     ACKLOOP_PUSH_AUTH                       = var.push_auth.mode
+    # A sleeping call's wake (wakes.tf).
+    ACKLOOP_WAKE_QUEUE    = google_cloud_tasks_queue.wakes.id
+    ACKLOOP_WAKE_IDENTITY = google_service_account.waker.email
   }
 
   # Settings whose "unset" is meaningful (None in the code): set only when the variable has a value,
@@ -140,6 +143,8 @@ locals {
     ACKLOOP_API_BEARER_TOKEN_FILE = var.api.bearer_token_secret_id == null ? null : "${local.api_token_dir}/token"
     # Trace files are the local stack's: a deployment sends its spans to Cloud Trace.
     ACKLOOP_TRACE_DIR = null
+    # The local stack's stand-in for Cloud Tasks: a deployment arms its wakes on wakes.tf's queue.
+    ACKLOOP_TASKS_EMULATOR_HOST = null
   }
 
   env = merge(

@@ -36,6 +36,7 @@ _PUBLIC: dict[str, str] = {
     # Tools from an MCP server (the SDK loads when a server is first used)
     "MCPServer": "ackloop.tools.mcp:MCPServer",
     "mcp_tools": "ackloop.tools.mcp:mcp_tools",
+    "sleep_tool": "ackloop.tools.sleep:sleep_tool",
     # Agents and where they come from
     "Agent": "ackloop.config.agents:Agent",
     "Context": "ackloop.transcript.context:Context",
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
     from ackloop.tools.mcp import MCPServer as MCPServer
     from ackloop.tools.mcp import mcp_tools as mcp_tools
     from ackloop.tools.parameters import NoArguments as NoArguments
+    from ackloop.tools.sleep import sleep_tool as sleep_tool
     from ackloop.tools.toolset import ToolSet as ToolSet
     from ackloop.transcript.context import Context as Context
 

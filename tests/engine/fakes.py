@@ -11,6 +11,7 @@ import httpx
 
 from ackloop.api.app import create_app
 from ackloop.bus.memory import MemoryPublisher
+from ackloop.bus.wakes import NoWaker, Waker
 from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
@@ -79,6 +80,7 @@ def make_loop(
     faults: FaultPoints | None = None,
     instructions: str = "Be brief.",
     clock: Clock | None = None,
+    waker: Waker | None = None,
 ) -> InProcessLoop:
     settings = settings or Settings(lease_seconds=10.0)
     publisher = MemoryPublisher()
@@ -90,6 +92,7 @@ def make_loop(
         agents=AgentRegistry([Agent("default", instructions, toolbox)]),
         clock=clock or ManualClock(),
         owner="test-owner",
+        waker=waker or NoWaker(),
     )
     return InProcessLoop(with_faults(deps, faults) if faults else deps, publisher)
 

@@ -1,6 +1,6 @@
 """A case one kind of wait handles, every kind handles: a call waiting for a person's decision,
-a named event or its child run goes through each rule of the one mechanism
-(:mod:`ackloop.engine.waits`) alike: its deadline, a cancel, the sweeper finishing a lost
+a named event, its child run or a time (a call that sleeps) goes through each rule of the one
+mechanism (:mod:`ackloop.engine.waits`) alike: its deadline, a cancel, the sweeper finishing a lost
 delivery of its resolution, a dead letter of that delivery redriven, and what it counts.
 
 On the in-memory engine with the real dispatch, a manual clock and no sleeps.
@@ -28,6 +28,7 @@ from ackloop.domain.records import (
 )
 from ackloop.domain.wire import EventMessage, QueryMessage
 from ackloop.engine.ending import cancel_run
+from ackloop.engine.outbox import committed_message, encode
 from ackloop.engine.redrive import redrive
 from ackloop.engine.sweep import sweep
 from ackloop.engine.waits import core as waits
@@ -48,8 +49,10 @@ CALLS: dict[str, tuple[str, dict[str, Any]]] = {
     "approval": ("transfer", {"amount": 5}),
     "event": ("await_shipment", {"order": "A7"}),
     "child": ("ask_booker", {"question": "book Lisbon"}),
+    "time": ("follow_up", {"hours": 1}),
 }
-RAN = {"approval": "sent 5", "event": "shipped T-1", "child": "booked Lisbon"}
+RAN = {"approval": "sent 5", "event": "shipped T-1", "child": "booked Lisbon",
+       "time": "followed up"}
 """What the root's answer says when the call went on with its resolution."""
 
 
@@ -72,8 +75,14 @@ def world(kind: str) -> InProcessLoop:
         """Book a place."""
         return f"booked {place}"
 
+    @tool(sleeps=lambda args: args["hours"] * WAIT_SECONDS)
+    def follow_up(hours: int) -> str:
+        """Follow up after some hours."""
+        return "followed up"
+
     booker = Agent("booker", "Book things.", ToolSet([book]))
-    root = Agent("root", "Work.", [ToolSet([transfer, await_shipment]), booker.as_tool()])
+    root = Agent("root", "Work.", [ToolSet([transfer, await_shipment, follow_up]),
+                                   booker.as_tool()])
     name, args = CALLS[kind]
 
     def play(request: ModelRequest) -> ModelTurn:
@@ -142,9 +151,13 @@ async def test_every_kind_of_wait_is_rejected_at_its_deadline_and_counts_what_it
     await sweep(loop.deps)
     root, step = await ended(loop, root)
 
-    assert step.decision is not None and step.decision.by == "deadline", step.decision
     assert root.status is RunStatus.COMPLETED, root
-    assert (root.answer or "").startswith("root: not run"), root.answer
+    if kind == "time":  # its deadline is its time: the sweeper finds it come, the call runs
+        assert step.decision is not None and step.decision.by == "clock", step.decision
+        assert root.answer == f"root: {RAN[kind]}", root.answer
+    else:
+        assert step.decision is not None and step.decision.by == "deadline", step.decision
+        assert (root.answer or "").startswith("root: not run"), root.answer
     await counted_child(loop, kind, root)
     if kind == "child":
         assert (await child_of(loop, root, KEY)).status is RunStatus.CANCELLED
@@ -208,11 +221,16 @@ def kind_of_topic(message: Published) -> Any:
             SETTINGS.tool_steps_topic: "tool"}[message.topic]
 
 
+async def _woke_unsent(loop: InProcessLoop, root: RunRecord) -> None:
+    advance(loop, WAIT_SECONDS)  # its time comes; its wake is lost (no waker here)
+
+
 LOST: dict[str, Callable[[InProcessLoop, RunRecord], Awaitable[None]]] = {
-    "approval": _decided_unsent, "event": _kept_unresolved, "child": _ended_unsent}
+    "approval": _decided_unsent, "event": _kept_unresolved, "child": _ended_unsent,
+    "time": _woke_unsent}
 """Per kind, its resolution arriving with its delivery to the call lost: a person's decision
 recorded whose re-send was lost; an event kept on the run whose resolution of the call was
-lost; a child that ended whose end's message was lost."""
+lost; a child that ended whose end's message was lost; a time come whose wake was lost."""
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -242,6 +260,12 @@ async def _resolution_message(loop: InProcessLoop, root: RunRecord, kind: str) -
         event = EventMessage(type="event", run_id=root.run_id, name="shipped",
                              payload={"tracking": "T-1"})
         return Published(SETTINGS.queries_topic, event.model_dump_json().encode(), {}, "ev-1")
+    if kind == "time":  # its wake: the step's own message, published at its time
+        advance(loop, WAIT_SECONDS)
+        entry = await committed_message(loop.deps, root.run_id, KEY)
+        assert entry is not None
+        return Published(SETTINGS.tool_steps_topic, encode(entry.data),
+                         {"run_id": root.run_id, "step": KEY}, "wake-1")
     (end,) = await child_answers(loop, root)
     return end
 

@@ -38,7 +38,8 @@ DELIBERATE_DIFFERENCES = {
 # Settings whose Terraform value is derived rather than a plain variable; checked one by one below.
 DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key", "request_timeout_seconds",
            "push_auth_audience", "push_auth_email", "api_sweeper_email",
-           "service_vcpu", "service_memory_gib", "trace_dir", "files_bucket"} | {
+           "service_vcpu", "service_memory_gib", "trace_dir", "files_bucket", "wake_queue",
+           "wake_identity", "tasks_emulator_host"} | {
     name for name in Settings.model_fields if name.endswith("_topic")
 }
 
@@ -242,3 +243,15 @@ def test_the_benchmark_agents_are_never_deployed(terraform: TerraformConfig) -> 
     env = terraform_env(terraform)
     assert not [name for name, value in env.items() if "ackloop_dev" in str(value)]
     assert Settings.model_fields["agents"].default is None
+
+
+def test_a_deployment_arms_its_wakes_on_its_cloud_tasks_queue(terraform: TerraformConfig) -> None:
+    """A sleeping call's wake goes to wakes.tf's queue, published as the waker identity; the
+    local stack's task queue is never named."""
+    env = terraform_env(terraform)
+    names = {setting_for(n): n for n in env}
+    assert "google_cloud_tasks_queue.wakes.id" in str(env[names["wake_queue"]])
+    assert "google_service_account.waker.email" in str(env[names["wake_identity"]])
+    assert env[names["tasks_emulator_host"]] is None
+    for name in ("wake_queue", "wake_identity", "tasks_emulator_host"):
+        assert Settings.model_fields[name].default is None

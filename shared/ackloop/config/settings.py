@@ -283,6 +283,26 @@ class Settings(BaseSettings):
         "everything: no expire_at is written.",
     )
 
+    wake_queue: str | None = Field(
+        default=None, pattern=r"^projects/[^/]+/locations/[^/]+/queues/[^/]+$",
+        description="The Cloud Tasks queue (projects/P/locations/L/queues/Q) that publishes, "
+        "at its time, the message of a call that sleeps (and a schedule's next firing). Unset: "
+        "the sweeper finds what is due, at its period. ACKLOOP_TASKS_EMULATOR_HOST points it "
+        "at the local stack's task queue.",
+    )
+    wake_identity: str | None = Field(
+        default=None,
+        description="The service account a wake's publish is made as (its OAuth token; it "
+        "needs roles/pubsub.publisher on the topics woken). Unset with a wake_queue: the "
+        "queue's tasks carry no token (only the local task queue accepts that).",
+    )
+    tasks_emulator_host: str | None = Field(
+        default=None,
+        description="host:port of a local Cloud Tasks stand-in (the local stack's task "
+        "queue): wakes are armed there, without credentials, and publish to the Pub/Sub "
+        "emulator.",
+    )
+
     files_bucket: str | None = Field(
         default=None,
         description="Cloud Storage bucket the bytes of a query's files (and tools' output "

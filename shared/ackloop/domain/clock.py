@@ -41,3 +41,17 @@ class ManualClock:
         """Time passes at once; other tasks still get their turn."""
         self._now += max(0.0, seconds)
         await asyncio.sleep(0)
+
+
+class ShiftedClock(SystemClock):
+    """The system's clock, moved on by hand: waits inside a request take real time, while a
+    test jumps to the time a call sleeps until (:meth:`advance`)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += max(0.0, seconds)

@@ -81,6 +81,9 @@ class RunLimits(Record):
 
 DEADLINE = "deadline"
 """Who decided a step whose deadline passed with no decision."""
+CLOCK = "clock"
+"""Who resolves a call that slept, when its time comes (its deadline is its wake time: a
+wake is never too late)."""
 
 
 class ReceivedEvent(Record):
@@ -246,12 +249,12 @@ CHILD_EVENT_PREFIX = "child."
 """A child run's end is named ``child.<its parent's step key>``: the engine's own names, which
 no caller may send as an event."""
 
-WaitKindName = Literal["approval", "event", "child"]
+WaitKindName = Literal["approval", "event", "child", "time"]
 
 
 class Waiting(Record):
     """What a waiting step waits for, before its deadline: an approval of its call, the named
-    event ``event``, or the end of its child run (:mod:`ackloop.engine.waits`)."""
+    event ``event``, the end of its child run, or a time (:mod:`ackloop.engine.waits`)."""
 
     kind: WaitKindName = "approval"
     event: str | None = None
@@ -262,6 +265,9 @@ class Waiting(Record):
     deadline: float
     """Past it, the step is decided as rejected ("no decision before the deadline"), by the
     sweeper or by the first decision that comes too late; no later decision is accepted."""
+    wake_at: float | None = None
+    """When a call that sleeps (``kind == "time"``) runs: its wake is armed for then, and it
+    is also its deadline (the sweeper finds it then if the wake is lost)."""
     clock_runs: bool = False
     """The run's clock runs while the call waits: a child run's work is its parent's time
     (``max_seconds``), while a person's decision or a named event is not counted

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ackloop.bus.base import Publisher
+from ackloop.bus.wakes import NoWaker, Waker
 from ackloop.config.agents import AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.domain.clock import Clock
@@ -27,6 +28,9 @@ class Deps:
     owner: str
     files: FileStore = field(default_factory=MemoryFileStore)
     """Where file bytes live (:mod:`ackloop.files`)."""
+    waker: Waker = field(default_factory=NoWaker)
+    """What publishes a message at its time (:mod:`ackloop.bus.wakes`): a call that sleeps
+    is woken so; without one, the sweeper wakes it."""
 
     def topic(self, logical: str) -> str:
         """Real topic name of a logical topic (``model_steps``, ``tool_steps``, ``answers``)."""

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from opentelemetry.trace import SpanKind
 
 from ackloop.bus.base import Message
+from ackloop.domain.keys import StepKey
 from ackloop.domain.records import Outgoing, StepRecord
 from ackloop.engine.deps import Deps
 from ackloop.telemetry import tracing
@@ -58,6 +59,16 @@ async def _publish(deps: Deps, topic: str, messages: list[Message]) -> None:
                                          "messaging.batch.message_count": len(messages)},
                       kind=SpanKind.PRODUCER):
         await deps.publisher.publish_many(topic, messages)
+
+
+async def committed_message(deps: Deps, run_id: str, key: str) -> Outgoing | None:
+    """The message the model step of its turn committed for the tool step at ``key`` (None
+    when there is none): what a resolved, or woken, wait sends again."""
+    turn = StepKey.parse(key).turn
+    (model_step,) = await deps.store.steps.get_steps(run_id, [str(StepKey.model(turn))])
+    if model_step is None:
+        return None
+    return next((o for o in model_step.outbox if o.target_step == key), None)
 
 
 REDRIVEN = "redriven"

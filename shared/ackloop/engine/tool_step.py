@@ -69,9 +69,9 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
         return  # the run has ended: nothing to run
     run_read, claim = claimed
     if claim.state == "waiting":
-        # A re-send of a step that waits for a decision: nothing runs; say it waits again.
+        # A re-send of a step that waits: nothing runs now; what it waits for may have come.
         if claim.step.waiting is not None:
-            await waits.announce(deps, run_read.record, claim.key, claim.step.waiting)
+            await waits.delivered_again(deps, run_read.record, claim.step)
         return
     if claim.state != "completed":
         ref = ClaimRef(claim)
@@ -137,17 +137,9 @@ async def _run_claimed(
                                                                         KINDS["child"]), message)
         return outcome, None, child
     if decision is None:
-        try:
-            wait = wait_of(agent.tools, call.name, call.args)
-        except ValueError as exc:
-            return _error(f"not run: {exc}"), None, None
-        if wait is not None:
-            try:
-                decision = await waits.begin(deps, ref, run_read, wait, call)
-            except waits.WaitCancelled:
-                return _error("not run: the run was cancelled"), None, None
-            if decision is None:
-                return None, None, None
+        refused, decision, waits_now = await _wait_first(deps, ref, run_read, agent.tools, call)
+        if refused is not None or waits_now:
+            return refused, None, None
     if decision is not None:
         read, call, context = _resolved(decision, claim.step.waiting, call, context)
         if read is not None:
@@ -162,6 +154,27 @@ async def _run_claimed(
             outcome = await store_files(deps, outcome)
     beat.check()
     return outcome, time.monotonic() - started, None
+
+
+async def _wait_first(deps: Deps, ref: ClaimRef, run_read: RunRead, tools: Toolbox,
+                      call: FunctionCall
+                      ) -> tuple[ToolOutcome | None, StepDecision | None, bool]:
+    """What the call waits for before it runs, if anything (:mod:`ackloop.engine.waits`):
+    what the model reads instead of running it (a wait refused), the resolution that had
+    already arrived, and whether the call now waits (nothing more is recorded)."""
+    try:
+        wait = wait_of(tools, call.name, call.args, deps.clock.now())
+    except ValueError as exc:
+        return _error(f"not run: {exc}"), None, False
+    if wait is None:
+        return None, None, False
+    if too_long := waits.sleeps_too_long(deps, wait):
+        return _error(f"not run: {too_long}"), None, False
+    try:
+        decision = await waits.begin(deps, ref, run_read, wait, call)
+    except waits.WaitCancelled:
+        return _error("not run: the run was cancelled"), None, False
+    return None, decision, decision is None
 
 
 async def _cancelled(deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_read: RunRead
@@ -276,7 +289,8 @@ async def _runs_unclaimed(deps: Deps, run_read: RunRead, message: ToolStepMessag
         tools = deps.agents.get(message.agent if message.agent in deps.agents
                                 else run.agent).tools
         await prepare_toolbox(tools)  # what is_retry_safe reads, for MCP tools; kept once done
-        waiting = wait_of(tools, message.call.name, message.call.args) is not None
+        waiting = wait_of(tools, message.call.name, message.call.args,
+                          deps.clock.now()) is not None
     except Exception:  # the claimed path reports it as it always did
         return False
     return not claims.tool_call_claims(deps.settings, waits=waiting,

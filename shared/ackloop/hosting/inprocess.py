@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ackloop.bus.memory import MemoryPublisher, Published
+from ackloop.bus.wakes import MemoryWaker
 from ackloop.domain.wire import AnswerMessage, QueryMessage, WaitingNotice
 from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Kind, Outcome, dispatch
@@ -81,8 +82,11 @@ class InProcessLoop:
         duplicate_every: bool = False,
         shuffle_seed: int | None = None,
         crash: type[BaseException] | None = None,
+        wake: bool = False,
     ) -> None:
-        """Deliver queued messages until none is left; failed ones are redelivered.
+        """Deliver queued messages until none is left; failed ones are redelivered. With
+        ``wake``, a loop left with nothing to deliver but wakes armed (a call that sleeps)
+        moves the clock to the next one and publishes it (:meth:`wake_next`).
 
         ``duplicate_every`` delivers every message twice in a row; ``shuffle_seed`` delivers
         in a random order (Pub/Sub does not promise order). A ``crash`` exception escaping a
@@ -92,7 +96,7 @@ class InProcessLoop:
         rng = random.Random(shuffle_seed)
         self._collect()
         for _ in range(max_deliveries):
-            if not self._queue:
+            if not self._queue and not (wake and await self.wake_next()):
                 return
             if shuffle_seed is not None:
                 self._queue.rotate(rng.randrange(len(self._queue)))
@@ -115,6 +119,18 @@ class InProcessLoop:
                         advance(outcome.retry_after)
             self._collect()
         raise RuntimeError(f"loop still busy after {max_deliveries} deliveries")
+
+    async def wake_next(self) -> bool:
+        """Move the clock (it must have ``advance``) to the next armed wake and publish every
+        wake then due; False when none is armed (the waker must be a :class:`MemoryWaker`)."""
+        waker = self.deps.waker
+        if not isinstance(waker, MemoryWaker) or (at := waker.next_at()) is None:
+            return False
+        self.deps.clock.advance(max(0.0, at - self.deps.clock.now()))  # type: ignore[attr-defined]
+        for due in waker.due(self.deps.clock.now()):
+            await self.publisher.publish(due.topic, due.data, due.attributes)
+        self._collect()
+        return True
 
     def deliveries(self, kind: Kind) -> list[DeliveryLog]:
         return [entry for entry in self.log if entry.kind == kind]

@@ -21,11 +21,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ackloop.bus.memory import MemoryPublisher
+from ackloop.bus.wakes import MemoryWaker
 from ackloop.config.agents import Agent, AgentRegistry, with_reached
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.domain.clock import SystemClock
+from ackloop.domain.clock import ShiftedClock
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunRecord, StepRecord
@@ -95,7 +96,8 @@ class AgentTester:
     ``model`` is a script (``FunctionModel``, ``ScriptedTurns``, ``TestModel``) playing every
     agent, or any model client; None plays each agent with its own ``script`` (``TestModel()``
     when it has none), as the offline local stack does. ``settings`` defaults to the shipped
-    ones (budgets, timeouts). One tester keeps its runs and conversations in memory, so
+    ones (budgets, timeouts). A call that sleeps does not hold a test up: the tester's clock
+    (``deps.clock``) moves on to its time. One tester keeps its runs and conversations in memory, so
     questions can continue a conversation (``conversation_id=result.conversation_id``).
     """
 
@@ -121,8 +123,9 @@ class AgentTester:
             publisher=publisher,
             model=self.model,
             agents=self.agents,
-            clock=SystemClock(),
+            clock=ShiftedClock(),
             owner="ackloop-testing",
+            waker=MemoryWaker(),
         )
         self.loop = InProcessLoop(self.deps, publisher)
 
@@ -148,7 +151,8 @@ class AgentTester:
         await self.loop.submit(QueryMessage(
             request_id=request_id, text=question, agent=agent, conversation_id=conversation_id,
             options=options or RunOptions(), files=parts))
-        await self.loop.run_until_idle(max_deliveries=max_deliveries)
+        # A call that sleeps is woken at once: the tester's clock moves to its time.
+        await self.loop.run_until_idle(max_deliveries=max_deliveries, wake=True)
         run = await self.deps.store.runs.get_run(run_id_for_request(request_id))
         if run is None:
             refused = self.loop.deliveries("query")[-1].outcome.body

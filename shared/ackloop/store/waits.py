@@ -19,6 +19,7 @@ from ackloop.docdb.base import (
 from ackloop.domain.cost import Cost
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.records import (
+    CLOCK,
     DEADLINE,
     ReceivedEvent,
     RunRecord,
@@ -142,7 +143,7 @@ class Waits(StoreBase):
             if run.status.terminal:
                 raise DecisionRefused(409, "run_ended", f"run {run_id} is {run.status}")
             made = decision
-            if made.by != DEADLINE and made.at > step.waiting.deadline:
+            if made.by not in (DEADLINE, CLOCK) and made.at > step.waiting.deadline:
                 # Too late: the step is rejected as at its deadline, as the sweeper would have
                 # (the caller sees that decision instead of theirs).
                 # What it carried is kept (a child's end, cancelled at the deadline: what it

@@ -14,8 +14,10 @@ records the timeout all the same.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import functools
 import inspect
+import math
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,6 +39,9 @@ ApprovalPolicy = Callable[[dict[str, Any]], bool]
 """Whether a call needs a person's approval, from its arguments as the model sent them."""
 EventName = Callable[[dict[str, Any]], str]
 """The name of the event a call waits for, from its arguments as the model sent them."""
+SleepLength = Callable[[dict[str, Any]], "float | dt.datetime | None"]
+"""How long a call sleeps before it runs, from its arguments as the model sent them: seconds,
+an aware datetime to sleep until, or None (it does not sleep)."""
 BoundCall = Callable[[BaseModel, ToolContext], Awaitable[Any]]
 
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024
@@ -94,6 +99,10 @@ class Tool:
     event_timeout_seconds: float | None = None
     """How long a call waits for its event before it fails for the model ("no event before
     the deadline"); None: the run's ``approval_timeout_seconds``, else the deployment's."""
+    sleeps: float | SleepLength | None = None
+    """Seconds, or a function of the call's arguments giving seconds or an aware datetime:
+    such a call sleeps that long before it runs (no process runs and nothing is delivered
+    meanwhile; :mod:`ackloop.engine.waits`)."""
     sub_agent: SubAgent | None = None
     """Set by ``Agent.as_tool``: a call starts a child run of that agent and waits for its end
     (the engine runs it; ``call`` is not used)."""
@@ -126,6 +135,37 @@ class Tool:
                              "one (an approval is the wait for a person's decision)")
         if isinstance(self.waits_for, str) and not is_identifier(self.waits_for):
             raise ValueError(f"event name {self.waits_for!r}: {EVENT_NAME_HINT}")
+        if self.sleeps is not None and (self.waits_for is not None
+                                        or self.requires_approval is not False):
+            raise ValueError(f"tool {self.name!r} sleeps and waits for an event or an "
+                             "approval: choose one")
+        if isinstance(self.sleeps, (int, float)) and not self.sleeps > 0:
+            raise ValueError("sleeps must be a positive number of seconds")
+
+    def sleep_seconds(self, args: dict[str, Any], now: float) -> float | None:
+        """How long a call with ``args`` sleeps from ``now`` (None: it does not sleep; 0: its
+        time has passed, it runs at once).
+
+        Raises :class:`ValueError` when the length function fails or gives something else
+        than seconds or an aware datetime: the call then fails for the model."""
+        if self.sleeps is None:
+            return None
+        length: object = self.sleeps
+        if callable(length):
+            try:
+                length = length(args)
+            except Exception as exc:
+                raise ValueError(f"could not tell how long this call sleeps: {exc}") from exc
+        if length is None:
+            return None
+        if isinstance(length, dt.datetime):
+            if length.tzinfo is None:
+                raise ValueError(f"sleeps until {length.isoformat()}: give a time zone")
+            return max(0.0, length.timestamp() - now)
+        if isinstance(length, bool) or not isinstance(length, (int, float)) or not (
+                math.isfinite(length)):
+            raise ValueError(f"sleeps {length!r}: give seconds or an aware datetime")
+        return max(0.0, float(length))
 
     def needs_approval(self, args: dict[str, Any]) -> bool:
         """Whether a call with ``args`` waits for a decision. A policy that raises is taken
@@ -180,6 +220,7 @@ def tool(
     approval_timeout_seconds: float | None = None,
     waits_for: str | EventName | None = None,
     event_timeout_seconds: float | None = None,
+    sleeps: float | SleepLength | None = None,
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -194,6 +235,7 @@ def tool(
     approval_timeout_seconds: float | None = None,
     waits_for: str | EventName | None = None,
     event_timeout_seconds: float | None = None,
+    sleeps: float | SleepLength | None = None,
 ) -> Tool | Callable[[Handler], Tool]:
     """Make a tool of a function, async or sync; use bare (``@tool``) or called (``@tool("name")``).
 
@@ -207,7 +249,9 @@ def tool(
     ``requires_approval`` (True, or a function of the call's arguments) makes a call wait for
     a person's decision, at most ``approval_timeout_seconds``; ``waits_for`` (an event's name,
     or a function of the call's arguments) makes it wait for that event, at most
-    ``event_timeout_seconds``, and run with its payload in ``context.event``.
+    ``event_timeout_seconds``, and run with its payload in ``context.event``; ``sleeps``
+    (seconds, or a function of the call's arguments giving seconds or an aware datetime) makes
+    it sleep that long first, at no cost while it sleeps.
     """
 
     def build(fn: Handler) -> Tool:
@@ -231,6 +275,7 @@ def tool(
             approval_timeout_seconds=approval_timeout_seconds,
             waits_for=waits_for,
             event_timeout_seconds=event_timeout_seconds,
+            sleeps=sleeps,
         )
 
     if callable(name):
@@ -251,6 +296,7 @@ def typed_tool(
     approval_timeout_seconds: float | None = None,
     waits_for: str | EventName | None = None,
     event_timeout_seconds: float | None = None,
+    sleeps: float | SleepLength | None = None,
 ) -> Tool:
     """Make a tool of any callable (a bound method, say), async or sync, with an explicit
     arguments model.
@@ -282,6 +328,7 @@ def typed_tool(
         approval_timeout_seconds=approval_timeout_seconds,
         waits_for=waits_for,
         event_timeout_seconds=event_timeout_seconds,
+        sleeps=sleeps,
     )
 
 
@@ -299,6 +346,7 @@ def text_tool(
     approval_timeout_seconds: float | None = None,
     waits_for: str | EventName | None = None,
     event_timeout_seconds: float | None = None,
+    sleeps: float | SleepLength | None = None,
 ) -> Tool:
     """Make a tool whose only argument is one string, passed to ``handler(text[, context])``
     (async or sync)."""
@@ -325,6 +373,7 @@ def text_tool(
         approval_timeout_seconds=approval_timeout_seconds,
         waits_for=waits_for,
         event_timeout_seconds=event_timeout_seconds,
+        sleeps=sleeps,
     )
 
 

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 
 from ackloop.domain.errors import RunKeptChanging, StaleRead
 from ackloop.domain.jsondict import JsonDict
-from ackloop.domain.keys import StepKey
 from ackloop.domain.records import (
     DEADLINE,
     Outgoing,
@@ -54,7 +53,7 @@ from ackloop.domain.wire import FunctionCall, WaitingNotice
 from ackloop.engine import spend
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimRef
-from ackloop.engine.outbox import send
+from ackloop.engine.outbox import committed_message, send
 from ackloop.engine.waits.kinds import Wait, kind_of, unrecorded
 from ackloop.store import DAY_SECONDS, Claim, DecisionRefused, RunRead
 
@@ -99,6 +98,8 @@ def wait_timeout(deps: Deps, run: RunRecord, wait: Wait) -> float:
     longer than the deployment's retention (``retention_days``), which every document the run
     resumes with outlives by at least a day and the longest run (a wait outlasting it would
     resume a turn whose model step and transcript Firestore had deleted meanwhile)."""
+    if wait.seconds is not None:  # a call that sleeps: its own length
+        return wait.seconds
     given = [t for t in (wait.kind.timeout(wait.tool), run.limits.approval_timeout_seconds)
              if t is not None]
     length = min(given) if given else deps.settings.approval_timeout_seconds
@@ -107,10 +108,22 @@ def wait_timeout(deps: Deps, run: RunRecord, wait: Wait) -> float:
     return length
 
 
+def sleeps_too_long(deps: Deps, wait: Wait) -> str | None:
+    """Why a call may not sleep that long, if it may not: past the deployment's retention
+    (``retention_days``), the documents it would resume with are gone."""
+    keeps = deps.settings.retention_days * DAY_SECONDS
+    if wait.seconds is None or deps.settings.retention_days <= 0 or wait.seconds <= keeps:
+        return None
+    return (f"it would sleep {wait.seconds:.0f} s, longer than this deployment keeps a run "
+            f"({deps.settings.retention_days} days: retention_days)")
+
+
 def _waiting(deps: Deps, run: RunRecord, key: str, wait: Wait, call: FunctionCall,
              now: float) -> Waiting:
+    deadline = now + wait_timeout(deps, run, wait)
     return Waiting(kind=wait.kind.name, event=wait.named(key), tool=wait.tool.name,
-                   args=call.args, since=now, deadline=now + wait_timeout(deps, run, wait),
+                   args=call.args, since=now, deadline=deadline,
+                   wake_at=deadline if wait.seconds is not None else None,
                    clock_runs=wait.kind.clock_runs)
 
 
@@ -179,6 +192,7 @@ async def _wait_or_met(deps: Deps, claim: Claim, read: RunRead, wait: Wait,
              kind.name, waiting.event or "", wait.tool.name, waiting.deadline)
     if notices:
         await send(deps, claim.run_id, notices)
+    await kind.arm(deps, read.record, claim.key, waiting)
     if kind.clock_runs:
         await _arrived_meanwhile(deps, claim, read.record, waiting)
     return None
@@ -210,6 +224,22 @@ async def announce(deps: Deps, run: RunRecord, step_key: str, waiting: Waiting) 
     its kind is announced."""
     if kind_of(waiting).announced:
         await send(deps, run.run_id, [notice(run, step_key, waiting)])
+
+
+async def delivered_again(deps: Deps, run: RunRecord, step: StepRecord) -> None:
+    """A delivery of a step that waits, undecided (a re-send, a redelivery, a wake): when what
+    it waits for has arrived (its time has come, an event or a child's end whose own delivery
+    was lost), it is resolved and its message sent again, for that delivery to run it; else
+    the wait is announced and armed again (a wake that came before its time: a wait longer
+    than the waker holds at once)."""
+    waiting = step.waiting
+    assert waiting is not None
+    kind = kind_of(waiting)
+    if (met := await kind.arrived(deps, run, step.key, waiting)) is not None:
+        await resolve_if_waiting(deps, run.run_id, step, met)
+        return
+    await announce(deps, run, step.key, waiting)
+    await kind.arm(deps, run, step.key, waiting)
 
 
 def notice(run: RunRecord, step_key: str, waiting: Waiting) -> Outgoing:
@@ -253,17 +283,9 @@ async def resolve_if_waiting(deps: Deps, run_id: str, step: StepRecord,
     return step
 
 
-async def _committed_message(deps: Deps, run_id: str, step: StepRecord) -> Outgoing | None:
-    """The message the turn's model step committed for ``step`` (None when there is none)."""
-    (model_step,) = await deps.store.steps.get_steps(run_id, [str(StepKey.model(step.turn))])
-    if model_step is None:
-        return None
-    return next((o for o in model_step.outbox if o.target_step == step.key), None)
-
-
 async def resend(deps: Deps, run_id: str, step: StepRecord) -> None:
     """Send the committed message of a decided step."""
-    if (entry := await _committed_message(deps, run_id, step)) is not None:
+    if (entry := await committed_message(deps, run_id, step.key)) is not None:
         await send(deps, run_id, [entry])
 
 
@@ -273,7 +295,7 @@ async def carry_on(deps: Deps, run_id: str, step: StepRecord, here: CarryOn) -> 
     end), so a Pub/Sub hop and a delivery are saved on every child. The request that does it
     is the net: it is not acknowledged before the step's commit and its send, and its
     redelivery carries the step on again (the step then holds this message's id)."""
-    if (entry := await _committed_message(deps, run_id, step)) is not None:
+    if (entry := await committed_message(deps, run_id, step.key)) is not None:
         await here.run(entry)
 
 

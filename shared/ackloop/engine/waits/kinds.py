@@ -1,10 +1,10 @@
 """The kinds of wait, each only what is its own.
 
-A call waits for a person's decision (``approval``), a named event (``event``) or its child
-run's end (``child``). Everything else about a wait (its record on the step, its deadline,
-its resolution, cancel, the sweeper, dead letters, redrive, what the call counts) is the one
-mechanism of :mod:`ackloop.engine.waits.core`, so a case it handles for one kind it handles
-for every kind. A kind supplies:
+A call waits for a person's decision (``approval``), a named event (``event``), its child
+run's end (``child``) or a time (``time``: a call that sleeps). Everything else about a wait
+(its record on the step, its deadline, its resolution, cancel, the sweeper, dead letters,
+redrive, what the call counts) is the one mechanism of :mod:`ackloop.engine.waits.core`, so
+a case it handles for one kind it handles for every kind. A kind supplies:
 
 - ``arrived``: whether what it waits for is already at its source, and the resolution if so
   (an event the run keeps; a child run that has ended; a person's decision never is);
@@ -18,18 +18,21 @@ for every kind. A kind supplies:
 - ``abandon``: what ending the wait without its resolution does (a child is cancelled),
   ``spent``: what the call counts when it ends (a child's cost and usage, however it
   ended), and ``ending``: what it waits for that is still to end on its own, whose figures
-  come later (a child's run id while it works).
-
-A time kind (a call that waits until a moment) is one more entry of :data:`KINDS`.
+  come later (a child's run id while it works);
+- ``arm``: what it does once the wait is recorded, and again on each delivery that finds the
+  call still waiting (a time's wake is armed: :mod:`ackloop.bus.wakes`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from ackloop.bus.wakes import Wake, WakeNotArmed, rfc3339
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.records import (
+    CLOCK,
     DEADLINE,
     RunRecord,
     StepDecision,
@@ -40,9 +43,12 @@ from ackloop.domain.records import (
 )
 from ackloop.engine import children
 from ackloop.engine.deps import Deps
+from ackloop.engine.outbox import committed_message, encode
 from ackloop.store import DecisionRefused
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import Tool, find_tool
+
+log = logging.getLogger(__name__)
 
 CHILD = "child"
 """Who resolved a call with its child run's end."""
@@ -65,12 +71,15 @@ class WaitKind:
     abandon: Callable[[Deps, RunRecord, str, CancelRun], Awaitable[bool]]
     spent: Callable[[Deps, RunRecord, str, StepDecision | None], Awaitable[JsonDict | None]]
     ending: Callable[[Deps, RunRecord, str], Awaitable[str | None]]
+    arm: Callable[[Deps, RunRecord, str, Waiting], Awaitable[None]]
 
 
 def rejection(decision: StepDecision, waiting: Waiting | None = None) -> ToolOutcome:
     """What the model reads of a rejected call, whatever it waited for."""
     if decision.by == DEADLINE and waiting is not None and waiting.kind == "event":
         text = f"not run: no {waiting.event!r} event before the deadline"
+    elif decision.by == DEADLINE and waiting is not None and waiting.kind == "time":
+        text = "not run: its time did not come before the deadline"
     elif decision.by == DEADLINE and waiting is not None and waiting.kind == "child":
         text = "not run: its agent did not answer before the deadline"
     elif decision.by == DEADLINE:
@@ -168,19 +177,57 @@ async def _child_spent(deps: Deps, run: RunRecord, key: str,
     return await children.spent_so_far(deps, run, key)
 
 
+async def _time_arrived(deps: Deps, run: RunRecord, key: str, waiting: Waiting
+                        ) -> StepDecision | None:
+    """The call's time, once it has come: the tool runs, told when it woke
+    (``context.event``)."""
+    now = deps.clock.now()
+    if waiting.wake_at is None or now < waiting.wake_at:
+        return None
+    return StepDecision(decision="received", by=CLOCK, at=now,
+                        payload={"slept_until": rfc3339(waiting.wake_at),
+                                 "woke_at": rfc3339(now)})
+
+
+async def _arms_nothing(deps: Deps, run: RunRecord, key: str, waiting: Waiting) -> None:
+    return None
+
+
+async def _arm_wake(deps: Deps, run: RunRecord, key: str, waiting: Waiting) -> None:
+    """Arm the call's wake: its step's message, published at its time (or at the waker's
+    horizon, whence it is armed again). A wake not armed is the sweeper's to find."""
+    assert waiting.wake_at is not None
+    message = await committed_message(deps, run.run_id, key)
+    if message is None:
+        return
+    at = min(waiting.wake_at, deps.clock.now() + deps.waker.horizon_s)
+    wake = Wake(name=f"{run.run_id}/{key}/{at:.3f}", at=at, topic=deps.topic(message.topic),
+                data=encode(message.data),
+                attributes={"run_id": run.run_id, "step": key, "wake": "time"})
+    try:
+        await deps.waker.arm(wake)
+    except WakeNotArmed as exc:
+        log.warning("run %s step %s: its wake was not armed (%s): the sweeper wakes it",
+                    run.run_id, key, exc)
+
+
 KINDS: dict[str, WaitKind] = {
     "approval": WaitKind("approval", clock_runs=False, announced=True,
                          timeout=lambda tool: tool.approval_timeout_seconds, arrived=_never,
                          outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing,
-                         ending=_nothing_ending),
+                         ending=_nothing_ending, arm=_arms_nothing),
     "event": WaitKind("event", clock_runs=False, announced=True,
                       timeout=lambda tool: tool.event_timeout_seconds, arrived=_event_arrived,
                       outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing,
-                      ending=_nothing_ending),
+                      ending=_nothing_ending, arm=_arms_nothing),
     "child": WaitKind("child", clock_runs=True, announced=False,
                       timeout=lambda tool: tool.event_timeout_seconds, arrived=_child_arrived,
                       outcome=_child_read, abandon=_cancel_child, spent=_child_spent,
-                      ending=_child_ending),
+                      ending=_child_ending, arm=_arms_nothing),
+    "time": WaitKind("time", clock_runs=False, announced=False,
+                     timeout=lambda tool: None, arrived=_time_arrived,
+                     outcome=_tool_runs, abandon=_nothing, spent=_counts_nothing,
+                     ending=_nothing_ending, arm=_arm_wake),
 }
 
 
@@ -202,23 +249,27 @@ def unrecorded(deps: Deps, step: StepRecord) -> WaitKind | None:
 @dataclass(frozen=True)
 class Wait:
     """What a call waits for before it runs: its kind, its tool and, for an event or a
-    child, the name it waits under."""
+    child, the name it waits under; for a call that sleeps, how long."""
 
     tool: Tool
     kind: WaitKind
     event: str | None = None
+    seconds: float | None = None
 
     def named(self, key: str) -> str | None:
         """The name the call at ``key`` waits under: a child's is its own step's."""
         return children.event_name(key) if self.kind.name == "child" else self.event
 
 
-def wait_of(toolbox: object, call_name: str, args: JsonDict) -> Wait | None:
+def wait_of(toolbox: object, call_name: str, args: JsonDict, now: float = 0.0
+            ) -> Wait | None:
     """What this call waits for before it runs, if anything: a sub-agent's call waits for its
-    child run, a call needing approval for a person, a call naming an event for it.
+    child run, a call needing approval for a person, a call naming an event for it, a call
+    that sleeps for its time (from ``now``; a time already past is no wait).
 
-    Raises :class:`ValueError` when the tool's function naming its event fails: the call
-    then fails for the model rather than wait for an event nobody can name."""
+    Raises :class:`ValueError` when the tool's function naming its event, or telling how
+    long it sleeps, fails: the call then fails for the model rather than wait for what
+    nobody can name."""
     tool = find_tool(toolbox, call_name)
     if tool is None or tool.handoff is not None:
         return None
@@ -226,5 +277,7 @@ def wait_of(toolbox: object, call_name: str, args: JsonDict) -> Wait | None:
         return Wait(tool, KINDS["child"])
     if tool.needs_approval(args):
         return Wait(tool, KINDS["approval"])
+    if (seconds := tool.sleep_seconds(args, now)) is not None:
+        return Wait(tool, KINDS["time"], seconds=seconds) if seconds > 0 else None
     event = tool.awaited_event(args)
     return Wait(tool, KINDS["event"], event) if event is not None else None
