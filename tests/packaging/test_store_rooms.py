@@ -27,12 +27,13 @@ STORE = Path(ackloop.store.__file__).parent
 
 ALLOWED = ("ackloop.store", "ackloop.docdb", "ackloop.domain.records", "ackloop.domain.wire",
            "ackloop.domain.cost", "ackloop.domain.jsondict", "ackloop.domain.keys",
-           "ackloop.domain.errors", "ackloop.config.settings", "ackloop.evals.results")
+           "ackloop.domain.errors", "ackloop.config.settings", "ackloop.evals.results",
+           "ackloop.domain.schedules")
 """What of the project the store may import (a module, or a package and all it holds): an
 eval's report is a type (:mod:`ackloop.evals.results` imports nothing of the project)."""
 
 ROOMS = {"runs": "Runs", "steps": "Steps", "transcript": "Transcripts", "waits": "Waits",
-         "letters": "Letters", "evals": "Evals"}
+         "letters": "Letters", "evals": "Evals", "schedules": "Schedules"}
 
 
 def project_imports(source: str, module: str) -> set[str]:

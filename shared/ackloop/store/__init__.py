@@ -11,12 +11,14 @@ ground they all stand on; no room is built on another):
 - :mod:`~ackloop.store.waits`: waiting steps, decisions, received events, the sweeper's clock;
 - :mod:`~ackloop.store.letters`: poison, dead letters and their redrive;
 - :mod:`~ackloop.store.evals`: eval reports (``ackloop eval``), a head and pages of cases;
+- :mod:`~ackloop.store.schedules`: schedules, their next firing and recent firings;
 - :mod:`~ackloop.store.base`: the ground: paths, retention and the values they all pass;
 - :mod:`~ackloop.store.commit`: what a step's commit is made of, and the engine's part in it.
 
 :class:`AgentStore` is the narrow port the engine holds: the rooms as attributes
 (``store.runs.get_run(...)``, ``store.steps.commit_step(...)``, ``store.transcript``,
-``store.waits``, ``store.letters``, ``store.evals``) and the ground's paths. A commit that
+``store.waits``, ``store.letters``, ``store.evals``, ``store.schedules``) and the ground's
+paths. A commit that
 crosses rooms (a step's commit that appends to the transcript and ends the run) is written by
 the room that owns it, with the write builders of the others' modules.
 
@@ -51,6 +53,7 @@ from ackloop.store.commit import (
 from ackloop.store.evals import EvalHead, Evals
 from ackloop.store.letters import DEAD_LETTER_PAGE, Letters
 from ackloop.store.runs import CREATE_RUN_ATTEMPTS, MAX_QUEUED_RUNS, EndWrites, Runs
+from ackloop.store.schedules import ScheduleChanged, Schedules, StoredSchedule
 from ackloop.store.steps import Steps
 from ackloop.store.transcript import (
     CHUNK_BYTES,
@@ -67,14 +70,14 @@ __all__ = ["CHUNK_BYTES", "CREATE_RUN_ATTEMPTS", "DAY_SECONDS", "DEAD_LETTER_PAG
            "Decision",
            "DecisionRefused", "DocumentCounters", "EndWrites", "EvalHead", "Evals", "Letters",
            "ModelStepInputs",
-           "Retention", "RunEnd", "RunRead", "Runs", "StepPlan", "Steps", "StoreBase",
-           "Transcript", "Transcripts", "Waits", "delivery_counters", "payload_digest",
+           "Retention", "RunEnd", "RunRead", "Runs", "ScheduleChanged", "Schedules", "StepPlan", "Steps", "StoreBase",
+           "StoredSchedule", "Transcript", "Transcripts", "Waits", "delivery_counters", "payload_digest",
            "pointer_range"]
 
 
 class AgentStore(StoreBase):
     """The store's port: its rooms over one database, each an attribute (:attr:`runs`,
-    :attr:`steps`, :attr:`transcript`, :attr:`waits`, :attr:`letters`, :attr:`evals`), and the
+    :attr:`steps`, :attr:`transcript`, :attr:`waits`, :attr:`letters`, :attr:`evals`, :attr:`schedules`), and the
     ground's paths and counters. Callers name the room they use; a wrapper (the fault points of
     the tests) replaces one room, never the port."""
 
@@ -87,3 +90,4 @@ class AgentStore(StoreBase):
         self.waits = Waits(db, collection_prefix, retention)
         self.letters = Letters(db, collection_prefix, retention)
         self.evals = Evals(db, collection_prefix, retention)
+        self.schedules = Schedules(db, collection_prefix, retention)

@@ -171,6 +171,7 @@ class StoreBase:
         self._poison = f"{collection_prefix}poison"
         self._dead_letters = f"{collection_prefix}dead_letters"
         self._evals = f"{collection_prefix}evals"
+        self._schedules = f"{collection_prefix}schedules"
 
     @property
     def counters(self) -> DocumentCounters | None:
