@@ -4,6 +4,8 @@
 - ``reference``, ``reference-long``: the benchmark workload (:mod:`ackloop_dev.agents.reference`).
 - ``approval-demo``: payments that wait for a person's approval
   (:mod:`ackloop_dev.agents.approval_demo`).
+- ``follow-up``: calls that sleep before they run, and the built-in ``sleep`` tool
+  (:mod:`ackloop_dev.agents.follow_up`).
 - ``research-team``: a planner that asks ``researcher`` and ``critic`` at once, each call a
   durable child run, then hands off to ``writer`` (:mod:`ackloop_dev.agents.research_team`);
   the three are internal agents of the catalog (no query names them).
@@ -29,11 +31,12 @@ def catalog(settings: Settings, http: httpx.AsyncClient) -> list[Agent]:
     """The runtime's built-in agent, then the benchmark's and the demos' (imported here only,
     so a catalog of the user's never loads their tools)."""
     from ackloop_dev.agents.approval_demo import approval_demo_agent
+    from ackloop_dev.agents.follow_up import follow_up_agent
     from ackloop_dev.agents.reference import bench_agents
     from ackloop_dev.agents.research_team import research_team_agents
 
     return [*builtin_agents(settings, http), *bench_agents(), approval_demo_agent(),
-            *research_team_agents()]
+            follow_up_agent(), *research_team_agents()]
 
 
 def with_catalog(settings: Settings) -> Settings:

@@ -43,6 +43,9 @@ FUNCTIONS = ("ingest", "model_step", "tool_step", "dead_letter")
 SERVICES = (*FUNCTIONS, "api")
 PUSH_DELIVERY = "push-delivery"
 SCHEDULER = "scheduler"
+TASK_QUEUE = "task-queue"
+"""The stand-in for the Cloud Tasks wake queue (infra/wakes.tf)."""
+WAKE_QUEUE = "ackloop-wakes"
 
 
 def isolated_env(tag: str, project: str) -> dict[str, str]:
@@ -179,6 +182,7 @@ class LocalStack:
                 log(f"  files bucket         gs://{state.files_bucket} on "
                     f"{state.storage_env()['STORAGE_EMULATOR_HOST']}")
             os.environ.update(state.client_env())
+            self._wake_queue(log)
             state.env = self.service_env(state)
             for i, name in enumerate(SERVICES):
                 state.ports[name] = self._port(o.base_port + i)
@@ -248,7 +252,8 @@ class LocalStack:
                     if name in o.services}
         extras = {"sandbox-apis": (10, o.sandbox_apis), "fake-gemini": (11, o.fake_gemini),
                   PUSH_DELIVERY: (12, o.create_topology and o.push == "twin"),
-                  SCHEDULER: (13, o.sweep_every_s is not None and "api" in o.services)}
+                  SCHEDULER: (13, o.sweep_every_s is not None and "api" in o.services),
+                  TASK_QUEUE: (14, o.create_topology)}
         return planned | {name: o.base_port + offset
                           for name, (offset, used) in extras.items() if used}
 
@@ -330,6 +335,30 @@ class LocalStack:
         )
         return self._start(SCHEDULER, proc)
 
+    def _wake_queue(self, log: Callable[[str], object]) -> None:
+        """The task queue, for a stack that lays out its topology (its services arm wakes)."""
+        if self.options.create_topology:
+            took = self.start_task_queue().wait_ready(30.0)
+            log(f"  {TASK_QUEUE:<20} ready in {took:.1f} s  (wakes; log: "
+                f"{self.processes[TASK_QUEUE].log_path})")
+
+    def start_task_queue(self) -> ManagedProcess:
+        """Start the wake queue's stand-in (:mod:`ackloop_dev.devstack.task_queue`); the
+        services arm their wakes there (:meth:`service_env`). Its tasks are kept in the stack's
+        directory, so a queue started again still holds them."""
+        assert self.state is not None
+        port = self.state.ports.get(TASK_QUEUE) or self._port(self.options.base_port + 14)
+        self.state.ports[TASK_QUEUE] = port
+        proc = ManagedProcess(
+            TASK_QUEUE,
+            [sys.executable, "-m", "ackloop_dev.devstack.task_queue", "--port", str(port),
+             "--state", str(self.directory / "task-queue.jsonl")],
+            self.directory / "logs" / f"{TASK_QUEUE}.log",
+            f"http://127.0.0.1:{port}/_stats",
+            env=dict(os.environ),
+        )
+        return self._start(TASK_QUEUE, proc)
+
     def stop_push_delivery(self) -> None:
         """Stop the push delivery (it hands its held messages back to the emulator)."""
         proc = self.processes.pop(PUSH_DELIVERY, None)
@@ -365,6 +394,10 @@ class LocalStack:
             # Each process appends its spans there; `ackloop runs trace` and /ui read them.
             "ACKLOOP_TRACE_DIR": str(Path(state.directory) / "traces"),
         }
+        if TASK_QUEUE in state.ports:  # wakes go to the local task queue, as to Cloud Tasks
+            env |= {"ACKLOOP_WAKE_QUEUE": f"projects/{state.project_id}/locations/local/"
+                                          f"queues/{WAKE_QUEUE}",
+                    "ACKLOOP_TASKS_EMULATOR_HOST": f"127.0.0.1:{state.ports[TASK_QUEUE]}"}
         if state.sandbox_url:
             env |= {
                 "ACKLOOP_NWS_BASE_URL": state.sandbox_url,

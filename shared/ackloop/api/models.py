@@ -199,16 +199,19 @@ class RunSummary(RunOutcomeView, _SummaryHead):
 
 
 class WaitingView(BaseModel):
-    """A tool call waiting for a person's decision (``POST /runs/{id}/approvals/{step}``) or
-    for a named event (``POST /runs/{id}/events/{name}``)."""
+    """A tool call waiting for a person's decision (``POST /runs/{id}/approvals/{step}``), for
+    a named event (``POST /runs/{id}/events/{name}``), or asleep until its time (``time``:
+    it goes on by itself at ``wake_at``)."""
 
     step: str
-    waiting_for: Literal["approval", "event"]
+    waiting_for: Literal["approval", "event", "time"]
     event_name: str | None = Field(default=None, description="The awaited event's name.")
     tool: str
     args: dict[str, Any]
     since: float
     deadline: float = Field(description="Past it, no decision is a rejection (Unix seconds).")
+    wake_at: float | None = Field(default=None, description="When a call that sleeps runs "
+                                  "(Unix seconds; ``waiting_for`` is ``time``).")
 
     @classmethod
     def of(cls, step: StepRecord) -> WaitingView | None:
@@ -216,9 +219,10 @@ class WaitingView(BaseModel):
         if w is None or step.status is not StepStatus.WAITING or step.decision is not None:
             return None
         # A child's wait shows as before it had a kind of its own: the event ``child.<step>``.
-        return cls(step=step.key, waiting_for="approval" if w.kind == "approval" else "event",
-                   event_name=w.event, tool=w.tool,
-                   args=w.args, since=w.since, deadline=w.deadline)
+        waiting_for: Literal["approval", "event", "time"] = (
+            w.kind if w.kind in ("approval", "time") else "event")
+        return cls(step=step.key, waiting_for=waiting_for, event_name=w.event, tool=w.tool,
+                   args=w.args, since=w.since, deadline=w.deadline, wake_at=w.wake_at)
 
 
 class _ChildHead(BaseModel):

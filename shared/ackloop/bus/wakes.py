@@ -48,7 +48,8 @@ class WakeNotArmed(Exception):
 
 @dataclass(frozen=True)
 class Wake:
-    """``data`` (with ``attributes``) to publish to ``topic`` (its full name) at ``at``."""
+    """``data`` (with ``attributes``) to publish to ``topic`` (its short name, as the
+    publisher's) at ``at``."""
 
     name: str
     at: float
@@ -121,13 +122,16 @@ def rfc3339(at: float) -> str:
 
 
 class CloudTasksWaker:
-    """Wakes as Cloud Tasks tasks in ``queue`` (``projects/P/locations/L/queues/Q``)."""
+    """Wakes as Cloud Tasks tasks in ``queue`` (``projects/P/locations/L/queues/Q``), each
+    publishing to a topic of ``project``."""
 
     horizon_s = CLOUD_TASKS_HORIZON_S
 
-    def __init__(self, queue: str, identity: str | None, *, emulator_host: str | None = None,
-                 pubsub_emulator_host: str | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(self, queue: str, identity: str | None, project: str, *,
+                 emulator_host: str | None = None, pubsub_emulator_host: str | None = None,
+                 timeout_s: float = 10.0) -> None:
         self.queue = queue
+        self.project = project
         self.identity = identity
         self._tasks = f"http://{emulator_host}/v2" if emulator_host else TASKS_API
         self._pubsub = (f"http://{pubsub_emulator_host}/v1" if pubsub_emulator_host
@@ -140,7 +144,7 @@ class CloudTasksWaker:
     def task(self, wake: Wake) -> dict[str, Any]:
         """The task that publishes ``wake`` at its time."""
         request: dict[str, Any] = {
-            "url": f"{self._pubsub}/{wake.topic}:publish",
+            "url": f"{self._pubsub}/projects/{self.project}/topics/{wake.topic}:publish",
             "httpMethod": "POST",
             "headers": {"Content-Type": "application/json"},
             "body": base64.b64encode(publish_body(wake)).decode(),

@@ -81,7 +81,7 @@ def ask(
     followed = asyncio.run(_ask(target, query, timeout, quiet=as_json))
     if as_json:
         typer.echo(json.dumps(_json(followed, query, timeout), ensure_ascii=False, indent=2))
-    elif followed.waiting:
+    elif followed.waiting or (followed.sleeping and followed.settled):
         for line in waiting_lines(followed):
             note(line)
         raise typer.Exit(WAITING_EXIT)
@@ -92,7 +92,7 @@ def ask(
         if followed.answered and followed.run is not None:
             typer.echo(answer_text(followed.run))
     if not followed.answered:
-        raise typer.Exit(WAITING_EXIT if followed.waiting else 1)
+        raise typer.Exit(WAITING_EXIT if followed.waiting or followed.sleeping else 1)
 
 
 PUBSUB_MAX_MESSAGE_BYTES = 10_000_000

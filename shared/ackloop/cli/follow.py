@@ -40,6 +40,11 @@ SCRIPTED_PREFIX = "scripted"
 """Model versions the scripted offline model reports start with this."""
 
 
+SHORT_SLEEP_S = 60.0
+"""A call that sleeps no longer than this is followed to its end; a longer sleep is reported
+(when it wakes, how to follow it) and left to go on by itself."""
+
+
 @dataclass
 class Followed:
     run_id: str
@@ -49,21 +54,33 @@ class Followed:
     """The poison record of the query, when it was rejected before it became a run."""
     elapsed: float = 0.0
 
-    @property
-    def waiting(self) -> list[StepRecord]:
-        """The tool calls that wait for a person's decision or a named event (none once the
-        run has ended); not those waiting for their child run, whose end resumes them."""
+    def _undecided(self, *kinds: str) -> list[StepRecord]:
         if self.run is None or self.run.status.terminal:
             return []
         return [s for s in self.steps if s.status is StepStatus.WAITING and s.decision is None
-                and not (s.waiting is not None and s.waiting.event is not None
-                         and is_reserved(s.waiting.event))]
+                and s.waiting is not None and s.waiting.kind in kinds
+                and not (s.waiting.event is not None and is_reserved(s.waiting.event))]
+
+    @property
+    def waiting(self) -> list[StepRecord]:
+        """The tool calls that wait for a person's decision or a named event (none once the
+        run has ended); not those waiting for their child run, whose end resumes them, nor
+        those that sleep (:attr:`sleeping`)."""
+        return self._undecided("approval", "event")
+
+    @property
+    def sleeping(self) -> list[StepRecord]:
+        """The tool calls that sleep until their time (they go on by themselves)."""
+        return self._undecided("time")
 
     @property
     def settled(self) -> bool:
-        """Some call waits, and every other call of its turn has started and waits or is done:
-        what the run waits for cannot change until someone acts (or a deadline passes)."""
-        waiting = self.waiting
+        """Some call waits (for someone, or asleep for longer than :data:`SHORT_SLEEP_S`), and
+        every other call of its turn has started and waits or is done: what the run waits
+        for cannot change soon unless someone acts."""
+        now = time.time()
+        waiting = self.waiting + [s for s in self.sleeping if s.waiting is not None and (
+            s.waiting.wake_at or 0.0) - now > SHORT_SLEEP_S]
         if not waiting:
             return False
         turn = max(s.turn for s in waiting)
@@ -269,6 +286,14 @@ def waiting_lines(followed: Followed) -> list[str]:
                   f"  approve: ackloop runs approve {rid} {step.key} [--args JSON] "
                   "[--comment TEXT]",
                   f"  reject:  ackloop runs reject {rid} {step.key} [--comment TEXT]"]
+    for step in followed.sleeping:
+        assert step.waiting is not None
+        args = json.dumps(step.waiting.args, ensure_ascii=False, sort_keys=True)
+        wakes = time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                              time.gmtime(step.waiting.wake_at or step.waiting.deadline))
+        lines += [f"run {followed.run_id} sleeps in {step.waiting.tool}({args}) at step "
+                  f"{step.key} until {wakes}, then goes on by itself",
+                  f"  follow: ackloop runs follow {followed.run_id}"]
     return lines
 
 

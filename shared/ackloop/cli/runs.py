@@ -153,6 +153,8 @@ def show(
     ]
     if run.parent_run_id is not None:
         fields.append(("parent", f"{run.parent_run_id} (its step {run.parent_step})"))
+    fields += [("sleeps", f"{s.key} ({s.name}) until {_when(s.waiting.wake_at)}")
+               for s in followed.sleeping if s.waiting is not None]
     if children:
         from ackloop.domain.cost import Cost
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import httpx
 
 from ackloop.bus.pubsub import PubSubPublisher
+from ackloop.bus.wakes import NoWaker, Waker
 from ackloop.config.agents import AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
@@ -190,6 +191,21 @@ def build_files(settings: Settings) -> FileStore:
     return MemoryFileStore(inline_bytes=settings.files_inline_bytes)
 
 
+def build_waker(settings: Settings) -> Waker:
+    """What publishes a sleeping call's message at its time: the ``wake_queue`` (Cloud Tasks,
+    or the local stack's task queue when ``tasks_emulator_host`` is set, publishing to the
+    Pub/Sub emulator), else nothing (the sweeper wakes what is due)."""
+    if not settings.wake_queue:
+        return NoWaker()
+    from ackloop.bus.wakes import CloudTasksWaker
+
+    local = settings.tasks_emulator_host
+    return CloudTasksWaker(settings.wake_queue, settings.wake_identity, settings.project_id,
+                           emulator_host=local,
+                           pubsub_emulator_host=os.environ.get("PUBSUB_EMULATOR_HOST")
+                           if local else None)
+
+
 async def build_deps(settings: Settings) -> Deps:
     configure_logging(settings)
     configure_tracing(settings)
@@ -210,6 +226,7 @@ async def build_deps(settings: Settings) -> Deps:
         clock=SystemClock(),
         owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
         files=build_files(settings),
+        waker=build_waker(settings),
     )
     log.info(
         "ackloop process ready: model provider %s (%s), agents %s",

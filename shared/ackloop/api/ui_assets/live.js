@@ -146,12 +146,18 @@ function approvalPanel(runId, call, onDecided, scope) {
 }
 
 // What a live run waits for: a person's decision (a panel each), named events (no panel: they
-// come through the API, the CLI or Pub/Sub).
+// come through the API, the CLI or Pub/Sub), a call asleep until its time.
 export function waitingFor(run) {
   if (TERMINAL.has(run.status) || !run.waiting?.length) return "";
   const what = new Set(run.waiting.map((w) => (w.waiting_for === "approval" ? "a decision"
-    : w.event_name?.startsWith("child.") ? "its child runs" : `event ${w.event_name}`)));
+    : w.waiting_for === "time" ? `asleep until ${wakeTime(w.wake_at)}`
+      : w.event_name?.startsWith("child.") ? "its child runs" : `event ${w.event_name}`)));
   return ` · waiting for ${[...what].join(", ")}`;
+}
+
+// A wake time (Unix seconds) as the page shows times: UTC, to the second.
+export function wakeTime(seconds) {
+  return `${new Date(seconds * 1000).toISOString().slice(0, 19).replace("T", " ")} UTC`;
 }
 
 // Keeps a live run's view current: ``refresh`` (which reads the run and returns it) runs every
