@@ -155,9 +155,9 @@ def build_model(settings: Settings, agents: AgentRegistry) -> ModelClient:
 
 def build_agents(settings: Settings, http: httpx.AsyncClient) -> AgentRegistry:
     """The catalog the settings name (raises :class:`ackloop.config.catalog.CatalogError`)."""
-    from ackloop.config.catalog import load_agents
+    from ackloop.config.catalog import load_registry
 
-    return AgentRegistry(load_agents(settings, http))
+    return load_registry(settings, http)
 
 
 def configure_logging(settings: Settings) -> None:
