@@ -13,7 +13,9 @@ its process group the first time it reaches a point named in ``ACKLOOP_FAULT_CRA
 - ``model:after_commit`` / ``tool:after_commit``: the step is committed, its outbox not sent;
 - ``tool:after_child``: a sub-agent's call created its child run, and neither sent the child's
   first step nor recorded its wait (not among :data:`FAULT_POINTS`, the fault phase's: its
-  workload calls no sub-agent; the chaos run's child-runs scenario kills there).
+  workload calls no sub-agent; the chaos run's child-runs scenario kills there);
+- ``schedule:after_start``: a schedule's firing started its run and has not recorded it (nor
+  advanced the schedule) yet.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from ackloop.config.agents import AgentRegistry
+from ackloop.docdb.base import Version
 from ackloop.domain.records import RunRecord
+from ackloop.domain.schedules import ScheduleRecord
 from ackloop.domain.wire import FunctionCall
 from ackloop.engine.deps import Deps
 from ackloop.model.base import (
@@ -38,7 +42,17 @@ from ackloop.model.base import (
     StreamingModelClient,
     TextSink,
 )
-from ackloop.store import AgentStore, Basis, Claim, Committed, Composer, Decision, Runs, Steps
+from ackloop.store import (
+    AgentStore,
+    Basis,
+    Claim,
+    Committed,
+    Composer,
+    Decision,
+    Runs,
+    Schedules,
+    Steps,
+)
 from ackloop.tools.base import ToolContext, ToolOutcome
 
 log = logging.getLogger(__name__)
@@ -50,7 +64,7 @@ FAULT_POINTS = (
     "tool:after_commit",
 )
 """The points the chaos run's fault phase kills at."""
-KNOWN_POINTS = (*FAULT_POINTS, "tool:after_child")
+KNOWN_POINTS = (*FAULT_POINTS, "tool:after_child", "schedule:after_start")
 
 
 @dataclass
@@ -121,12 +135,30 @@ class _CrashingSteps:
         return committed
 
 
+class _CrashingSchedules:
+    """The schedules room of a store, with ``schedule:after_start`` reached before a firing
+    is recorded (a write of an existing schedule with firings: its run was started)."""
+
+    def __init__(self, schedules: Schedules, faults: FaultPoints) -> None:
+        self._schedules, self._faults = schedules, faults
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._schedules, name)
+
+    async def write(self, record: ScheduleRecord, version: Version | None, now: float
+                    ) -> Version:
+        if version is not None and record.firings:
+            self._faults.hit("schedule:after_start")
+        return await self._schedules.write(record, version, now)
+
+
 def crashing_store(store: AgentStore, faults: FaultPoints) -> AgentStore:
     """A port onto ``store``'s rooms (its database, its paths), whose runs and steps rooms
     reach ``faults``' points: the rooms are wrapped, the store is not changed."""
     port = copy.copy(store)
     port.runs = cast(Runs, _CrashingRuns(store.runs, faults))
     port.steps = cast(Steps, _CrashingSteps(store.steps, faults))
+    port.schedules = cast(Schedules, _CrashingSchedules(store.schedules, faults))
     return port
 
 

@@ -55,7 +55,8 @@ def _count_entries(monkeypatch: pytest.MonkeyPatch, hinted: bool) -> Entries:
     port = AgentStore(MemoryDocumentDB())
     rooms = {"": AgentStore} | {name: type(room) for name, room in vars(port).items()
                                 if isinstance(room, StoreBase)}
-    assert set(rooms) == {"", "runs", "steps", "transcript", "waits", "letters", "evals"}
+    assert set(rooms) == {"", "runs", "steps", "transcript", "waits", "letters", "evals",
+                          "schedules"}
     for room, cls in rooms.items():
         for name, fn in inspect.getmembers(cls, inspect.iscoroutinefunction):
             if not name.startswith("_"):

@@ -20,6 +20,7 @@ from ackloop.tools.base import Toolbox
 from ackloop.transcript.context import DEFAULT_CONTEXT, Context
 
 if TYPE_CHECKING:
+    from ackloop.domain.schedules import Schedule
     from ackloop.model.scripted import Script
     from ackloop.tools.definition import Tool
 
@@ -265,13 +266,30 @@ class MissingAgent(ValueError):
 
 
 class AgentRegistry:
-    """The deployment's agents by name; ``"default"`` falls back to the first one given."""
+    """The deployment's agents by name; ``"default"`` falls back to the first one given.
+    ``schedules``: the catalog's schedules (:class:`~ackloop.domain.schedules.Schedule`), each
+    naming one of the agents."""
 
-    def __init__(self, agents: Iterable[Agent] = ()) -> None:
+    def __init__(self, agents: Iterable[Agent] = (), schedules: Iterable[Schedule] = ()
+                 ) -> None:
         self._agents: dict[str, Agent] = {}
         for agent in agents:
             self.add(agent)
         self.check_reached()
+        self.schedules: list[Schedule] = list(schedules)
+        self.check_schedules()
+
+    def check_schedules(self) -> None:
+        """Refuse a schedule naming an agent the catalog does not hold, or an id used twice."""
+        seen: set[str] = set()
+        for schedule in self.schedules:
+            if schedule.id in seen:
+                raise MissingAgent(f"two schedules have the id {schedule.id!r}")
+            seen.add(schedule.id)
+            if schedule.agent not in self:
+                raise MissingAgent(
+                    f"schedule {schedule.id!r} names agent {schedule.agent!r}, which the "
+                    f"catalog does not hold (it has {sorted(self._agents)})")
 
     def check_reached(self) -> None:
         """Refuse a catalog whose sub-agent or hand-off tool names an agent it does not hold

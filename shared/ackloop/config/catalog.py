@@ -3,12 +3,13 @@
 In order: the ``ACKLOOP_AGENTS`` setting (``package.module:attribute``); else every entry point
 an installed package declares in the ``ackloop.agents`` group; else the built-in agents
 (:mod:`ackloop.config.agent_catalog`). The attribute is a list or tuple of
-:class:`~ackloop.config.agents.Agent`, or a function returning one, called with what its signature
-asks for: a parameter typed :class:`~ackloop.config.settings.Settings` (or named ``settings``) gets
-the process's settings, one typed ``httpx.AsyncClient`` (or named ``http``) the process-wide
-HTTP client. Every failure is one :class:`CatalogError` whose message names the source, the
-module and the original exception, so a process that cannot load its agents says why in one
-line and stops.
+:class:`~ackloop.config.agents.Agent` (and :class:`~ackloop.domain.schedules.Schedule`: the
+deployment's schedules, beside the agents they name), or a function returning one, called with
+what its signature asks for: a parameter typed :class:`~ackloop.config.settings.Settings` (or
+named ``settings``) gets the process's settings, one typed ``httpx.AsyncClient`` (or named
+``http``) the process-wide HTTP client. Every failure is one :class:`CatalogError` whose
+message names the source, the module and the original exception, so a process that cannot load
+its agents says why in one line and stops.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import httpx
 
 from ackloop.config.agents import Agent, AgentRegistry, MissingAgent
 from ackloop.config.settings import Settings
+from ackloop.domain.schedules import Schedule
 
 ENTRY_POINT_GROUP = "ackloop.agents"
 
@@ -31,21 +33,35 @@ class CatalogError(Exception):
     """The agent catalog could not be loaded; the message says from where and why."""
 
 
+Entry = Agent | Schedule
+
+
 def load_agents(settings: Settings, http: httpx.AsyncClient) -> list[Agent]:
     """The deployment's agents, from the first source that names any (see the module doc)."""
+    return load_catalog(settings, http)[0]
+
+
+def load_registry(settings: Settings, http: httpx.AsyncClient) -> AgentRegistry:
+    """The deployment's agents and schedules, checked."""
+    return AgentRegistry(*load_catalog(settings, http))
+
+
+def load_catalog(settings: Settings, http: httpx.AsyncClient
+                 ) -> tuple[list[Agent], list[Schedule]]:
+    """The deployment's agents and schedules, from the first source that names any agent."""
     if settings.agents:
         source = f"ACKLOOP_AGENTS={settings.agents}"
         return _checked(source, _build(source, _resolve(source, settings.agents), settings, http))
     declared = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
     if declared:
-        agents: list[Agent] = []
+        entries: list[Entry] = []
         for point in declared:
             source = f"entry point {point.name} = {point.value} (group {ENTRY_POINT_GROUP})"
-            agents += _build(source, _load_entry_point(source, point), settings, http)
-        return _checked(f"the {ENTRY_POINT_GROUP} entry points", agents)
+            entries += _build(source, _load_entry_point(source, point), settings, http)
+        return _checked(f"the {ENTRY_POINT_GROUP} entry points", entries)
     from ackloop.config.agent_catalog import builtin_agents
 
-    return builtin_agents(settings, http)
+    return builtin_agents(settings, http), []
 
 
 def _resolve(source: str, reference: str) -> Any:
@@ -75,8 +91,9 @@ def _load_entry_point(source: str, point: EntryPoint) -> Any:
             f"{source}: cannot load module {point.module!r}: {_describe(exc)}") from exc
 
 
-def _build(source: str, target: Any, settings: Settings, http: httpx.AsyncClient) -> list[Agent]:
-    """The agents ``target`` holds or returns."""
+def _build(source: str, target: Any, settings: Settings, http: httpx.AsyncClient
+           ) -> list[Entry]:
+    """The agents (and schedules) ``target`` holds or returns."""
     value = target
     if callable(target) and not isinstance(target, (list, tuple)):
         arguments = _arguments(source, target, settings, http)
@@ -86,11 +103,12 @@ def _build(source: str, target: Any, settings: Settings, http: httpx.AsyncClient
             raise CatalogError(f"{source}: calling it failed: {_describe(exc)}") from exc
     if isinstance(value, Agent):
         value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(a, Agent) for a in value):
+    if not isinstance(value, (list, tuple)) or not all(isinstance(a, Entry) for a in value):
         found = type(value).__name__ if not isinstance(value, (list, tuple)) else (
             "a list holding " + ", ".join(sorted({type(a).__name__ for a in value
-                                                  if not isinstance(a, Agent)})))
-        raise CatalogError(f"{source}: expected a list of Agent or a function returning one, "
+                                                  if not isinstance(a, Entry)})))
+        raise CatalogError(f"{source}: expected a list of Agent (and Schedule) or a function "
+                           "returning one, "
                            f"got {found}")
     return list(value)
 
@@ -118,7 +136,9 @@ def _arguments(source: str, fn: Callable[..., Any], settings: Settings,
     return arguments
 
 
-def _checked(source: str, agents: list[Agent]) -> list[Agent]:
+def _checked(source: str, entries: list[Entry]) -> tuple[list[Agent], list[Schedule]]:
+    agents = [e for e in entries if isinstance(e, Agent)]
+    schedules = [e for e in entries if isinstance(e, Schedule)]
     if not agents:
         raise CatalogError(f"{source}: the catalog holds no agent")
     seen: set[str] = set()
@@ -127,10 +147,11 @@ def _checked(source: str, agents: list[Agent]) -> list[Agent]:
             raise CatalogError(f"{source}: two agents are named {agent.name!r}")
         seen.add(agent.name)
     try:
-        AgentRegistry(agents)  # a sub-agent or hand-off tool must reach an agent it holds
+        # a sub-agent or hand-off tool must reach an agent it holds; a schedule name one
+        AgentRegistry(agents, schedules)
     except MissingAgent as exc:
         raise CatalogError(f"{source}: {exc}") from exc
-    return agents
+    return agents, schedules
 
 
 def _describe(exc: BaseException) -> str:

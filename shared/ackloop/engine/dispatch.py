@@ -25,6 +25,7 @@ from ackloop.domain.errors import (
 )
 from ackloop.domain.keys import StepKey, run_id_for_request
 from ackloop.domain.records import ANONYMOUS, Outgoing, ReceivedEvent, StopReason
+from ackloop.domain.schedules import ScheduleTick
 from ackloop.domain.wire import (
     ChildEndedMessage,
     EventMessage,
@@ -34,6 +35,7 @@ from ackloop.domain.wire import (
     ToolStepMessage,
     Usage,
 )
+from ackloop.engine import schedules
 from ackloop.engine.dead_letter import handle_dead_letter
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
@@ -85,7 +87,8 @@ class Outcome:
 def decode(kind: Kind, data: bytes) -> BaseModel:
     typed = _type_of(data) if kind == "query" else None
     model: type[BaseModel] = (EventMessage if typed == "event" else ChildEndedMessage
-                              if typed == "child_ended" else _MODELS[kind])
+                              if typed == "child_ended" else ScheduleTick
+                              if typed == "schedule_tick" else _MODELS[kind])
     try:
         return model.model_validate_json(data)
     except ValidationError as exc:
@@ -98,7 +101,8 @@ def decode(kind: Kind, data: bytes) -> BaseModel:
 
 
 def _type_of(data: bytes) -> str | None:
-    """A queries-topic message's ``type`` (``event``, ``child_ended``), None for a query."""
+    """A queries-topic message's ``type`` (``event``, ``child_ended``, ``schedule_tick``),
+    None for a query."""
     if b'"type"' not in data:
         return None
     try:
@@ -196,6 +200,8 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
         if isinstance(message, ChildEndedMessage):
             return Outcome(200, await arrivals.deliver_end(deps, message.run_id,
                                                            _here(deps, delivery)))
+        if isinstance(message, ScheduleTick):
+            return Outcome(200, (await schedules.fire(deps, message)).body())
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
                                        delivery.attributes.get("reads"),
                                        delivery.attributes.get(REDRIVEN) == "1")

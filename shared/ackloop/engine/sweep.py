@@ -22,6 +22,9 @@ a child's wait writes no run document, and a run waiting for a child is looked a
 re-send after the decision was lost) once the run is ``sweep_stale_seconds`` idle, and
 otherwise moves ``progress_at`` to the earliest time a wait asks for.
 
+It also makes the schedules' pass (:func:`ackloop.engine.schedule_ops.sweep_schedules`): the
+catalog's schedules synced, and a schedule due with no wake delivered fired.
+
 It runs from ``ackloop runs sweep``, from ``POST /sweep`` on the API (Cloud Scheduler calls it;
 see ``infra/scheduler.tf``), and from the local stack.
 """
@@ -47,6 +50,7 @@ from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ledger import scheduled_model_message
 from ackloop.engine.outbox import send
 from ackloop.engine.outgoing import after_tools, first_step
+from ackloop.engine.schedule_ops import sweep_schedules
 from ackloop.engine.waits import core as waits
 from ackloop.telemetry import tracing
 
@@ -87,6 +91,10 @@ async def sweep(deps: Deps, *, stale_after: float | None = None, limit: int = 20
                                                 if_progress_at=run.progress_at)
     for item in swept:
         log.warning("sweeper: run %s %s (%s)", item.run_id, item.action, item.detail)
+    try:  # schedules: the catalog's synced, and what a lost wake left due fired
+        await sweep_schedules(deps)
+    except Exception:
+        log.exception("sweeper: the schedules' pass failed; the next sweep tries again")
     return swept
 
 

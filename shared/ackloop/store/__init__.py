@@ -70,16 +70,16 @@ __all__ = ["CHUNK_BYTES", "CREATE_RUN_ATTEMPTS", "DAY_SECONDS", "DEAD_LETTER_PAG
            "Decision",
            "DecisionRefused", "DocumentCounters", "EndWrites", "EvalHead", "Evals", "Letters",
            "ModelStepInputs",
-           "Retention", "RunEnd", "RunRead", "Runs", "ScheduleChanged", "Schedules", "StepPlan", "Steps", "StoreBase",
-           "StoredSchedule", "Transcript", "Transcripts", "Waits", "delivery_counters", "payload_digest",
-           "pointer_range"]
+           "Retention", "RunEnd", "RunRead", "Runs", "ScheduleChanged", "Schedules", "StepPlan",
+           "Steps", "StoreBase", "StoredSchedule", "Transcript", "Transcripts", "Waits",
+           "delivery_counters", "payload_digest", "pointer_range"]
 
 
 class AgentStore(StoreBase):
     """The store's port: its rooms over one database, each an attribute (:attr:`runs`,
-    :attr:`steps`, :attr:`transcript`, :attr:`waits`, :attr:`letters`, :attr:`evals`, :attr:`schedules`), and the
-    ground's paths and counters. Callers name the room they use; a wrapper (the fault points of
-    the tests) replaces one room, never the port."""
+    :attr:`steps`, :attr:`transcript`, :attr:`waits`, :attr:`letters`, :attr:`evals`,
+    :attr:`schedules`), and the ground's paths and counters. Callers name the room they use;
+    a wrapper (the fault points of the tests) replaces one room, never the port."""
 
     def __init__(self, db: DocumentDB, collection_prefix: str = "",
                  retention: Retention | None = None) -> None:
