@@ -174,16 +174,22 @@ def start_stack(
     push: PushMode = "twin",
     push_time_scale: float = 1.0,
     agents: str | None = None,
+    project_id: str | None = None,
 ) -> RunningStack:
     """A stack of real processes; ``push="twin"`` (the default, as ``ackloop dev up``) delivers
     with the production-like push delivery, ``"emulator"`` with the emulator's own push.
     ``agents`` is an agent catalog under ``tests`` (``ACKLOOP_AGENTS``) that every process,
-    the fake Gemini server included, imports from the checkout."""
+    the fake Gemini server included, imports from the checkout. ``project_id`` (the session's
+    by default) gives the stack a project of its own on the emulators: the Firestore emulator
+    answers a project's reads in time that grows with every document of that project, so a
+    stack whose test walks or reads much (the security tier) is kept apart from what the
+    rest of the session wrote."""
     tag = f"s{uuid.uuid4().hex[:8]}"
-    env = isolated_env(tag, session.project_id) | (extra_env or {})
+    project = project_id or session.project_id
+    env = isolated_env(tag, project) | (extra_env or {})
     options = StackOptions(
         directory=directory,
-        project_id=session.project_id,
+        project_id=project,
         pubsub_port=session.pubsub_port,
         firestore_port=session.firestore_port,
         base_port=0,
@@ -205,9 +211,9 @@ def start_stack(
     settings = Settings(**{k.removeprefix("ACKLOOP_").lower(): v for k, v in env.items()
                            if k.startswith("ACKLOOP_")})
     subscriber = pubsub_v1.SubscriberClient()
-    answers = subscriber.subscription_path(session.project_id, f"{tag}-answers-tail")
+    answers = subscriber.subscription_path(project, f"{tag}-answers-tail")
     subscriber.create_subscription(
-        name=answers, topic=subscriber.topic_path(session.project_id, settings.answers_topic)
+        name=answers, topic=subscriber.topic_path(project, settings.answers_topic)
     )
     subscriber.close()
     return RunningStack(stack, state, settings, answers)
