@@ -176,3 +176,21 @@ resource "google_firestore_field" "eval_cases_unindexed" {
 
   index_config {}
 }
+
+# The sweeper's pass over schedules (store.schedules.due): active schedules whose next firing is
+# before a time, the latest first.
+resource "google_firestore_index" "schedules_due" {
+  project    = var.project_id
+  database   = local.firestore_database
+  collection = "${var.collection_prefix}schedules"
+
+  fields {
+    field_path = "active"
+    order      = "ASCENDING"
+  }
+
+  fields {
+    field_path = "next_fire_at"
+    order      = "DESCENDING"
+  }
+}

@@ -41,6 +41,7 @@ _PUBLIC: dict[str, str] = {
     "Agent": "ackloop.config.agents:Agent",
     "Context": "ackloop.transcript.context:Context",
     "CatalogError": "ackloop.config.catalog:CatalogError",
+    "Schedule": "ackloop.domain.schedules:Schedule",
     # Scripted models, for the offline stack and tests
     "Conversation": "ackloop.model.function_model:Conversation",
     "FunctionModel": "ackloop.model.function_model:FunctionModel",
@@ -61,6 +62,7 @@ __all__ = ["__version__", *_PUBLIC]
 if TYPE_CHECKING:
     from ackloop.config.agents import Agent as Agent
     from ackloop.config.catalog import CatalogError as CatalogError
+    from ackloop.domain.schedules import Schedule as Schedule
     from ackloop.hosting.testing import AgentResult as AgentResult
     from ackloop.hosting.testing import AgentTester as AgentTester
     from ackloop.hosting.testing import run_agent as run_agent

@@ -76,6 +76,8 @@ class RecordingDB:
         self.recording = False
         self.queries: list[Query] = []
         self.methods: set[str] = set()
+        self.newest: list[tuple[str, tuple[str, ...], str]] = []
+        """Each ``list_newest`` with equality filters: collection, filtered fields, order."""
 
     async def list_where(
         self, collection: str, field_name: str, value: Any, order_by: str, limit: int = 100
@@ -87,7 +89,10 @@ class RecordingDB:
     async def list_newest(self, collection: str, equal: Any, order_by: str, limit: int = 100,
                           below: Any = None) -> Any:
         if self.recording:
-            self.methods.add("list_newest" if equal else "list_newest by one field")
+            if equal:
+                self.newest.append((collection, tuple(equal), order_by))
+            else:
+                self.methods.add("list_newest by one field")
         return await self.inner.list_newest(collection, equal, order_by, limit, below)
 
     def __getattr__(self, name: str) -> Any:
@@ -109,6 +114,7 @@ class Swept:
     queries: list[Query]
     methods: set[str]
     topics: set[str] = field(default_factory=set)
+    newest: list[tuple[str, tuple[str, ...], str]] = field(default_factory=list)
 
 
 def _run(run_id: str, conversation_id: str, now: float) -> RunRecord:
@@ -160,6 +166,7 @@ async def _sweep_stalled_runs() -> Swept:
         queries=db.queries,
         methods=db.methods,
         topics={names[m.topic] for m in publisher.messages},
+        newest=db.newest,
     )
 
 
@@ -361,6 +368,18 @@ def test_indexes_cover_the_sweepers_queries(terraform: TerraformConfig) -> None:
     orders = terraform.locals["sweeper_run_orders"]
     assert {q.order_by for q in queries} == set(orders.values())
     assert {q.value for q in queries} == {"running", "queued"}
+
+
+def test_indexes_cover_the_sweepers_newest_first_queries(terraform: TerraformConfig) -> None:
+    """The schedules' due query: equality filters, then the newest first."""
+    newest = swept().newest
+    assert newest, "the sweeper asked for no due schedules"
+    declared = _declared_indexes(terraform)
+    for collection, equal, order_by in newest:
+        assert collection.startswith(PREFIX), f"{collection} ignores the prefix"
+        fields = (*((name, "ASCENDING") for name in equal), (order_by, "DESCENDING"))
+        needed = ("${var.collection_prefix}" + collection.removeprefix(PREFIX), fields)
+        assert needed in declared, f"no composite index for {collection} {equal} {order_by}"
 
 
 def test_the_sweeper_reads_nothing_else_that_needs_an_index() -> None:

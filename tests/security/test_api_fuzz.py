@@ -80,13 +80,14 @@ def api_request(draw: st.DrawFn) -> Probe:
             [b"{", b"null", b"[]", b'{"text": "\\udfff"}', b"\xff\xfe", b"{" * 10_000,
              b'{"text": "' + b"a" * 300_000 + b'"}'])))
         path = draw(st.sampled_from(["/runs", "/api/reasoning_engine",
-                                     "/api/stream_reasoning_engine", "/sweep"]))
+                                     "/api/stream_reasoning_engine", "/sweep", "/schedules",
+                                     "/schedules/s/backfill"]))
         return Probe("api", "POST", path, body, tuple(headers), label="raw body", api=True)
     if kind == 4:
         run = in_path(draw(ident()))
         path = draw(st.sampled_from([f"/runs/{run}", f"/runs/{run}/events",
                                      f"/runs/{run}/events?after=..%2F..",
-                                     f"/conversations/{run}/runs"]))
+                                     f"/conversations/{run}/runs", f"/schedules/{run}"]))
         return Probe("api", "GET", path, label="read", api=True)
     if kind == 5:
         run = in_path(draw(ident()))

@@ -28,6 +28,7 @@ from ackloop.api import (
     inspector,
     run_events,
     runs,
+    schedules,
     trace,
     ui,
 )
@@ -117,6 +118,7 @@ def create_app(
     app.include_router(inspector.router, dependencies=guarded)
     app.include_router(files.router, dependencies=guarded)
     app.include_router(evals.router, dependencies=guarded)
+    app.include_router(schedules.router, dependencies=guarded)
     app.include_router(ui.router)  # the page holds no data: it asks for the token
 
     @app.get("/healthz", include_in_schema=False)
