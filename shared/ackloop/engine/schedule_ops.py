@@ -134,6 +134,17 @@ async def trigger(deps: Deps, schedule_id: str) -> Fired:
                                          kind="manual"))
 
 
+async def publish_trigger(deps: Deps, schedule_id: str) -> Fired:
+    """Fire now by publishing the manual tick (for a process without the catalog: the CLI):
+    the run it will start, not started yet."""
+    stored = await existing(deps, schedule_id)
+    at = deps.clock.now()
+    await deps.publisher.publish(deps.topic("queries"), tick_of(schedule_id, at, "manual"),
+                                 {"schedule_id": schedule_id})
+    run_id = run_id_for_request(request_id_of(schedule_id, at, "manual"), stored.record.owner)
+    return Fired(schedule_id, "published", at, run_id)
+
+
 async def backfill(deps: Deps, schedule_id: str, start: float, end: float) -> list[Backfilled]:
     """Start the run of every firing time in ``[start, end]`` (at most
     :data:`~ackloop.domain.schedules.MAX_BACKFILL`), each under its normal request id: a time
@@ -179,6 +190,8 @@ async def sync_catalog(deps: Deps) -> list[str]:
     """Make the stored catalog schedules what the code declares (created, replaced where the
     spec's digest changed, deleted where the code no longer declares them). One read when
     nothing changed: the digests as last synced. The ids it wrote."""
+    if not deps.agents.names():
+        return []  # no catalog loaded here (the CLI's sweep): nothing to sync it with
     declared = {s.id: s for s in deps.agents.schedules}
     digests = {sid: spec.digest() for sid, spec in declared.items()}
     synced = await deps.store.schedules.catalog()
