@@ -3,7 +3,8 @@
 Runs the quick configuration on the session's emulators (real processes, the fake Gemini
 server, the push delivery with the production retry policy, kills, duplicates, model and tool
 faults, poison, a follow-up during a long run, research-team trees of child runs killed between
-starting a child and recording its wait, a 429 storm, the dead-letter path) on the shipped
+starting a child and recording its wait, calls that sleep while what wakes them is killed, a
+429 storm, the dead-letter path) on the shipped
 numbers, every duration scaled by the default time factor. Its wall time is the dead-letter
 path's: ten deliveries of the shipped policy take 2430 s of backoff, 405 s at the factor 1/6
 (the smallest the engine's request-timeout floor allows); everything else runs beside it, and
@@ -106,6 +107,10 @@ def test_quick_chaos_leaves_only_its_dead_letter_backoff_to_wait_for(
     assert children["ok"] is True, children
     assert children["kills"] == ["tool:after_child", "model:after_commit"]
     assert children["trees"] == children["answers_ok"] == children["handed_off"] > 0
+    sleeps = quick_chaos.active["sleeps"]
+    assert sleeps["ok"] is True, sleeps
+    assert sleeps["runs"] == sleeps["woken_by_clock"] == sleeps["answers_ok"] > 0
+    assert sleeps["killed"] == ["task-queue", "tool_step", "model_step"]
 
 
 @pytest.mark.timeout(WHOLE_RUN_S + 60)
@@ -131,6 +136,7 @@ def test_quick_chaos_on_the_shipped_numbers_meets_every_target(quick_chaos: Chao
     assert figures["followup"]["ok"] is True
     assert figures["storm"]["ok"] is True
     assert figures["children"]["ok"] is True
+    assert figures["sleeps"]["ok"] is True
     assert figures["dead_letter"]["ok"] is True
     not_met = [t for t in figures["targets"] if not t["met"]]
     assert not not_met, not_met

@@ -65,6 +65,10 @@ class ChaosConfig:
     """``research-team`` runs of the child-runs scenario (each starts two child runs), asked in
     one wave per point of ``child_kill_points``."""
     child_kill_points: tuple[str, ...] = CHILD_KILL_POINTS
+    sleep_runs: int = 12
+    """``follow-up`` runs of the sleeps scenario, each call sleeping ``sleep_s`` to
+    ``sleep_s`` + 3 real seconds while what wakes it is killed (0: skipped)."""
+    sleep_s: float = 5.0
     dead_letter_phase: bool = True
     temporal: bool = True
     temporal_kill_runs: int = 10
@@ -96,6 +100,7 @@ class ChaosConfig:
             storm_runs=6,
             child_runs=4,
             child_kill_points=("tool:after_child", "model:after_commit"),
+            sleep_runs=6,
             temporal_kill_runs=3,
             time_scale=DEFAULT_FACTOR,
         )

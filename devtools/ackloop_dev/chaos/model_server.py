@@ -92,16 +92,18 @@ class RefFaults:
 
 def chaos_policy() -> Script:
     """The seed agent, as the fake server plays it, and the ``research-team`` agents (the
-    child-runs scenario's) each by its own script."""
+    child-runs scenario's) and ``follow-up`` (the sleeps scenario's) each by its own
+    script."""
     from ackloop.config.settings import Settings
     from ackloop.model.agent_scripts import deployment_script
     from ackloop_dev.agents import with_catalog
+    from ackloop_dev.agents.follow_up import NAME as FOLLOW_UP
     from ackloop_dev.agents.research_team import research_team_agents
 
     seed = ScriptedModel().decide
     catalog = deployment_script(with_catalog(Settings()))
     team_model = ScriptedModel(catalog).decide
-    team = {agent.name for agent in research_team_agents()}
+    team = {agent.name for agent in research_team_agents()} | {FOLLOW_UP}
 
     def decide(request: ModelRequest) -> ModelTurn:
         return team_model(request) if catalog.agent_of(request) in team else seed(request)

@@ -147,6 +147,7 @@ def _scenarios(f: dict[str, Any]) -> list[str]:
         _row("status / answer ok / ends published",
              f"{fu.get('statuses')} / {fu.get('answers_ok')} / {fu.get('ends_published')}", 2),
         *_children(f.get("children", {})),
+        *_sleeps(f.get("sleeps", {"skipped": "not run"})),
         f"Gemini 429 storm ({storm.get('storm_s')} s, retry-after {storm.get('retry_after_s')} s)",
         _row("runs asked during it, by outcome", f"{storm.get('runs')}: "
              f"{_kv(storm.get('outcomes', {}))}", 2),
@@ -182,6 +183,22 @@ def _scenarios(f: dict[str, Any]) -> list[str]:
                       f"{dl.get('model_answers_per_turn')} / "
                       f"{dl.get('second_redrive') or 'nothing to do'}", 2))
     return lines
+
+
+def _sleeps(sl: dict[str, Any]) -> list[str]:
+    if "skipped" in sl:
+        return [_row("Calls that sleep (follow-up)", f"SKIPPED: {sl['skipped']}")]
+    return [
+        "Calls that sleep (follow-up; killed while they slept: "
+        f"{', '.join(sl.get('killed') or [])})",
+        _row("runs / completed / answered with their own order / woken by the clock",
+             f"{sl.get('runs')} / {sl.get('completed')} / {sl.get('answers_ok')} / "
+             f"{sl.get('woken_by_clock')}", 2),
+        _row("woke before their time / stuck", f"{sl.get('woke_early')} / {sl.get('stuck')}", 2),
+        _row("lateness after their time (median / p99 / max)",
+             " / ".join(f"{sl.get('lateness_s', {}).get(k)} s" for k in ("median", "p99", "max")),
+             2),
+    ]
 
 
 def _children(ch: dict[str, Any]) -> list[str]:

@@ -44,6 +44,7 @@ from ackloop_dev.chaos.phases import FaultPhase, calibrate, fault_phase
 from ackloop_dev.chaos.poison import poison_outcome
 from ackloop_dev.chaos.proxy import published_again
 from ackloop_dev.chaos.scenarios import BUDGET_ENDS, followup_scenario, storm_phase
+from ackloop_dev.chaos.sleeps import SleepsResult, sleeps_scenario
 from ackloop_dev.chaos.stackup import ChaosStack, start_chaos_stack
 from ackloop_dev.chaos.targets import evaluate_targets
 from ackloop_dev.chaos.temporal import temporal_worker_kill
@@ -195,12 +196,17 @@ async def run_chaos(config: ChaosConfig, directory: Path, *, quick: bool = False
             ahead = stack.front_stats()
             children = await child_runs_scenario(stack, config, tag, background.answers)
             children.model_steps_published_again = published_again(ahead, stack.front_stats())
+        sleeps = SleepsResult()
+        if config.sleep_runs:
+            log(f"[chaos] sleeps: {config.sleep_runs} follow-up runs, the task queue, the tool "
+                "and model steps killed while they sleep")
+            sleeps = await sleeps_scenario(stack, config, tag, background.answers)
         log(f"[chaos] 429 storm: {timing.s(config.storm_s):.0f} s, {config.storm_runs} runs")
         storm = await storm_phase(stack, config, references, tag)
         background.storm_over.set()
         if on_idle is not None:
             on_idle({"followup": followup.as_dict(), "storm": storm.as_dict(),
-                     "children": children.as_dict(),
+                     "children": children.as_dict(), "sleeps": sleeps.as_dict(),
                      "elapsed_s": round(time.monotonic() - began, 1)})
         dead_letter: dict[str, Any] = {"skipped": "disabled"}
         poisoned: list[Submitted] = []
@@ -217,6 +223,8 @@ async def run_chaos(config: ChaosConfig, directory: Path, *, quick: bool = False
                      followup=followup.as_dict(), storm=storm.as_dict(),
                      children=(children.as_dict() if config.child_runs
                                else {"skipped": "disabled"}),
+                     sleeps=(sleeps.as_dict() if config.sleep_runs
+                             else {"skipped": "disabled"}),
                      sweeper=_sweeps(stack.sweep_stats()),
                      sandbox=(before[0], after[0]), front=(before[1], after[1]),
                      push=_push_totals(stack.push_stats()),
@@ -387,6 +395,7 @@ def _figures(config: ChaosConfig, phase: FaultPhase, found: dict[str, Any],
         },
         "followup": followup,
         "children": found.get("children", {"skipped": "not run"}),
+        "sleeps": found.get("sleeps", {"skipped": "not run"}),
         "storm": storm,
         "dead_letter": dead_letter,
         "sweeper": found["sweeper"],

@@ -25,6 +25,18 @@ def _children_target(ch: dict[str, Any]) -> dict[str, Any]:
                    f"{ch.get('calls_without_one_child') or ch.get('problems') or 'ok'}")
 
 
+def _sleeps_target(sl: dict[str, Any]) -> dict[str, Any]:
+    name = ("calls that sleep, with their wakes' queue and the tool step killed: each woke at "
+            "or after its time, ran once, answered; none stuck")
+    if "skipped" in sl:
+        return _target(name, True, f"skipped: {sl['skipped']}")
+    return _target(name, sl.get("ok", False),
+                   f"{sl.get('answers_ok')}/{sl.get('runs')} answered, woken by the clock "
+                   f"{sl.get('woken_by_clock')}, early {sl.get('woke_early')}, stuck "
+                   f"{sl.get('stuck')}, killed {sl.get('killed')}, lateness "
+                   f"{sl.get('lateness_s')}, {sl.get('problems') or 'ok'}")
+
+
 def evaluate_targets(f: dict[str, Any], *, quick: bool) -> list[dict[str, Any]]:
     """One entry per target: name, met, detail."""
     out, checks, rec, every = f["outcome"], f["checks"], f["recovery"], f["all_runs"]
@@ -68,6 +80,7 @@ def evaluate_targets(f: dict[str, Any], *, quick: bool) -> list[dict[str, Any]]:
                 f"{f['followup'].get('queued_on_arrival')}, "
                 f"{f['followup'].get('problems') or f['followup'].get('order_problems') or 'ok'}"),
         _children_target(f.get("children", {})),
+        _sleeps_target(f.get("sleeps", {"skipped": "not run"})),
         _target("429 storm fails no more runs than the retry bound implies",
                 f["storm"].get("ok", False),
                 f"failed {f['storm'].get('failed')} (implied {f['storm'].get('failures_implied')}:"
