@@ -1,4 +1,5 @@
-# The wake queue. A call that sleeps (a tool with `sleeps`, or the built-in sleep tool) records
+# The wake queue. It publishes schedules' ticks at their times (shared/ackloop/engine/schedules.py),
+# and wakes calls that sleep. A call that sleeps (a tool with `sleeps`, or the built-in sleep tool) records
 # its wake time and arms a Cloud Tasks task for it (shared/ackloop/bus/wakes.py): at that time
 # the task publishes the step's own message to its topic, with an OAuth token of the waker
 # identity, and the step runs through the ordinary push path. Nothing runs and nothing is
@@ -10,13 +11,16 @@
 
 locals {
   # The kinds that arm wakes: the tool step records a call's sleep and arms its wake, and a
-  # delivery that finds the call still asleep arms it again.
-  wake_arming_kinds = ["tool_step"]
+  # delivery that finds the call still asleep arms it again; ingest fires a schedule's tick and
+  # arms its next one; the api creates and resumes schedules, and its POST /sweep arms what a
+  # lost wake left and the catalog's new schedules.
+  wake_arming_kinds = ["tool_step", "ingest", "api"]
   wake_arming_services = toset([
     for kind in local.wake_arming_kinds : local.service_of[kind]
   ])
-  # What a wake publishes: a sleeping call's own step message.
-  wake_topics = toset(["tool_steps"])
+  # What a wake publishes: a sleeping call's own step message, a schedule's tick (on the
+  # queries topic, which ingest is pushed).
+  wake_topics = toset(["tool_steps", "queries"])
 }
 
 resource "google_cloud_tasks_queue" "wakes" {

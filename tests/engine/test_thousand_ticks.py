@@ -1,0 +1,99 @@
+"""A thousand ticks of a schedule, with what fires them killed at random: a firing killed after
+starting its run and before recording it, the run's model step killed after its call or its
+commit, a wake lost (the process holding it killed: the sweeper finds the schedule due), the
+deliveries of some ticks duplicated. Not one tick is missed, not one run is doubled.
+
+On the in-memory engine with a manual clock (a minute a tick), a seeded random source, and
+deliveries crashed as a SIGKILL would (:class:`SimulatedCrash`)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from ackloop.bus.wakes import MemoryWaker, Wake
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.records import RunStatus
+from ackloop.domain.schedules import Schedule, request_id_of
+from ackloop.engine import schedule_ops as ops
+from ackloop.engine.sweep import sweep
+from ackloop.model.scripted import ScriptedModel
+from ackloop.model.turns import text_turn
+from ackloop_dev.faults import FaultPoints
+from tests.engine.fakes import CountingToolbox, SimulatedCrash, make_loop
+
+TICKS = 1000
+EVERY = 60.0
+T0 = 1_699_999_200.0
+POINTS = ("schedule:after_start", "model:after_call", "model:after_commit")
+
+
+class RandomKills(FaultPoints):
+    """Each armed point kills the process (raises) with probability ``rate``."""
+
+    def __init__(self, rng: random.Random, rate: float) -> None:
+        super().__init__(frozenset(POINTS))
+        self.rng, self.rate = rng, rate
+        self.kills: Counter[str] = Counter()
+
+    def hit(self, name: str) -> None:
+        if name in POINTS and self.rng.random() < self.rate:
+            self.kills[name] += 1
+            raise SimulatedCrash(name)
+
+
+class LossyWaker(MemoryWaker):
+    """A waker whose process is killed now and then between arming a wake and holding it."""
+
+    def __init__(self, rng: random.Random, rate: float) -> None:
+        super().__init__()
+        self.rng, self.rate, self.lost = rng, rate, 0
+
+    async def arm(self, wake: Wake) -> None:
+        if wake.name not in self.armed and self.rng.random() < self.rate:
+            self.lost += 1
+            return
+        await super().arm(wake)
+
+
+async def test_a_thousand_ticks_with_their_firing_killed_at_random_miss_none_and_double_none(
+) -> None:
+    rng = random.Random(20261204)
+    kills = RandomKills(rng, rate=0.05)
+    waker = LossyWaker(rng, rate=0.05)
+    loop = make_loop(ScriptedModel.from_turns([text_turn("done")] * (2 * TICKS)),
+                     CountingToolbox(), waker=waker, clock=ManualClock(T0), faults=kills)
+    schedule = Schedule.model_validate({"id": "tick", "agent": "default", "text": "tick",
+                                        "every_seconds": EVERY, "overlap": "allow_all"})
+    await ops.put_schedule(loop.deps, schedule)
+    swept = 0
+    for _ in range(10 * TICKS):
+        (stored,) = await loop.deps.store.schedules.read("tick")
+        assert stored is not None
+        if stored.record.next_fire_at is None or stored.record.next_fire_at > T0 + TICKS * EVERY:
+            break
+        if not await loop.wake_next():  # its wake was lost: the sweeper finds it due
+            due = stored.record.next_fire_at
+            loop.deps.clock.advance(  # type: ignore[attr-defined]
+                max(0.0, due + loop.deps.settings.sweep_stale_seconds + 1
+                    - loop.deps.clock.now()))
+            await sweep(loop.deps)
+            swept += 1
+        await loop.run_until_idle(crash=SimulatedCrash, duplicate_every=rng.random() < 0.2,
+                                  max_deliveries=5000)
+    times = [T0 + EVERY * n for n in range(1, TICKS + 1)]
+    expected = {request_id_of("tick", at) for at in times}
+    runs = await loop.deps.store.runs.recent_runs(limit=10 * TICKS)
+    started = Counter(r.request_id for r in runs)
+    assert set(started) >= expected, f"missed: {len(expected - set(started))}"
+    assert max(started.values()) == 1  # a run per request id: none doubled
+    mine = [r for r in runs if r.request_id in expected]
+    assert len(mine) == TICKS and all(r.status is RunStatus.COMPLETED for r in mine)
+    (stored,) = await loop.deps.store.schedules.read("tick")
+    assert stored is not None
+    # Each firing recorded once (the record keeps the last ones), none missed or skipped.
+    assert all(f.outcome == "started" for f in stored.record.firings)
+    print(f"{TICKS} ticks: {len(mine)} runs, {sum(kills.kills.values())} kills "
+          f"{dict(kills.kills)}, {waker.lost} wakes lost, {swept} sweeps found them due")
+    assert sum(kills.kills.values()) > 50 and kills.kills["schedule:after_start"] > 5
+    assert waker.lost > 10 and swept > 10
