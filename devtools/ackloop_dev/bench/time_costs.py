@@ -1,5 +1,10 @@
 """What time costs at list prices: a call that sleeps, and a schedule's month.
 
+A schedule's firing is measured the same way: runs fired by an hourly schedule through its
+wakes against the same runs asked on the queries topic; what a firing adds (its tick's wake,
+its delivery, the schedule's document read and written) priced, and a month of it at a few
+periods. The runs themselves (the agent's work, Gemini) are what they are either way.
+
 ``python -m ackloop_dev.bench.time_costs [--json F]``
 
 Measured on the in-process engine (the handlers the functions run, the in-memory store
@@ -86,16 +91,60 @@ async def one_call_run(sleeps: bool) -> Counts:
                   messages=deliveries, requests=deliveries, task_operations=2 * waker.arms)
 
 
-def measure() -> dict[str, Any]:
+async def answered_runs(count: int, scheduled: bool) -> Counts:
+    """``count`` runs of a one-answer agent, asked through the queries topic or fired by an
+    hourly schedule through its wakes; what they used."""
+    from ackloop.bus.wakes import MemoryWaker
+    from ackloop.config.agents import Agent
+    from ackloop.domain.clock import ManualClock
+    from ackloop.domain.schedules import Schedule
+    from ackloop.domain.wire import QueryMessage
+    from ackloop.engine import schedule_ops
+    from ackloop.hosting.testing import AgentTester
+    from ackloop.model.function_model import ScriptedTurns, text
+
+    tester = AgentTester(Agent("default", "Report.", []),
+                         model=ScriptedTurns([text("report")] * count))
+    waker = MemoryWaker()
+    tester.deps.waker = waker
+    tester.deps.clock = ManualClock()
+    if scheduled:
+        await schedule_ops.put_schedule(tester.deps, Schedule.model_validate(
+            {"id": "hourly", "agent": "default", "text": "report", "every_seconds": 3600}))
+        for _ in range(count):
+            await tester.loop.wake_next()
+            await tester.loop.run_until_idle()
+    else:
+        for number in range(count):
+            await tester.loop.submit(QueryMessage(request_id=f"q{number}", text="report"))
+            await tester.loop.run_until_idle()
+    counters = tester.deps.store.db.counters  # type: ignore[attr-defined]
+    deliveries = len(tester.loop.log)
+    return Counts(docs_read=counters.docs_read, docs_written=counters.docs_written,
+                  messages=deliveries, requests=deliveries, task_operations=2 * waker.arms)
+
+
+def per(counts: Counts, n: int) -> dict[str, float]:
+    return {k: round(v / n, 2) for k, v in asdict(counts).items()}
+
+
+def measure(firings: int = 20) -> dict[str, Any]:
     plain = asyncio.run(one_call_run(sleeps=False))
     sleeping = asyncio.run(one_call_run(sleeps=True))
     extra = minus(sleeping, plain)
     per_sleep = extra.usd()
+    fired = minus(asyncio.run(answered_runs(firings, scheduled=True)),
+                  asyncio.run(answered_runs(firings, scheduled=False)))
+    per_firing = fired.usd() / firings
+    month = {name: round(per_firing * n, 6) for name, n in
+             (("daily", 30.4), ("hourly", 730.0), ("every_minute", 43_800.0))}
     return {"prices_date": PRICES.date, "plain_call_run": asdict(plain),
             "sleeping_call_run": asdict(sleeping), "a_sleep_adds": asdict(extra),
             "a_sleep_usd": round(per_sleep, 9),
             "a_million_sleeps_usd": round(per_sleep * 1_000_000, 2),
-            "while_asleep_usd_per_month": 0.0}
+            "while_asleep_usd_per_month": 0.0,
+            "a_firing_adds": per(fired, firings), "a_firing_usd": round(per_firing, 9),
+            "schedule_usd_per_month_beyond_its_runs": month}
 
 
 def main(argv: list[str] | None = None) -> None:
