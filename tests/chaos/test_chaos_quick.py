@@ -3,9 +3,9 @@
 Runs the quick configuration on the session's emulators (real processes, the fake Gemini
 server, the push delivery with the production retry policy, kills, duplicates, model and tool
 faults, poison, a follow-up during a long run, research-team trees of child runs killed between
-starting a child and recording its wait, calls that sleep while what wakes them is killed, a
-429 storm, the dead-letter path) on the shipped
-numbers, every duration scaled by the default time factor. Its wall time is the dead-letter
+starting a child and recording its wait, calls that sleep and a schedule's ticks while what
+wakes them is killed, a 429 storm, the dead-letter path) on the shipped numbers, every
+duration scaled by the default time factor. Its wall time is the dead-letter
 path's: ten deliveries of the shipped policy take 2430 s of backoff, 405 s at the factor 1/6
 (the smallest the engine's request-timeout floor allows); everything else runs beside it, and
 is over after about three minutes.
@@ -111,6 +111,8 @@ def test_quick_chaos_leaves_only_its_dead_letter_backoff_to_wait_for(
     assert sleeps["ok"] is True, sleeps
     assert sleeps["runs"] == sleeps["woken_by_clock"] == sleeps["answers_ok"] > 0
     assert sleeps["killed"] == ["task-queue", "tool_step", "model_step"]
+    assert sleeps["firings"] == sleeps["scheduled_runs_completed"] >= 2
+    assert (sleeps["ticks_missed"], sleeps["runs_doubled"]) == (0, 0)
 
 
 @pytest.mark.timeout(WHOLE_RUN_S + 60)

@@ -198,6 +198,12 @@ def _sleeps(sl: dict[str, Any]) -> list[str]:
         _row("lateness after their time (median / p99 / max)",
              " / ".join(f"{sl.get('lateness_s', {}).get(k)} s" for k in ("median", "p99", "max")),
              2),
+        _row("schedule: firings / ticks missed / runs doubled / runs completed",
+             f"{sl.get('firings')} / {sl.get('ticks_missed')} / {sl.get('runs_doubled')} / "
+             f"{sl.get('scheduled_runs_completed')}", 2),
+        _row("tick lateness (median / p99 / max)",
+             " / ".join(f"{sl.get('tick_lateness_s', {}).get(k)} s"
+                        for k in ("median", "p99", "max")), 2),
     ]
 
 

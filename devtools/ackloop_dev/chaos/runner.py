@@ -198,8 +198,8 @@ async def run_chaos(config: ChaosConfig, directory: Path, *, quick: bool = False
             children.model_steps_published_again = published_again(ahead, stack.front_stats())
         sleeps = SleepsResult()
         if config.sleep_runs:
-            log(f"[chaos] sleeps: {config.sleep_runs} follow-up runs, the task queue, the tool "
-                "and model steps killed while they sleep")
+            log(f"[chaos] time: {config.sleep_runs} follow-up runs and a schedule; the task "
+                "queue, the tool and model steps killed while they sleep")
             sleeps = await sleeps_scenario(stack, config, tag, background.answers)
         log(f"[chaos] 429 storm: {timing.s(config.storm_s):.0f} s, {config.storm_runs} runs")
         storm = await storm_phase(stack, config, references, tag)

@@ -26,15 +26,19 @@ def _children_target(ch: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sleeps_target(sl: dict[str, Any]) -> dict[str, Any]:
-    name = ("calls that sleep, with their wakes' queue and the tool step killed: each woke at "
-            "or after its time, ran once, answered; none stuck")
+    name = ("calls that sleep and a schedule's ticks, with their wakes' queue and the tool "
+            "step killed: each call woke at or after its time, ran once, answered; no tick "
+            "missed, no run doubled; none stuck")
     if "skipped" in sl:
         return _target(name, True, f"skipped: {sl['skipped']}")
     return _target(name, sl.get("ok", False),
                    f"{sl.get('answers_ok')}/{sl.get('runs')} answered, woken by the clock "
                    f"{sl.get('woken_by_clock')}, early {sl.get('woke_early')}, stuck "
                    f"{sl.get('stuck')}, killed {sl.get('killed')}, lateness "
-                   f"{sl.get('lateness_s')}, {sl.get('problems') or 'ok'}")
+                   f"{sl.get('lateness_s')}; schedule: {sl.get('firings')} firings, missed "
+                   f"{sl.get('ticks_missed')}, doubled {sl.get('runs_doubled')}, completed "
+                   f"{sl.get('scheduled_runs_completed')}, tick lateness "
+                   f"{sl.get('tick_lateness_s')}; {sl.get('problems') or 'ok'}")
 
 
 def evaluate_targets(f: dict[str, Any], *, quick: bool) -> list[dict[str, Any]]:
