@@ -30,7 +30,7 @@ from tests.support.stack import RunningStack
 
 AUDIENCE = "https://ackloop-api.example.run.app"
 SCRIPTS = ["app.js", "chat.js", "evals.js", "files.js", "letters.js", "live.js", "run.js",
-           "runs.js", "ui.js"]
+           "runs.js", "schedules.js", "ui.js"]
 ASSETS = {"/ui": "text/html", "/ui/style.css": "text/css",
           **{f"/ui/{name}": "text/javascript" for name in SCRIPTS}}
 

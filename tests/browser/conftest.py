@@ -12,6 +12,7 @@ named by ``ACKLOOP_BROWSER_ARTIFACTS``; the run lists their paths at its end.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -106,11 +107,10 @@ def inspector(browser_paths: tuple[str, str], emulator_session: EmulatorSession,
         running.stop()
 
 
-@pytest.fixture(scope="module")
-def bearer_inspector(inspector: Inspector, tmp_path_factory: pytest.TempPathFactory
-                     ) -> Iterator[Inspector]:
-    """A second API process on the same stack, with bearer auth (its caller is an operator)."""
-    directory = tmp_path_factory.mktemp("bearer-api")
+@contextlib.contextmanager
+def bearer_api(inspector: Inspector, directory: Path, operators: str) -> Iterator[Inspector]:
+    """A second API process on ``inspector``'s stack, with bearer auth (``BEARER_TOKEN``) and
+    ``operators`` as its operators (``bearer``: its caller is one; empty: no one is)."""
     token_file = directory / "token"
     token_file.write_text(BEARER_TOKEN)
     stack, port = inspector.stack.stack, free_port()
@@ -118,7 +118,7 @@ def bearer_inspector(inspector: Inspector, tmp_path_factory: pytest.TempPathFact
     env = {**os.environ, **stack.state.env, **stack.project_env(),
            "FUNCTION_TARGET": "api", "PORT": str(port), "ACKLOOP_HOST": "127.0.0.1",
            "ACKLOOP_API_AUTH": "bearer", "ACKLOOP_API_BEARER_TOKEN_FILE": str(token_file),
-           "ACKLOOP_API_OPERATORS": "bearer"}
+           "ACKLOOP_API_OPERATORS": operators}
     process = ManagedProcess("bearer-api", [*ackloop_command(), "run"], directory / "api.log",
                              f"http://127.0.0.1:{port}/healthz", env=env, cwd=project_root())
     process.start()
@@ -127,6 +127,14 @@ def bearer_inspector(inspector: Inspector, tmp_path_factory: pytest.TempPathFact
         yield Inspector(inspector.stack, f"http://127.0.0.1:{port}", BEARER_TOKEN)
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def bearer_inspector(inspector: Inspector, tmp_path_factory: pytest.TempPathFactory
+                     ) -> Iterator[Inspector]:
+    """A second API process on the same stack, with bearer auth (its caller is an operator)."""
+    with bearer_api(inspector, tmp_path_factory.mktemp("bearer-api"), "bearer") as api:
+        yield api
 
 
 @pytest.fixture

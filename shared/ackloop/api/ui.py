@@ -20,7 +20,7 @@ from fastapi.responses import RedirectResponse, Response
 from ackloop.api.errors import ApiError
 
 SCRIPTS = ("app.js", "ui.js", "runs.js", "run.js", "live.js", "files.js", "chat.js",
-           "letters.js", "evals.js")
+           "letters.js", "evals.js", "schedules.js")
 """The page's ES modules: ``app.js`` routes, each view is a module of its own."""
 CONTENT_TYPES = {
     "index.html": "text/html; charset=utf-8",

@@ -5,6 +5,8 @@
 //   #/chat, #/chat/<id>      a conversation with an agent: ask, follow, decide (chat.js)
 //   #/dead-letters           dead letters (with redrive) and poison, for operators (letters.js)
 //   #/evals, #/evals/<id>    eval reports and one eval's cases (evals.js)
+//   #/schedules              the schedules: next and last firings, pause, resume, trigger
+//                            (schedules.js)
 // Everything is read with fetch so the bearer token (kept in sessionStorage) goes with it
 // (ui.js); data is put in the page as text, never as HTML.
 
@@ -13,6 +15,7 @@ import { evalListView, evalView } from "./evals.js";
 import { deadLettersView } from "./letters.js";
 import { runView } from "./run.js";
 import { runListView } from "./runs.js";
+import { schedulesView } from "./schedules.js";
 import * as ui from "./ui.js";
 
 const tokenInput = document.getElementById("token");
@@ -31,6 +34,7 @@ function route() {
   else if (chat) stopView = chatView(chat[1] ? decodeURIComponent(chat[1]) : null);
   else if (evaluation) stopView = evalView(ui, decodeURIComponent(evaluation[1]));
   else if (hash === "#/evals") stopView = evalListView(ui);
+  else if (hash === "#/schedules") stopView = schedulesView();
   else if (hash === "#/dead-letters") stopView = deadLettersView();
   else stopView = runListView();
   for (const link of document.querySelectorAll("nav a")) {
