@@ -68,14 +68,15 @@ class Schedule(BaseModel):
     agent: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
     text: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
     options: RunOptions | None = None
-    cron: str | None = Field(None, description="Five fields: minute hour day month weekday.")
-    time_zone: str = Field("UTC", description="The IANA zone the cron is read in.")
-    every_seconds: int | None = Field(None, ge=1, le=366 * 86_400)
-    jitter_seconds: int = Field(0, ge=0, le=MAX_JITTER_SECONDS)
-    start_at: float | None = Field(None, description="Unix seconds (or an aware datetime).")
-    end_at: float | None = Field(None, description="Unix seconds (or an aware datetime).")
+    cron: str | None = Field(default=None,
+                             description="Five fields: minute hour day month weekday.")
+    time_zone: str = Field(default="UTC", description="The IANA zone the cron is read in.")
+    every_seconds: int | None = Field(default=None, ge=1, le=366 * 86_400)
+    jitter_seconds: int = Field(default=0, ge=0, le=MAX_JITTER_SECONDS)
+    start_at: float | None = Field(default=None, description="Unix seconds (or an aware datetime).")
+    end_at: float | None = Field(default=None, description="Unix seconds (or an aware datetime).")
     overlap: Overlap = "skip"
-    catchup_window_seconds: float = Field(3600.0, ge=0, le=366 * 86_400)
+    catchup_window_seconds: float = Field(default=3600.0, ge=0, le=366 * 86_400)
     paused: bool = False
 
     @field_validator("start_at", "end_at", mode="before")
