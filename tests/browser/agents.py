@@ -7,7 +7,8 @@ so its run fails with a cause; ``echo`` answers at once; ``narrator`` answers wi
 agent whose payments wait for a person; ``lead`` asks two sub-agents at once, ``scout`` (one slow
 survey) and ``checker``, each call a child run, then answers with what they said;
 ``research-team`` is the development catalog's planner (its ``researcher`` and ``critic`` child
-runs, then a hand-off to ``writer``).
+runs, then a hand-off to ``writer``); ``follow-up`` is its agent whose call sleeps the delay the
+question names (hours, for a run that waits asleep while a browser looks at it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ackloop.model.function_model import (
 )
 from ackloop.tools.definition import tool
 from ackloop_dev.agents.approval_demo import approval_demo_agent
+from ackloop_dev.agents.follow_up import follow_up_agent
 from ackloop_dev.agents.research_team import research_team_agents
 
 SURVEYS = 3
@@ -93,4 +95,4 @@ checker = Agent("checker", "You check a plan and name its faults.",
 lead = Agent("lead", "You send a scout and a checker at once, then report what they said.",
              [scout.as_tool(), checker.as_tool()], script=FunctionModel(lead_turn))
 catalog = [surveyor, fragile, echo, narrator, approval_demo_agent(), lead, scout, checker,
-           *research_team_agents()]
+           *research_team_agents(), follow_up_agent()]
