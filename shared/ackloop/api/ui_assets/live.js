@@ -149,10 +149,13 @@ function approvalPanel(runId, call, onDecided, scope) {
 // come through the API, the CLI or Pub/Sub), a call asleep until its time.
 export function waitingFor(run) {
   if (TERMINAL.has(run.status) || !run.waiting?.length) return "";
-  const what = new Set(run.waiting.map((w) => (w.waiting_for === "approval" ? "a decision"
-    : w.waiting_for === "time" ? `asleep until ${wakeTime(w.wake_at)}`
-      : w.event_name?.startsWith("child.") ? "its child runs" : `event ${w.event_name}`)));
-  return ` · waiting for ${[...what].join(", ")}`;
+  const others = run.waiting.filter((w) => w.waiting_for !== "time");
+  const what = new Set(others.map((w) => (w.waiting_for === "approval" ? "a decision"
+    : w.event_name?.startsWith("child.") ? "its child runs" : `event ${w.event_name}`)));
+  const parts = what.size ? [`waiting for ${[...what].join(", ")}`] : [];
+  const asleep = run.waiting.filter((w) => w.waiting_for === "time");
+  parts.push(...new Set(asleep.map((w) => `asleep until ${wakeTime(w.wake_at)}`)));
+  return ` · ${parts.join(" · ")}`;
 }
 
 // A wake time (Unix seconds) as the page shows times: UTC, to the second.
