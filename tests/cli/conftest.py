@@ -67,8 +67,8 @@ def cli(tmp_path: Path) -> Cli:
 
 @dataclass
 class FakeStack:
-    """A ``state.json`` naming the session's emulators and a collection prefix of its own: what
-    ``ackloop dev up`` leaves for the commands, without its processes."""
+    """A ``state.json`` naming the session's emulators, a project and a collection prefix of its
+    own: what ``ackloop dev up`` leaves for the commands, without its processes."""
 
     directory: Path
     state: StackState
@@ -88,7 +88,7 @@ def fake_stack(emulator_session: EmulatorSession, tmp_path: Path) -> FakeStack:
     tag = f"c{uuid.uuid4().hex[:8]}"
     directory = tmp_path / "stack"
     directory.mkdir()
-    state = StackState(str(directory), emulator_session.project_id,
+    state = StackState(str(directory), f"{emulator_session.project_id}-{tag}",
                        emulator_session.pubsub_port, emulator_session.firestore_port,
                        env={"ACKLOOP_COLLECTION_PREFIX": f"{tag}_",
                             "ACKLOOP_MODEL_STEPS_TOPIC": f"{tag}-model-steps",

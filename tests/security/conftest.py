@@ -34,12 +34,12 @@ def reflecting_upstream() -> Iterator[KeyReflectingUpstream]:
 def security_stack(emulator_session: EmulatorSession, tmp_path_factory: pytest.TempPathFactory,
                    reflecting_upstream: KeyReflectingUpstream) -> Iterator[RunningStack]:
     """Shipped settings; only the model endpoint and its key are this tier's. The stack has a
-    project of its own: the fuzz tests walk every document of the stack's collections around
-    each request, in time that would otherwise grow with everything the session wrote."""
+    project of its own (as every stack of :func:`start_stack`): the fuzz tests walk every
+    document of the stack's collections around each request, in time that would otherwise grow
+    with everything the session wrote."""
     env = {"ACKLOOP_GEMINI_BASE_URL": reflecting_upstream.url,
            "ACKLOOP_GEMINI_API_KEY": SECRET_KEY}
-    running = start_stack(emulator_session, tmp_path_factory.mktemp("security"), extra_env=env,
-                          project_id=EmulatorSession.unique("ackloop-security"))
+    running = start_stack(emulator_session, tmp_path_factory.mktemp("security"), extra_env=env)
     reflecting_upstream.upstream = running.fake_gemini
     try:
         yield running

@@ -1,8 +1,12 @@
 """A whole ackloop stack for end-to-end tests: real processes on the session's emulators.
 
-Each stack gets its own topics and collection prefix, so stacks (and tests) never see each
-other's messages or documents. The model is the scripted agent served over the Gemini REST API
-by the fake server, so the real google-genai client is in the loop.
+Each stack gets a project of its own on the emulators (and its own topics and collection prefix
+in it), so stacks (and tests) never see each other's messages or documents, and the Firestore
+emulator, which answers a project's reads in time that grows with every document of that
+project, answers a stack's reads whatever the rest of the session wrote. Whatever reads a
+stack's data names its project: ``RunningStack.settings.project_id`` or ``state.project_id``.
+The model is the scripted agent served over the Gemini REST API by the fake server, so the real
+google-genai client is in the loop.
 """
 
 from __future__ import annotations
@@ -179,13 +183,11 @@ def start_stack(
     """A stack of real processes; ``push="twin"`` (the default, as ``ackloop dev up``) delivers
     with the production-like push delivery, ``"emulator"`` with the emulator's own push.
     ``agents`` is an agent catalog under ``tests`` (``ACKLOOP_AGENTS``) that every process,
-    the fake Gemini server included, imports from the checkout. ``project_id`` (the session's
-    by default) gives the stack a project of its own on the emulators: the Firestore emulator
-    answers a project's reads in time that grows with every document of that project, so a
-    stack whose test walks or reads much (the security tier) is kept apart from what the
-    rest of the session wrote."""
+    the fake Gemini server included, imports from the checkout. ``project_id`` is the stack's
+    project on the emulators: by default one of its own, named after the session's and the
+    stack's tag (``ackloop-test-s1a2b3c4d``)."""
     tag = f"s{uuid.uuid4().hex[:8]}"
-    project = project_id or session.project_id
+    project = project_id or f"{session.project_id}-{tag}"
     env = isolated_env(tag, project) | (extra_env or {})
     options = StackOptions(
         directory=directory,
@@ -208,8 +210,11 @@ def start_stack(
     )
     stack = LocalStack(options)
     state = stack.up(log=lambda *_: None)
-    settings = Settings(**{k.removeprefix("ACKLOOP_").lower(): v for k, v in env.items()
-                           if k.startswith("ACKLOOP_")})
+    # The project under its variable's name: Settings takes project_id only by its aliases
+    # (a project_id key would be ignored for the environment's ACKLOOP_PROJECT_ID).
+    settings = Settings.model_validate(
+        {k.removeprefix("ACKLOOP_").lower(): v for k, v in env.items()
+         if k.startswith("ACKLOOP_")} | {"ACKLOOP_PROJECT_ID": project})
     subscriber = pubsub_v1.SubscriberClient()
     answers = subscriber.subscription_path(project, f"{tag}-answers-tail")
     subscriber.create_subscription(

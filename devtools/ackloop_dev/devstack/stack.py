@@ -285,8 +285,10 @@ class LocalStack:
         return emulators.free_port() if self.options.base_port == 0 else wanted
 
     def settings(self) -> Settings:
-        """The settings naming this stack's topics (what its functions use)."""
-        return Settings.model_validate({"project_id": self.options.project_id,
+        """The settings naming this stack's project and topics (what its functions use). The
+        project goes by its variable's name: a ``project_id`` key would be ignored for
+        whatever ``ACKLOOP_PROJECT_ID`` this process has."""
+        return Settings.model_validate({"ACKLOOP_PROJECT_ID": self.options.project_id,
                                         **self._topic_overrides()})
 
     def endpoints(self) -> dict[str, str]:
