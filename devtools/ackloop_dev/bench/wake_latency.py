@@ -47,6 +47,14 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def spread(values: Sequence[float], digits: int = 3) -> dict[str, float]:
+    """Median, p99 (nearest rank) and worst of ``values`` (empty: nothing)."""
+    if not values:
+        return {}
+    return {"median": round(statistics.median(values), digits),
+            "p99": round(quantile(values, 0.99), digits), "max": round(max(values), digits)}
+
+
 def lateness_s(view: dict[str, Any]) -> float:
     """How long after its time a run's sleeping call ran (its decision's payload)."""
     (step,) = [s for s in view["steps"] if s["key"] == "0000-tool-000"]
@@ -121,10 +129,8 @@ def measure(stack: LocalStack, runs: int, sleep_s: float, timeout_s: float) -> d
                          "log_lines": before_wake["log_lines"] - asleep["log_lines"],
                          "sweeps_made": before_wake["sweeps"] - asleep["sweeps"],
                          "wakes_held": asleep["tasks_held"]},
-        "lateness_s": {"median": round(statistics.median(late), 3),
-                       "p99": round(quantile(late, 0.99), 3), "max": round(max(late), 3)},
-        "task_dispatch_lateness_s": {"median": round(statistics.median(dispatch), 4),
-                                     "p99": round(quantile(dispatch, 0.99), 4)},
+        "lateness_s": spread(late),
+        "task_dispatch_lateness_s": spread(dispatch, 4),
     }
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -35,6 +34,7 @@ from ackloop.bus.pubsub import PubSubPublisher
 from ackloop.domain.records import RunStatus, StepStatus
 from ackloop.domain.schedules import request_id_of
 from ackloop_dev.agents.follow_up import NAME as FOLLOW_UP
+from ackloop_dev.bench.wake_latency import spread
 from ackloop_dev.chaos.config import ChaosConfig
 from ackloop_dev.chaos.stackup import ChaosStack
 from ackloop_dev.chaos.workflow import AnswerCollector, Submitted, submit, wait_all
@@ -171,16 +171,7 @@ async def _check(stack: ChaosStack, result: SleepsResult) -> None:
             late.append(woke - due)
             if woke < due:
                 result.woke_early.append(item.ref)
-    result.lateness_s = _quantiles(late)
-
-
-def _quantiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    if not ordered:
-        return {}
-    return {"median": round(statistics.median(ordered), 3),
-            "p99": round(ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))], 3),
-            "max": round(ordered[-1], 3)}
+    result.lateness_s = spread(late)
 
 
 async def _check_schedule(stack: ChaosStack, result: SleepsResult, schedule: str,
@@ -196,7 +187,7 @@ async def _check_schedule(stack: ChaosStack, result: SleepsResult, schedule: str
     result.ticks_missed = sum(round((b.at - a.at) / SCHEDULE_EVERY_S) - 1
                               for a, b in itertools.pairwise(firings))
     result.ticks_missed += sum(1 for f in firings if f.outcome != "started")
-    result.tick_lateness_s = _quantiles([f.recorded_at - f.at for f in firings])
+    result.tick_lateness_s = spread([f.recorded_at - f.at for f in firings])
     deadline = time.monotonic() + settle_s
     for firing in firings:
         if firing.run_id is None:
