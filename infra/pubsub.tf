@@ -23,7 +23,7 @@ locals {
 
   # Delivery numbers: the retry policy, the dead-letter policy's attempts and each service's
   # request timeout (for a push-triggered service also its ack deadline). The local stack reads
-  # the same file (ackloop.hosting.delivery), so local delivery behaves as deployed.
+  # the same file (ackloop.bus.delivery), so local delivery behaves as deployed.
   delivery = jsondecode(file("${path.module}/../shared/ackloop/delivery.json"))
 
   # What is deployed: the file's numbers, unless a variable overrides them (they default to null).

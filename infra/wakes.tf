@@ -1,4 +1,4 @@
-# The wake queue. It publishes schedules' ticks at their times (shared/ackloop/engine/schedules.py),
+# The wake queue. It publishes schedules' ticks at their times (shared/ackloop/engine/schedule_firing.py),
 # and wakes calls that sleep. A call that sleeps (a tool with `sleeps`, or the built-in sleep tool) records
 # its wake time and arms a Cloud Tasks task for it (shared/ackloop/bus/wakes.py): at that time
 # the task publishes the step's own message to its topic, with an OAuth token of the waker

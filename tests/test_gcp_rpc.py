@@ -1,4 +1,4 @@
-"""The retry policy of the direct calls (ackloop.hosting.gcp_rpc) reads a method config as
+"""The retry policy of the direct calls (ackloop.gcp.rpc) reads a method config as
 google-api-core does: its predicate's exception types, subclasses included, as status codes;
 its backoff bounded as google-api-core's exponential sleep generator bounds it."""
 
@@ -11,7 +11,7 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.api_core import retry_async
 
-from ackloop.hosting.gcp_rpc import RetryPolicy
+from ackloop.gcp.rpc import RetryPolicy
 
 Code = grpc.StatusCode
 DELAYS = {"initial": 0.1, "maximum": 1.0, "multiplier": 2.0, "deadline": 5.0, "timeout": 5.0}

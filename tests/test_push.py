@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ackloop.hosting.push import MalformedPush, decode_push, encode_push
+from ackloop.bus.push import MalformedPush, decode_push, encode_push
 
 
 def test_encoded_push_decodes_to_the_same_message() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from ackloop.config.agents import AgentRegistry
+from ackloop.agents.agent import AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.hosting import runtime
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
-from ackloop.tools.masking import mask_secrets
+from ackloop.telemetry.masking import mask_secrets
 
 
 class _Model:

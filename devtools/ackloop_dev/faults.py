@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-from ackloop.config.agents import AgentRegistry
+from ackloop.agents.agent import AgentRegistry
 from ackloop.docdb.base import Version
 from ackloop.domain.records import RunRecord
 from ackloop.domain.schedules import ScheduleRecord

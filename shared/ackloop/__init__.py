@@ -38,9 +38,9 @@ _PUBLIC: dict[str, str] = {
     "mcp_tools": "ackloop.tools.mcp:mcp_tools",
     "sleep_tool": "ackloop.tools.sleep:sleep_tool",
     # Agents and where they come from
-    "Agent": "ackloop.config.agents:Agent",
-    "Context": "ackloop.transcript.context:Context",
-    "CatalogError": "ackloop.config.catalog:CatalogError",
+    "Agent": "ackloop.agents.agent:Agent",
+    "Context": "ackloop.domain.context_window:Context",
+    "CatalogError": "ackloop.agents.catalog:CatalogError",
     "Schedule": "ackloop.domain.schedules:Schedule",
     # Scripted models, for the offline stack and tests
     "Conversation": "ackloop.model.function_model:Conversation",
@@ -52,20 +52,18 @@ _PUBLIC: dict[str, str] = {
     "calls": "ackloop.model.function_model:calls",
     "text": "ackloop.model.function_model:text",
     # Running agents in-process in tests
-    "AgentResult": "ackloop.hosting.testing:AgentResult",
-    "AgentTester": "ackloop.hosting.testing:AgentTester",
-    "run_agent": "ackloop.hosting.testing:run_agent",
+    "AgentResult": "ackloop.testing.agent_tester:AgentResult",
+    "AgentTester": "ackloop.testing.agent_tester:AgentTester",
+    "run_agent": "ackloop.testing.agent_tester:run_agent",
 }
 
 __all__ = ["__version__", *_PUBLIC]
 
 if TYPE_CHECKING:
-    from ackloop.config.agents import Agent as Agent
-    from ackloop.config.catalog import CatalogError as CatalogError
+    from ackloop.agents.agent import Agent as Agent
+    from ackloop.agents.catalog import CatalogError as CatalogError
+    from ackloop.domain.context_window import Context as Context
     from ackloop.domain.schedules import Schedule as Schedule
-    from ackloop.hosting.testing import AgentResult as AgentResult
-    from ackloop.hosting.testing import AgentTester as AgentTester
-    from ackloop.hosting.testing import run_agent as run_agent
     from ackloop.model.function_model import Conversation as Conversation
     from ackloop.model.function_model import FunctionModel as FunctionModel
     from ackloop.model.function_model import Reply as Reply
@@ -74,6 +72,9 @@ if TYPE_CHECKING:
     from ackloop.model.function_model import calls as calls
     from ackloop.model.function_model import text as text
     from ackloop.model.tool_sweep import TestModel as TestModel
+    from ackloop.testing.agent_tester import AgentResult as AgentResult
+    from ackloop.testing.agent_tester import AgentTester as AgentTester
+    from ackloop.testing.agent_tester import run_agent as run_agent
     from ackloop.tools.base import Toolbox as Toolbox
     from ackloop.tools.base import ToolContext as ToolContext
     from ackloop.tools.base import ToolOutcome as ToolOutcome
@@ -89,7 +90,6 @@ if TYPE_CHECKING:
     from ackloop.tools.parameters import NoArguments as NoArguments
     from ackloop.tools.sleep import sleep_tool as sleep_tool
     from ackloop.tools.toolset import ToolSet as ToolSet
-    from ackloop.transcript.context import Context as Context
 
 
 def __getattr__(name: str) -> Any:

@@ -16,9 +16,9 @@ from ackloop.api.tokens import (
     cloud_run_checked_claims,
     cloud_run_checked_token,
 )
+from ackloop.bus.push import MalformedPush, decode_push
 from ackloop.config.settings import Settings
 from ackloop.engine.dispatch import Kind, dispatch
-from ackloop.hosting.push import MalformedPush, decode_push
 from ackloop.hosting.runtime import process_deps
 from ackloop.telemetry import metrics
 

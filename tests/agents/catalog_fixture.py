@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.model.function_model import Conversation, FunctionModel, Reply, call, text
 from ackloop.tools.definition import tool
 

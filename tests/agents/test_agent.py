@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from ackloop.config.agents import Agent, AgentRegistry, UnknownAgent
+from ackloop.agents.agent import Agent, AgentRegistry, UnknownAgent
 from ackloop.tools.definition import tool
 from ackloop.tools.toolset import ToolSet
 from tests.engine.fakes import CountingToolbox

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ackloop.config.catalog import CatalogError, load_agents
+from ackloop.agents.catalog import CatalogError, load_agents
 from ackloop.config.settings import Settings
 from ackloop.hosting.runtime import build_agents
 
@@ -39,7 +39,7 @@ def write(root: Path, module: str, body: str) -> None:
 
 
 AGENTS = """
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 support = Agent("support", "Help with orders.")
 billing = Agent("billing", "Help with invoices.")
 """

@@ -66,9 +66,9 @@ from typing import Any
 
 import pytest
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.base import Message
 from ackloop.bus.memory import MemoryPublisher, Published
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
@@ -78,12 +78,12 @@ from ackloop.domain.records import RunRecord, RunStatus
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Kind, Outcome
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.transcript import read_exchange
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import tool
 
 SETTINGS = Settings(lease_seconds=10.0)

@@ -9,14 +9,14 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ackloop.config.agent_catalog import builtin_agents
-from ackloop.config.agents import Agent, InternalAgent
+from ackloop.agents.agent import Agent, InternalAgent
+from ackloop.agents.builtin import builtin_agents
+from ackloop.agents.scripts import deployment_script
 from ackloop.config.settings import Settings
-from ackloop.hosting.testing import AgentResult, AgentTester, run_agent
-from ackloop.model.agent_scripts import deployment_script
 from ackloop.model.base import ModelRequest
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.scripted import ScriptedModel
+from ackloop.testing.agent_tester import AgentResult, AgentTester, run_agent
 from ackloop_dev.agents import catalog, with_catalog
 from ackloop_dev.agents.research_team import (
     HANDOFF_NOTE,

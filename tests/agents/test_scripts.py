@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-from ackloop.config.agent_catalog import builtin_agents
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
+from ackloop.agents.builtin import builtin_agents
+from ackloop.agents.scripts import CatalogScript, deployment_script
 from ackloop.config.settings import Settings
-from ackloop.hosting.testing import AgentTester, run_agent
-from ackloop.model.agent_scripts import CatalogScript, deployment_script
 from ackloop.model.base import ModelRequest
 from ackloop.model.function_model import (
     Conversation,
@@ -29,6 +28,7 @@ from ackloop.model.gemini import GeminiModel
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.seed_agent import seed_agent_turn
 from ackloop.model.tool_sweep import TestModel, arguments_for
+from ackloop.testing.agent_tester import AgentTester, run_agent
 from ackloop.tools.definition import tool
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 from tests.agents.catalog_fixture import catalog, support

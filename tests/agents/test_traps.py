@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from ackloop import Agent, AgentTester, run_agent
-from ackloop.config.agents import AgentRegistry, MissingAgent, with_reached
-from ackloop.config.catalog import CatalogError, load_agents
+from ackloop.agents.agent import AgentRegistry, MissingAgent, with_reached
+from ackloop.agents.catalog import CatalogError, load_agents
 from ackloop.config.settings import Settings
 from ackloop.domain.wire import FilePart, InlineData
 from ackloop.model.base import ModelRequest, ModelTurn

@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.config.settings import Settings
-from ackloop.hosting.testing import AgentTester
+from ackloop.testing.agent_tester import AgentTester
 from ackloop_dev.agents import catalog
 from tests.api.test_auth import TOKEN
 from tests.engine.fakes import api_of

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from ackloop.agents.agent import Agent
 from ackloop.api.events import run_events
 from ackloop.api.models import Event, FinishedEvent, StepEvent
-from ackloop.config.agents import Agent
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.keys import StepKey, run_id_for_request
 from ackloop.domain.records import (
@@ -30,8 +30,8 @@ from ackloop.domain.records import (
 )
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.children import child_run_id, event_name
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import api_of
 from tests.engine.test_children import Team, team_loop
 from tests.engine.test_guarantees import deliver_all, take

@@ -17,8 +17,8 @@ import pytest
 from ackloop.api.app import create_app
 from ackloop.api.evals import MAX_REPORT_BYTES
 from ackloop.config.settings import Settings
+from ackloop.domain.eval_reports import EvalReport
 from ackloop.engine.deps import Deps
-from ackloop.evals.results import EvalReport
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
 from tests.api.test_owners import signed_in

@@ -173,7 +173,7 @@ async def test_budgets_above_the_deployment_ceilings_are_refused(
 
 
 def test_the_benchmark_agents_are_served_only_by_the_development_catalog() -> None:
-    from ackloop.config.agent_catalog import builtin_agents
+    from ackloop.agents.builtin import builtin_agents
     from ackloop_dev.agents import catalog
 
     http = httpx.AsyncClient()

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import httpx
 
-from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunStatus
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.children import child_run_id
-from ackloop.hosting.testing import AgentTester
+from ackloop.testing.agent_tester import AgentTester
 from ackloop_dev.agents import catalog
 from ackloop_dev.agents.research_team import CRITIC, NAME, RESEARCHER, WRITER, team_answer
 from tests.engine.fakes import api_of

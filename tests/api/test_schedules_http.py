@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ackloop.agents.agent import AgentRegistry
 from ackloop.bus.wakes import MemoryWaker
-from ackloop.config.agents import AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.domain.clock import ManualClock
 from ackloop.domain.schedules import Schedule
-from ackloop.engine import schedule_ops as ops
+from ackloop.engine import schedule_control as ops
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
 from tests.api.test_owners import signed_in

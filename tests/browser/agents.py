@@ -17,7 +17,7 @@ import asyncio
 
 from pydantic import BaseModel, Field
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.model.function_model import (
     Conversation,
     FunctionModel,

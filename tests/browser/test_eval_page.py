@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
-from ackloop.evals.results import CaseResult, CheckResult, EvalReport, summarize
+from ackloop.domain.eval_reports import CaseResult, CheckResult, EvalReport, summarize
 from tests.browser.conftest import Inspector
 from tests.browser.test_inspector import assert_fits, on_phone, text_of, wait_for, wait_status
 

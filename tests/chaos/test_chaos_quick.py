@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from ackloop.hosting.delivery import load_policy
+from ackloop.bus.delivery import load_policy
 from ackloop_dev.chaos.config import ChaosConfig
 from ackloop_dev.chaos.report import format_report
 from ackloop_dev.chaos.runner import run_chaos

@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ackloop.bus.delivery import load_policy
 from ackloop.config.settings import Settings
 from ackloop.domain import records
 from ackloop.domain.records import StepRecord, StepStatus
-from ackloop.hosting.delivery import load_policy
 from ackloop.model.us_states import find_state_code
 from ackloop.store import Transcript
 from ackloop_dev.chaos.checks import Verdict, check_conversation, normalize_answer, segments

@@ -21,8 +21,8 @@ from typing import TypeVar
 import pytest
 
 from ackloop.docdb.firestore import FirestoreDocumentDB
-from ackloop.hosting.localstack import StackState
 from ackloop.store import AgentStore
+from ackloop.testing.localstack import StackState
 from tests.support.emulators import EmulatorSession
 from tests.support.stack import RunningStack, stack_factory
 

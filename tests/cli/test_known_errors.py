@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ackloop.hosting.localstack import StackState
+from ackloop.testing.localstack import StackState
 from tests.cli.conftest import Cli
 
 # Every command that talks to a deployment or a stack.

@@ -1,6 +1,6 @@
 """The local push delivery against a real HTTP endpoint on 127.0.0.1 and the Pub/Sub emulator.
 
-Durations are the production policy's (ackloop.hosting.delivery) multiplied by a small time scale,
+Durations are the production policy's (ackloop.bus.delivery) multiplied by a small time scale,
 so the
 assertions are about the policy's shape (which delivery, which ratio, which cap), not about
 seconds chosen here.
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from google.cloud import pubsub_v1
 
-from ackloop.hosting.delivery import load_policy
+from ackloop.bus.delivery import load_policy
 from ackloop_dev.devstack.push_flow import INITIAL_WINDOW
 from tests.devstack.conftest import Twin
 from tests.devstack.endpoint import Answer, Endpoint, Push, fail_then_succeed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ackloop.hosting.delivery import PUSH_SERVICES, DeliveryPolicy, load_policy, parse_policy
+from ackloop.bus.delivery import PUSH_SERVICES, DeliveryPolicy, load_policy, parse_policy
 from ackloop_dev.devstack.push_flow import (
     INITIAL_WINDOW,
     LINEAR_ABOVE,

@@ -106,7 +106,7 @@ def _project(tmp_path: Path) -> tuple[Path, str]:
     (tmp_path / "project" / package).mkdir(parents=True)
     (tmp_path / "project" / package / "__init__.py").write_text("")
     (tmp_path / "project" / package / "agents.py").write_text(
-        "from ackloop.config.agent_catalog import builtin_agents\n\n\n"
+        "from ackloop.agents.builtin import builtin_agents\n\n\n"
         "def catalog(settings, http):\n    return builtin_agents(settings, http)\n")
     return tmp_path / "project", f"{package}.agents:catalog"
 

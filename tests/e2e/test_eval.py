@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ackloop.evals.results import EvalReport
+from ackloop.domain.eval_reports import EvalReport
 from tests.cli.conftest import ACKLOOP, Cli, user_env
 from tests.support.stack import RunningStack
 

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
+from ackloop.bus.delivery import load_policy
 from ackloop.domain.records import RunStatus, StepStatus
-from ackloop.hosting.delivery import load_policy
 from tests.support.stack import RunningStack
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]

@@ -9,20 +9,20 @@ from typing import Any
 
 import httpx
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.api.app import create_app
 from ackloop.bus.memory import MemoryPublisher
 from ackloop.bus.wakes import NoWaker, Waker
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.clock import Clock, ManualClock
 from ackloop.domain.wire import FunctionCall, QueryMessage
 from ackloop.engine.deps import Deps
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelClient
 from ackloop.store import AgentStore
 from ackloop.store.deltas import read_deltas
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop_dev.faults import FaultPoints, with_faults
 

@@ -292,7 +292,7 @@ async def test_a_resent_waiting_step_runs_nothing_and_says_it_waits_again() -> N
     loop, run_id = await transfer_run("duplicate", sent)
     (model_step,) = await loop.deps.store.steps.get_steps(run_id, [str(StepKey.model(0))])
     assert model_step is not None
-    from ackloop.engine.outbox import send
+    from ackloop.engine.outbox_sending import send
     await send(loop.deps, run_id, model_step.outbox)
     await loop.run_until_idle()
     (step,) = await tool_result(loop, run_id)

@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 from pydantic import BaseModel
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.domain.clock import ManualClock
 from ackloop.domain.records import RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.domain.wire import ModelStepMessage, Usage

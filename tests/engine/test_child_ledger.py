@@ -18,7 +18,7 @@ from ackloop.domain.records import DEADLINE, RunRecord, RunStatus, StopReason
 from ackloop.domain.wire import Usage
 from ackloop.engine.ending import cancel_run, end_run_now, run_end
 from ackloop.engine.sweep import sweep
-from ackloop.hosting.inprocess import InProcessLoop
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import SimulatedCrash
 from tests.engine.test_children import (
     SETTINGS,

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher, Published
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
@@ -30,11 +30,11 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.ending import cancel_run
 from ackloop.engine.spend import steps_usage
 from ackloop.engine.waits import arrivals
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore, DecisionRefused
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolSet, tool
 from tests.engine.fakes import SimulatedCrash
 from tests.engine.test_guarantees import deliver_all, take
@@ -615,7 +615,7 @@ async def test_the_cost_metric_counts_each_step_of_the_tree_once(
     """``ackloop.domain.cost.usd`` adds each step's cost as it commits: a sub-agent call's step
     carries its child's whole cost in its own (the parent's roll-up needs it), which the
     child's steps already added, so the metric takes only the call's own part."""
-    from ackloop.engine import commit as commit_module
+    from ackloop.engine import step_commit as commit_module
 
     seen: list[float] = []
     monkeypatch.setattr(commit_module.metrics, "step_cost",

@@ -20,10 +20,10 @@ from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunStatus, StepRecord, StepStatus
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.dispatch import Outcome
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn, TextSink
 from ackloop.model.scripted import reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import (
     CountingToolbox,
     CrashingFaults,

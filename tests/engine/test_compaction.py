@@ -8,24 +8,24 @@ from typing import Any
 
 import pytest
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.clock import ManualClock
+from ackloop.domain.context_window import SUMMARY_HEADER, Context, is_summary_request
 from ackloop.domain.errors import ModelPermanentError
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunStatus
 from ackloop.domain.wire import QueryMessage, Usage
 from ackloop.engine.deps import Deps
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, estimate_usage, text_turn
 from ackloop.store import VIEW_PAGE, AgentStore
-from ackloop.transcript.context import SUMMARY_HEADER, Context, is_summary_request
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import CountingToolbox, SimulatedCrash
 from tests.store.conftest import db  # noqa: F401  (the fixture: memory, then the emulator)
 

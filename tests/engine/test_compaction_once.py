@@ -9,20 +9,20 @@ import asyncio
 import uuid
 from typing import Any
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.domain.clock import SystemClock
+from ackloop.domain.context_window import Context, is_summary_request
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import StepStatus, StopReason
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.store import AgentStore
-from ackloop.transcript.context import Context, is_summary_request
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import CountingToolbox
 from tests.engine.test_compaction import CONVERSATION, RESULT, Recording, loop_with
 from tests.store.conftest import db  # noqa: F401  (the fixture: memory, then the emulator)

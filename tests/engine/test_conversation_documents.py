@@ -31,9 +31,9 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Outcome
 from ackloop.engine.ending import cancel_run
 from ackloop.engine.ingest import start_run
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.scripted import ScriptedModel, reference_workload_script
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop_dev.faults import FaultPoints
 from tests.engine.fakes import CountingToolbox, SimulatedCrash, make_loop
 from tests.engine.test_guarantees import deliver, deliver_all, run_of, take

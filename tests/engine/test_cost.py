@@ -11,9 +11,9 @@ from dataclasses import replace
 import httpx
 import pytest
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.api.app import create_app
 from ackloop.bus.memory import MemoryPublisher, Published
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.counting import CountingDocumentDB, delivery_counters
@@ -25,11 +25,11 @@ from ackloop.domain.records import RunLimits, RunRecord, RunStatus, StepRecord
 from ackloop.domain.wire import QueryMessage, Usage
 from ackloop.engine.deps import Deps
 from ackloop.engine.spend import rolled_up
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.engine.test_guarantees import deliver, deliver_all, take
 from tests.engine.test_holes import dead_letter

@@ -2,7 +2,7 @@
 message that completed it (its first delivery may have died before the send). A copy of the
 step published by another message (the sweeper's re-send while Pub/Sub still held the first in
 its backoff) sends nothing: the next step, which runs unclaimed, would be delivered twice and
-call twice (ackloop.engine.outbox.sends_again)."""
+call twice (ackloop.engine.outbox_sending.sends_again)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunStatus, StepRecord
 from ackloop.domain.wire import QueryMessage
-from ackloop.engine.outbox import sends_again
-from ackloop.hosting.inprocess import InProcessLoop
+from ackloop.engine.outbox_sending import sends_again
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import CountingToolbox, first_model_step, make_loop
 
 

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 
 from ackloop.bus.memory import Published
+from ackloop.bus.push import MalformedPush, decode_push
 from ackloop.docdb.base import DocumentDB
 from ackloop.domain.keys import StepKey, message_doc_id
 from ackloop.domain.records import RunStatus, StepStatus, StopReason
 from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.engine.dispatch import Outcome
-from ackloop.hosting.inprocess import InProcessLoop
-from ackloop.hosting.push import MalformedPush, decode_push
 from ackloop.model.scripted import ScriptedModel
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine import test_guarantees as guarantees
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.engine.test_guarantees import deliver, deliver_all, run_of, start, take

@@ -17,12 +17,12 @@ from ackloop.domain.records import RunRecord, RunStatus, StopReason
 from ackloop.domain.wire import AnswerMessage, QueryMessage, RunOptions, Usage
 from ackloop.engine.dispatch import Kind, Outcome
 from ackloop.engine.ingest import new_run
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel, reference_workload_script
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore
 from ackloop.store.transcript import append_writes
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.rendezvous import RendezvousDB
 

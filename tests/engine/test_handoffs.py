@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunStatus
 from ackloop.domain.wire import QueryMessage

@@ -26,11 +26,11 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Outcome
 from ackloop.engine.redrive import redrive
 from ackloop.engine.sweep import sweep
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.transcript.conversation import NOT_EXECUTED
 from tests.engine.fakes import CountingToolbox, make_loop

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
@@ -17,10 +17,10 @@ from ackloop.domain.records import RunStatus, StepStatus, StopReason
 from ackloop.domain.wire import QueryMessage, Usage
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import text_turn
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.test_guarantees import deliver, take
 
 SETTINGS = Settings(lease_seconds=60.0, step_claims="always")

@@ -411,7 +411,7 @@ def test_an_invalid_output_schema_is_rejected_at_the_edge():
 async def test_agent_output_model_is_offered_and_enforced():
     from pydantic import BaseModel
 
-    from ackloop.config.agents import Agent, AgentRegistry
+    from ackloop.agents.agent import Agent, AgentRegistry
 
     class Forecast(BaseModel):
         city: str

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from ackloop.agents.agent import Agent
 from ackloop.bus.memory import Published
-from ackloop.config.agents import Agent
 from ackloop.config.settings import Settings
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import (
@@ -28,14 +28,14 @@ from ackloop.domain.records import (
 )
 from ackloop.domain.wire import EventMessage, QueryMessage
 from ackloop.engine.ending import cancel_run
-from ackloop.engine.outbox import committed_message, encode
+from ackloop.engine.outbox_sending import committed_message, encode
 from ackloop.engine.redrive import redrive
 from ackloop.engine.sweep import sweep
 from ackloop.engine.waits import core as waits
 from ackloop.engine.waits.kinds import KINDS
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolContext, ToolSet, tool
 from tests.engine.test_children import _responses, booker_turn, child_of, team_loop
 from tests.engine.test_guarantees import take

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import Published
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.domain.clock import ManualClock
 from ackloop.domain.jsondict import JsonDict
@@ -35,11 +35,11 @@ from ackloop.domain.records import RunStatus, StepDecision, StepStatus
 from ackloop.domain.wire import AnswerMessage, QueryMessage, WaitingNotice
 from ackloop.engine.sweep import sweep
 from ackloop.engine.waits import core as waits
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import Script, ScriptedModel
 from ackloop.model.transcript import read_exchange
 from ackloop.model.turns import calls_turn, text_turn
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolSet, tool
 from ackloop.tools.definition import Tool
 from tests.engine.fakes import make_loop

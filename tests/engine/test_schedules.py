@@ -9,18 +9,18 @@ from typing import Any
 
 import pytest
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.wakes import MemoryWaker
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.domain.clock import ManualClock
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunStatus
 from ackloop.domain.schedules import Schedule, ScheduleRecord, ScheduleTick, request_id_of
-from ackloop.engine import schedule_ops as ops
-from ackloop.engine.schedules import fire, tick_of
+from ackloop.engine import schedule_control as ops
+from ackloop.engine.schedule_firing import fire, tick_of
 from ackloop.engine.sweep import sweep
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import CountingToolbox, CrashingFaults, SimulatedCrash, make_loop
 
 T0 = 1_699_999_200.0  # the manual clock's start: a whole hour
@@ -293,7 +293,7 @@ async def test_the_sweeper_syncs_the_catalogs_schedules() -> None:
 
 
 def test_the_catalog_refuses_a_schedule_naming_an_unknown_agent() -> None:
-    from ackloop.config.agents import MissingAgent
+    from ackloop.agents.agent import MissingAgent
 
     with pytest.raises(MissingAgent, match="schedule 'hourly' names agent 'nobody'"):
         AgentRegistry([Agent("default", "Be brief.")], [hourly(agent="nobody")])

@@ -20,9 +20,9 @@ from ackloop.domain.records import RunStatus, StepStatus
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.sweep import sweep
 from ackloop.engine.waits import core as waits
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolContext, ToolSet, tool
 from ackloop.tools.definition import Tool
 from ackloop.tools.sleep import sleep_tool

@@ -15,18 +15,18 @@ from typing import Any, Literal
 import pytest
 
 import ackloop.engine.dispatch as dispatch_module
+from ackloop.agents.agent import AgentRegistry
+from ackloop.agents.scripts import CatalogScript
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.clock import ManualClock
 from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.engine.deps import Deps
-from ackloop.hosting.inprocess import InProcessLoop
-from ackloop.model.agent_scripts import CatalogScript
 from ackloop.model.scripted import ScriptedModel
 from ackloop.store import AgentStore, StoreBase
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop_dev.bench.step_agents import AGENT, agents
 
 Entries = list[tuple[int, list[str]]]

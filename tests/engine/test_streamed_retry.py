@@ -15,9 +15,9 @@ from ackloop.domain.clock import ManualClock
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunStatus, StepRecord
 from ackloop.domain.wire import QueryMessage
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.turns import text_turn
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 from tests.engine.fakes import CountingToolbox, delta_texts, make_loop
 

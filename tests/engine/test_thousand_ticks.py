@@ -15,7 +15,7 @@ from ackloop.bus.wakes import MemoryWaker, Wake
 from ackloop.domain.clock import ManualClock
 from ackloop.domain.records import RunStatus
 from ackloop.domain.schedules import Schedule, request_id_of
-from ackloop.engine import schedule_ops as ops
+from ackloop.engine import schedule_control as ops
 from ackloop.engine.sweep import sweep
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ackloop import File, tool
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
@@ -23,11 +23,11 @@ from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.files import MemoryFileStore, object_name
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools.toolset import ToolSet
 from tests.store.conftest import db, prefix  # noqa: F401  (fixtures: memory, then the emulator)
 

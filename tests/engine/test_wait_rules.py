@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from ackloop.agents.agent import Agent
 from ackloop.bus.memory import Published
-from ackloop.config.agents import Agent
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunRecord, RunStatus, StopReason
 from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.engine.ending import cancel_run
 from ackloop.engine.redrive import redrive
 from ackloop.engine.sweep import sweep
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolSet, tool
 from tests.engine.test_children import (
     Team,

@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from ackloop.domain.eval_reports import CaseResult, CheckResult, EvalReport, compare, summarize
 from ackloop.evals.render import junit, markdown, terminal
-from ackloop.evals.results import CaseResult, CheckResult, EvalReport, compare, summarize
 
 DIFF = ("1 of 2 expected call(s) in place, 2 made (exact)\n  = get_ip_address({})\n"
         "  - get_weather_alerts(…)  (expected)\n  + get_alerts({\"state\": \"OK\"})  (made)")

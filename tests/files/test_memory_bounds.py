@@ -26,10 +26,10 @@ from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.files import MemoryFileStore, gate
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
+from ackloop.testing.inprocess import InProcessLoop
 from tests.api.test_auth import serving
 from tests.files.test_query_files import inline, loop_of
 

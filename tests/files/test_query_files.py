@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
@@ -22,11 +22,11 @@ from ackloop.domain.records import RunRecord
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.files import FileStore, MemoryFileStore, object_name
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools.toolset import ToolSet
 from tests.engine.fakes import api_of
 from tests.files.samples import pdf, png

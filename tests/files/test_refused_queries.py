@@ -16,9 +16,9 @@ from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.files import MemoryFileStore
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
+from ackloop.testing.inprocess import InProcessLoop
 from tests.api.tokens_support import Issuer
 from tests.engine.fakes import api_of
 from tests.files.samples import png

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from google.cloud import pubsub_v1
 
+from ackloop.bus.delivery import load_policy
 from ackloop.config.settings import Settings
-from ackloop.hosting.delivery import load_policy
 from ackloop_dev.devstack.topology import create_topology, parked_topic, routes
 from tests.infra.terraform import TerraformConfig, block
 from tests.support.emulators import EmulatorSession

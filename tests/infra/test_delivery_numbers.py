@@ -11,8 +11,8 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from ackloop.bus.delivery import PUSH_SERVICES, load_policy
 from ackloop.config.settings import Settings
-from ackloop.hosting.delivery import PUSH_SERVICES, load_policy
 from ackloop_dev.devstack.stack import StackOptions
 from ackloop_dev.devstack.topology import routes
 from tests.infra.terraform import TerraformConfig, delivery_numbers, expression

@@ -8,9 +8,9 @@ import asyncio
 
 from ackloop.config.settings import Settings
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.eval_reports import CaseResult, EvalReport
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import ReceivedEvent, RunLimits, RunRecord
-from ackloop.evals.results import CaseResult, EvalReport
 from ackloop.store import EXPIRE_AT, AgentStore, Retention
 from ackloop.store.deltas import DeltaWriter, delta_expiry, deltas_collection
 from ackloop.store.transcript import append_writes

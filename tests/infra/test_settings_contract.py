@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from pydantic import AliasChoices
 
+from ackloop.bus.delivery import load_policy
 from ackloop.cli.serving import FUNCTION_TARGETS as SERVED_TARGETS
 from ackloop.config.settings import Settings
-from ackloop.hosting.delivery import load_policy
 from tests.infra.terraform import TerraformConfig, block, dynamic_blocks, expression
 
 # Read by `ackloop run`, not by Settings: picks what the image serves.

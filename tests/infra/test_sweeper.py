@@ -20,11 +20,11 @@ from typing import Any, cast, get_args
 
 from starlette.testclient import TestClient
 
+from ackloop.agents.agent import AgentRegistry
 from ackloop.api.app import create_app
 from ackloop.api.auth import SWEEP_PATH
 from ackloop.api.runs import sweep_runs
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.base import Write
 from ackloop.docdb.memory import MemoryDocumentDB

@@ -22,7 +22,7 @@ from ackloop_dev.devstack.emulators import free_port
 ROOT = Path(__file__).resolve().parents[2]
 # What the serving process must never import: every one is cold-start time it does not need.
 NOT_NEEDED = ("ackloop_dev", "temporalio", "matplotlib", "ackloop.cli.runs", "ackloop.cli.ask",
-              "ackloop.cli.target", "ackloop.cli.metrics", "ackloop.hosting.localstack",
+              "ackloop.cli.target", "ackloop.cli.metrics", "ackloop.testing.localstack",
               # the command line: the container's `ackloop run` starts without it
               "typer", "ackloop.cli.main",
               # metrics are off (no exporter configured): the OpenTelemetry SDK stays unloaded

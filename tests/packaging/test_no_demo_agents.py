@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from ackloop.config.agent_catalog import builtin_agents
+from ackloop.agents.builtin import builtin_agents
 from ackloop.config.settings import Settings
 from ackloop_dev.agents import CATALOG, catalog, with_catalog
 

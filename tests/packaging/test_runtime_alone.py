@@ -1,5 +1,5 @@
 """``ackloop runs`` and ``ackloop ask`` find a local stack with the runtime alone: the state file
-``ackloop dev up`` writes is read by :mod:`ackloop.hosting.localstack`, not by the development
+``ackloop dev up`` writes is read by :mod:`ackloop.testing.localstack`, not by the development
 tools."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ackloop.hosting.localstack import StackState
+from ackloop.testing.localstack import StackState
 from tests.support.emulators import EmulatorSession
 
 pytestmark = pytest.mark.emulator

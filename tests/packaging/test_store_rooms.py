@@ -1,11 +1,11 @@
 """The store is a pure writer in rooms: what its package may import, and how its rooms stand.
 
-The engine builds the messages, the cost and the masked text (:mod:`ackloop.engine.composing`),
-and the store writes them: so the store imports none of the modules that build them
-(:mod:`ackloop.engine.outgoing`, :mod:`ackloop.engine.deltas`, :mod:`ackloop.transcript.context`,
-:mod:`ackloop.tools`,
-:mod:`ackloop.engine`), nor anything else outside the types and the document layer it writes
-with. ``if TYPE_CHECKING:`` imports count here too: a type the store names is a dependency.
+The engine builds the messages, the cost and the masked text
+(:mod:`ackloop.engine.commit_contents`), and the store writes them: so the store imports none of
+the modules that build them (:mod:`ackloop.engine.outbox_entries`, :mod:`ackloop.engine.deltas`,
+:mod:`ackloop.domain.context_window`, :mod:`ackloop.tools`, :mod:`ackloop.engine`), nor anything
+else outside the types and the document layer it writes with. ``if TYPE_CHECKING:`` imports
+count here too: a type the store names is a dependency.
 
 Its rooms stand side by side on one ground (:class:`~ackloop.store.base.StoreBase`), none on
 another, and :class:`~ackloop.store.AgentStore` holds each as an attribute.
@@ -27,10 +27,10 @@ STORE = Path(ackloop.store.__file__).parent
 
 ALLOWED = ("ackloop.store", "ackloop.docdb", "ackloop.domain.records", "ackloop.domain.wire",
            "ackloop.domain.cost", "ackloop.domain.jsondict", "ackloop.domain.keys",
-           "ackloop.domain.errors", "ackloop.config.settings", "ackloop.evals.results",
-           "ackloop.domain.schedules")
+           "ackloop.domain.errors", "ackloop.config.settings", "ackloop.domain.eval_reports",
+           "ackloop.domain.schedules", "ackloop.domain.document_sizes")
 """What of the project the store may import (a module, or a package and all it holds): an
-eval's report is a type (:mod:`ackloop.evals.results` imports nothing of the project)."""
+eval's report is a type (:mod:`ackloop.domain.eval_reports` imports nothing of the project)."""
 
 ROOMS = {"runs": "Runs", "steps": "Steps", "transcript": "Transcripts", "waits": "Waits",
          "letters": "Letters", "evals": "Evals", "schedules": "Schedules"}
@@ -61,12 +61,13 @@ def allowed(name: str) -> bool:
 
 
 @pytest.mark.parametrize(("source", "module", "expected"), [
-    ("from ackloop.engine import outgoing\n", "ackloop.store.steps", {"ackloop.engine.outgoing"}),
+    ("from ackloop.engine import outbox_entries\n", "ackloop.store.steps",
+     {"ackloop.engine.outbox_entries"}),
     ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-     "    from ackloop.engine.deltas import DeltaRecord\n", "ackloop.store.commit",
+     "    from ackloop.engine.deltas import DeltaRecord\n", "ackloop.store.decision",
      {"ackloop.engine.deltas.DeltaRecord"}),
-    ("def f():\n    import ackloop.transcript.context\n", "ackloop.store.transcript",
-     {"ackloop.transcript.context"}),
+    ("def f():\n    import ackloop.domain.context_window\n", "ackloop.store.transcript",
+     {"ackloop.domain.context_window"}),
     ("from .base import Claim\n", "ackloop.store.steps", {"ackloop.store.base.Claim"}),
     ("import json\nfrom pydantic import BaseModel\n", "ackloop.store.runs", set()),
 ])
@@ -77,10 +78,10 @@ def test_the_imports_of_a_module(source: str, module: str, expected: set[str]) -
 @pytest.mark.parametrize(("name", "expected"), [
     ("ackloop.domain.records.RunRecord", True), ("ackloop.docdb.base.Write", True),
     ("ackloop.domain.cost", True), ("ackloop.store.base.StoreBase", True),
-    ("ackloop.engine.outgoing", False), ("ackloop.engine.deltas.DeltaRecord", False),
-    ("ackloop.transcript.context.summary_content", False),
-    ("ackloop.tools.masking.mask_secrets", False),
-    ("ackloop.engine.composing", False), ("ackloop.costs", False), ("ackloop", False),
+    ("ackloop.engine.outbox_entries", False), ("ackloop.engine.deltas.DeltaRecord", False),
+    ("ackloop.domain.context_window.summary_content", False),
+    ("ackloop.telemetry.masking.mask_secrets", False),
+    ("ackloop.engine.commit_contents", False), ("ackloop.costs", False), ("ackloop", False),
 ])
 def test_what_the_store_may_import(name: str, expected: bool) -> None:
     assert allowed(name) is expected

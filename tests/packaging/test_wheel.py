@@ -44,8 +44,8 @@ def test_the_runtime_wheel_has_no_development_tools(tmp_path: Path) -> None:
     names = wheel.namelist()
     # The local stack's state file reader and the retry policy infra/ shares stay, and so do
     # the run inspector's files, which the API serves at /ui, and `ackloop new`'s templates.
-    for module in ("ackloop/engine/model_step.py", "ackloop/hosting/localstack.py",
-                   "ackloop/hosting/delivery.py", "ackloop/delivery.json"):
+    for module in ("ackloop/engine/model_step.py", "ackloop/testing/localstack.py",
+                   "ackloop/bus/delivery.py", "ackloop/delivery.json"):
         assert module in names
     assets = {p.relative_to(ROOT / "shared").as_posix()
               for p in (ROOT / "shared" / "ackloop" / "api" / "ui_assets").iterdir()}

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 from google.cloud import firestore
 
+from ackloop.bus.delivery import load_policy
 from ackloop.domain.records import StepRecord
-from ackloop.hosting.delivery import load_policy
 from tests.security.figures import FIGURES
 from tests.support.stack import RunningStack
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ackloop.hosting.delivery import load_policy
+from ackloop.bus.delivery import load_policy
 from tests.security.figures import FIGURES
 from tests.support.stack import RunningStack
 

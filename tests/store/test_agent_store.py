@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from ackloop.docdb.base import PreconditionFailed
+from ackloop.domain.context_window import summary_content
 from ackloop.domain.errors import IdempotencyMismatch, LeaseLost, StepBusy, StepConflict
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunLimits, RunRecord, RunStatus
 from ackloop.store import CHUNK_BYTES, AgentStore
 from ackloop.store.transcript import append_writes
-from ackloop.transcript.context import summary_content
 from tests.support.commits import complete
 
 KEY = StepKey.model(0)

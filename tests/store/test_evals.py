@@ -11,8 +11,8 @@ import pytest
 
 from ackloop.docdb.base import MAX_DOCUMENT_BYTES, StorageUnavailable, Write
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.docdb.sizes import MAX_DEPTH, document_size, value_size
-from ackloop.evals.results import CaseResult, CheckResult, EvalReport, summarize
+from ackloop.domain.document_sizes import MAX_DEPTH, document_size, value_size
+from ackloop.domain.eval_reports import CaseResult, CheckResult, EvalReport, summarize
 from ackloop.store import EXPIRE_AT, AgentStore, Retention
 from ackloop.store.evals import (
     ANSWER_BYTES,

@@ -26,7 +26,7 @@ from ackloop.docdb.base import (
 )
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.docdb.sizes import MAX_DEPTH, depth, value_size
+from ackloop.domain.document_sizes import MAX_DEPTH, depth, value_size
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunStatus
 from ackloop.domain.wire import QueryMessage

@@ -50,7 +50,7 @@ from ackloop.docdb.firestore_rpc import (
     FirestoreRpc,
     channel_for,
 )
-from ackloop.hosting.gcp_rpc import RetryPolicy
+from ackloop.gcp.rpc import RetryPolicy
 from tests.support.emulators import EmulatorSession
 from tests.support.grpc_standin import StandIn, closed_port
 

@@ -12,7 +12,7 @@ from ackloop.domain.errors import ConversationNotStarted, PermanentError, StaleR
 from ackloop.domain.keys import StepKey, is_run_id, run_id_for_request
 from ackloop.domain.records import ConversationRecord, RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.domain.wire import Usage
-from ackloop.engine.commit import record
+from ackloop.engine.step_commit import record
 from ackloop.store import AgentStore, Basis, Decision, RunEnd
 from tests.support.commits import free
 

@@ -15,7 +15,7 @@ from ackloop.domain.errors import StaleRead, StepBusy
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunLimits, RunRecord, RunStatus, StepStatus, StopReason
 from ackloop.domain.wire import Usage
-from ackloop.engine.commit import record
+from ackloop.engine.step_commit import record
 from ackloop.store import AgentStore, Basis, Claim, Decision, RunEnd
 from tests.support.commits import complete, free
 from tests.support.rendezvous import RendezvousDB

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ackloop.docdb.base import DocumentDB
-from ackloop.docdb.sizes import document_size, value_size
+from ackloop.domain.document_sizes import document_size, value_size
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import ReceivedEvent, RunLimits, RunRecord, RunStatus, StopReason
 from ackloop.domain.wire import MAX_EVENT_PAYLOAD_BYTES, QueryMessage, check_event_payload

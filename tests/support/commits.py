@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from ackloop.domain.cost import Cost
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.records import Outgoing, RunLimits, RunRecord
-from ackloop.engine.commit import record
+from ackloop.engine.step_commit import record
 from ackloop.store import AgentStore, Basis, Claim, Committed, Decision, RunRead
 
 

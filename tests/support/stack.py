@@ -30,9 +30,9 @@ from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunRecord, StepRecord
 from ackloop.domain.wire import QueryMessage
-from ackloop.hosting.localstack import StackState
 from ackloop.store import AgentStore
 from ackloop.telemetry.metrics_file import Series, read_series
+from ackloop.testing.localstack import StackState
 from ackloop_dev.bench import push_answers
 from ackloop_dev.devstack.stack import (
     PUSH_DELIVERY,

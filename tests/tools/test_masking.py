@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ackloop.tools.masking import SecretMaskingFilter, install_secret_masking, mask_secrets
+from ackloop.telemetry.masking import SecretMaskingFilter, install_secret_masking, mask_secrets
 
 GOOGLE_KEY = "AIzaSyA1234567890abcdefghijklmnopqrstuv"
 

@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.clock import ManualClock
@@ -29,8 +29,8 @@ from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
 from ackloop.files import MemoryFileStore
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools.mcp import MCPServer, MCPToolbox, mcp_tools
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

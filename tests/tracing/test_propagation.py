@@ -13,10 +13,10 @@ from google.cloud import pubsub_v1
 from ackloop.bus.pubsub import PubSubPublisher
 from ackloop.config.settings import Settings
 from ackloop.domain.records import Outgoing
-from ackloop.engine import outbox
-from ackloop.engine.outgoing import first_step, stamped
+from ackloop.engine import outbox_sending
+from ackloop.engine.outbox_entries import first_step, stamped
 from ackloop.telemetry import tracing
-from ackloop.tools.masking import register_secret
+from ackloop.telemetry.masking import register_secret
 from tests.engine.fakes import CountingToolbox, make_loop
 from tests.support.emulators import EmulatorSession
 from tests.tracing.conftest import all_spans
@@ -54,11 +54,11 @@ async def test_published_messages_carry_the_step_spans_context_and_keep_it_on_a_
     loop.deps.publisher = PubSubPublisher(emulator_session.project_id)
     with tracing.delivery_span("model", {}, "run-a") as span:
         entries = stamped([first_step("run-a")])
-        await outbox.send(loop.deps, "run-a", entries)
+        await outbox_sending.send(loop.deps, "run-a", entries)
         context = span.get_span_context()
     # The re-send of the committed entry, from another delivery (another span).
     with tracing.delivery_span("model", {}, "run-a"):
-        await outbox.send(loop.deps, "run-a", entries)
+        await outbox_sending.send(loop.deps, "run-a", entries)
 
     first, resent = _pull(subscription, 2)
     expected = f"00-{context.trace_id:032x}-{context.span_id:016x}-01"
@@ -78,7 +78,7 @@ async def test_tracing_off_still_carries_the_callers_context() -> None:
     caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     loop = make_loop(None, CountingToolbox())  # type: ignore[arg-type]  # nothing is called
     with tracing.delivery_span("model", {"traceparent": caller}, "run-b"):
-        await outbox.send(loop.deps, "run-b", [Outgoing(topic="answers", data={})])
+        await outbox_sending.send(loop.deps, "run-b", [Outgoing(topic="answers", data={})])
     (sent,) = loop.publisher.take()
     assert sent.attributes["traceparent"] == caller
 
@@ -166,7 +166,7 @@ async def test_a_steps_messages_to_one_topic_go_in_one_request() -> None:
     loop = make_loop(None, CountingToolbox())  # type: ignore[arg-type]  # nothing is called
     entries = [Outgoing(topic="tool_steps", data={"n": n}, target_step=f"0000-tool-00{n}")
                for n in range(3)] + [Outgoing(topic="answers", data={})]
-    await outbox.send(loop.deps, "run-g", entries)
+    await outbox_sending.send(loop.deps, "run-g", entries)
     sent = loop.publisher.take()
     assert loop.publisher.requests == 2, "one request per topic"
     assert sorted(m.attributes.get("step", "") for m in sent) == [

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from ackloop.bus.push import Delivery
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunStatus
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.dispatch import dispatch
-from ackloop.hosting.push import Delivery
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore

@@ -9,18 +9,18 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.clock import ManualClock
 from ackloop.domain.errors import ModelRetryableError
 from ackloop.engine.deps import Deps
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolSet, tool
 from ackloop_dev.faults import FaultPoints, with_faults
 from tests.trees.plan import GATED, MAX_DEPTH, PLAIN, RETRY_SAFE, WAITS, Plan, agent_name

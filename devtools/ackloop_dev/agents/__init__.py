@@ -1,6 +1,6 @@
 """The development catalog: the agents the local stack and the benchmark serve, never deployed.
 
-- ``default``: the runtime's built-in agent (:func:`ackloop.config.agent_catalog.builtin_agents`).
+- ``default``: the runtime's built-in agent (:func:`ackloop.agents.builtin.builtin_agents`).
 - ``reference``, ``reference-long``: the benchmark workload (:mod:`ackloop_dev.agents.reference`).
 - ``approval-demo``: payments that wait for a person's approval
   (:mod:`ackloop_dev.agents.approval_demo`).
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import httpx
 
-from ackloop.config.agent_catalog import builtin_agents
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
+from ackloop.agents.builtin import builtin_agents
 from ackloop.config.settings import Settings
 
 CATALOG = "ackloop_dev.agents:catalog"

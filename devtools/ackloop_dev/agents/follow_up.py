@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.transcript import read_exchange
 from ackloop.model.turns import calls_turn, text_turn

@@ -10,7 +10,7 @@ import re
 
 from pydantic import BaseModel, Field
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.transcript import Exchange, read_exchange
 from ackloop.tools.definition import tool

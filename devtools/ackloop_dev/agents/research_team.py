@@ -2,10 +2,10 @@
 to try agents that call agents and hand-offs.
 
 The planner (the agent ``research-team``) calls ``ask_researcher`` and ``ask_critic`` in one
-turn: each call is a durable child run of that agent (:meth:`~ackloop.config.agents.Agent.as_tool`,
+turn: each call is a durable child run of that agent (:meth:`~ackloop.agents.agent.Agent.as_tool`,
 :mod:`ackloop.engine.children`), and the planner's calls wait for their ends holding nothing.
 Once both have answered (or failed), it hands the conversation to ``writer``
-(:meth:`~ackloop.config.agents.Agent.as_handoff`): the run's next turn is the writer's, in the same
+(:meth:`~ackloop.agents.agent.Agent.as_handoff`): the run's next turn is the writer's, in the same
 run and conversation, and the writer answers from what the researcher and the critic said (the
 results of those calls, earlier in the contents). The run records the hand-off (``handed_to``),
 and so does its conversation: its later runs that name no agent are the writer's.
@@ -22,7 +22,7 @@ no state and draws nothing at random, so a redelivered step gets the same turn.
 
 from __future__ import annotations
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.domain.jsondict import JsonDict
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.transcript import ToolResult, read_exchange

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop_dev.agents.approval_demo import INSTRUCTIONS, demo_script, send_payment
 
 AGENT = "approval-cost"

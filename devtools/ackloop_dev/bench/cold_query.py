@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ackloop.bus.delivery import load_policy
 from ackloop.cli.serving import COMBINED, STEP_KINDS
 from ackloop.config.settings import Settings
-from ackloop.hosting.delivery import load_policy
 from ackloop_dev.bench import bytecode
 from ackloop_dev.bench.ackloop_client import AnswerWatcher, RunDriver
 from ackloop_dev.bench.ackloop_stack import PROJECT, bench_env

@@ -28,23 +28,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
-from ackloop.config.agents import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.clock import SystemClock
+from ackloop.domain.context_window import Context, is_summary_request
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.wire import FunctionCall, QueryMessage
 from ackloop.engine.deps import Deps
-from ackloop.hosting.inprocess import InProcessLoop
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.gemini import GeminiModel
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools.base import ToolContext, ToolOutcome
-from ackloop.transcript.context import Context, is_summary_request
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer
 
 CONVERSATION = "long-conversation"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.tools.definition import tool
 from ackloop_dev.agents.research_team import research_team_agents
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ackloop.config.settings import Settings
 from ackloop.docdb.memory import MemoryDocumentDB
-from ackloop.hosting.testing import AgentTester
+from ackloop.testing.agent_tester import AgentTester
 from ackloop_dev.bench.fan_out_agents import LEAF, WIDTHS, agents
 from ackloop_dev.bench.stack_runs import asked_at_once, free_stack
 

@@ -7,7 +7,7 @@ scripted model asks all N at once on its first turn (N child runs), then answers
 
 from __future__ import annotations
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 
 LEAF = "leaf"
 WIDTHS = (2, 10, 30, 60)

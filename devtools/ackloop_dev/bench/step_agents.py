@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.tools.definition import tool
 from ackloop_dev.agents.reference import REFERENCE_TOOL, BenchLookup, reference_script
 

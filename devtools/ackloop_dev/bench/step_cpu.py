@@ -82,8 +82,8 @@ async def _measure(steps: int, runs: int) -> tuple[list[list[float]], list[list[
     from ackloop.config.settings import Settings
     from ackloop.domain.keys import run_id_for_request
     from ackloop.domain.wire import QueryMessage, RunOptions
-    from ackloop.hosting.inprocess import InProcessLoop
     from ackloop.hosting.runtime import build_deps
+    from ackloop.testing.inprocess import InProcessLoop
     from ackloop_dev.bench.step_agents import AGENT
 
     tag = f"c{uuid.uuid4().hex[:8]}"

@@ -65,12 +65,12 @@ def minus(a: Counts, b: Counts) -> Counts:
 async def one_call_run(sleeps: bool) -> Counts:
     """A run of one call (then its answer) on the in-process engine, the call sleeping an hour
     or not; what it used."""
+    from ackloop.agents.agent import Agent
     from ackloop.bus.wakes import MemoryWaker
-    from ackloop.config.agents import Agent
     from ackloop.domain.clock import ManualClock
     from ackloop.domain.wire import QueryMessage
-    from ackloop.hosting.testing import AgentTester
     from ackloop.model.function_model import ScriptedTurns, call, text
+    from ackloop.testing.agent_tester import AgentTester
     from ackloop.tools.definition import tool
 
     @tool(sleeps=3600.0 if sleeps else None)
@@ -94,14 +94,14 @@ async def one_call_run(sleeps: bool) -> Counts:
 async def answered_runs(count: int, scheduled: bool) -> Counts:
     """``count`` runs of a one-answer agent, asked through the queries topic or fired by an
     hourly schedule through its wakes; what they used."""
+    from ackloop.agents.agent import Agent
     from ackloop.bus.wakes import MemoryWaker
-    from ackloop.config.agents import Agent
     from ackloop.domain.clock import ManualClock
     from ackloop.domain.schedules import Schedule
     from ackloop.domain.wire import QueryMessage
-    from ackloop.engine import schedule_ops
-    from ackloop.hosting.testing import AgentTester
+    from ackloop.engine import schedule_control
     from ackloop.model.function_model import ScriptedTurns, text
+    from ackloop.testing.agent_tester import AgentTester
 
     tester = AgentTester(Agent("default", "Report.", []),
                          model=ScriptedTurns([text("report")] * count))
@@ -109,7 +109,7 @@ async def answered_runs(count: int, scheduled: bool) -> Counts:
     tester.deps.waker = waker
     tester.deps.clock = ManualClock()
     if scheduled:
-        await schedule_ops.put_schedule(tester.deps, Schedule.model_validate(
+        await schedule_control.put_schedule(tester.deps, Schedule.model_validate(
             {"id": "hourly", "agent": "default", "text": "report", "every_seconds": 3600}))
         for _ in range(count):
             await tester.loop.wake_next()

@@ -94,8 +94,8 @@ def chaos_policy() -> Script:
     """The seed agent, as the fake server plays it, and the ``research-team`` agents (the
     child-runs scenario's) and ``follow-up`` (the sleeps scenario's) each by its own
     script."""
+    from ackloop.agents.scripts import deployment_script
     from ackloop.config.settings import Settings
-    from ackloop.model.agent_scripts import deployment_script
     from ackloop_dev.agents import with_catalog
     from ackloop_dev.agents.follow_up import NAME as FOLLOW_UP
     from ackloop_dev.agents.research_team import research_team_agents

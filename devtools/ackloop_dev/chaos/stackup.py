@@ -31,8 +31,8 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined,unused-ignore]
 
 from ackloop.config.settings import Settings
 from ackloop.docdb.firestore import FirestoreDocumentDB
-from ackloop.hosting.localstack import StackState
 from ackloop.store import AgentStore
+from ackloop.testing.localstack import StackState
 from ackloop_dev.chaos.config import ChaosConfig, scaled_spec
 from ackloop_dev.chaos.timing import Timing
 from ackloop_dev.devstack import emulators

@@ -1,7 +1,7 @@
 """The shipped numbers a chaos run uses, and the one time factor applied to every duration.
 
 Counts (a step's claims, a message's deliveries) come unchanged from what ships: the defaults
-of :class:`ackloop.config.settings.Settings` and :func:`ackloop.hosting.delivery.load_policy`. Every
+of :class:`ackloop.config.settings.Settings` and :func:`ackloop.bus.delivery.load_policy`. Every
 duration
 (the retry policy's backoff, the ack deadlines and request timeouts, the lease, the in-request
 waits, the model and tool timeouts, the run's wall-clock budget, the sweeper's staleness and
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ackloop.bus.delivery import PUSH_SERVICES, DeliveryPolicy, load_policy
 from ackloop.config.settings import Settings
 from ackloop.engine.lease import COMMIT_MARGIN_S
-from ackloop.hosting.delivery import PUSH_SERVICES, DeliveryPolicy, load_policy
 from ackloop_dev.devstack.stack import StackOptions
 
 SWEEP_EVERY_S = StackOptions(directory=Path()).sweep_every_s or 60.0

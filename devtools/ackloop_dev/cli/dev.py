@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ackloop.hosting.localstack import DEFAULT_DIRECTORY
+from ackloop.testing.localstack import DEFAULT_DIRECTORY
 from ackloop_dev.devstack import emulators, ports
 from ackloop_dev.devstack.processes import StartupFailed
 from ackloop_dev.devstack.stack import LocalStack, StackOptions, status, stop_recorded

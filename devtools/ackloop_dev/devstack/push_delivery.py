@@ -11,7 +11,7 @@ delivers them the way production push does (:mod:`ackloop_dev.devstack.push_rout
   counting from 1) is POSTed to the endpoint, many pushes in flight per subscription;
 * a 2xx answer acknowledges; a non-2xx answer, a connection error, or no answer within the
   subscription's ack deadline (the request timeout) is delivered again after the retry
-  policy's exponential backoff (:class:`ackloop.hosting.delivery.DeliveryPolicy`); ``Retry-After``
+  policy's exponential backoff (:class:`ackloop.bus.delivery.DeliveryPolicy`); ``Retry-After``
   is ignored, as production ignores it;
 * after the dead-letter policy's ``max_delivery_attempts`` failed deliveries the message is
   published to the dead-letter topic with the ``CloudPubSubDeadLetterSource*`` attributes
@@ -20,7 +20,7 @@ delivers them the way production push does (:mod:`ackloop_dev.devstack.push_rout
   of outstanding pushes per subscription, and a subscription-wide pause after failures.
 
 Each subscription's ack deadline and dead-letter policy are read from the subscription itself,
-as Pub/Sub does; the retry policy comes from :func:`ackloop.hosting.delivery.load_policy` (the
+as Pub/Sub does; the retry policy comes from :func:`ackloop.bus.delivery.load_policy` (the
 emulator
 cannot hold one, see above). One factor, ``--time-scale`` (default 1), multiplies every
 duration of that policy, the ack deadlines and the push backoff; it is printed at start-up.
@@ -66,7 +66,7 @@ from google.pubsub_v1.services.subscriber import SubscriberAsyncClient
 from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcAsyncIOTransport
 from google.pubsub_v1.types import PushConfig
 
-from ackloop.hosting.delivery import DeliveryPolicy, load_policy
+from ackloop.bus.delivery import DeliveryPolicy, load_policy
 from ackloop_dev.devstack.push_route import RouteDelivery, Subscription
 
 log = logging.getLogger("ackloop_dev.devstack.push_delivery")

@@ -24,8 +24,8 @@ from google.pubsub_v1.services.publisher import PublisherAsyncClient
 from google.pubsub_v1.services.subscriber import SubscriberAsyncClient
 from google.pubsub_v1.types import PubsubMessage
 
-from ackloop.hosting.delivery import DeliveryPolicy
-from ackloop.hosting.push import push_envelope
+from ackloop.bus.delivery import DeliveryPolicy
+from ackloop.bus.push import push_envelope
 from ackloop_dev.devstack.push_flow import FlowControl
 from ackloop_dev.devstack.push_http import HttpError, LoopbackClient
 

@@ -24,9 +24,9 @@ from urllib.parse import urlsplit
 import httpx
 
 import ackloop
+from ackloop.bus.delivery import load_policy
 from ackloop.config.settings import Settings
-from ackloop.hosting.delivery import load_policy
-from ackloop.hosting.localstack import STATE_FILE, StackState
+from ackloop.testing.localstack import STATE_FILE, StackState
 from ackloop_dev.agents import CATALOG
 from ackloop_dev.devstack import emulators, ports
 from ackloop_dev.devstack.processes import (

@@ -1,7 +1,7 @@
 """Topics and subscriptions, as the deployment declares them (``infra/pubsub.tf``).
 
 Used by ``ackloop dev up`` and the tests to lay out the same topology on the emulator, with the
-same ack deadlines and dead-letter policy (both from :func:`ackloop.hosting.delivery.load_policy`).
+same ack deadlines and dead-letter policy (both from :func:`ackloop.bus.delivery.load_policy`).
 Who pushes is a choice (:data:`PushMode`): the local push delivery
 (:mod:`ackloop_dev.devstack.push_delivery`, the default), which follows the production retry
 policy, or the emulator's own push loop.
@@ -16,8 +16,8 @@ from typing import Literal
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
+from ackloop.bus.delivery import DeliveryPolicy, load_policy
 from ackloop.config.settings import Settings
-from ackloop.hosting.delivery import DeliveryPolicy, load_policy
 
 PushMode = Literal["twin", "emulator"]
 """``twin``: pull subscriptions delivered by :mod:`ackloop_dev.devstack.push_delivery`;
@@ -109,7 +109,7 @@ def create_topology(
                 # rejected message about three times and then never again (measured for push
                 # and for pull with modify_ack_deadline); without one it redelivers every ~1 s
                 # until the dead-letter policy takes it. The push delivery follows production's
-                # exponential retry policy (ackloop.hosting.delivery) itself.
+                # exponential retry policy (ackloop.bus.delivery) itself.
             }
             request["dead_letter_policy"] = {
                 "dead_letter_topic": dead_letter_topic if route.dead_letter else parked,

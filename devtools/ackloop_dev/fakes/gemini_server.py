@@ -558,8 +558,8 @@ def _policy_from_name(name: str) -> Script:
     if name == "catalog":
         # Every agent of the catalog the environment names, each with its own script (imported
         # late: it pulls in the agents' tools).
+        from ackloop.agents.scripts import deployment_script
         from ackloop.config.settings import Settings
-        from ackloop.model.agent_scripts import deployment_script
         from ackloop_dev.agents import with_catalog
 
         return ScriptedModel(deployment_script(with_catalog(Settings()))).decide

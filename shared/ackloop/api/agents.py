@@ -11,8 +11,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from ackloop.agents.agent import DEFAULT_AGENT
 from ackloop.api.runs import ERRORS, deps_of
-from ackloop.config.agents import DEFAULT_AGENT
 
 router = APIRouter(tags=["agents"])
 

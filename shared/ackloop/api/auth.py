@@ -54,7 +54,7 @@ from ackloop.api.tokens import (
 )
 from ackloop.config.settings import Settings
 from ackloop.domain.records import ANONYMOUS
-from ackloop.tools.masking import register_secret
+from ackloop.telemetry.masking import register_secret
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from ackloop.api.auth import caller_of
 from ackloop.api.errors import ApiError
 from ackloop.api.models import ErrorBody, FieldError
 from ackloop.api.runs import ERRORS, deps_of
+from ackloop.domain.eval_reports import EvalReport
 from ackloop.domain.wire import ID_PATTERN
-from ackloop.evals.results import EvalReport
 from ackloop.store.evals import EvalHead
 
 router = APIRouter(tags=["evals"])

@@ -4,7 +4,7 @@ Reading is for every caller; writing (every POST and DELETE) for operators
 (``ACKLOOP_API_OPERATORS``, as cancel-wide actions are): a schedule starts runs on its own,
 deployment-wide. A schedule created here starts its runs as the caller who created it (who can
 read them); a catalog's start anonymous runs. A schedule declared in the agent catalog cannot
-be replaced here (409): change it in the code. See :mod:`ackloop.engine.schedule_ops`.
+be replaced here (409): change it in the code. See :mod:`ackloop.engine.schedule_control`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ackloop.domain.schedules import (
     ScheduleRecord,
     Source,
 )
-from ackloop.engine import schedule_ops as ops
+from ackloop.engine import schedule_control as ops
 from ackloop.engine.deps import Deps
 
 router = APIRouter(tags=["schedules"])

@@ -8,7 +8,7 @@ for in the same turn of the event loop (concurrent deliveries of a busy process)
 request too: the request leaves on the loop's next turn, so batching costs no timer and no
 wait.
 
-The RPC is sent straight on a gRPC channel (:mod:`ackloop.hosting.gcp_rpc`), as the generated
+The RPC is sent straight on a gRPC channel (:mod:`ackloop.gcp.rpc`), as the generated
 ``PublisherAsyncClient`` would send it (its ``x-goog-api-client`` and routing header, the
 raw ``PublishRequest``) but without its wrappers, proto-plus messages and logging interceptor.
 A gRPC asyncio channel belongs to the event loop it was first used on, so the channel is made
@@ -42,8 +42,8 @@ from google.pubsub_v1.types import pubsub as pubsub_types
 
 from ackloop.bus.base import Message
 from ackloop.domain.errors import RetryableError
-from ackloop.hosting import gcp_rpc
-from ackloop.hosting.gcp_rpc import RetryPolicy
+from ackloop.gcp import rpc
+from ackloop.gcp.rpc import RetryPolicy
 
 MAX_REQUEST_MESSAGES = 1000
 """Pub/Sub takes at most 1,000 messages in one publish request..."""
@@ -110,8 +110,8 @@ class PubSubPublisher:
         if known is None:
             path = f"projects/{self._project_id}/topics/{topic}"
             metadata = grpc.aio.Metadata(
-                gcp_rpc.api_client_header(transport_base.DEFAULT_CLIENT_INFO),
-                gcp_rpc.routing(topic=path))
+                rpc.api_client_header(transport_base.DEFAULT_CLIENT_INFO),
+                rpc.routing(topic=path))
             known = self._paths[topic] = (path, metadata)
         return known
 
@@ -159,7 +159,7 @@ class PubSubPublisher:
                 add = request.messages.add
                 for data, attributes in chunk:
                     add(data=data, attributes=attributes)
-                response = await gcp_rpc.unary(publish, request, metadata, self._retry)
+                response = await rpc.unary(publish, request, metadata, self._retry)
                 self.requests += 1
                 self.published += len(chunk)
                 ids += response.message_ids

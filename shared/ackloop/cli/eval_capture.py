@@ -93,7 +93,7 @@ def _instructions(agents: str | None, http: Any) -> Any:
     replay then does not compare them)."""
     import os
 
-    from ackloop.config.catalog import CatalogError, load_agents
+    from ackloop.agents.catalog import CatalogError, load_agents
     from ackloop.config.settings import Settings
 
     if agents:

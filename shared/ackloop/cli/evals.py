@@ -76,7 +76,7 @@ def eval_command(
         raise CliError("give one dataset (or `capture RUN_ID...`)")
     if sum((in_process, url is not None)) > 1:
         raise CliError("--in-process and --url name two targets: choose one")
-    from ackloop.evals.results import EvalReport
+    from ackloop.domain.eval_reports import EvalReport
 
     before = EvalReport.model_validate_json(baseline.read_text()) if baseline else None
     report = asyncio.run(_run(arguments[0], Options(
@@ -85,7 +85,7 @@ def eval_command(
     _write(report, json_path, junit_path, markdown_path)
     problems = []
     if before is not None:
-        from ackloop.evals.results import compare
+        from ackloop.domain.eval_reports import compare
 
         problems = compare(report, before, score_drop=score_drop, cost_increase=cost_increase)
         for line in problems:
@@ -184,7 +184,7 @@ async def _target(options: Options, http: Any) -> tuple[Any, Any]:
 def _stack_settings(directory: Path) -> None:
     """In process, the settings of the stack in ``directory`` when there is one (its agent
     catalog, its tools' API addresses), as its functions have them."""
-    from ackloop.hosting.localstack import StackState
+    from ackloop.testing.localstack import StackState
 
     try:
         state = StackState.load(directory)
@@ -199,7 +199,7 @@ LOCAL_OWNER = "anonymous"
 
 
 def _catalog(source: str | None, http: Any) -> list[Any]:
-    from ackloop.config.catalog import CatalogError, load_agents
+    from ackloop.agents.catalog import CatalogError, load_agents
     from ackloop.config.settings import Settings
 
     if source:
@@ -214,7 +214,7 @@ def _model(catalog: list[Any] | None, options: Options) -> Any:
     """Gemini where the settings configure it, else None (each agent's own script)."""
     if catalog is None or not options.in_process:
         return None
-    from ackloop.config.agents import AgentRegistry
+    from ackloop.agents.agent import AgentRegistry
     from ackloop.config.settings import Settings
     from ackloop.hosting.runtime import build_model
 

@@ -16,7 +16,7 @@ import typer
 from ackloop.cli import table
 from ackloop.cli.errors import CliError
 from ackloop.cli.target import DIRECTORY
-from ackloop.hosting.localstack import StackState
+from ackloop.testing.localstack import StackState
 
 METRICS_DIR = "ACKLOOP_METRICS_DIR"
 

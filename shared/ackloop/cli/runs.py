@@ -449,7 +449,7 @@ async def _deps(target: Target) -> Deps:
     import os
     import socket
 
-    from ackloop.config.agents import AgentRegistry
+    from ackloop.agents.agent import AgentRegistry
     from ackloop.domain.clock import SystemClock
     from ackloop.engine.deps import Deps
 

@@ -1,7 +1,7 @@
 """``ackloop schedules``: list, show, create, pause, resume, trigger, backfill, delete.
 
 Against the local stack in ``--directory`` or the deployment the environment names, as
-``ackloop runs`` is: the store read and written directly (:mod:`ackloop.engine.schedule_ops`),
+``ackloop runs`` is: the store read and written directly (:mod:`ackloop.engine.schedule_control`),
 the ticks published on the queries topic, and wakes armed on the deployment's queue when one
 is configured (else its sweeper fires what is due). A schedule created here starts anonymous
 runs, as a query published to the topic does.
@@ -50,7 +50,7 @@ def _moment(text: str | None) -> float | None:
 
 def _with_deps(directory: Path, action: Callable[[Any], Awaitable[T]]) -> T:
     from ackloop.cli.runs import _deps
-    from ackloop.engine import schedule_ops as ops
+    from ackloop.engine import schedule_control as ops
     from ackloop.hosting.runtime import build_waker
 
     target: Target = connect(directory)
@@ -69,7 +69,7 @@ def _with_deps(directory: Path, action: Callable[[Any], Awaitable[T]]) -> T:
 
 
 def _view(record: Any) -> dict[str, Any]:
-    from ackloop.engine.schedule_ops import upcoming
+    from ackloop.engine.schedule_control import upcoming
 
     return {"id": record.id, "source": record.source, "paused": record.paused,
             "spec": record.spec.model_dump(mode="json", exclude_none=True),
@@ -110,7 +110,7 @@ def list_schedules(as_json: bool = JSON_OPTION, directory: Path = DIRECTORY) -> 
 def show(schedule_id: str = typer.Argument(..., metavar="SCHEDULE"),
          as_json: bool = JSON_OPTION, directory: Path = DIRECTORY) -> None:
     """A schedule: its spec, its next 5 firings, its recent firings."""
-    from ackloop.engine.schedule_ops import existing
+    from ackloop.engine.schedule_control import existing
 
     stored = _with_deps(directory, lambda deps: existing(deps, schedule_id))
     _print(stored.record, as_json)
@@ -138,7 +138,7 @@ def create(
     from pydantic import ValidationError
 
     from ackloop.domain.schedules import Schedule
-    from ackloop.engine.schedule_ops import put_schedule
+    from ackloop.engine.schedule_control import put_schedule
 
     try:
         spec = Schedule.model_validate({
@@ -157,7 +157,7 @@ def create(
 def _change(name: str, doc: str) -> None:
     def command(schedule_id: str = typer.Argument(..., metavar="SCHEDULE"),
                 as_json: bool = JSON_OPTION, directory: Path = DIRECTORY) -> None:
-        from ackloop.engine import schedule_ops as ops
+        from ackloop.engine import schedule_control as ops
 
         change = getattr(ops, name)
         _print(_with_deps(directory, lambda deps: change(deps, schedule_id)), as_json)
@@ -176,7 +176,7 @@ def trigger(schedule_id: str = typer.Argument(..., metavar="SCHEDULE"),
             as_json: bool = JSON_OPTION, directory: Path = DIRECTORY) -> None:
     """Fire now (its overlap policy applies; the schedule does not advance): the tick is
     published for the deployment's ingest, which knows the agents."""
-    from ackloop.engine.schedule_ops import publish_trigger as fire_now
+    from ackloop.engine.schedule_control import publish_trigger as fire_now
 
     fired = _with_deps(directory, lambda deps: fire_now(deps, schedule_id))
     typer.echo(json.dumps(fired.body(), indent=2) if as_json else
@@ -191,7 +191,7 @@ def backfill(schedule_id: str = typer.Argument(..., metavar="SCHEDULE"),
              as_json: bool = JSON_OPTION, directory: Path = DIRECTORY) -> None:
     """Run each firing time from --start to --end (at most 1000); a time already run runs
     once."""
-    from ackloop.engine.schedule_ops import backfill as run_range
+    from ackloop.engine.schedule_control import backfill as run_range
 
     first, last = _moment(start) or 0.0, _moment(end) or 0.0
     done = _with_deps(directory, lambda deps: run_range(deps, schedule_id, first, last))

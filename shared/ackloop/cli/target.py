@@ -19,12 +19,12 @@ import typer
 
 from ackloop.cli.errors import NO_CREDENTIALS, CliError
 from ackloop.config.settings import Settings
-from ackloop.hosting.localstack import DEFAULT_DIRECTORY
+from ackloop.testing.localstack import DEFAULT_DIRECTORY
 
 if TYPE_CHECKING:
     from ackloop.bus.pubsub import PubSubPublisher
-    from ackloop.hosting.localstack import StackState
     from ackloop.store import AgentStore
+    from ackloop.testing.localstack import StackState
 
 EMULATORS = {"PUBSUB_EMULATOR_HOST": "Pub/Sub", "FIRESTORE_EMULATOR_HOST": "Firestore"}
 REACH_SECONDS = 1.0
@@ -60,7 +60,7 @@ class Target:
 def connect(directory: Path) -> Target:
     """The settings of the stack in ``directory`` (put in this process's environment, where the
     Google clients read the emulators from), or of the environment; checked reachable."""
-    from ackloop.hosting.localstack import StackState
+    from ackloop.testing.localstack import StackState
 
     try:
         state = StackState.load(directory)

@@ -392,7 +392,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _allowed_uris_are_prefixes(self) -> Settings:
-        from ackloop.files.uris import parse_allowed
+        from ackloop.config.file_uris import parse_allowed
 
         parse_allowed(self.files_allowed_uris)  # a malformed entry stops the start-up
         return self

@@ -1,5 +1,5 @@
 """Firestore's ``BatchGetDocuments`` and ``Commit``, called straight on a gRPC channel
-(:mod:`ackloop.hosting.gcp_rpc`): the two Firestore calls of every step.
+(:mod:`ackloop.gcp.rpc`): the two Firestore calls of every step.
 
 :class:`FirestoreRpc` serves one ``google.cloud.firestore.AsyncClient`` and sends exactly what
 the library sends for it:
@@ -40,8 +40,8 @@ from google.cloud.firestore_v1.services.firestore.transports.grpc_asyncio import
 )
 from google.cloud.firestore_v1.types import firestore as firestore_types
 
-from ackloop.hosting import gcp_rpc
-from ackloop.hosting.gcp_rpc import RetryPolicy
+from ackloop.gcp import rpc
+from ackloop.gcp.rpc import RetryPolicy
 
 BatchGetRequestPb = firestore_types.BatchGetDocumentsRequest.pb()
 BatchGetResponsePb = firestore_types.BatchGetDocumentsResponse.pb()
@@ -88,14 +88,14 @@ class FirestoreRpc:
         it again: about 45 microseconds for a 20 KB transcript chunk)."""
         if self._loop is not asyncio.get_running_loop():
             self._connect()
-        return await gcp_rpc.unary_stream(self._batch_get, request, self._metadata,
+        return await rpc.unary_stream(self._batch_get, request, self._metadata,
                                           self.batch_get_policy)
 
     async def commit(self, request: Any) -> Any:
         """The raw ``CommitResponse`` to the raw ``request``."""
         if self._loop is not asyncio.get_running_loop():
             self._connect()
-        return await gcp_rpc.unary(self._commit, request, self._metadata, self.commit_policy)
+        return await rpc.unary(self._commit, request, self._metadata, self.commit_policy)
 
     def _connect(self) -> None:
         client = self._client
@@ -109,9 +109,9 @@ class FirestoreRpc:
             request_serializer=CommitRequestPb.SerializeToString,
             response_deserializer=CommitResponsePb.FromString)
         self._metadata = grpc.aio.Metadata(
-            gcp_rpc.api_client_header(transport_base.DEFAULT_CLIENT_INFO),
+            rpc.api_client_header(transport_base.DEFAULT_CLIENT_INFO),
             *client._rpc_metadata,
-            gcp_rpc.routing(database=client._database_string))
+            rpc.routing(database=client._database_string))
         self._channel, self._loop = channel, asyncio.get_running_loop()
 
     async def aclose(self) -> None:

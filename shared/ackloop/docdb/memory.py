@@ -1,6 +1,6 @@
 """An in-memory DocumentDB with Firestore's semantics, for unit tests and the contract suite:
 its preconditions, its batch limit, and its document limits measured as Firestore measures them
-(:mod:`ackloop.docdb.sizes`)."""
+(:mod:`ackloop.domain.document_sizes`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ackloop.docdb.base import (
     Version,
     Write,
 )
-from ackloop.docdb.sizes import document_size, unstorable
+from ackloop.domain.document_sizes import document_size, unstorable
 from ackloop.domain.frozen import freeze
 from ackloop.domain.jsondict import JsonDict
 

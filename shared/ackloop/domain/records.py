@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ackloop.domain.context_window import summary_content
 from ackloop.domain.cost import Cost
 from ackloop.domain.jsondict import JsonDict, SharedJsonDict
 from ackloop.domain.wire import RunOutcome, Usage
-from ackloop.transcript.context import summary_content
 
 ANONYMOUS = "anonymous"
 """The caller of a query published to the topic, or of the HTTP API when it checks no one."""
@@ -353,7 +353,7 @@ class TranscriptChunk(Record):
     """``{run_id}/{step_key}`` of the step that appended last: checked by the next step."""
     size: int = 0
     summary: str | None = Field(default=None, exclude_if=lambda v: v is None)
-    """A compaction's chunk (:mod:`ackloop.transcript.context`): the summary of every turn before
+    """A compaction's chunk (:mod:`ackloop.domain.context_window`): the summary of every turn before
     it. A
     model step reads the transcript from the last such chunk on."""
     kept: list[SharedJsonDict] = Field(default_factory=list, exclude_if=lambda v: not v)

@@ -3,7 +3,7 @@
 A :class:`Schedule` says when it fires with exactly one of ``cron`` (five fields, read in its
 ``time_zone``) or ``every_seconds`` (anchored at ``start_at``, else at the Unix epoch), between
 ``start_at`` and ``end_at`` when given. Firing times are whole seconds. What this module
-computes from a spec and a time, the engine (:mod:`ackloop.engine.schedules`) and the store
+computes from a spec and a time, the engine (:mod:`ackloop.engine.schedule_firing`) and the store
 (:mod:`ackloop.store.schedules`) only apply:
 
 - :func:`next_fire_after`: the next firing strictly after a time (None: the schedule is over);

@@ -19,8 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from ackloop.docdb.sizes import depth, unstorable, value_size
 from ackloop.domain import patterns
+from ackloop.domain.document_sizes import depth, unstorable, value_size
 from ackloop.domain.keys import MAX_INDEX, MAX_TURN
 
 # Ids that end up in Firestore document paths: no "/", no leading "__", bounded length.
@@ -249,7 +249,7 @@ class QueryMessage(WireModel):
 
 MAX_EVENT_PAYLOAD_BYTES = 16 * 1024
 """The most an event's payload may be, measured as Firestore stores it
-(:func:`ackloop.docdb.sizes.value_size`: a number is 8 bytes, not its digits)."""
+(:func:`ackloop.domain.document_sizes.value_size`: a number is 8 bytes, not its digits)."""
 MAX_PAYLOAD_DEPTH = 16
 """How deep the maps and arrays of a caller's JSON value (an event's payload, an approval's
 edited arguments) may nest: it is stored a few levels down in a document, and Firestore refuses

@@ -59,8 +59,8 @@ from ackloop.domain.records import (
 )
 from ackloop.domain.wire import FunctionCall, Usage
 from ackloop.engine.deps import Deps
-from ackloop.engine.outbox import resend, send
-from ackloop.engine.outgoing import first_step
+from ackloop.engine.outbox_entries import first_step
+from ackloop.engine.outbox_sending import resend, send
 from ackloop.engine.spend import rolled_up, spent, steps_usage
 from ackloop.store import AgentStore
 from ackloop.telemetry import tracing

@@ -1,5 +1,5 @@
 """Compaction: a model step whose request would pass its agent's context budget first replaces
-the older turns with a summary (:mod:`ackloop.transcript.context`).
+the older turns with a summary (:mod:`ackloop.domain.context_window`).
 
 The summary is one model call, committed before the step's own call as the transcript's next
 chunk (:meth:`ackloop.store.Transcripts.commit_compaction`), created once and fenced on the
@@ -34,7 +34,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackloop import files
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
+from ackloop.domain.context_window import (
+    cut_index,
+    json_size,
+    summary_content,
+    summary_request_contents,
+    tokens_of_bytes,
+)
 from ackloop.domain.cost import Cost, Spend, price
 from ackloop.domain.errors import ModelPermanentError, RetryableError, StaleRead
 from ackloop.domain.jsondict import JsonDict
@@ -47,13 +54,6 @@ from ackloop.model.base import ModelRequest
 from ackloop.store import CHUNK_BYTES, Transcript
 from ackloop.telemetry import metrics, tracing
 from ackloop.transcript import conversation
-from ackloop.transcript.context import (
-    cut_index,
-    json_size,
-    summary_content,
-    summary_request_contents,
-    tokens_of_bytes,
-)
 
 log = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter, ValidationError
 
+from ackloop.bus.push import Delivery
 from ackloop.domain.keys import StepKey, run_id_for_request, turn_range
 from ackloop.domain.records import StepRecord, StepStatus, StopReason
 from ackloop.domain.wire import (
@@ -47,8 +48,7 @@ from ackloop.domain.wire import (
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, publish_end, run_end
 from ackloop.engine.ledger import Unscheduled, committed_tool_message, scheduled_model_step
-from ackloop.engine.outbox import resend
-from ackloop.hosting.push import Delivery
+from ackloop.engine.outbox_sending import resend
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from ackloop.agents.agent import AgentRegistry
 from ackloop.bus.base import Publisher
 from ackloop.bus.wakes import NoWaker, Waker
-from ackloop.config.agents import AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.domain.clock import Clock
 from ackloop.files import FileStore, MemoryFileStore

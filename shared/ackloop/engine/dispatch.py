@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from ackloop.bus.push import Delivery
 from ackloop.domain.errors import (
     PermanentError,
     PoisonMessage,
@@ -35,19 +36,18 @@ from ackloop.domain.wire import (
     ToolStepMessage,
     Usage,
 )
-from ackloop.engine import schedules
+from ackloop.engine import schedule_firing
 from ackloop.engine.dead_letter import handle_dead_letter
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ingest import start_run
 from ackloop.engine.lease import RequestScope
-from ackloop.engine.outbox import REDRIVEN, encode
+from ackloop.engine.outbox_sending import REDRIVEN, encode
 from ackloop.engine.spend import metered
 from ackloop.engine.tool_step import handle_tool_step
 from ackloop.engine.waits import arrivals
 from ackloop.engine.waits.core import CarryOn
 from ackloop.files import gate
-from ackloop.hosting.push import Delivery
 from ackloop.store import DecisionRefused
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import log_context, update_log_context
@@ -201,7 +201,7 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
             return Outcome(200, await arrivals.deliver_end(deps, message.run_id,
                                                            _here(deps, delivery)))
         if isinstance(message, ScheduleTick):
-            return Outcome(200, (await schedules.fire(deps, message)).body())
+            return Outcome(200, (await schedule_firing.fire(deps, message)).body())
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
                                        delivery.attributes.get("reads"),
                                        delivery.attributes.get(REDRIVEN) == "1")

@@ -9,15 +9,15 @@ from typing import Any
 from ackloop.domain.cost import Cost
 from ackloop.domain.records import RunRecord, RunStatus, StepRecord, StepStatus, StopReason
 from ackloop.domain.wire import Usage
-from ackloop.engine import children, outgoing
+from ackloop.engine import children, outbox_entries
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import ended_with
-from ackloop.engine.outbox import send
+from ackloop.engine.outbox_sending import send
 from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.engine.waits import core as waits
 from ackloop.store import RunEnd
 from ackloop.telemetry import metrics
-from ackloop.tools.masking import mask_secrets
+from ackloop.telemetry.masking import mask_secrets
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,10 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
     run, next_run_id = ended
     metrics.run_finished(run.agent, end.status.value, end.stop_reason.value)
     log_finished(run, end, now)
-    outbox = outgoing.ends(run, end)
+    outbox = outbox_entries.ends(run, end)
     if next_run_id is not None:
         queued = await deps.store.runs.get_run(next_run_id)  # its trace: the message carries it
-        outbox.append(outgoing.first_step(next_run_id, other_run=True,
+        outbox.append(outbox_entries.first_step(next_run_id, other_run=True,
                                           trace_id=queued.trace_id if queued else None))
     await send(deps, run_id, outbox)
     await waits.abandon_all(deps, run, steps)  # a child of an ended run works for nobody
@@ -123,7 +123,7 @@ async def publish_end(deps: Deps, run: RunRecord) -> None:
     """Publish an ended run's end again (the answers topic is at least once)."""
     if run.status.terminal and run.stop_reason is not None:
         end = RunEnd(**run.outcome())
-        await send(deps, run.run_id, outgoing.ends(run, end))
+        await send(deps, run.run_id, outbox_entries.ends(run, end))
 
 
 async def cancel_run(deps: Deps, run_id: str) -> RunRecord | None:

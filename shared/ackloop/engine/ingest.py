@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 
-from ackloop.config.agents import DEFAULT_AGENT
+from ackloop.agents.agent import DEFAULT_AGENT
 from ackloop.domain.cost import Cost
 from ackloop.domain.errors import PermanentError
 from ackloop.domain.jsondict import JsonDict
@@ -14,8 +14,8 @@ from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import ANONYMOUS, RunLimits, RunRecord, RunStatus
 from ackloop.domain.wire import QueryMessage
 from ackloop.engine.deps import Deps
-from ackloop.engine.outbox import resend, send
-from ackloop.engine.outgoing import first_step
+from ackloop.engine.outbox_entries import first_step
+from ackloop.engine.outbox_sending import resend, send
 from ackloop.engine.spend import metered, spent
 from ackloop.files import FileLimits, QueryFiles, plan_query_files
 from ackloop.telemetry import metrics, tracing
@@ -41,7 +41,7 @@ def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS,
             files: list[JsonDict] | None = None) -> RunRecord:
     """The run ``query`` starts; ``files``: its files as the run keeps them
     (:func:`planned_files`). A query may not name an internal agent
-    (:class:`~ackloop.config.agents.InternalAgent`, permanent): child runs and hand-offs, which
+    (:class:`~ackloop.agents.agent.InternalAgent`, permanent): child runs and hand-offs, which
     reach
     one, do not start here."""
     agent = deps.agents.for_query(query.agent)

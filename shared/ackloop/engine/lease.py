@@ -38,8 +38,8 @@ from ackloop.store import AgentStore, Claim, RunRead
 from ackloop.store.deltas import DeltaRecord, run_delta_write
 from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import update_log_context
+from ackloop.telemetry.masking import mask_secrets
 from ackloop.tools.base import Toolbox, prepare_toolbox
-from ackloop.tools.masking import mask_secrets
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class RequestScope:
     redriven: bool = False
     """A dead letter's message published again by a redrive (its ``redriven`` attribute): a
     completed step it finds sends what it committed again, since what was sent then met a
-    failed run and did nothing (:func:`ackloop.engine.outbox.sends_again`)."""
+    failed run and did nothing (:func:`ackloop.engine.outbox_sending.sends_again`)."""
 
     @classmethod
     def starting(cls, deps: Deps, message_id: str, delivery_attempt: int = 1,

@@ -24,7 +24,7 @@ from ackloop.domain.errors import PermanentError
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import Outgoing, StepRecord, StepStatus
 from ackloop.domain.wire import ModelStepMessage, ToolStepMessage
-from ackloop.engine.outgoing import after_tools, first_step
+from ackloop.engine.outbox_entries import after_tools, first_step
 
 
 class Unscheduled(PermanentError):

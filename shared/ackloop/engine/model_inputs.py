@@ -22,7 +22,7 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import RequestScope, claim_in_run
 from ackloop.engine.ledger import scheduled_model_step
-from ackloop.engine.outgoing import parse_reads
+from ackloop.engine.outbox_entries import parse_reads
 from ackloop.store import Claim, ModelStepInputs, RunRead, Transcript
 from ackloop.transcript import conversation
 

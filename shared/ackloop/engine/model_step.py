@@ -8,7 +8,7 @@
    on turn 0, else the previous turn's tool results, in call order).
 4. Call the model with the lease kept alive, and decide (:func:`decide`, a pure function):
    one tool step per call, or the run's end.
-5. Commit the decision (:func:`ackloop.engine.commit.commit`), then publish.
+5. Commit the decision (:func:`ackloop.engine.step_commit.commit`), then publish.
 
 The reads and the claim of step 1 are :mod:`ackloop.engine.model_inputs`'s, the call of step 4
 :mod:`ackloop.engine.model_call`'s.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ackloop import files
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.domain.errors import (
     ModelPermanentError,
     PermanentError,
@@ -38,8 +38,7 @@ from ackloop.domain.records import (
     StopReason,
 )
 from ackloop.domain.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
-from ackloop.engine import compaction, outbox
-from ackloop.engine.commit import Basis, Decision, commit, run_end
+from ackloop.engine import compaction, outbox_sending
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import (
@@ -50,6 +49,7 @@ from ackloop.engine.lease import (
 )
 from ackloop.engine.model_call import call_model
 from ackloop.engine.model_inputs import Inputs, claim_and_read, turn_input
+from ackloop.engine.step_commit import Basis, Decision, commit, run_end
 from ackloop.engine.structured import OutputContract, contract_for, judge
 from ackloop.model.base import (
     ModelRequest,
@@ -93,8 +93,8 @@ async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: Reques
         return  # the run has ended: nothing to run
     message, run_read, claim, inputs = read
     if claim.state == "completed":
-        if outbox.sends_again(claim.step, scope.message_id, scope.redriven):
-            await outbox.resend(deps, message.run_id, claim.step.outbox)
+        if outbox_sending.sends_again(claim.step, scope.message_id, scope.redriven):
+            await outbox_sending.resend(deps, message.run_id, claim.step.outbox)
         return
     ref = ClaimRef(claim)
     try:

@@ -38,7 +38,7 @@ from ackloop.domain.errors import ConversationBusy
 from ackloop.domain.wire import ChildEndedMessage
 from ackloop.engine import children
 from ackloop.engine.dead_letter import CHILD_ENDED, EVENT, WAITED_FOR
-from ackloop.engine.outbox import REDRIVEN, encode
+from ackloop.engine.outbox_sending import REDRIVEN, encode
 from ackloop.store import DEAD_LETTER_PAGE, AgentStore
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ async def _redrive_one(
 async def _publish(store: AgentStore, publisher: Publisher, topic: str, clock: Clock,
                    record: dict[str, object]) -> None:
     """Re-publish a dead letter's message, its data and attributes as they were plus
-    ``redriven`` (:func:`ackloop.engine.outbox.sends_again`), and mark it re-driven."""
+    ``redriven`` (:func:`ackloop.engine.outbox_sending.sends_again`), and mark it re-driven."""
     raw = record.get("attributes")
     attributes = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
     attributes[REDRIVEN] = "1"

@@ -25,7 +25,7 @@ from ackloop.domain.cost import Cost, Spend, price, pubsub_billed_bytes
 from ackloop.domain.records import Outgoing, RunRecord, StepRecord
 from ackloop.domain.wire import Usage
 from ackloop.engine.deps import Deps
-from ackloop.engine.outbox import encode
+from ackloop.engine.outbox_sending import encode
 from ackloop.store import DocumentCounters, delivery_counters
 
 

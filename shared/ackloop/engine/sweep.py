@@ -22,7 +22,7 @@ a child's wait writes no run document, and a run waiting for a child is looked a
 re-send after the decision was lost) once the run is ``sweep_stale_seconds`` idle, and
 otherwise moves ``progress_at`` to the earliest time a wait asks for.
 
-It also makes the schedules' pass (:func:`ackloop.engine.schedule_ops.sweep_schedules`): the
+It also makes the schedules' pass (:func:`ackloop.engine.schedule_control.sweep_schedules`): the
 catalog's schedules synced, and a schedule due with no wake delivered fired.
 
 It runs from ``ackloop runs sweep``, from ``POST /sweep`` on the API (Cloud Scheduler calls it;
@@ -48,9 +48,9 @@ from ackloop.domain.wire import ToolStepMessage, Usage
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ledger import scheduled_model_message
-from ackloop.engine.outbox import send
-from ackloop.engine.outgoing import after_tools, first_step
-from ackloop.engine.schedule_ops import sweep_schedules
+from ackloop.engine.outbox_entries import after_tools, first_step
+from ackloop.engine.outbox_sending import send
+from ackloop.engine.schedule_control import sweep_schedules
 from ackloop.engine.waits import core as waits
 from ackloop.telemetry import tracing
 

@@ -23,8 +23,7 @@ from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.keys import StepKey, tool_turn_range
 from ackloop.domain.records import RunStatus, StepDecision, StepStatus, Waiting
 from ackloop.domain.wire import FunctionCall, ToolStepMessage, Usage
-from ackloop.engine import children, claims, outbox
-from ackloop.engine.commit import Basis, Decision, commit
+from ackloop.engine import children, claims, outbox_sending
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import (
     ClaimRef,
@@ -35,7 +34,8 @@ from ackloop.engine.lease import (
     released_on_failure,
 )
 from ackloop.engine.ledger import committed_tool_message
-from ackloop.engine.outgoing import after_tools
+from ackloop.engine.outbox_entries import after_tools
+from ackloop.engine.step_commit import Basis, Decision, commit
 from ackloop.engine.waits import core as waits
 from ackloop.engine.waits.kinds import KINDS, Wait, child_end, kind_of, rejection, wait_of
 from ackloop.store import RunRead
@@ -91,7 +91,7 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
         await commit(deps, ref, decided, Basis(run_read), kind="tool")
         if message.call_count == 1:
             return  # the follow-up went out with the commit
-    elif not outbox.sends_again(claim.step, scope.message_id, scope.redriven):
+    elif not outbox_sending.sends_again(claim.step, scope.message_id, scope.redriven):
         return  # another message completed the step: its delivery sent, or will send, on
     await join(deps, message, model_result)
 
@@ -369,4 +369,4 @@ async def join(deps: Deps, message: ToolStepMessage, model_result: JsonDict | No
         return
     if message.call_count > 1 and max(done)[1] != message.index:
         return  # a sibling committed after this one: the join is its to make
-    await outbox.send(deps, message.run_id, [after_tools(message, model_result)])
+    await outbox_sending.send(deps, message.run_id, [after_tools(message, model_result)])

@@ -7,7 +7,7 @@ replayed. ``ackloop eval`` is the command; this is the API beside it::
     assert report.passed, report.summary
 
 Running and checking need the ``eval`` extra (``pip install 'ackloop[eval]'``: Pydantic
-Evals). The report's model (:mod:`ackloop.evals.results`), which the API and the inspector
+Evals). The report's model (:mod:`ackloop.domain.eval_reports`), which the API and the inspector
 read, and the pure modules (:mod:`~ackloop.evals.facts`, :mod:`~ackloop.evals.matchers`) do
 not: the names below load lazily (PEP 562), so importing this package needs nothing extra.
 """
@@ -26,7 +26,8 @@ _PUBLIC: dict[str, str] = {
     "Status": "checks", "Trajectory": "checks",
     "Call": "facts", "RunFacts": "facts", "run_facts": "facts",
     "Judge": "judge",
-    "CaseResult": "results", "EvalReport": "results", "compare": "results",
+    "CaseResult": "ackloop.domain.eval_reports", "EvalReport": "ackloop.domain.eval_reports",
+    "compare": "ackloop.domain.eval_reports",
     "EvalRunner": "runner",
 }
 __all__ = sorted(_PUBLIC)
@@ -38,10 +39,14 @@ def __getattr__(name: str) -> Any:
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'ackloop.evals' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"ackloop.evals.{module}"), name)
+    path = module if "." in module else f"ackloop.evals.{module}"
+    return getattr(importlib.import_module(path), name)
 
 
 if TYPE_CHECKING:
+    from ackloop.domain.eval_reports import CaseResult as CaseResult
+    from ackloop.domain.eval_reports import EvalReport as EvalReport
+    from ackloop.domain.eval_reports import compare as compare
     from ackloop.evals.cases import EvalDataset as EvalDataset
     from ackloop.evals.cases import EvalInputs as EvalInputs
     from ackloop.evals.cases import EvalOptions as EvalOptions
@@ -61,7 +66,4 @@ if TYPE_CHECKING:
     from ackloop.evals.facts import RunFacts as RunFacts
     from ackloop.evals.facts import run_facts as run_facts
     from ackloop.evals.judge import Judge as Judge
-    from ackloop.evals.results import CaseResult as CaseResult
-    from ackloop.evals.results import EvalReport as EvalReport
-    from ackloop.evals.results import compare as compare
     from ackloop.evals.runner import EvalRunner as EvalRunner

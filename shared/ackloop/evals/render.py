@@ -10,7 +10,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
-from ackloop.evals.results import CaseResult, EvalReport
+from ackloop.domain.eval_reports import CaseResult, EvalReport
 
 ANSWER_CHARS = 300
 

@@ -20,9 +20,16 @@ from typing import Any
 from pydantic_evals import Case, Dataset, increment_eval_metric, set_eval_attribute
 from pydantic_evals.reporting import EvaluationReport, ReportCase, ReportCaseFailure
 
-from ackloop.config.agents import Agent, AgentRegistry
+from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.domain.cost import Spend, price
+from ackloop.domain.eval_reports import (
+    CaseResult,
+    CheckResult,
+    EvalReport,
+    case_score,
+    summarize,
+)
 from ackloop.domain.records import StepDecision
 from ackloop.evals.cases import EvalDataset, EvalInputs
 from ackloop.evals.cassette import Cassette, CassetteModel, CassetteToolbox
@@ -30,13 +37,6 @@ from ackloop.evals.checks import Status
 from ackloop.evals.facts import RunFacts, run_facts
 from ackloop.evals.judge import JUDGE_SPEND
 from ackloop.evals.matchers import answer_diff
-from ackloop.evals.results import (
-    CaseResult,
-    CheckResult,
-    EvalReport,
-    case_score,
-    summarize,
-)
 from ackloop.evals.targets import InProcessTarget, Target, drive
 
 DEFAULT_CONCURRENCY = 8
@@ -145,7 +145,7 @@ class EvalRunner:
         return AgentRegistry(self.agents)
 
     def _in_process(self, agents: AgentRegistry, model: Any) -> InProcessTarget:
-        from ackloop.hosting.testing import AgentTester
+        from ackloop.testing.agent_tester import AgentTester
 
         tester = AgentTester(list(agents), model=model, settings=self.settings)
         return InProcessTarget(deps=tester.deps, loop=tester.loop)

@@ -8,7 +8,7 @@ them (:func:`stored_part`). A model step turns those parts back into what Gemini
 (:func:`for_request`): the bytes inline up to a limit, else the URI.
 
 A query's files (:class:`ackloop.domain.wire.FilePart`: inline base64 bytes, or a caller's
-``gs://``/``https://`` URI under a prefix the deployment allows: :mod:`ackloop.files.uris`)
+``gs://``/``https://`` URI under a prefix the deployment allows: :mod:`ackloop.config.file_uris`)
 are checked against :class:`FileLimits` and the accepted types (:func:`plan_query_files`), and
 their bytes stored (:meth:`QueryFiles.store`) once nothing else can refuse the query, just
 before its run is created; the run keeps only the ``file_data`` parts. A refusal is a
@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from ackloop.config import file_uris
 from ackloop.domain.errors import PermanentError
 from ackloop.domain.jsondict import JsonDict
-from ackloop.files import gate, uris
+from ackloop.files import gate
 
 if TYPE_CHECKING:
     from ackloop.config.settings import Settings
@@ -171,7 +172,7 @@ class FileRefused(PermanentError):
 @dataclass(frozen=True)
 class FileLimits:
     """How many files a query may carry, how large its inline ones may be, and the prefixes
-    its URIs may lie under (:mod:`ackloop.files.uris`; none: inline files only)."""
+    its URIs may lie under (:mod:`ackloop.config.file_uris`; none: inline files only)."""
 
     max_file_bytes: int = 7 * 1024 * 1024
     max_query_bytes: int = 14 * 1024 * 1024
@@ -181,7 +182,7 @@ class FileLimits:
     @classmethod
     def from_settings(cls, settings: Settings) -> FileLimits:
         return cls(settings.files_max_file_bytes, settings.files_max_query_bytes,
-                   settings.files_max_count, uris.parse_allowed(settings.files_allowed_uris))
+                   settings.files_max_count, file_uris.parse_allowed(settings.files_allowed_uris))
 
 
 def _mib(size: int) -> str:
@@ -231,7 +232,7 @@ def _check_uri(uri: str, where: str, store: FileStore | None, limits: FileLimits
     if not host or (uri.startswith("gs://") and not path):
         raise FileRefused(f"{where}.file_uri {uri[:200]!r} names no object: use "
                           "gs://bucket/object or https://host/path", reason=INVALID)
-    why = uris.refusal(uri, limits.allowed_uris, store.bucket if store is not None else None)
+    why = file_uris.refusal(uri, limits.allowed_uris, store.bucket if store is not None else None)
     if why is not None:
         raise FileRefused(f"{where}.file_uri {uri[:200]!r} {why}", reason=URI_NOT_ALLOWED)
 

@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 import httpx
 
+from ackloop.agents.agent import AgentRegistry
 from ackloop.bus.pubsub import PubSubPublisher
 from ackloop.bus.wakes import NoWaker, Waker
-from ackloop.config.agents import AgentRegistry
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.firestore import FirestoreDocumentDB
@@ -119,7 +119,7 @@ def check_model(settings: Settings) -> None:
     """
     if settings.resolved_model_provider() != "gemini":
         return
-    from ackloop.tools.masking import register_secret
+    from ackloop.telemetry.masking import register_secret
 
     api_key = settings.gemini_api_key.get_secret_value() if settings.gemini_api_key else None
     register_secret(api_key)
@@ -147,15 +147,15 @@ def build_model(settings: Settings, agents: AgentRegistry) -> ModelClient:
     # now, as the Gemini client loads them, not by the first model step served.
     import google.genai.types  # noqa: F401
 
-    from ackloop.model.agent_scripts import CatalogScript
+    from ackloop.agents.scripts import CatalogScript
     from ackloop.model.scripted import ScriptedModel
 
     return ScriptedModel(CatalogScript(agents))
 
 
 def build_agents(settings: Settings, http: httpx.AsyncClient) -> AgentRegistry:
-    """The catalog the settings name (raises :class:`ackloop.config.catalog.CatalogError`)."""
-    from ackloop.config.catalog import load_registry
+    """The catalog the settings name (raises :class:`ackloop.agents.catalog.CatalogError`)."""
+    from ackloop.agents.catalog import load_registry
 
     return load_registry(settings, http)
 

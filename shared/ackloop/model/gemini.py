@@ -22,7 +22,7 @@ from ackloop.model.base import ModelRequest, ModelTurn, TextSink
 from ackloop.model.gemini_errors import TRANSPORT_ERRORS, from_api_error, from_transport_error
 from ackloop.model.gemini_turn import turn_from_response
 from ackloop.model.validated import validated
-from ackloop.tools.masking import register_secret
+from ackloop.telemetry.masking import register_secret
 
 _NO_RETRIES = types.HttpRetryOptions(attempts=1)
 

@@ -11,7 +11,7 @@ import httpx
 from google.genai import errors as genai_errors
 
 from ackloop.domain.errors import ModelPermanentError, ModelRetryableError
-from ackloop.tools.masking import mask_secrets
+from ackloop.telemetry.masking import mask_secrets
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _PERMANENT_REASONS = {

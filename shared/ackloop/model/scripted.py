@@ -13,13 +13,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ackloop.domain.context_window import is_summary_request
 from ackloop.domain.errors import ModelPermanentError
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.seed_agent import seed_agent_turn
 from ackloop.model.transcript import Exchange, count_model_contents, read_exchange
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.model.validated import validated
-from ackloop.transcript.context import is_summary_request
 
 REFERENCE_ANSWER = "Reference workload done."
 
@@ -71,9 +71,8 @@ class ScriptedModel:
 
     def decide(self, request: ModelRequest) -> ModelTurn:
         """Like :meth:`generate`, but synchronous and unrecorded (the fake server's hook).
-        A compaction's request (:func:`ackloop.transcript.context.is_summary_request`) is answered
-        with
-        :func:`scripted_summary`, whatever the script."""
+        A compaction's request (:func:`ackloop.domain.context_window.is_summary_request`) is
+        answered with :func:`scripted_summary`, whatever the script."""
         validate_contents(request)
         if is_summary_request(request.contents):
             return text_turn(scripted_summary(request.contents), request=request)

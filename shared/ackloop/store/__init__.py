@@ -13,7 +13,7 @@ ground they all stand on; no room is built on another):
 - :mod:`~ackloop.store.evals`: eval reports (``ackloop eval``), a head and pages of cases;
 - :mod:`~ackloop.store.schedules`: schedules, their next firing and recent firings;
 - :mod:`~ackloop.store.base`: the ground: paths, retention and the values they all pass;
-- :mod:`~ackloop.store.commit`: what a step's commit is made of, and the engine's part in it.
+- :mod:`~ackloop.store.decision`: what a step's commit is made of, and the engine's part in it.
 
 :class:`AgentStore` is the narrow port the engine holds: the rooms as attributes
 (``store.runs.get_run(...)``, ``store.steps.commit_step(...)``, ``store.transcript``,
@@ -41,7 +41,7 @@ from ackloop.store.base import (
     StoreBase,
     Transcript,
 )
-from ackloop.store.commit import (
+from ackloop.store.decision import (
     Basis,
     Committed,
     Composed,

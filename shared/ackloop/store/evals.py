@@ -1,5 +1,6 @@
-"""The evals room: the reports ``ackloop eval`` keeps (:class:`~ackloop.evals.results.EvalReport`)
-for the inspector's eval pages, each a head and its cases in pages of their own.
+"""The evals room: the reports ``ackloop eval`` keeps
+(:class:`~ackloop.domain.eval_reports.EvalReport`) for the inspector's eval pages, each a head
+and its cases in pages of their own.
 
 * ``evals/{id}``: the head, everything but the cases (the summary among it), with its owner,
   when it was stored, how many cases and pages it has and the generation that wrote them. The
@@ -8,7 +9,7 @@ for the inspector's eval pages, each a head and its cases in pages of their own.
 * ``evals/{id}/cases/{page:05d}``: the cases, in the report's order, as many to a page as fit
   in :data:`PAGE_BYTES`.
 
-Firestore keeps at most 1 MiB a document (:mod:`ackloop.docdb.sizes` measures as it does):
+Firestore keeps at most 1 MiB a document (:mod:`ackloop.domain.document_sizes` measures as it does):
 each text of a case is cut to a bound (:func:`storable_case`: the answer, the question, the
 error, each check's reason, each call of its trajectory, and how many checks and calls) so
 that a case never takes more than :data:`CASE_BYTES` and a page never more than PAGE_BYTES,
@@ -26,9 +27,9 @@ from typing import Any, TypeVar
 from pydantic import Field
 
 from ackloop.docdb.base import StorageUnavailable, Write
-from ackloop.docdb.sizes import MAX_DEPTH, document_size, value_size
+from ackloop.domain.document_sizes import MAX_DEPTH, document_size, value_size
+from ackloop.domain.eval_reports import CaseResult, CheckResult, EvalReport
 from ackloop.domain.jsondict import JsonDict
-from ackloop.evals.results import CaseResult, CheckResult, EvalReport
 from ackloop.store.base import StoreBase
 
 KIB = 1024

@@ -22,7 +22,7 @@ from ackloop.domain.keys import is_run_id
 from ackloop.domain.records import ConversationRecord, RunRecord, RunStatus, StopReason
 from ackloop.domain.wire import Usage
 from ackloop.store.base import RunEnd, StoreBase
-from ackloop.store.commit import RunRead
+from ackloop.store.decision import RunRead
 from ackloop.store.transcript import newest_chunk, transcript_fence
 
 # Optimistic retries of :meth:`Runs.create_run` when its documents change meanwhile.

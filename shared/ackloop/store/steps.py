@@ -7,10 +7,10 @@ The invariants it keeps:
   commit (:class:`~ackloop.domain.errors.LeaseLost`);
 - a step's completion, its transcript entries, its outbox and, for the last step, the run's
   final state are one atomic batch whose precondition is the holder's version of the step
-  (:meth:`Steps.commit_step`, :mod:`ackloop.store.commit`).
+  (:meth:`Steps.commit_step`, :mod:`ackloop.store.decision`).
 
 The store is a pure writer: the engine builds the messages, prices the delivery and masks what
-it records (its composer, :data:`~ackloop.store.commit.Composer`, which the commit asks once it
+it records (its composer, :data:`~ackloop.store.decision.Composer`, which the commit asks once it
 knows how many documents it writes); the commit writes them with their preconditions. The writes
 of another room that a step's commit carries (a transcript append, a run's end) come from that
 room's module (:func:`~ackloop.store.transcript.append_writes`,
@@ -30,7 +30,7 @@ from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunRecord, StepRecord, StepStatus
 from ackloop.domain.wire import Usage
 from ackloop.store.base import Claim, StoreBase
-from ackloop.store.commit import Basis, Committed, Composer, Decision, RunRead, StepPlan
+from ackloop.store.decision import Basis, Committed, Composer, Decision, RunRead, StepPlan
 from ackloop.store.runs import end_plan, end_writes
 from ackloop.store.transcript import append_writes, pointer_after, refresh_history
 
@@ -258,11 +258,11 @@ class Steps(StoreBase):
     async def commit_step(self, claim: Claim, basis: Basis, decision: Decision, *,
                           now: float, compose: Composer) -> Committed:
         """Write ``decision`` of the step ``claim`` holds, made from ``basis``, in one atomic
-        commit with every precondition (:mod:`ackloop.store.commit`); returns what to send.
+        commit with every precondition (:mod:`ackloop.store.decision`); returns what to send.
 
         What the decision sends, what the delivery cost and the run's cost so far, and the
         run's end with its total, are the engine's: ``compose`` is asked for them once the
-        commit knows what it writes (:class:`~ackloop.store.commit.StepPlan`: how many
+        commit knows what it writes (:class:`~ackloop.store.decision.StepPlan`: how many
         documents, the queued run a run's end starts), and the store writes what it answers.
 
         A run's end reads its conversation first (to hand it to the next queued run), except

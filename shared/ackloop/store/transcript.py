@@ -21,13 +21,13 @@ from ackloop.docdb.base import (
     Version,
     Write,
 )
-from ackloop.docdb.sizes import value_size
+from ackloop.domain.document_sizes import value_size
 from ackloop.domain.errors import StaleRead
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunRecord, StepRecord, TranscriptChunk
 from ackloop.store.base import DAY_SECONDS, EXPIRE_AT, StoreBase, Transcript
-from ackloop.store.commit import RunRead
+from ackloop.store.decision import RunRead
 
 # A chunk grows by one entry a turn, each append sending only its turn; past this size the next
 # turn starts a new chunk, well below Firestore's 1 MiB document cap.
@@ -75,7 +75,7 @@ def pointer_range(pointer: JsonDict) -> range:
 
 def _size(value: Any) -> int:
     """What ``value`` adds to a transcript chunk: its compact JSON or its size in Firestore,
-    whichever is more (:mod:`ackloop.docdb.sizes`)."""
+    whichever is more (:mod:`ackloop.domain.document_sizes`)."""
     return max(len(json.dumps(value, separators=(",", ":"))), value_size(value))
 
 
@@ -195,7 +195,7 @@ class Transcripts(StoreBase):
         used and cost), created in one commit with the last chunk written unchanged, fenced
         on the version read (a run's end outside a step, or another writer, makes it fail).
         ``opening``: the content the summary stands as in a model's view, as the engine builds
-        it (:func:`ackloop.transcript.context.summary_content`): the chunk's size counts it.
+        it (:func:`ackloop.domain.context_window.summary_content`): the chunk's size counts it.
         Returns the transcript as a model step now reads it: that chunk alone.
 
         None when the chunk was created meanwhile (the caller reads it: the same step's other

@@ -31,7 +31,7 @@ from ackloop.domain.records import (
     WaitKindName,
 )
 from ackloop.store.base import Claim, StoreBase
-from ackloop.store.commit import RunRead
+from ackloop.store.decision import RunRead
 
 
 class DecisionRefused(Exception):

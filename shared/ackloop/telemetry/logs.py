@@ -75,7 +75,7 @@ class JsonFormatter(logging.Formatter):
 
 def json_handler(stream: IO[str], project: str | None = None) -> logging.Handler:
     """A handler writing :class:`JsonFormatter` lines to ``stream``, secrets masked."""
-    from ackloop.tools.masking import SecretMaskingFilter
+    from ackloop.telemetry.masking import SecretMaskingFilter
 
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter(project))

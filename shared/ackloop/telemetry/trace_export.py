@@ -10,7 +10,7 @@ ends). The provider's exit hook (run when Cloud Run's SIGTERM, or ``ackloop dev 
 the server) flushes what is queued; a killed process loses at most its last moment of spans.
 
 Spans are output, like logs: their attributes, events' attributes and status text are masked
-(:func:`ackloop.tools.masking.mask_secrets`) in the export thread, before they leave the
+(:func:`ackloop.telemetry.masking.mask_secrets`) in the export thread, before they leave the
 process.
 """
 
@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Status
 from opentelemetry.util.types import AttributeValue
 
-from ackloop.tools.masking import mask_secrets, registered_secrets
+from ackloop.telemetry.masking import mask_secrets, registered_secrets
 
 ForcedIds = contextvars.ContextVar[tuple[int, int] | None]
 FILE_EXPORT_DELAY_MS = 200

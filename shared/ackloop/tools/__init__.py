@@ -7,11 +7,11 @@ the model can act on. :func:`ackloop.tools.seed.seed_toolset` builds the seed ag
 call.
 """
 
+from ackloop.telemetry.masking import SecretMaskingFilter, install_secret_masking, mask_secrets
 from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome
 from ackloop.tools.definition import Tool, text_tool, tool, typed_tool
 from ackloop.tools.errors import FinalResult, ToolError
 from ackloop.tools.files import File
-from ackloop.tools.masking import SecretMaskingFilter, install_secret_masking, mask_secrets
 from ackloop.tools.parameters import NoArguments
 from ackloop.tools.toolset import ToolSet
 

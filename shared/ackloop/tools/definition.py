@@ -111,7 +111,7 @@ class Tool:
     instructions and tools the run's next turns (and the conversation's later runs) use (the
     engine runs it; ``call`` is not used)."""
     target: object = field(default=None, compare=False, repr=False)
-    """The :class:`~ackloop.config.agents.Agent` a sub-agent's call or a hand-off reaches (set
+    """The :class:`~ackloop.agents.agent.Agent` a sub-agent's call or a hand-off reaches (set
     by ``as_tool`` and ``as_handoff``), so that a tester can register it with its caller."""
 
     def __post_init__(self) -> None:

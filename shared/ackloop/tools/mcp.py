@@ -38,11 +38,11 @@ from pydantic import BaseModel, ConfigDict
 from ackloop.domain.errors import PermanentError, RetryableError
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.wire import FunctionCall
+from ackloop.telemetry.masking import is_secret_name
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.tools.definition import DEFAULT_MAX_OUTPUT_BYTES, Tool
 from ackloop.tools.errors import ToolError
 from ackloop.tools.files import File
-from ackloop.tools.masking import is_secret_name
 from ackloop.tools.outcome import error_outcome
 from ackloop.tools.schema import SchemaError, json_schema_parameters
 from ackloop.tools.toolset import ToolSet

@@ -9,10 +9,10 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from ackloop.docdb.sizes import depth, unstorable, value_size
+from ackloop.domain.document_sizes import depth, unstorable, value_size
+from ackloop.telemetry.masking import mask_json, mask_secrets
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.files import take_files
-from ackloop.tools.masking import mask_json, mask_secrets
 
 MAX_ERROR_CHARS = 2_000
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.wire import FunctionCall
+from ackloop.telemetry.masking import mask_json, mask_secrets
 from ackloop.tools.arguments import InvalidArguments, parse_arguments
 from ackloop.tools.base import ToolContext, ToolOutcome
 from ackloop.tools.definition import Tool
 from ackloop.tools.errors import FinalResult, ToolError
-from ackloop.tools.masking import mask_json, mask_secrets
 from ackloop.tools.outcome import error_outcome, success_outcome
 
 logger = logging.getLogger(__name__)

@@ -53,7 +53,7 @@ from ackloop.domain.wire import FunctionCall, WaitingNotice
 from ackloop.engine import spend
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimRef
-from ackloop.engine.outbox import committed_message, send
+from ackloop.engine.outbox_sending import committed_message, send
 from ackloop.engine.waits.kinds import Wait, kind_of, unrecorded
 from ackloop.store import DAY_SECONDS, Claim, DecisionRefused, RunRead
 

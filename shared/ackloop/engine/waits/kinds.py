@@ -43,7 +43,7 @@ from ackloop.domain.records import (
 )
 from ackloop.engine import children
 from ackloop.engine.deps import Deps
-from ackloop.engine.outbox import committed_message, encode
+from ackloop.engine.outbox_sending import committed_message, encode
 from ackloop.store import DecisionRefused
 from ackloop.tools.base import ToolOutcome
 from ackloop.tools.definition import Tool, find_tool

@@ -1,7 +1,7 @@
 """Committing what a step decided.
 
 A handler reads (claim, run, transcript), calls (the model or the tool), then *decides*: a
-:class:`~ackloop.store.commit.Decision` says what the step produced, what the transcript gains,
+:class:`~ackloop.store.decision.Decision` says what the step produced, what the transcript gains,
 which messages follow and whether the run ends. The store turns it into one atomic commit
 fenced on what was read (:meth:`ackloop.store.steps.Steps.commit_step`); this module runs the
 loop around it.
@@ -11,7 +11,7 @@ When a document other than the step changed, the documents are read again and th
 released unrecorded (it did not apply). Only then are the messages sent.
 
 The store writes; what the commit sends, costs and records masked is composed here
-(:mod:`ackloop.engine.composing`) and handed to it.
+(:mod:`ackloop.engine.commit_contents`) and handed to it.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from ackloop.domain.cost import Cost
 from ackloop.domain.errors import LeaseLost, PermanentError, RetryableError, StaleRead, StepTaken
 from ackloop.domain.records import Outgoing, RunRecord, StepRecord, StepStatus
 from ackloop.domain.wire import Usage
-from ackloop.engine.composing import Pricer, composer
+from ackloop.engine.commit_contents import Pricer, composer
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import log_finished, run_end
 from ackloop.engine.lease import ClaimRef
-from ackloop.engine.outbox import send
+from ackloop.engine.outbox_sending import send
 from ackloop.engine.spend import spent
 from ackloop.store import AgentStore, Basis, Claim, Committed, Decision
 from ackloop.telemetry import metrics, tracing
@@ -98,7 +98,7 @@ async def record(store: AgentStore, claim: Claim, basis: Basis, decision: Decisi
                  now: float, price: Pricer, rolls_up: Sequence[Cost | None] = (),
                  carried: Cost | None = None) -> Committed:
     """One commit of ``decision``: the steps room writes it, with what
-    :func:`~ackloop.engine.composing.composer` makes of it (messages, cost, masked error)."""
+    :func:`~ackloop.engine.commit_contents.composer` makes of it (messages, cost, masked error)."""
     return await store.steps.commit_step(
         claim, basis, decision, now=now,
         compose=composer(decision, price=price, rolls_up=rolls_up, carried=carried))

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import httpx
 
-from ackloop.config.agents import Agent
+from ackloop.agents.agent import Agent
 from ackloop.config.settings import Settings
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.final_answer_script import FINAL_ANSWER, with_final_answer
@@ -51,7 +51,7 @@ class CatalogScript:
 
 def deployment_script(settings: Settings) -> CatalogScript:
     """The catalog ``settings`` name, played for a server that sees only REST bodies."""
-    from ackloop.config.catalog import load_agents
+    from ackloop.agents.catalog import load_agents
 
     # The tools never run in this process: the client is only handed to a catalog that asks.
     http = httpx.AsyncClient()

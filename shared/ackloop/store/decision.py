@@ -130,8 +130,8 @@ class Composed:
 
 
 Composer = Callable[[StepPlan], Composed]
-"""The engine's part of a step's commit (:func:`ackloop.engine.composing.composer`), asked once
-the store knows how many documents the commit writes: it builds, prices and masks; the store
+"""The engine's part of a step's commit (:func:`ackloop.engine.commit_contents.composer`), asked
+once the store knows how many documents the commit writes: it builds, prices and masks; the store
 builds, prices and masks nothing."""
 
 

@@ -2,7 +2,7 @@
 seed agent (weather alerts, IP address, location; haikus when no tool fits), with its offline
 script, like any user's agent (``Agent(script=...)``).
 
-A user's agents come from their own package (``ACKLOOP_AGENTS``, :mod:`ackloop.config.catalog`). The
+A user's agents come from their own package (``ACKLOOP_AGENTS``, :mod:`ackloop.agents.catalog`). The
 benchmark's agents and the demos (``reference``, ``approval-demo``, ``research-team``...) are
 not in the runtime: they are the development catalog, :mod:`ackloop_dev.agents`, which the
 local stack and the benchmark name as a user names theirs.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import httpx
 
-from ackloop.config.agents import SEED_INSTRUCTIONS, Agent
+from ackloop.agents.agent import SEED_INSTRUCTIONS, Agent
 from ackloop.config.settings import Settings
 from ackloop.model.seed_agent import seed_agent_turn
 from ackloop.tools.seed import seed_toolset

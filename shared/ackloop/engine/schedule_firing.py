@@ -3,7 +3,7 @@
 A :class:`~ackloop.domain.schedules.ScheduleTick` (``type: "schedule_tick"``) names a schedule
 and the time it fires for. Its wake publishes it at that time plus the firing's jitter
 (:mod:`ackloop.bus.wakes`, named ``schedule/<id>/<time>``: armed once); the sweeper publishes it
-when the wake was lost (:mod:`ackloop.engine.schedule_ops`). Firing a normal tick:
+when the wake was lost (:mod:`ackloop.engine.schedule_control`). Firing a normal tick:
 
 1. read the schedule: gone (deleted) or paused: acknowledged, nothing runs; a time that is not
    the schedule's ``next_fire_at`` is stale (fired already): its current next firing is armed

@@ -4,7 +4,7 @@ schedules whose wake was lost fired).
 
 Each change is written at the version read (the room's :class:`~ackloop.store.ScheduleChanged`
 makes it read again) and arms the next firing's wake; a firing itself is
-:mod:`ackloop.engine.schedules`'.
+:mod:`ackloop.engine.schedule_firing`'.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ackloop.domain.schedules import (
     request_id_of,
 )
 from ackloop.engine.deps import Deps
-from ackloop.engine.schedules import Fired, arm, fire, tick_of
+from ackloop.engine.schedule_firing import Fired, arm, fire, tick_of
 from ackloop.store import ScheduleChanged, StoredSchedule
 
 log = logging.getLogger(__name__)

@@ -2,8 +2,8 @@
 
 In order: the ``ACKLOOP_AGENTS`` setting (``package.module:attribute``); else every entry point
 an installed package declares in the ``ackloop.agents`` group; else the built-in agents
-(:mod:`ackloop.config.agent_catalog`). The attribute is a list or tuple of
-:class:`~ackloop.config.agents.Agent` (and :class:`~ackloop.domain.schedules.Schedule`: the
+(:mod:`ackloop.agents.builtin`). The attribute is a list or tuple of
+:class:`~ackloop.agents.agent.Agent` (and :class:`~ackloop.domain.schedules.Schedule`: the
 deployment's schedules, beside the agents they name), or a function returning one, called with
 what its signature asks for: a parameter typed :class:`~ackloop.config.settings.Settings` (or
 named ``settings``) gets the process's settings, one typed ``httpx.AsyncClient`` (or named
@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from ackloop.config.agents import Agent, AgentRegistry, MissingAgent
+from ackloop.agents.agent import Agent, AgentRegistry, MissingAgent
 from ackloop.config.settings import Settings
 from ackloop.domain.schedules import Schedule
 
@@ -59,7 +59,7 @@ def load_catalog(settings: Settings, http: httpx.AsyncClient
             source = f"entry point {point.name} = {point.value} (group {ENTRY_POINT_GROUP})"
             entries += _build(source, _load_entry_point(source, point), settings, http)
         return _checked(f"the {ENTRY_POINT_GROUP} entry points", entries)
-    from ackloop.config.agent_catalog import builtin_agents
+    from ackloop.agents.builtin import builtin_agents
 
     return builtin_agents(settings, http), []
 

@@ -14,11 +14,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ackloop.bus.memory import MemoryPublisher, Published
+from ackloop.bus.push import Delivery
 from ackloop.bus.wakes import MemoryWaker
 from ackloop.domain.wire import AnswerMessage, QueryMessage, WaitingNotice
 from ackloop.engine.deps import Deps
 from ackloop.engine.dispatch import Kind, Outcome, dispatch
-from ackloop.hosting.push import Delivery
 
 
 @dataclass

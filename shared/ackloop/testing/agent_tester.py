@@ -20,9 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from ackloop.agents.agent import Agent, AgentRegistry, with_reached
+from ackloop.agents.scripts import CatalogScript
 from ackloop.bus.memory import MemoryPublisher
 from ackloop.bus.wakes import MemoryWaker
-from ackloop.config.agents import Agent, AgentRegistry, with_reached
 from ackloop.config.settings import Settings
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
@@ -33,12 +34,11 @@ from ackloop.domain.records import RunRecord, StepRecord
 from ackloop.domain.wire import FilePart, QueryMessage, RunOptions, RunOutcome
 from ackloop.engine.deps import Deps
 from ackloop.files.local import file_part
-from ackloop.hosting.inprocess import InProcessLoop
-from ackloop.model.agent_scripts import CatalogScript
 from ackloop.model.base import ModelClient
 from ackloop.model.final_answer_script import with_final_answer
 from ackloop.model.scripted import Script, ScriptedModel
 from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
 
 
 @dataclass(frozen=True)

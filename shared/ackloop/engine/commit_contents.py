@@ -1,9 +1,9 @@
 """The engine's part of a step's commit: the messages it sends, what it cost, and what it
 records masked.
 
-The store writes; it builds, prices and masks nothing (:mod:`ackloop.store.commit`). The
+The store writes; it builds, prices and masks nothing (:mod:`ackloop.store.decision`). The
 steps room asks :func:`composer`'s function once it knows what the commit writes (a
-:class:`~ackloop.store.commit.StepPlan`: how many documents, the queued run a run's end
+:class:`~ackloop.store.decision.StepPlan`: how many documents, the queued run a run's end
 starts): the delivery is priced by that count and by the messages it sends, so neither side
 can answer alone, and the answer goes into the same commit.
 """
@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 
 from ackloop.domain.cost import Cost
 from ackloop.domain.records import Outgoing
-from ackloop.engine import outgoing
+from ackloop.engine import outbox_entries
 from ackloop.store import Composed, Composer, Decision, StepPlan
-from ackloop.tools.masking import mask_secrets
+from ackloop.telemetry.masking import mask_secrets
 
 Pricer = Callable[[int, Sequence[Outgoing]], Cost]
 """What the delivery spent, priced as its commit of that many documents is made and before
@@ -40,16 +40,16 @@ def composer(decision: Decision, *, price: Pricer, rolls_up: Sequence[Cost | Non
         run, end = plan.run, decision.end
         outbox = list(decision.outbox)
         if end is not None:
-            outbox += outgoing.ends(run, end)
+            outbox += outbox_entries.ends(run, end)
             if plan.next_run_id is not None:
-                outbox.append(outgoing.first_step(plan.next_run_id, other_run=True,
+                outbox.append(outbox_entries.first_step(plan.next_run_id, other_run=True,
                                                   trace_id=plan.next_trace))
         cost = _step_cost(plan, decision, price(plan.documents, outbox))
         total = Cost.total([carried if carried is not None else run.cost, *rolls_up, cost])
         if end is not None:
             end = end.model_copy(update={"cost": total})
         return Composed(
-            outgoing.stamped(_hinted(outbox, plan)), cost,
+            outbox_entries.stamped(_hinted(outbox, plan)), cost,
             run_cost=total if plan.step.kind == "model" else None, end=end,
             error=None if decision.error is None else mask_secrets(decision.error))
 
@@ -75,7 +75,7 @@ def _hinted(outbox: list[Outgoing], plan: StepPlan) -> list[Outgoing]:
     pointer = (plan.result or {}).get("transcript")
     if pointer is None:
         return outbox
-    hint = outgoing.reads(0, pointer)
+    hint = outbox_entries.reads(0, pointer)
     return [o.model_copy(update={"reads": hint})
             if o.topic == "model_steps" and o.target_run is None and o.reads is None else o
             for o in outbox]

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from ackloop.domain.context_window import DEFAULT_CONTEXT, Context
 from ackloop.domain.errors import PermanentError
 from ackloop.tools.base import Toolbox
-from ackloop.transcript.context import DEFAULT_CONTEXT, Context
 
 if TYPE_CHECKING:
     from ackloop.domain.schedules import Schedule
@@ -49,7 +49,7 @@ class Agent:
     :class:`~ackloop.model.function_model.FunctionModel`,
     :class:`~ackloop.model.function_model.ScriptedTurns` or
     :class:`~ackloop.model.tool_sweep.TestModel`; None means ``TestModel()``. ``context`` is
-    the policy for long conversations (:class:`~ackloop.transcript.context.Context`; None: the
+    the policy for long conversations (:class:`~ackloop.domain.context_window.Context`; None: the
     default,
     which compacts a request past 64,000 input tokens into a summary and the last 4 model
     turns). ``internal``: the agent exists only to be a sub-agent or a hand-off target; a query

@@ -1,0 +1,2 @@
+"""Calling Google Cloud: the hot-path RPCs on a gRPC channel (``rpc``), which the Firestore and
+Pub/Sub adapters share."""
