@@ -1,2 +1,2 @@
-"""Configuration: the settings every process reads once, and where its agents come from (``agents``,
-``catalog``, ``agent_catalog``)."""
+"""Configuration: the settings every process reads once (``settings``), and which caller file URIs
+a deployment allows (``file_uris``)."""

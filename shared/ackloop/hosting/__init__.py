@@ -1,2 +1,2 @@
-"""Serving a process: its start-up, its clients (``runtime``), the push edge, the local stack's
-state, and the loop in one process (``inprocess``, ``testing``)."""
+"""Serving a process: its start-up, its clients (``runtime``), one step function as an app
+(``function_app``)."""
