@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,9 +40,27 @@ ALLOWED_LONG_MODULES: set[str] = set()
 # Classes over WIDE_CLASS public methods, as "module:Class" (inherited methods count).
 ALLOWED_WIDE_CLASSES: set[str] = set()
 
-# Layers, the highest first: a module of one imports nothing of a layer before it.
-LAYERS = ("ackloop.cli", "ackloop.api", "ackloop.engine", "ackloop.model", "ackloop.store",
-          "ackloop.docdb")
+# Floors, the highest first: a module imports nothing of another package on its own floor or on a
+# floor above it. Every package of ackloop stands on one, and so does each module at the root
+# (``ackloop`` is the package's face); a subpackage (``ackloop.engine.waits``) stands where its
+# package does.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("ackloop.cli",),
+    ("ackloop.evals", "ackloop.http_push", "ackloop"),
+    ("ackloop.api",),
+    ("ackloop.hosting", "ackloop.testing"),
+    ("ackloop.engine",),
+    ("ackloop.agents", "ackloop.transcript"),
+    ("ackloop.model", "ackloop.store", "ackloop.tools"),
+    ("ackloop.bus", "ackloop.docdb", "ackloop.files"),
+    ("ackloop.telemetry",),
+    ("ackloop.config", "ackloop.domain", "ackloop.gcp"),
+)
+
+# Packages that never import the other of the pair, though it stands below them.
+NEVER: dict[tuple[str, str], str] = {
+    ("ackloop.engine", "ackloop.docdb"): "the engine decides, the store writes",
+}
 
 # -----------------------------------------------------------------------------------------------
 
@@ -148,15 +167,61 @@ def test_imports_inside_functions_and_not_type_checking_ones_count(tmp_path: Pat
     assert structure.cycles(found) == [frozenset({"pkg.a", "pkg.b"})]
 
 
-def test_layers_import_one_way(modules: dict[str, structure.Module]) -> None:
-    def layer(name: str) -> int | None:
-        return next((i for i, top in enumerate(LAYERS)
-                     if name == top or name.startswith(f"{top}.")), None)
+def _package_of(name: str) -> str:
+    """``ackloop.engine`` for ``ackloop.engine.waits.core``; a module at the root is its own."""
+    return ".".join(name.split(".")[:2])
 
-    upward = sorted(f"{m.name} -> {target}" for m in modules.values() for target in m.imports
-                    if (mine := layer(m.name)) is not None
-                    and (theirs := layer(target)) is not None and theirs < mine)
-    assert upward == []
+
+def _floor(name: str) -> int | None:
+    """The index in :data:`LAYERS` of the floor ``name``'s package stands on (0 is the top)."""
+    package = _package_of(name)
+    return next((i for i, floor in enumerate(LAYERS) if package in floor), None)
+
+
+def upward_imports(modules: dict[str, structure.Module]) -> list[str]:
+    """Each import of a module of the project that reaches another package on its own floor or
+    on a floor above, as ``importer -> imported``."""
+    return sorted(f"{m.name} -> {target}" for m in modules.values() for target in m.imports
+                  if _package_of(target) != _package_of(m.name)
+                  and (theirs := _floor(target)) is not None
+                  and (mine := _floor(m.name)) is not None and theirs <= mine)
+
+
+def test_every_package_stands_on_a_floor(modules: dict[str, structure.Module]) -> None:
+    assert sorted(name for name in modules if _floor(name) is None) == [], (
+        "modules of a package on no floor: put the package on one of LAYERS")
+    packages = {_package_of(name) for name in modules}
+    assert sorted({p for floor in LAYERS for p in floor} - packages) == [], (
+        "floors name packages that are gone: take them off LAYERS")
+    assert "ackloop.engine.waits.core" in modules  # a subfolder's modules are read too
+
+
+def test_layers_import_one_way(modules: dict[str, structure.Module]) -> None:
+    assert upward_imports(modules) == []
+
+
+def test_no_package_imports_what_it_must_never(modules: dict[str, structure.Module]) -> None:
+    assert sorted(f"{m.name} -> {target}" for m in modules.values() for target in m.imports
+                  if (_package_of(m.name), _package_of(target)) in NEVER) == []
+
+
+def _deepest(modules: dict[str, structure.Module], package: str) -> structure.Module:
+    """A module of ``package``, from its deepest subfolder where it has one."""
+    mine = [m for name, m in modules.items() if _package_of(name) == package]
+    return max(mine, key=lambda m: (m.name.count("."), m.name))
+
+
+@pytest.mark.parametrize("package", [p for floor in LAYERS[1:] for p in floor])
+def test_an_import_up_or_across_is_caught_in_every_package(
+        modules: dict[str, structure.Module], package: str) -> None:
+    """For each package, a module of it (a subfolder's, where it has one) given an import of
+    the top floor and one of a package beside it on its floor: both are reported."""
+    module = _deepest(modules, package)
+    floor = LAYERS[_floor(package) or 0]
+    added = {f"{LAYERS[0][0]}.main"} | {f"{p}.x" if p != "ackloop" else p
+                                        for p in floor if p != package}
+    widened = {**modules, module.name: replace(module, imports=module.imports | added)}
+    assert set(upward_imports(widened)) == {f"{module.name} -> {target}" for target in added}
 
 
 def test_long_modules_are_only_the_listed_ones(modules: dict[str, structure.Module]) -> None:
