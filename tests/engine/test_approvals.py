@@ -120,10 +120,10 @@ async def test_the_first_decision_wins_and_the_same_one_again_is_idempotent() ->
     with pytest.raises(DecisionRefused) as refused:
         await waits.resolve(loop.deps, run_id, key, StepDecision(decision="reject", by="bo",
                                                                    at=3.0))
-    assert refused.value.status == 409
+    assert refused.value.reason == "already_decided"
     with pytest.raises(DecisionRefused) as missing:
         await waits.resolve(loop.deps, run_id, str(StepKey.tool(0, 5)), first)
-    assert missing.value.status == 404
+    assert missing.value.reason == "not_found"
 
 
 async def test_parallel_calls_one_waits_one_runs_and_the_join_holds_until_the_decision() -> None:

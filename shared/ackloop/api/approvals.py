@@ -16,7 +16,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ackloop.api.auth import caller_of
-from ackloop.api.errors import ApiError
+from ackloop.api.errors import ApiError, refused
 from ackloop.api.models import ErrorBody
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
 from ackloop.domain.records import DEADLINE, StepDecision
@@ -96,7 +96,7 @@ async def decide(request: Request, run_id: RunId, step: StepKeyParam, body: Deci
     try:
         recorded, decided = await waits.resolve(deps, run_id, step, decision, "approval")
     except DecisionRefused as exc:
-        raise ApiError(exc.status, exc.reason, str(exc)) from exc
+        raise refused(exc) from exc
     final = recorded.decision or decision
     if final.by == DEADLINE:
         # Decided after the deadline: the call was rejected as at its deadline (and re-sent so),

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ackloop.api.models import ErrorBody, FieldError
-from ackloop.domain.errors import RetryableError
+from ackloop.domain.errors import DecisionRefused, RetryableError
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,15 @@ _CODES = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "no
           405: "method_not_allowed", 406: "not_acceptable", 408: "request_timeout",
           409: "conflict",
           413: "body_too_large", 415: "unsupported_media_type", 422: "invalid_request"}
+
+
+REFUSED_STATUS: dict[str, int] = {
+    "not_found": 404, "reserved_event": 422, "already_decided": 409, "not_waiting": 409,
+    "run_ended": 409, "already_received": 409, "too_many_events": 409, "event_gone": 409,
+}
+"""The answer to a :class:`~ackloop.domain.errors.DecisionRefused`, by its reason: a run or step
+the caller cannot see is not found, a name that is the engine's is invalid, and the rest conflict
+with what the run holds already (so does a reason not listed)."""
 
 
 class ApiError(Exception):
@@ -33,6 +42,11 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.headers, self.extra = headers, extra
+
+
+def refused(exc: DecisionRefused) -> ApiError:
+    """The API's answer to a decision or an event the run refused: its reason is the code."""
+    return ApiError(REFUSED_STATUS.get(exc.reason, 409), exc.reason, str(exc))
 
 
 def encodable(text: str) -> str:
@@ -76,6 +90,11 @@ def install(app: FastAPI) -> None:
         code = _CODES.get(exc.status_code, "error")
         return error_response(exc.status_code, code, str(exc.detail),
                               headers=dict(exc.headers) if exc.headers else None)
+
+    @app.exception_handler(DecisionRefused)
+    async def _refused(request: Request, exc: DecisionRefused) -> JSONResponse:
+        answer = refused(exc)
+        return error_response(answer.status, answer.code, answer.message)
 
     @app.exception_handler(RetryableError)
     async def _retryable(request: Request, exc: RetryableError) -> JSONResponse:

@@ -18,7 +18,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ackloop.api.auth import caller_of
-from ackloop.api.errors import ApiError
+from ackloop.api.errors import ApiError, refused
 from ackloop.api.models import ErrorBody
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
 from ackloop.domain.records import ReceivedEvent
@@ -79,7 +79,7 @@ async def send_event(request: Request, run_id: RunId, name: EventName, body: Eve
     try:
         delivered = await arrivals.deliver(deps, run_id, name, event, owner=caller)
     except DecisionRefused as exc:
-        raise ApiError(exc.status, exc.reason, str(exc)) from exc
+        raise refused(exc) from exc
     if delivered.too_late and delivered.too_late == delivered.resumed:
         # Every call that waited for it had waited past its deadline: each is rejected as at
         # its deadline (and re-sent so), not run with the event.

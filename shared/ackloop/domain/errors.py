@@ -14,6 +14,18 @@ class AckloopError(Exception):
     """Base of every error ackloop raises on purpose."""
 
 
+class DecisionRefused(AckloopError):
+    """A decision or an event that cannot be recorded. ``reason`` says why (``not_found``: no
+    such run or step, or another owner's; ``already_decided``, ``not_waiting``, ``run_ended``,
+    ``already_received``, ``too_many_events``, ``event_gone``: the run is past it;
+    ``reserved_event``: the name is the engine's), the message what to fix. Neither retryable
+    nor permanent: the caller that asked is told, and nothing is recorded."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class RetryableError(AckloopError):
     """Redelivery may succeed. ``retry_after`` (seconds) is honoured when known."""
 

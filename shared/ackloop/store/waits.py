@@ -17,6 +17,7 @@ from ackloop.docdb.base import (
     Write,
 )
 from ackloop.domain.cost import Cost
+from ackloop.domain.errors import DecisionRefused
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.records import (
     CLOCK,
@@ -32,15 +33,6 @@ from ackloop.domain.records import (
 )
 from ackloop.store.base import Claim, StoreBase
 from ackloop.store.decision import RunRead
-
-
-class DecisionRefused(Exception):
-    """A decision that cannot be recorded: the HTTP status, a reason code and what to fix."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
 
 
 def _same_decision(a: StepDecision, b: StepDecision) -> bool:
@@ -123,25 +115,25 @@ class Waits(StoreBase):
                  ) -> tuple[list[Write], tuple[StepRecord, bool]]:
             run_snap, snap = snaps
             if run_snap is None or snap is None:
-                raise DecisionRefused(404, "not_found", f"run {run_id} has no step {key}")
+                raise DecisionRefused("not_found", f"run {run_id} has no step {key}")
             step = StepRecord.model_validate(snap.data)
             run = RunRecord.model_validate(run_snap.data)
             if step.decision is not None:
                 if _same_decision(step.decision, decision):
                     return [], (step, False)
-                raise DecisionRefused(409, "already_decided", (
+                raise DecisionRefused("already_decided", (
                     f"step {key} was already decided: {step.decision.decision} by "
                     f"{step.decision.by}"))
             if step.status is not StepStatus.WAITING or step.waiting is None:
-                raise DecisionRefused(409, "not_waiting",
+                raise DecisionRefused("not_waiting",
                                       f"step {key} is {step.status}: it waits for no decision")
             if kind is not None and step.waiting.kind != kind:
                 what = {"approval": "an approval", "child": "its child run's end"}.get(
                     step.waiting.kind, f"the event {step.waiting.event!r} (POST /runs/{run_id}"
                     f"/events/{step.waiting.event})")
-                raise DecisionRefused(409, "not_waiting", f"step {key} waits for {what}")
+                raise DecisionRefused("not_waiting", f"step {key} waits for {what}")
             if run.status.terminal:
-                raise DecisionRefused(409, "run_ended", f"run {run_id} is {run.status}")
+                raise DecisionRefused("run_ended", f"run {run_id} is {run.status}")
             made = decision
             if made.by not in (DEADLINE, CLOCK) and made.at > step.waiting.deadline:
                 # Too late: the step is rejected as at its deadline, as the sweeper would have
@@ -197,10 +189,10 @@ class Waits(StoreBase):
                                                         tuple[ReceivedEvent, bool, RunRecord]]:
             (snap,) = snaps
             if snap is None:
-                raise DecisionRefused(404, "not_found", f"run {run_id} not found")
+                raise DecisionRefused("not_found", f"run {run_id} not found")
             run = RunRecord.model_validate(snap.data)
             if owner is not None and run.owner != owner:
-                raise DecisionRefused(404, "not_found", f"run {run_id} not found")
+                raise DecisionRefused("not_found", f"run {run_id} not found")
             kept = run.received.get(name)
             if kept is not None:
                 same = (kept.digest == digest if kept.digest is not None
@@ -208,13 +200,13 @@ class Waits(StoreBase):
                 if same and kept.id == event.id:
                     return [], (kept.model_copy(update={"payload": event.payload,
                                                         "digest": None}), False, run)
-                raise DecisionRefused(409, "already_received", (
+                raise DecisionRefused("already_received", (
                     f"run {run_id} already received an event {name!r} (from {kept.by}) with "
                     "another payload or id: each name is received once per run"))
             if run.status.terminal:
-                raise DecisionRefused(409, "run_ended", f"run {run_id} is {run.status}")
+                raise DecisionRefused("run_ended", f"run {run_id} is {run.status}")
             if len(run.received) >= MAX_RECEIVED_EVENTS:
-                raise DecisionRefused(409, "too_many_events", (
+                raise DecisionRefused("too_many_events", (
                     f"run {run_id} has received {len(run.received)} events, the most a run "
                     "keeps"))
             # The payload goes to a document of its own; the run keeps who sent what, when.
@@ -256,7 +248,7 @@ class Waits(StoreBase):
             return event
         (snap,) = await self.db.get_all([self.event_path(run_id, name)])
         if snap is None:  # expired with its run's retention: nothing left to resume with
-            raise DecisionRefused(409, "event_gone", f"run {run_id}: event {name!r} is gone")
+            raise DecisionRefused("event_gone", f"run {run_id}: event {name!r} is gone")
         return ReceivedEvent.model_validate(snap.data)
 
     async def start_clock_again(self, run_id: str, now: float, *,

@@ -74,10 +74,11 @@ async def deliver(deps: Deps, run_id: str, name: str, event: ReceivedEvent,
     """Keep the event on the run, then resume the steps waiting for it. ``owner``: the caller
     the sender acts as; another owner's run is missing for them.
 
-    Raises :class:`DecisionRefused` (404 missing run, or another owner's; 409 ended run,
-    another event of the name, or too many names; 422 a name reserved for the engine)."""
+    Raises :class:`DecisionRefused` (``not_found``: a missing run, or another owner's;
+    ``run_ended``, ``already_received``, ``too_many_events``; ``reserved_event``: a name
+    reserved for the engine)."""
     if name.startswith(CHILD_EVENT_PREFIX):
-        raise DecisionRefused(422, "reserved_event", (
+        raise DecisionRefused("reserved_event", (
             f"event names starting with {CHILD_EVENT_PREFIX!r} are the engine's (a child "
             "run's end): choose another name"))
     kept, recorded, run = await deps.store.waits.receive_event(run_id, name, event, owner)
