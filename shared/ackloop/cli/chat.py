@@ -150,7 +150,7 @@ class ChatSession:
 
     async def _decide(self, followed: Followed, prompt: Prompt) -> bool:
         """Put each call that waits for approval to the user; False when they left."""
-        from ackloop.cli.runs import _deps, record_decision
+        from ackloop.cli.runs import record_decision
 
         deps = None
         for step in followed.waiting:
@@ -175,7 +175,7 @@ class ChatSession:
                 if answer is None:
                     return False
                 decision = read_decision(answer, args)
-            deps = deps or await _deps(self.target)
+            deps = deps or await self.target.engine_deps()
             try:
                 await record_decision(deps, followed.run_id, step.key, decision[0], decision[1],
                                       None)

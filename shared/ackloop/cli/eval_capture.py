@@ -33,10 +33,9 @@ async def capture_runs(run_ids: list[str], output: Path, *, directory: Path, url
             remote = HttpTarget(url, token)
             read: Any = remote.view
         else:
-            from ackloop.cli.runs import _deps
             from ackloop.cli.target import connect
 
-            deps = await _deps(connect(directory))
+            deps = await connect(directory).engine_deps()
 
             async def read(run_id: str) -> Any:
                 return await store_view(deps, run_id)

@@ -158,7 +158,6 @@ async def _target(options: Options, http: Any) -> tuple[Any, Any]:
                                report.model_dump(mode="json"))
 
         return remote, put
-    from ackloop.cli.runs import _deps
     from ackloop.cli.target import connect
     from ackloop.docdb.counting import CountingDocumentDB
     from ackloop.docdb.firestore import FirestoreDocumentDB
@@ -169,7 +168,7 @@ async def _target(options: Options, http: Any) -> tuple[Any, Any]:
     # The eval's own reads are counted: what following its runs costs is the eval's cost.
     db = CountingDocumentDB(FirestoreDocumentDB.connect(settings.project_id,
                                                         settings.firestore_database))
-    deps = dataclasses.replace(await _deps(target), store=AgentStore(
+    deps = dataclasses.replace(await target.engine_deps(), store=AgentStore(
         db, settings.collection_prefix, Retention.from_settings(settings)))
     where = target.stack.api_url if target.stack is not None else None
     label = (f"local stack {options.directory}" if target.stack is not None

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from ackloop.domain.wire import Usage
     from ackloop.engine.deps import Deps
     from ackloop.engine.redrive import Redriven
-    from ackloop.model.base import ModelRequest, ModelTurn
 
 app = typer.Typer(no_args_is_help=True,
                   help="Runs: list, show, follow, cancel, approve, reject, send-event, trace; "
@@ -269,7 +268,7 @@ def cancel(
 
     async def request() -> tuple[RunRecord, RunRecord | None]:
         before, _ = await _existing(target, run_id)
-        return before, await cancel_run(await _deps(target), run_id)
+        return before, await cancel_run(await target.engine_deps(), run_id)
 
     before, after = asyncio.run(request())
     run = after or before
@@ -343,7 +342,7 @@ def _decide(directory: Path, run_id: str, step: str | None, decision: Literal["a
         if key is None:
             raise CliError(f"run {run_id} has {len(waiting)} waiting steps"
                            + (f" ({', '.join(waiting)}): name one" if waiting else ""))
-        recorded, decided = await record_decision(await _deps(target), run_id, key, decision,
+        recorded, decided = await record_decision(await target.engine_deps(), run_id, key, decision,
                                                   args, comment)
         return key, recorded, decided
 
@@ -408,7 +407,7 @@ def send_event(
 
     async def deliver() -> arrivals.Delivered:
         await _existing(target, run_id)
-        deps = await _deps(target)
+        deps = await target.engine_deps()
         event = ReceivedEvent(payload=message.payload, by=_local_user(), at=deps.clock.now(),
                               id=message.id)
         try:
@@ -436,35 +435,6 @@ def _local_user() -> str:
     import socket
 
     return f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-async def _deps(target: Target) -> Deps:
-    """What cancel, approve, reject and sweep use of the engine: the store, the publisher
-    and the clock.
-
-    None reads an agent nor calls a model, so the command loads no agent catalog (the
-    user's package need not be importable where the CLI runs) and starts no service: it logs
-    nothing of a process start-up, and a model call through these dependencies is a bug.
-    """
-    import os
-    import socket
-
-    from ackloop.agents.agent import AgentRegistry
-    from ackloop.domain.clock import SystemClock
-    from ackloop.engine.deps import Deps
-
-    return Deps(settings=target.settings, store=target.store(), publisher=target.publisher(),
-                model=_NoModel(), agents=AgentRegistry(), clock=SystemClock(),
-                owner=f"cli:{socket.gethostname()}:{os.getpid()}")
-
-
-class _NoModel:
-    """The model of the CLI's dependencies: cancel and sweep never call one."""
-
-    provider = "none"
-
-    async def generate(self, request: ModelRequest) -> ModelTurn:
-        raise RuntimeError("the ackloop CLI calls no model")
 
 
 @app.command("dead-letters")
@@ -542,7 +512,7 @@ def sweep_command(
     target = connect(directory)
 
     async def swept() -> list[Swept]:
-        return await sweep(await _deps(target), stale_after=stale_seconds)
+        return await sweep(await target.engine_deps(), stale_after=stale_seconds)
 
     results = asyncio.run(swept())
     if as_json:

@@ -49,14 +49,13 @@ def _moment(text: str | None) -> float | None:
 
 
 def _with_deps(directory: Path, action: Callable[[Any], Awaitable[T]]) -> T:
-    from ackloop.cli.runs import _deps
     from ackloop.engine import schedule_control as ops
     from ackloop.hosting.runtime import build_waker
 
     target: Target = connect(directory)
 
     async def go() -> T:
-        deps = await _deps(target)
+        deps = await target.engine_deps()
         deps.waker = build_waker(target.settings)
         try:
             return await action(deps)

@@ -23,6 +23,8 @@ from ackloop.testing.localstack import DEFAULT_DIRECTORY
 
 if TYPE_CHECKING:
     from ackloop.bus.pubsub import PubSubPublisher
+    from ackloop.engine.deps import Deps
+    from ackloop.model.base import ModelRequest, ModelTurn
     from ackloop.store import AgentStore
     from ackloop.testing.localstack import StackState
 
@@ -55,6 +57,32 @@ class Target:
         from ackloop.bus.pubsub import PubSubPublisher
 
         return PubSubPublisher(self.settings.project_id)
+
+    async def engine_deps(self) -> Deps:
+        """What cancel, approve, reject, send-event, sweep, the schedules and the evals' store
+        use of the engine: the store, the publisher and the clock.
+
+        None reads an agent nor calls a model, so the command loads no agent catalog (the
+        user's package need not be importable where the CLI runs) and starts no service: it
+        logs nothing of a process start-up, and a model call through these dependencies is a
+        bug.
+        """
+        from ackloop.agents.agent import AgentRegistry
+        from ackloop.domain.clock import SystemClock
+        from ackloop.engine.deps import Deps
+
+        return Deps(settings=self.settings, store=self.store(), publisher=self.publisher(),
+                    model=_NoModel(), agents=AgentRegistry(), clock=SystemClock(),
+                    owner=f"cli:{socket.gethostname()}:{os.getpid()}")
+
+
+class _NoModel:
+    """The model of the CLI's dependencies: these commands never call one."""
+
+    provider = "none"
+
+    async def generate(self, request: ModelRequest) -> ModelTurn:
+        raise RuntimeError("the ackloop CLI calls no model")
 
 
 def connect(directory: Path) -> Target:
