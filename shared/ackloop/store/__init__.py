@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from ackloop.docdb.base import DocumentDB
 from ackloop.docdb.counting import DocumentCounters, delivery_counters
+from ackloop.domain.errors import DecisionRefused
 from ackloop.store.base import (
     DAY_SECONDS,
     EXPIRE_AT,
@@ -62,7 +63,7 @@ from ackloop.store.transcript import (
     Transcripts,
     pointer_range,
 )
-from ackloop.store.waits import MAX_RECEIVED_EVENTS, DecisionRefused, Waits, payload_digest
+from ackloop.store.waits import MAX_RECEIVED_EVENTS, Waits, payload_digest
 
 __all__ = ["CHUNK_BYTES", "CREATE_RUN_ATTEMPTS", "DAY_SECONDS", "DEAD_LETTER_PAGE", "EXPIRE_AT",
            "LAST_DOCUMENT_ID", "MAX_QUEUED_RUNS", "MAX_RECEIVED_EVENTS", "VIEW_PAGE",
