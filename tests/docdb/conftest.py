@@ -1,0 +1,5 @@
+"""The DocumentDB adapters' tests use the store tests' fixtures: both adapters, a prefix per test."""
+
+from tests.store.conftest import db, prefix
+
+__all__ = ["db", "prefix"]
