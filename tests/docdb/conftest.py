@@ -1,4 +1,5 @@
-"""The DocumentDB adapters' tests use the store tests' fixtures: both adapters, a prefix per test."""
+"""The DocumentDB adapters' tests use the store tests' fixtures: both adapters, a prefix a
+test."""
 
 from tests.store.conftest import db, prefix
 
