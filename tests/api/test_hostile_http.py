@@ -17,6 +17,7 @@ import pytest
 from ackloop.config.settings import Settings
 from ackloop.domain.keys import run_id_for_request
 from tests.api.test_runs_http import wait_finished
+from tests.support.long_runs import copy_longer
 from tests.support.stack import RunningStack
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
@@ -51,11 +52,14 @@ async def test_400_idle_streams_on_a_601_step_run_keep_the_api_small(
     running = fresh_stack()
     url = running.state.api_url
     async with httpx.AsyncClient(base_url=url, timeout=30) as api:
+        # A short run of the long agent, copied into a run of 300 tool turns: the documents
+        # its 601 steps would have left, without running them.
         created = await api.post("/runs", json={"agent": "reference-long",
-                                                "text": "reference run, calls=300"})
+                                                "text": "reference run, calls=2"})
         assert created.status_code == 202, created.text
-        run_id = created.json()["run_id"]
-        run = await wait_finished(api, run_id, within=600)
+        await wait_finished(api, created.json()["run_id"])
+        run_id = await copy_longer(running.store(), created.json()["run_id"], turns=300)
+        run = (await api.get(f"/runs/{run_id}")).json()
         assert run["status"] == "completed" and len(run["steps"]) == 601
 
     pid = running.state.pids["api"]

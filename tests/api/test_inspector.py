@@ -326,14 +326,23 @@ async def test_redrive_of_a_real_dead_letter_reopens_its_run_until_it_answers(
     fresh_stack: Callable[..., RunningStack],
 ) -> None:
     """A model step that keeps being told to wait longer than a request may (429, retry after
-    30 s) uses up its deliveries; the dead-letter function records it and fails the run. Once
-    the model answers again, re-driving it through the API finishes the run."""
+    30 s, beyond retry_wait_seconds) releases its step on every delivery and uses up its
+    deliveries; the dead-letter function records it and fails the run with the step's last
+    error as its cause. Once the model answers again, re-driving it through the API finishes
+    the run.
+
+    Shipped engine settings; the push delivery keeps production's policy shape at a tenth of its
+    time (backoff 1, 2, 4, 8 s) and Pub/Sub's minimum of 5 attempts, so this takes ~20 s, not
+    ~3 minutes."""
     stack = fresh_stack(max_delivery_attempts=5, push_time_scale=0.1)
     stack.schedule_model_faults("429:30*40")
     async with httpx.AsyncClient(base_url=stack.state.api_url, timeout=30) as api:
         run_id = (await api.post("/runs", json={"text": "tell me a joke"})).json()["run_id"]
         failed = await wait_finished(api, run_id, within=120)
         assert failed["status"] == "failed" and failed["error"].startswith("dead_lettered")
+        assert "429" in failed["error"]  # the cause: the step's last recorded error
+        letters = await stack.store().letters.list_dead_letters()
+        assert [(d.data["run_id"], d.data["step"]) for d in letters] == [(run_id, "0000-model")]
         (letter,) = (await api.get("/dead-letters")).json()["dead_letters"]
         assert (letter["run_id"], letter["step"], letter["origin"]) == (
             run_id, "0000-model", "model_steps")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ackloop_dev.devstack.stack import PUSH_DELIVERY, SERVICES
 from tests.support.emulators import EmulatorSession
 from tests.support.stack import RunningStack, stack_factory, start_stack
 
@@ -18,6 +19,31 @@ def stack(emulator_session: EmulatorSession, tmp_path_factory: pytest.TempPathFa
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture(scope="session")
+def stoppable_stack(emulator_session: EmulatorSession,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    """One stack shared by the tests that stop every ackloop process of it while their runs
+    wait (:meth:`RunningStack.stop_every_process`) and start them again; a test that fails
+    meanwhile leaves them started again for the next (:func:`processes_back`)."""
+    running = start_stack(emulator_session, tmp_path_factory.mktemp("stoppable"))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def processes_back(stoppable_stack: RunningStack) -> Iterator[RunningStack]:
+    """:func:`stoppable_stack`, every process of which is running again after the test."""
+    yield stoppable_stack
+    stack = stoppable_stack.stack
+    for name in SERVICES:
+        if stack.processes[name].probe() == "exited":
+            stack.restart_service(name)
+    if stack.processes[PUSH_DELIVERY].probe() == "exited":
+        stack.start_push_delivery().wait_ready(60.0)
 
 
 @pytest.fixture

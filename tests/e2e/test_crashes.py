@@ -1,4 +1,5 @@
-"""Processes killed at the exact commit boundaries, and the dead-letter path, on the emulators."""
+"""Processes killed at the exact commit boundaries, on the emulators. (The dead-letter path on a
+stack: tests/api/test_inspector.py, whose dead letter is then re-driven.)"""
 
 from __future__ import annotations
 
@@ -60,23 +61,3 @@ async def test_kill_at_a_fault_point_loses_nothing_and_duplicates_nothing(
     assert stack.model_stats()["answered"] == model_calls
     # Each tool call is one request to the tool APIs' sandbox.
     assert stack.sandbox_stats().get("requests", 0) == tool_calls
-
-
-async def test_a_step_that_exhausts_its_delivery_attempts_is_dead_lettered(fresh_stack) -> None:
-    """A model that keeps asking for more time than a request may wait (retry-after 30 s, beyond
-    retry_wait_seconds) releases its step on every delivery; Pub/Sub's dead-letter policy ends
-    it, and the run fails with the step's last error as its cause.
-
-    Shipped engine settings; the push delivery keeps production's policy shape at a tenth of its
-    time (backoff 1, 2, 4, 8 s) and Pub/Sub's minimum of 5 attempts, so this takes ~20 s, not
-    ~3 minutes."""
-    stack: RunningStack = fresh_stack(max_delivery_attempts=5, push_time_scale=0.1)
-    stack.schedule_model_faults("429:30*40")
-    run_id = stack.ask("tell me a joke")
-    run, _ = await stack.wait_run(run_id, timeout=120)
-    assert run.status is RunStatus.FAILED
-    assert run.error is not None and run.error.startswith("dead_lettered")
-    assert "429" in run.error  # the cause: the step's last recorded error
-    letters = await stack.store().letters.list_dead_letters()
-    assert [d.data["run_id"] for d in letters] == [run_id]
-    assert letters[0].data["step"] == "0000-model"

@@ -102,8 +102,9 @@ def test_an_eval_through_the_http_api(stack: RunningStack, tmp_path: Path) -> No
 
 @pytest.mark.slow
 async def test_a_function_killed_during_an_eval_the_eval_completes_counting_each_case_once(
-        fresh_stack, tmp_path: Path) -> None:
-    running: RunningStack = fresh_stack()
+        processes_back: RunningStack, tmp_path: Path) -> None:
+    running = processes_back
+    served_before = running.model_stats()["requests"]
     cli = _cli(tmp_path)
     cases = [{"name": f"c{i:02d}", "inputs": f"any weather alerts in {state}?",
               "evaluators": [{"Trajectory": {"calls": ["get_weather_alerts"]}}]}
@@ -140,7 +141,7 @@ async def test_a_function_killed_during_an_eval_the_eval_completes_counting_each
     # Each case's two model calls counted once; at the model server, a call in flight when its
     # process died may have been made again (its answer was lost with it), no more.
     assert report.summary.model_calls == 20
-    served = running.model_stats()["requests"]
+    served = running.model_stats()["requests"] - served_before
     print(f"model calls recorded {report.summary.model_calls}, served by the model {served}")
     assert 20 <= served <= 20 + len(cases), served
 

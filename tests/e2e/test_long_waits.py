@@ -59,8 +59,9 @@ async def _days_pass(store: AgentStore, run_id: str, days: float) -> None:
     await store.db.commit(writes)
 
 
-async def test_runs_left_waiting_for_days_with_no_process(fresh_stack, tmp_path: Path) -> None:
-    stack: RunningStack = fresh_stack()
+async def test_runs_left_waiting_for_days_with_no_process(processes_back: RunningStack,
+                                                         tmp_path: Path) -> None:
+    stack = processes_back
     store = stack.store()
     parallel = stack.ask("pay 40 to Ada and pay 30 to Bo", agent="approval-demo")
     forgotten = stack.ask("pay 99 to Cy", agent="approval-demo")

@@ -1,8 +1,8 @@
 """Calls that sleep, on a stack of real processes on the emulators, woken by the local task
 queue as Cloud Tasks wakes a deployment's: ``ackloop ask`` follows a short sleep to its answer
-and leaves a long one saying when it wakes; a call whose time comes while every ackloop process
-is stopped runs once they are back (its wake waits in Pub/Sub like any message); and while
-calls sleep, their runs get no push and no log line, sweeps included."""
+and leaves a long one saying when it wakes; and while calls sleep, their runs get no push and no
+log line, sweeps included. (A call whose time comes while every ackloop process is stopped, run
+once they are back: ``tests/e2e/test_waits.py``.)"""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from ackloop.domain.keys import run_id_for_request
-from ackloop.domain.records import RunStatus, StepStatus
 from ackloop_dev.bench.wake_latency import run as wake_bench
 from tests.cli.conftest import Cli
 from tests.support.emulators import EmulatorSession
@@ -47,28 +46,6 @@ async def test_ask_follows_a_short_sleep_to_its_answer_and_leaves_a_long_one(
                line.endswith("then goes on by itself") for line in long.stderr.splitlines())
     shown = await asyncio.to_thread(cli, "runs", "show", run_id, "--directory", directory)
     assert f"sleeps        {CALL} (follow_up) until " in shown.stdout
-
-
-async def test_a_call_whose_time_comes_with_every_process_stopped_runs_once_they_are_back(
-        fresh_stack) -> None:
-    stack: RunningStack = fresh_stack()
-    run_id = stack.ask("follow up on A-3 in 4 s", request_id="sleep-stopped", agent="follow-up")
-    store = stack.store()
-    for _ in range(200):
-        (call,) = await store.steps.get_steps(run_id, [CALL])
-        if call is not None and call.status is StepStatus.WAITING:
-            break
-        await asyncio.sleep(0.05)
-    assert call is not None and call.status is StepStatus.WAITING
-    stack.stop_every_process()
-    await asyncio.sleep(6)  # its time passes: the wake is published, nothing takes it yet
-    (call,) = await store.steps.get_steps(run_id, [CALL])
-    assert call is not None and call.status is StepStatus.WAITING and call.decision is None
-    await asyncio.to_thread(stack.restart_every_process)
-    run, steps = await stack.wait_run(run_id)
-    assert run.status is RunStatus.COMPLETED, run
-    (call,) = [s for s in steps if s.key == CALL]
-    assert call.decision is not None and call.decision.by == "clock" and call.attempts == 1
 
 
 def test_sleeping_runs_get_no_push_and_no_log_line_and_all_wake(

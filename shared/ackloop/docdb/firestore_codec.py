@@ -14,7 +14,7 @@ are encoded here as the library encodes them, and a write holding anything else 
 a GeoPoint, a document reference, a subclass...) is built by the library itself, so its
 semantics and its errors stay the library's. Reads decode the plain value kinds here and leave
 the rest (references, geo points, vector and BSON maps) to the library's decoder.
-``tests/store/test_firestore_codec.py`` compares both on every shape the store writes.
+``tests/docdb/test_firestore_codec.py`` compares both on every shape the store writes.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from one); a call from another loop (a CLI command per ``asyncio.run``) makes an
 The library client's private members read here (``_emulator_host``, ``_emulator_channel``,
 ``_target``, ``_credentials``, ``_rpc_metadata``, ``_database_string``) and the method configs
 copied into :data:`BATCH_GET` and :data:`COMMIT` are pinned by
-``tests/store/test_firestore_rpc.py``, which fails when an upgrade of the library changes them.
+``tests/docdb/test_firestore_rpc.py``, which fails when an upgrade of the library changes them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Pub/Sub adapter's direct ``Publish`` call, against a gRPC stand-in for Pub/Sub: what it
 sends is what the generated client sends, a transient refusal is tried again per its policy,
 anything else (or an outage that outlasts the policy) is a RetryableError at once.
-(tests/test_pubsub_publisher.py runs the adapter on the emulator.)"""
+(tests/bus/test_pubsub_publisher.py runs the adapter on the emulator.)"""
 
 from __future__ import annotations
 
