@@ -101,7 +101,7 @@ async def test_a_tick_delivered_twice_starts_one_run() -> None:
 
 async def test_a_firing_killed_between_its_run_and_its_advance_fires_once_when_redelivered(
 ) -> None:
-    loop = loop_of(faults=CrashingFaults({"schedule:after_start"}))
+    loop = loop_of(faults=CrashingFaults({"schedule:after_claim"}))
     await ops.put_schedule(loop.deps, hourly())
     assert await loop.wake_next()
     await loop.run_until_idle(crash=SimulatedCrash)  # killed once, then redelivered

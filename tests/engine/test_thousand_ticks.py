@@ -25,7 +25,7 @@ from tests.engine.fakes import CountingToolbox, SimulatedCrash, make_loop
 TICKS = 1000
 EVERY = 60.0
 T0 = 1_699_999_200.0
-POINTS = ("schedule:after_start", "model:after_call", "model:after_commit")
+POINTS = ("schedule:after_claim", "model:after_call", "model:after_commit")
 
 
 class RandomKills(FaultPoints):
@@ -95,5 +95,5 @@ async def test_a_thousand_ticks_with_their_firing_killed_at_random_miss_none_and
     assert all(f.outcome == "started" for f in stored.record.firings)
     print(f"{TICKS} ticks: {len(mine)} runs, {sum(kills.kills.values())} kills "
           f"{dict(kills.kills)}, {waker.lost} wakes lost, {swept} sweeps found them due")
-    assert sum(kills.kills.values()) > 50 and kills.kills["schedule:after_start"] > 5
+    assert sum(kills.kills.values()) > 50 and kills.kills["schedule:after_claim"] > 5
     assert waker.lost > 10 and swept > 10
