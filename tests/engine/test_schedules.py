@@ -99,7 +99,7 @@ async def test_a_tick_delivered_twice_starts_one_run() -> None:
     assert record.next_fire_at == T0 + 2 * HOUR
 
 
-async def test_a_firing_killed_between_its_run_and_its_advance_fires_once_when_redelivered(
+async def test_a_firing_killed_between_its_record_and_its_run_fires_once_when_redelivered(
 ) -> None:
     loop = loop_of(faults=CrashingFaults({"schedule:after_claim"}))
     await ops.put_schedule(loop.deps, hourly())
@@ -110,6 +110,9 @@ async def test_a_firing_killed_between_its_run_and_its_advance_fires_once_when_r
     record = await record_of(loop)
     assert [f.outcome for f in record.firings] == ["started"]
     assert record.next_fire_at == T0 + 2 * HOUR
+    waker = loop.deps.waker  # the next firing's wake, which the kill left unarmed
+    assert isinstance(waker, MemoryWaker)
+    assert [w.name for w in waker.armed.values()] == [f"schedule/hourly/{int(T0 + 2 * HOUR)}"]
 
 
 async def fire_while_the_last_runs(policy: str) -> tuple[InProcessLoop, list[str]]:

@@ -23,7 +23,8 @@ when the wake was lost (:mod:`ackloop.engine.schedule_ops`). Firing a normal tic
 
 A crash before 4 leaves the tick unacknowledged and nothing written; a crash between 4 and 5
 leaves the firing recorded and its run not created: the tick's redelivery finds its firing
-recorded (paused, advanced or replaced since) and starts that run, and until then, for at most
+recorded (paused, advanced or replaced since), arms the next firing's wake and starts that
+run, and until then, for at most
 :data:`CLAIM_SECONDS`, the run counts as the schedule's active one (``skip`` skips). A crash
 between the write and the arming leaves the next wake unarmed at worst: the sweeper publishes it once it is due. So no
 firing is lost, none runs twice, and every run is recorded.
@@ -144,6 +145,8 @@ async def _fire_once(deps: Deps, tick: ScheduleTick) -> Fired:
         return await _started(deps, record, tick, firing, record_failure=False)
     claimed = _claimed(record, tick, run_id)
     if claimed is not None:  # recorded by an earlier delivery, paused or replaced since
+        if tick.kind == "normal":
+            await arm(deps, record)  # that delivery may have died before arming it
         return await _started(deps, record, tick, claimed)
     if tick.kind == "normal":
         if record.paused:
