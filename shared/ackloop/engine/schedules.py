@@ -24,10 +24,10 @@ when the wake was lost (:mod:`ackloop.engine.schedule_ops`). Firing a normal tic
 A crash before 4 leaves the tick unacknowledged and nothing written; a crash between 4 and 5
 leaves the firing recorded and its run not created: the tick's redelivery finds its firing
 recorded (paused, advanced or replaced since), arms the next firing's wake and starts that
-run, and until then, for at most
-:data:`CLAIM_SECONDS`, the run counts as the schedule's active one (``skip`` skips). A crash
-between the write and the arming leaves the next wake unarmed at worst: the sweeper publishes it once it is due. So no
-firing is lost, none runs twice, and every run is recorded.
+run, and until then, for at most :data:`CLAIM_SECONDS`, the run counts as the schedule's
+active one (``skip`` skips). Without a redelivery the next wake is left unarmed at worst: the
+sweeper publishes it once it is due. So no firing is lost, none runs twice, and every run is
+recorded.
 
 A manual tick (a trigger) fires at the time it was asked, paused or not, under a request id of
 its own; the policy applies and the schedule does not advance. A backfill tick starts the run
