@@ -1,8 +1,8 @@
 """The schedules page (``#/schedules``) in headless Chromium, against a stack of its own whose
 catalog declares a schedule beside its agent, every 2 seconds (tests/browser/schedule_catalog.py):
 one sweep stores it and arms its first wake, the local task queue fires it; the page lists it
-with its next firings and its last runs (each a link to a completed run), pauses it and
-triggers it; a caller who is not an operator sees the API's refusal."""
+with its next firings and its last runs (each a link to a completed run), pauses it (it fires
+no more) and triggers it; a caller who is not an operator sees the API's refusal."""
 
 from __future__ import annotations
 
@@ -144,12 +144,18 @@ def test_a_catalog_schedule_fires_and_is_paused_and_triggered_from_its_page(
     assert "paused" in text_of(driver, "#schedule-action")
     view = schedule(scheduled)
     assert view["paused"] is True and view["next_firings"] == []
+    paused_at = time.monotonic()
+    last_fired = max(f["at"] for f in view["firings"] if f["outcome"] == "started")
     screenshot("schedules-paused")
 
     # Triggered from the page once its last run is over (the policy is skip): a manual run.
     until(lambda: all(scheduled.run(f["run_id"])["status"] == "completed"
                       for f in schedule(scheduled)["firings"] if f["run_id"]),
           "the schedule's runs to be over")
+    # Paused, it fires no more: three of its periods later, no firing after the last one.
+    time.sleep(max(0.0, paused_at + 3 * EVERY_SECONDS - time.monotonic()))
+    later = [f for f in schedule(scheduled)["firings"] if f["at"] > last_fired]
+    assert later == [], f"fired while paused: {later}"
     click(driver, f"{ROW} button.trigger")
     manual = wait_for(driver, lambda d: (r := row(d)) and next(
         (f for f in r["last"] if f["outcome"] == "manual" and f["href"]), None),

@@ -16,11 +16,10 @@ from collections import Counter
 
 from ackloop.bus.wakes import MemoryWaker, Wake
 from ackloop.domain.clock import ManualClock
-from ackloop.domain.records import RunStatus
 from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus
 from ackloop.domain.schedules import Firing, Schedule, request_id_of
 from ackloop.engine import schedule_ops as ops
-from ackloop.engine.sweep import sweep
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import text_turn
 from ackloop_dev.faults import FaultPoints
@@ -83,7 +82,7 @@ async def test_a_thousand_ticks_with_their_firing_killed_at_random_miss_none_and
             loop.deps.clock.advance(  # type: ignore[attr-defined]
                 max(0.0, due + loop.deps.settings.sweep_stale_seconds + 1
                     - loop.deps.clock.now()))
-            await sweep(loop.deps)
+            await ops.sweep_schedules(loop.deps)  # the sweeper's pass over the schedules
             swept += 1
         await loop.run_until_idle(crash=SimulatedCrash, duplicate_every=rng.random() < 0.2,
                                   max_deliveries=5000)
@@ -99,6 +98,7 @@ async def test_a_thousand_ticks_with_their_firing_killed_at_random_miss_none_and
     assert all(f.outcome == "started" and f.run_id == run_id_for_request(
         request_id_of("tick", f.at)) for f in recorded)
     print(f"{TICKS} ticks: {len(runs)} runs, {len(recorded)} firings recorded, "
-          f"{sum(kills.kills.values())} kills {dict(kills.kills)}, {waker.lost} wakes lost, {swept} sweeps found them due")
+          f"{sum(kills.kills.values())} kills {dict(kills.kills)}, {waker.lost} wakes lost, "
+          f"{swept} sweeps found them due")
     assert sum(kills.kills.values()) > 50 and kills.kills["schedule:after_claim"] > 5
     assert waker.lost > 10 and swept > 10

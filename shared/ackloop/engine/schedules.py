@@ -147,6 +147,8 @@ async def _fire_once(deps: Deps, tick: ScheduleTick) -> Fired:
     if claimed is not None:  # recorded by an earlier delivery, paused or replaced since
         if tick.kind == "normal":
             await arm(deps, record)  # that delivery may have died before arming it
+        if await deps.store.runs.get_run(run_id) is not None:  # and started its run
+            return Fired(record.id, claimed.outcome, tick.at, run_id, claimed.detail)
         return await _started(deps, record, tick, claimed)
     if tick.kind == "normal":
         if record.paused:
