@@ -14,8 +14,8 @@ its process group the first time it reaches a point named in ``ACKLOOP_FAULT_CRA
 - ``tool:after_child``: a sub-agent's call created its child run, and neither sent the child's
   first step nor recorded its wait (not among :data:`FAULT_POINTS`, the fault phase's: its
   workload calls no sub-agent; the chaos run's child-runs scenario kills there);
-- ``schedule:after_start``: a schedule's firing started its run and has not recorded it (nor
-  advanced the schedule) yet.
+- ``schedule:after_claim``: a schedule's firing recorded itself (its run as the schedule's
+  last, the schedule advanced) and has not started its run yet.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ FAULT_POINTS = (
     "tool:after_commit",
 )
 """The points the chaos run's fault phase kills at."""
-KNOWN_POINTS = (*FAULT_POINTS, "tool:after_child", "schedule:after_start")
+KNOWN_POINTS = (*FAULT_POINTS, "tool:after_child", "schedule:after_claim")
 
 
 @dataclass
@@ -136,8 +136,9 @@ class _CrashingSteps:
 
 
 class _CrashingSchedules:
-    """The schedules room of a store, with ``schedule:after_start`` reached before a firing
-    is recorded (a write of an existing schedule with firings: its run was started)."""
+    """The schedules room of a store, with ``schedule:after_claim`` reached once a firing is
+    recorded (a write of an existing schedule whose last firing names the run it starts),
+    before that run starts."""
 
     def __init__(self, schedules: Schedules, faults: FaultPoints) -> None:
         self._schedules, self._faults = schedules, faults
@@ -147,9 +148,12 @@ class _CrashingSchedules:
 
     async def write(self, record: ScheduleRecord, version: Version | None, now: float
                     ) -> Version:
-        if version is not None and record.firings:
-            self._faults.hit("schedule:after_start")
-        return await self._schedules.write(record, version, now)
+        written = await self._schedules.write(record, version, now)
+        if version is not None and record.firings and (
+                record.firings[-1].run_id is not None
+                and record.firings[-1].run_id == record.last_run_id):
+            self._faults.hit("schedule:after_claim")
+        return written
 
 
 def crashing_store(store: AgentStore, faults: FaultPoints) -> AgentStore:

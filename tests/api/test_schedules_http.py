@@ -1,5 +1,6 @@
 """The schedules API in process (httpx over ASGI) on the in-memory engine: create, list with
-the next firings, an invalid spec's 422, a catalog schedule's 409, operators only for writes,
+the next firings, an invalid spec's 422 (a catch-up window below a minute, a backfill of
+the future), a catalog schedule's 409, operators only for writes,
 pause, resume, trigger, backfill and delete."""
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ async def test_create_list_read_pause_resume_trigger_backfill_delete() -> None:
 
 
 async def test_an_invalid_spec_is_422_naming_what_to_fix() -> None:
-    async with api_of(loop_of()) as api:
+    loop = loop_of()
+    async with api_of(loop) as api:
         bad_cron = await api.post("/schedules", json=HOURLY | {"every_seconds": None,
                                                                "cron": "0 9 * *"})
         assert bad_cron.status_code == 422 and "give five" in bad_cron.text
@@ -65,8 +67,15 @@ async def test_an_invalid_spec_is_422_naming_what_to_fix() -> None:
         assert bad_zone.status_code == 422 and "IANA" in bad_zone.text
         unknown = await api.post("/schedules", json=HOURLY | {"agent": "nobody"})
         assert unknown.status_code == 422 and "nobody" in unknown.text
+        no_window = await api.post("/schedules", json=HOURLY | {"catchup_window_seconds": 0})
+        assert no_window.status_code == 422 and "below 60" in no_window.text
         backwards = await api.post("/schedules/hourly/backfill", json={"start": 10, "end": 5})
         assert backwards.status_code == 422
+        await api.post("/schedules", json=HOURLY)
+        future = await api.post("/schedules/hourly/backfill",
+                                json={"start": T0 + 60, "end": T0 + 7200})
+        assert future.status_code == 422 and "at their time" in future.text
+        assert await loop.deps.store.runs.recent_runs(limit=10) == []
 
 
 async def test_a_catalog_schedule_cannot_be_replaced_through_the_api() -> None:

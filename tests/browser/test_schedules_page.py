@@ -1,8 +1,8 @@
 """The schedules page (``#/schedules``) in headless Chromium, against a stack of its own whose
 catalog declares a schedule beside its agent, every 2 seconds (tests/browser/schedule_catalog.py):
 one sweep stores it and arms its first wake, the local task queue fires it; the page lists it
-with its next firings and its last runs (each a link to a completed run), pauses it and
-triggers it; a caller who is not an operator sees the API's refusal."""
+with its next firings and its last runs (each a link to a completed run), pauses it (it fires
+no more) and triggers it; a caller who is not an operator sees the API's refusal."""
 
 from __future__ import annotations
 
@@ -57,10 +57,21 @@ def schedule(inspector: Inspector) -> dict[str, Any]:
     return view
 
 
+def status(inspector: Inspector, run_id: str) -> str | None:
+    """The run's status; None while it does not exist yet (a firing records itself, then
+    starts its run)."""
+    answer = inspector.api("GET", f"/runs/{run_id}")
+    if answer.status_code == 404:
+        return None
+    assert answer.status_code == 200, answer.text
+    found: str = answer.json()["status"]
+    return found
+
+
 def completed_runs(inspector: Inspector, view: dict[str, Any], outcome: str) -> list[str]:
     """The runs of the schedule's firings of ``outcome`` that completed."""
     runs = [f["run_id"] for f in view["firings"] if f["outcome"] == outcome and f["run_id"]]
-    return [r for r in runs if inspector.run(r)["status"] == "completed"]
+    return [r for r in runs if status(inspector, r) == "completed"]
 
 
 def row(driver: Any) -> dict[str, Any] | None:
@@ -144,12 +155,18 @@ def test_a_catalog_schedule_fires_and_is_paused_and_triggered_from_its_page(
     assert "paused" in text_of(driver, "#schedule-action")
     view = schedule(scheduled)
     assert view["paused"] is True and view["next_firings"] == []
+    paused_at = time.monotonic()
+    last_fired = max(f["at"] for f in view["firings"] if f["outcome"] == "started")
     screenshot("schedules-paused")
 
     # Triggered from the page once its last run is over (the policy is skip): a manual run.
-    until(lambda: all(scheduled.run(f["run_id"])["status"] == "completed"
+    until(lambda: all(status(scheduled, f["run_id"]) == "completed"
                       for f in schedule(scheduled)["firings"] if f["run_id"]),
           "the schedule's runs to be over")
+    # Paused, it fires no more: three of its periods later, no firing after the last one.
+    time.sleep(max(0.0, paused_at + 3 * EVERY_SECONDS - time.monotonic()))
+    later = [f for f in schedule(scheduled)["firings"] if f["at"] > last_fired]
+    assert later == [], f"fired while paused: {later}"
     click(driver, f"{ROW} button.trigger")
     manual = wait_for(driver, lambda d: (r := row(d)) and next(
         (f for f in r["last"] if f["outcome"] == "manual" and f["href"]), None),
@@ -157,7 +174,7 @@ def test_a_catalog_schedule_fires_and_is_paused_and_triggered_from_its_page(
     assert "triggered" in text_of(driver, "#schedule-action")
     assert driver.find_element(By.CSS_SELECTOR, "#schedule-action a.triggered-run"
                                ).text == manual["run"]
-    until(lambda: scheduled.run(manual["run"])["status"] == "completed",
+    until(lambda: status(scheduled, manual["run"]) == "completed",
           "the manual run to complete")
     assert schedule(scheduled)["paused"] is True  # a trigger does not resume it
     screenshot("schedules-triggered")

@@ -23,6 +23,8 @@ from ackloop.domain.wire import ID_PATTERN
 
 NY = ZoneInfo("America/New_York")
 PARIS = ZoneInfo("Europe/Paris")
+LORD_HOWE = ZoneInfo("Australia/Lord_Howe")  # summer time is 30 minutes ahead
+CHATHAM = ZoneInfo("Pacific/Chatham")  # at +12:45, summer time 60 minutes ahead
 
 
 def at(zone: Any, *parts: int) -> float:
@@ -62,6 +64,47 @@ def spec(**fields: Any) -> Schedule:
     # ... while an hourly schedule fires in both 01:00 hours (every real hour)
     ({"cron": "0 * * * *", "time_zone": "America/New_York"}, at(dt.UTC, 2025, 11, 2, 5, 0),
      at(dt.UTC, 2025, 11, 2, 6, 0)),
+    # DST forward by 30 minutes (Lord Howe, 2025-10-05 02:00 -> 02:30): the skipped 02:15
+    # fires at 02:30, the first instant after it; the day after at 02:15 again
+    ({"cron": "15 2 * * *", "time_zone": "Australia/Lord_Howe"},
+     at(LORD_HOWE, 2025, 10, 4, 12, 0), at(LORD_HOWE, 2025, 10, 5, 2, 30)),
+    ({"cron": "15 2 * * *", "time_zone": "Australia/Lord_Howe"},
+     at(LORD_HOWE, 2025, 10, 5, 2, 30), at(LORD_HOWE, 2025, 10, 6, 2, 15)),
+    # ... a time outside the skipped half hour is kept
+    ({"cron": "45 2 * * *", "time_zone": "Australia/Lord_Howe"},
+     at(LORD_HOWE, 2025, 10, 4, 12, 0), at(LORD_HOWE, 2025, 10, 5, 2, 45)),
+    # ... as does an hourly 02:15 (then 03:15), and 02:00, the instant of the change itself
+    ({"cron": "15 * * * *", "time_zone": "Australia/Lord_Howe"},
+     at(LORD_HOWE, 2025, 10, 5, 1, 50), at(LORD_HOWE, 2025, 10, 5, 2, 30)),
+    ({"cron": "15 * * * *", "time_zone": "Australia/Lord_Howe"},
+     at(LORD_HOWE, 2025, 10, 5, 2, 30), at(LORD_HOWE, 2025, 10, 5, 3, 15)),
+    ({"cron": "0 * * * *", "time_zone": "Australia/Lord_Howe"},
+     at(LORD_HOWE, 2025, 10, 5, 1, 50), at(LORD_HOWE, 2025, 10, 5, 2, 30)),
+    # DST back by 30 minutes (2025-04-06 02:00 -> 01:30): a daily 01:45 fires once
+    ({"cron": "45 1 * * *", "time_zone": "Australia/Lord_Howe"},
+     at(LORD_HOWE, 2025, 4, 5, 12, 0), at(dt.UTC, 2025, 4, 5, 14, 45)),
+    ({"cron": "45 1 * * *", "time_zone": "Australia/Lord_Howe"},
+     at(dt.UTC, 2025, 4, 5, 14, 45), at(LORD_HOWE, 2025, 4, 7, 1, 45)),
+    # DST forward at 02:45 (Chatham, 2025-09-28 02:45 -> 03:45): 03:00 and 03:30 are
+    # skipped and fire at 03:45; 02:30 is before the change
+    ({"cron": "0 3 * * *", "time_zone": "Pacific/Chatham"}, at(CHATHAM, 2025, 9, 27, 12, 0),
+     at(CHATHAM, 2025, 9, 28, 3, 45)),
+    ({"cron": "30 3 * * *", "time_zone": "Pacific/Chatham"}, at(CHATHAM, 2025, 9, 27, 12, 0),
+     at(CHATHAM, 2025, 9, 28, 3, 45)),
+    ({"cron": "30 2 * * *", "time_zone": "Pacific/Chatham"}, at(CHATHAM, 2025, 9, 27, 12, 0),
+     at(CHATHAM, 2025, 9, 28, 2, 30)),
+    ({"cron": "0 3 * * *", "time_zone": "Pacific/Chatham"}, at(CHATHAM, 2025, 9, 28, 3, 45),
+     at(CHATHAM, 2025, 9, 29, 3, 0)),
+    # hourly and half-hourly there: the skipped 02:50, 03:00 (and 03:30) fire once at 03:45,
+    # then each on its time again
+    ({"cron": "50 * * * *", "time_zone": "Pacific/Chatham"}, at(CHATHAM, 2025, 9, 28, 2, 40),
+     at(CHATHAM, 2025, 9, 28, 3, 45)),
+    ({"cron": "50 * * * *", "time_zone": "Pacific/Chatham"}, at(CHATHAM, 2025, 9, 28, 3, 45),
+     at(CHATHAM, 2025, 9, 28, 3, 50)),
+    ({"cron": "0 * * * *", "time_zone": "Pacific/Chatham"}, at(CHATHAM, 2025, 9, 28, 2, 40),
+     at(CHATHAM, 2025, 9, 28, 3, 45)),
+    ({"cron": "*/30 * * * *", "time_zone": "Pacific/Chatham"}, at(CHATHAM, 2025, 9, 28, 3, 45),
+     at(CHATHAM, 2025, 9, 28, 4, 0)),
     # intervals anchored at the epoch, or at start_at
     ({"every_seconds": 3600}, 7200.0, 10_800.0),
     ({"every_seconds": 3600}, 7199.5, 7200.0),
@@ -143,11 +186,18 @@ def test_request_ids(schedule_id: str, time: float, kind: Any, expected: str) ->
     ({"every_seconds": 60, "start_at": dt.datetime(2025, 1, 1)}, "aware datetime"),
     ({"every_seconds": 60, "id": "no spaces"}, "id"),
     ({"every_seconds": 60, "overlap": "queue"}, "overlap"),
+    # a wake always arrives some late: a window below a minute would miss on-time firings
+    ({"every_seconds": 60, "catchup_window_seconds": 0}, "catchup_window_seconds 0 is below 60"),
+    ({"every_seconds": 60, "catchup_window_seconds": 59.9}, "is below 60"),
 ])
 def test_an_invalid_spec_is_a_value_error_naming_what_to_fix(fields: dict[str, Any],
                                                              message: str) -> None:
     with pytest.raises(ValueError, match=message):
         spec(**fields)
+
+
+def test_a_catchup_window_of_a_minute_or_more_is_taken() -> None:
+    assert spec(every_seconds=60, catchup_window_seconds=60).catchup_window_seconds == 60
 
 
 def test_the_digest_follows_the_spec() -> None:

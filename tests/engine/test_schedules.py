@@ -99,9 +99,9 @@ async def test_a_tick_delivered_twice_starts_one_run() -> None:
     assert record.next_fire_at == T0 + 2 * HOUR
 
 
-async def test_a_firing_killed_between_its_run_and_its_advance_fires_once_when_redelivered(
+async def test_a_firing_killed_between_its_record_and_its_run_fires_once_when_redelivered(
 ) -> None:
-    loop = loop_of(faults=CrashingFaults({"schedule:after_start"}))
+    loop = loop_of(faults=CrashingFaults({"schedule:after_claim"}))
     await ops.put_schedule(loop.deps, hourly())
     assert await loop.wake_next()
     await loop.run_until_idle(crash=SimulatedCrash)  # killed once, then redelivered
@@ -110,6 +110,9 @@ async def test_a_firing_killed_between_its_run_and_its_advance_fires_once_when_r
     record = await record_of(loop)
     assert [f.outcome for f in record.firings] == ["started"]
     assert record.next_fire_at == T0 + 2 * HOUR
+    waker = loop.deps.waker  # the next firing's wake, which the kill left unarmed
+    assert isinstance(waker, MemoryWaker)
+    assert [w.name for w in waker.armed.values()] == [f"schedule/hourly/{int(T0 + 2 * HOUR)}"]
 
 
 async def fire_while_the_last_runs(policy: str) -> tuple[InProcessLoop, list[str]]:
@@ -297,3 +300,56 @@ def test_the_catalog_refuses_a_schedule_naming_an_unknown_agent() -> None:
 
     with pytest.raises(MissingAgent, match="schedule 'hourly' names agent 'nobody'"):
         AgentRegistry([Agent("default", "Be brief.")], [hourly(agent="nobody")])
+
+
+async def test_a_backfill_ending_in_the_future_starts_what_is_due_and_the_rest_at_their_time(
+) -> None:
+    loop = loop_of()
+    await ops.put_schedule(loop.deps, hourly())
+    advance(loop, HOUR / 2)
+    done = await ops.backfill(loop.deps, "hourly", T0 - 2 * HOUR, T0 + 3 * HOUR)
+    assert [b.at for b in done] == [T0 - 2 * HOUR, T0 - HOUR, T0]  # due now: no later one
+    await loop.run_until_idle()
+    assert {r.run_id for r in await runs(loop)} == {b.run_id for b in done}
+    await run_until(loop, T0 + 3 * HOUR)
+    for at in (T0 + HOUR, T0 + 2 * HOUR, T0 + 3 * HOUR):  # each at its real time
+        run = await loop.deps.store.runs.get_run(run_of(at))
+        assert run is not None and run.created_at >= at
+    record = await record_of(loop)
+    assert [f.outcome for f in record.firings] == ["backfill"] * 3 + ["started"] * 3
+    with pytest.raises(ops.NothingDue, match="after now"):
+        await ops.backfill(loop.deps, "hourly", T0 + 4 * HOUR, T0 + 5 * HOUR)
+
+
+async def test_a_buffer_one_schedule_goes_on_when_another_operator_or_the_catalog_owns_it(
+) -> None:
+    loop = loop_of()
+    await ops.put_schedule(loop.deps, hourly(overlap="buffer_one"), owner="alice")
+    await run_until(loop, T0 + HOUR)
+    await ops.put_schedule(loop.deps, hourly(overlap="buffer_one", text="go"), owner="bob")
+    await run_until(loop, T0 + 2 * HOUR)
+    loop.deps.agents = AgentRegistry(list(loop.deps.agents), [hourly(overlap="buffer_one")])
+    await ops.sync_catalog(loop.deps)  # the catalog takes the id over: anonymous runs
+    await run_until(loop, T0 + 3 * HOUR)
+    record = await record_of(loop)
+    assert [f.outcome for f in record.firings] == ["started"] * 3
+    owners = {r.owner: r.status for r in await runs(loop)}
+    assert owners == {"alice": RunStatus.COMPLETED, "bob": RunStatus.COMPLETED,
+                      "anonymous": RunStatus.COMPLETED}
+
+
+async def test_a_catalog_schedule_deleted_stays_deleted_until_its_own_spec_changes() -> None:
+    loop = loop_of()
+    agents = list(loop.deps.agents)
+    nightly = Schedule(id="nightly", agent="default", text="digest", cron="0 2 * * *")
+    loop.deps.agents = AgentRegistry(agents, [nightly, hourly()])
+    await sweep(loop.deps)
+    await ops.delete(loop.deps, "hourly")
+    loop.deps.agents = AgentRegistry(agents, [nightly.model_copy(update={"text": "d!"}),
+                                              hourly()])  # an unrelated schedule changes
+    await sweep(loop.deps)
+    assert [r.id for r in await loop.deps.store.schedules.listing()] == ["nightly"]
+    loop.deps.agents = AgentRegistry(agents, [nightly, hourly(text="report!")])
+    await sweep(loop.deps)  # its own spec changes: it comes back
+    assert {r.id: r.spec.text for r in await loop.deps.store.schedules.listing()} == {
+        "nightly": "digest", "hourly": "report!"}

@@ -177,15 +177,19 @@ async def trigger_schedule(request: Request, schedule_id: ScheduleIdPath) -> Fir
 
 @router.post("/schedules/{schedule_id}/backfill", response_model=BackfillView,
              responses={**COMMON, **NOT_FOUND, **FORBIDDEN},
-             summary="Run a schedule's firings of a past range")
+             summary="Run a schedule's firings of a past range (those due)")
 async def backfill_schedule(request: Request, schedule_id: ScheduleIdPath,
                             body: BackfillRange) -> BackfillView:
-    """Start the run of each firing time in ``[start, end]`` (at most 1000), each under the
-    request id of that time's normal firing: a time that ran already runs once."""
+    """Start the run of each firing time in ``[start, end]`` that is due (at most 1000), each
+    under the request id of that time's normal firing: a time that ran already runs once. The
+    times after now are not started: they fire at their own time (a start after now: 422)."""
     _operator(request)
     if body.end < body.start:
         raise ApiError(422, "invalid_range", "end is before start")
     deps, _ = await _found(request, schedule_id)
-    done = await ops.backfill(deps, schedule_id, body.start, body.end)
+    try:
+        done = await ops.backfill(deps, schedule_id, body.start, body.end)
+    except ops.NothingDue as exc:
+        raise ApiError(422, "nothing_due", str(exc)) from exc
     return BackfillView(schedule_id=schedule_id,
                         runs=[BackfilledRun(at=b.at, run_id=b.run_id) for b in done])

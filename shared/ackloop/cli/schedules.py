@@ -59,9 +59,7 @@ def _with_deps(directory: Path, action: Callable[[Any], Awaitable[T]]) -> T:
         deps.waker = build_waker(target.settings)
         try:
             return await action(deps)
-        except ops.NoSchedule as exc:
-            raise CliError(str(exc)) from exc
-        except ops.CatalogSchedule as exc:
+        except (ops.NoSchedule, ops.CatalogSchedule, ops.NothingDue) as exc:
             raise CliError(str(exc)) from exc
 
     return asyncio.run(go())
@@ -188,8 +186,8 @@ def backfill(schedule_id: str = typer.Argument(..., metavar="SCHEDULE"),
              start: str = typer.Option(..., "--start", help="Unix seconds or an ISO time."),
              end: str = typer.Option(..., "--end", help="Unix seconds or an ISO time."),
              as_json: bool = JSON_OPTION, directory: Path = DIRECTORY) -> None:
-    """Run each firing time from --start to --end (at most 1000); a time already run runs
-    once."""
+    """Run each firing time from --start to --end that is due (at most 1000); a time already
+    run runs once; the times after now fire at their own time."""
     from ackloop.engine.schedule_control import backfill as run_range
 
     first, last = _moment(start) or 0.0, _moment(end) or 0.0

@@ -38,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 
+from ackloop.domain.records import ANONYMOUS
 from ackloop.domain.wire import RunOptions
 
 SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
@@ -49,6 +50,9 @@ MAX_BACKFILL = 1000
 """The most firings one backfill starts."""
 MAX_JITTER_SECONDS = 3600
 MAX_TEXT_CHARS = 32_000
+MIN_CATCHUP_WINDOW_SECONDS = 60.0
+"""The smallest catch-up window: a wake, or the sweeper's tick for a lost one, is always some
+late, and a firing later than its window is recorded missed, not run."""
 _SEARCH_LIMIT = 2000
 """Cron matches skipped (the repeated hour of a change back) before a search gives up."""
 
@@ -76,8 +80,18 @@ class Schedule(BaseModel):
     start_at: float | None = Field(default=None, description="Unix seconds (or an aware datetime).")
     end_at: float | None = Field(default=None, description="Unix seconds (or an aware datetime).")
     overlap: Overlap = "skip"
-    catchup_window_seconds: float = Field(default=3600.0, ge=0, le=366 * 86_400)
+    catchup_window_seconds: float = Field(default=3600.0, le=366 * 86_400)
     paused: bool = False
+
+    @field_validator("catchup_window_seconds")
+    @classmethod
+    def _window(cls, value: float) -> float:
+        if value < MIN_CATCHUP_WINDOW_SECONDS:
+            raise ValueError(
+                f"catchup_window_seconds {value:g} is below {MIN_CATCHUP_WINDOW_SECONDS:g}: "
+                "every firing arrives some late (its wake's delivery, the sweeper's period), "
+                "so a smaller window would record firings missed that are on time")
+        return value
 
     @field_validator("start_at", "end_at", mode="before")
     @classmethod
@@ -171,8 +185,29 @@ def _next_rule(spec: Schedule, after: float) -> float | None:
         if at <= after:
             continue
         if hourly or dt.datetime.fromtimestamp(at, zone).fold == 0:
-            return at
+            return _skipped_before(spec.cron, zone, after, at) or at
     return None
+
+
+def _offset(at: float, zone: ZoneInfo) -> dt.timedelta | None:
+    return dt.datetime.fromtimestamp(at, zone).utcoffset()
+
+
+def _skipped_before(cron: str, zone: ZoneInfo, after: float, at: float) -> float | None:
+    """The instant the clocks went forward between ``after`` and ``at``, when a wall time the
+    change skipped matches ``cron`` (it fires then, the first instant after it); else None.
+    Whatever the size of the change (an hour, Lord Howe's 30 minutes, Chatham's 45 at 02:45)."""
+    before, later = _offset(after, zone), _offset(at, zone)
+    if before is None or later is None or later <= before:
+        return None
+    low, high = math.floor(after), math.ceil(at)  # the change is in (low, high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if _offset(middle, zone) == before else (low, middle)
+    skipped_from = dt.datetime.fromtimestamp(high, dt.timezone(before)).replace(tzinfo=None)
+    skipped_to = dt.datetime.fromtimestamp(high, zone).replace(tzinfo=None)
+    first = croniter(cron, skipped_from - dt.timedelta(seconds=1)).get_next(dt.datetime)
+    return float(high) if first < skipped_to else None
 
 
 def firings_between(spec: Schedule, start: float, end: float,
@@ -220,9 +255,15 @@ def request_id_of(schedule_id: str, at: float, kind: FiringKind = "normal") -> s
     return f"schedule-{schedule_id}-{compact_time(at)}"
 
 
-def conversation_of(schedule_id: str) -> str:
-    """The conversation of a ``buffer_one`` schedule's runs (where one queues behind another)."""
-    return f"schedule-{schedule_id}"
+def conversation_of(schedule_id: str, owner: str = ANONYMOUS) -> str:
+    """The conversation of a ``buffer_one`` schedule's runs (where one queues behind another),
+    the owner's: only the caller who started a conversation may continue it, so a schedule
+    whose owner changes (replaced by another operator, taken over by the catalog) goes on in
+    a conversation of its new owner's. An anonymous owner's is ``schedule-<id>``, another's
+    ``schedule-<id>-<a hash of the owner>``."""
+    if owner == ANONYMOUS:
+        return f"schedule-{schedule_id}"
+    return f"schedule-{schedule_id}-{hashlib.sha256(owner.encode()).hexdigest()[:12]}"
 
 
 def wake_name(schedule_id: str, at: float) -> str:
@@ -257,7 +298,7 @@ class ScheduleRecord(BaseModel):
     spec: Schedule
     source: Source
     digest: str
-    owner: str = "anonymous"
+    owner: str = ANONYMOUS
     """Whose runs its firings start (the caller who created it; a catalog's: anonymous)."""
     next_fire_at: float | None = None
     paused: bool = False

@@ -145,21 +145,30 @@ async def publish_trigger(deps: Deps, schedule_id: str) -> Fired:
     return Fired(schedule_id, "published", at, run_id)
 
 
+class NothingDue(ValueError):
+    """A backfill whose range holds no firing time that is due yet (its start is in the
+    future): those fire at their own time."""
+
+
 async def backfill(deps: Deps, schedule_id: str, start: float, end: float) -> list[Backfilled]:
-    """Start the run of every firing time in ``[start, end]`` (at most
+    """Start the run of every firing time in ``[start, end]`` that is due (at most
     :data:`~ackloop.domain.schedules.MAX_BACKFILL`), each under its normal request id: a time
-    that already ran (or runs at its time later) runs once. The ticks are published, then the
-    firings recorded."""
+    that already ran runs once. The times after now are not started: they fire at their own
+    time, as the schedule does (:class:`NothingDue` when ``start`` is after now). The ticks are
+    published, then the firings recorded."""
     stored = await existing(deps, schedule_id)
     record = stored.record
-    times = firings_between(record.spec, start, end, MAX_BACKFILL)
+    now = deps.clock.now()
+    if start > now:
+        raise NothingDue(f"start {start:g} is after now ({now:.0f}): a backfill runs the "
+                         "firings already due; the schedule fires the later ones at their time")
+    times = firings_between(record.spec, start, min(end, now), MAX_BACKFILL)
     if not times:
         return []
     await deps.publisher.publish_many(deps.topic("queries"), [
         (tick_of(schedule_id, at, "backfill"), {"schedule_id": schedule_id}) for at in times])
     done = [Backfilled(at, run_id_for_request(request_id_of(schedule_id, at, "backfill"),
                                               record.owner)) for at in times]
-    now = deps.clock.now()
     firings = [Firing(at=b.at, outcome="backfill", run_id=b.run_id, recorded_at=now)
                for b in done]
     await _changed(deps, schedule_id, lambda r, _: r.model_copy(
@@ -201,7 +210,8 @@ async def sync_catalog(deps: Deps) -> list[str]:
     now = deps.clock.now()
     written: list[str] = []
     for sid, stored in zip(ids, await deps.store.schedules.read(*ids), strict=True):
-        record = _synced(declared.get(sid), stored, now)
+        unchanged = sid in digests and synced.digests.get(sid) == digests[sid]
+        record = _synced(declared.get(sid), stored, now, unchanged=unchanged)
         if record is None:
             continue
         await deps.store.schedules.write(record, stored.version if stored else None, now)
@@ -213,14 +223,17 @@ async def sync_catalog(deps: Deps) -> list[str]:
     return written
 
 
-def _synced(spec: Schedule | None, stored: StoredSchedule | None, now: float
-            ) -> ScheduleRecord | None:
-    """What the record of a catalog schedule becomes (None: left as it is)."""
+def _synced(spec: Schedule | None, stored: StoredSchedule | None, now: float, *,
+            unchanged: bool) -> ScheduleRecord | None:
+    """What the record of a catalog schedule becomes (None: left as it is). ``unchanged``:
+    its spec is the one last synced, so a record deleted since (or gone) stays so."""
     before = stored.record if stored is not None else None
     if spec is None:  # no longer declared: deleted, if it is still the catalog's
         if before is None or before.deleted or before.source != "catalog":
             return None
         return before.model_copy(update={"deleted": True, "updated_at": now})
+    if unchanged and (before is None or before.deleted):
+        return None  # deleted by an operator: back only when its own spec changes
     if before is not None and not before.deleted and before.digest == spec.digest() and (
             before.source == "catalog"):
         return None

@@ -12,15 +12,22 @@ when the wake was lost (:mod:`ackloop.engine.schedule_control`). Firing a normal
 2. a firing later than the catch-up window is recorded missed (with every firing up to the
    window), and the schedule moves on to the first firing within the window;
 3. the overlap policy, against the schedule's last run (unless this firing's own run exists
-   already: an earlier delivery started it), then the run, through ingest, under the firing's
-   request id (:func:`~ackloop.domain.schedules.request_id_of`): a tick delivered twice starts
-   one run;
-4. only then the schedule advances (``next_fire_at``, the firing recorded, ``last_run_id``),
-   at the version read, and the next firing's wake is armed.
+   already: a backfill of its time started it);
+4. the firing is recorded, its run as the schedule's last run, and (a normal one) the
+   schedule advanced (``next_fire_at``), at the version read: of two firings that read the
+   schedule together (a tick and a trigger, a pause or an edit meanwhile), one writes, the
+   other reads it again and meets what the first did; the next firing's wake is armed;
+5. only then the run, through ingest, under the firing's request id
+   (:func:`~ackloop.domain.schedules.request_id_of`): a tick delivered twice starts one run.
+   A run refused (an agent the catalog no longer has) turns its firing ``failed``.
 
-A crash before 4 leaves the tick unacknowledged: its redelivery finds the run started and
-advances; a crash after 4 leaves the next wake unarmed at worst: the sweeper publishes it once
-it is due. So no firing is lost and none runs twice.
+A crash before 4 leaves the tick unacknowledged and nothing written; a crash between 4 and 5
+leaves the firing recorded and its run not created: the tick's redelivery finds its firing
+recorded (paused, advanced or replaced since), arms the next firing's wake and starts that
+run, and until then, for at most :data:`CLAIM_SECONDS`, the run counts as the schedule's
+active one (``skip`` skips). Without a redelivery the next wake is left unarmed at worst: the
+sweeper publishes it once it is due. So no firing is lost, none runs twice, and every run is
+recorded.
 
 A manual tick (a trigger) fires at the time it was asked, paused or not, under a request id of
 its own; the policy applies and the schedule does not advance. A backfill tick starts the run
@@ -37,7 +44,6 @@ from typing import Any
 from ackloop.bus.wakes import Wake, WakeNotArmed
 from ackloop.domain.errors import IdempotencyMismatch, PermanentError
 from ackloop.domain.keys import run_id_for_request
-from ackloop.domain.records import RunRecord, RunStatus
 from ackloop.domain.schedules import (
     MAX_FIRINGS_KEPT,
     Firing,
@@ -67,6 +73,11 @@ STARTED: dict[FiringKind, Outcome] = {"normal": "started", "manual": "manual",
 """The outcome of a firing that started its run, by the kind of its tick."""
 FIRE_ATTEMPTS = 5
 """Reads of a schedule written meanwhile before the tick is left to its redelivery."""
+CLAIMS: frozenset[Outcome] = frozenset({"started", "manual", "buffered", "cancelled_other"})
+"""The outcomes of a firing recorded before its run starts."""
+CLAIM_SECONDS = 600.0
+"""How long a firing recorded, its run not created yet, counts as the schedule's active run:
+its tick's redelivery (Pub/Sub's longest backoff) starts it."""
 
 
 @dataclass(frozen=True)
@@ -128,9 +139,17 @@ async def _fire_once(deps: Deps, tick: ScheduleTick) -> Fired:
     if stored is None or stored.record.deleted:
         return Fired(tick.schedule_id, "gone", tick.at)
     record, now = stored.record, deps.clock.now()
+    run_id = run_id_for_request(request_id_of(record.id, tick.at, tick.kind), record.owner)
     if tick.kind == "backfill":
-        firing = await _start(deps, record, tick, now, policy=False)
-        return Fired(record.id, firing.outcome, tick.at, firing.run_id, firing.detail)
+        firing = Firing(at=tick.at, outcome="backfill", run_id=run_id, recorded_at=now)
+        return await _started(deps, record, tick, firing, record_failure=False)
+    claimed = _claimed(record, tick, run_id)
+    if claimed is not None:  # recorded by an earlier delivery, paused or replaced since
+        if tick.kind == "normal":
+            await arm(deps, record)  # that delivery may have died before arming it
+        if await deps.store.runs.get_run(run_id) is not None:  # and started its run
+            return Fired(record.id, claimed.outcome, tick.at, run_id, claimed.detail)
+        return await _started(deps, record, tick, claimed)
     if tick.kind == "normal":
         if record.paused:
             return Fired(record.id, "paused", tick.at)
@@ -140,15 +159,24 @@ async def _fire_once(deps: Deps, tick: ScheduleTick) -> Fired:
                          tick.at)
         if now - (tick.at + jitter_of(record.spec, tick.at)) > record.spec.catchup_window_seconds:
             return await _missed(deps, stored, now)
-    firing = await _start(deps, record, tick, now, policy=True)
-    after = tick.at if tick.kind == "normal" else None
-    await _record(deps, stored, firing, now, advance_from=after)
-    return Fired(record.id, firing.outcome, tick.at, firing.run_id, firing.detail)
+    firing = await _decided(deps, record, tick, run_id, now)
+    await _record(deps, stored, firing, now,
+                  advance_from=tick.at if tick.kind == "normal" else None)
+    if firing.run_id is None:
+        return Fired(record.id, firing.outcome, tick.at, None, firing.detail)
+    return await _started(deps, record, tick, firing)
+
+
+def _claimed(record: ScheduleRecord, tick: ScheduleTick, run_id: str) -> Firing | None:
+    """The firing of ``tick`` as the schedule recorded it, to start its run (None: not yet)."""
+    return next((f for f in reversed(record.firings)
+                 if f.at == tick.at and f.run_id == run_id and f.outcome in CLAIMS), None)
 
 
 async def _record(deps: Deps, stored: StoredSchedule, firing: Firing, now: float, *,
                   advance_from: float | None) -> None:
-    """Write the firing (and, for a normal one, the next firing), then arm the next one."""
+    """Write the firing (and, for a normal one, the next firing) at the version read, then
+    arm the next one."""
     record = stored.record
     changes: dict[str, Any] = {"firings": record.recorded(firing), "updated_at": now}
     if firing.run_id is not None and firing.outcome not in ("skipped", "failed"):
@@ -187,61 +215,103 @@ def _query(record: ScheduleRecord, request_id: str) -> QueryMessage:
     spec = record.spec
     return QueryMessage(request_id=request_id, text=spec.text, agent=spec.agent,
                         options=spec.options or RunOptions(),
-                        conversation_id=(conversation_of(record.id)
+                        conversation_id=(conversation_of(record.id, record.owner)
                                          if spec.overlap == "buffer_one" else None))
 
 
-async def _start(deps: Deps, record: ScheduleRecord, tick: ScheduleTick, now: float, *,
-                 policy: bool) -> Firing:
-    """Apply the overlap policy (``policy``), then start the firing's run through ingest."""
+async def _decided(deps: Deps, record: ScheduleRecord, tick: ScheduleTick, run_id: str,
+                   now: float) -> Firing:
+    """The firing as it is recorded before its run starts: the overlap policy applied (unless
+    its run exists already: a backfill of its time started it)."""
+    firing = Firing(at=tick.at, outcome=STARTED[tick.kind], run_id=run_id, recorded_at=now)
+    if await deps.store.runs.get_run(run_id) is not None:
+        return firing
+    refusal, cancelled, queued = await _overlap(deps, record, now)
+    if refusal is not None:
+        return firing.model_copy(update={"outcome": "skipped", "run_id": None,
+                                          "detail": refusal})
+    if tick.kind != "normal":
+        return firing
+    if queued:
+        return firing.model_copy(update={"outcome": "buffered"})
+    if cancelled is not None:
+        return firing.model_copy(update={"outcome": "cancelled_other",
+                                          "detail": f"cancelled {cancelled}"})
+    return firing
+
+
+async def _started(deps: Deps, record: ScheduleRecord, tick: ScheduleTick, firing: Firing, *,
+                   record_failure: bool = True) -> Fired:
+    """Start the run of the recorded ``firing`` through ingest, under the firing's request id
+    (a run started already is not started again); a refused run's firing recorded failed."""
     request_id = request_id_of(record.id, tick.at, tick.kind)
-    run_id = run_id_for_request(request_id, record.owner)
-    base = Firing(at=tick.at, outcome="started", run_id=run_id, recorded_at=now)
-    started: Outcome = STARTED[tick.kind]
-    cancelled: str | None = None
-    if policy and await deps.store.runs.get_run(run_id) is None:
-        refusal, cancelled = await _overlap(deps, record)
-        if refusal is not None:
-            return base.model_copy(update={"outcome": "skipped", "run_id": None,
-                                            "detail": refusal})
+    outcome, detail = firing.outcome, firing.detail
     try:
-        run, _ = await start_run(deps, _query(record, request_id), owner=record.owner)
+        await start_run(deps, _query(record, request_id), owner=record.owner)
     except IdempotencyMismatch:  # started under an earlier spec of the schedule
-        return base.model_copy(update={"outcome": started,
-                                        "detail": "started before under another spec"})
+        detail = "started before under another spec"
     except PermanentError as exc:
         log.warning("schedule %s: the run of %s was refused: %s", record.id, tick.at, exc)
-        return base.model_copy(update={"outcome": "failed", "run_id": None,
-                                        "detail": str(exc)[:500]})
-    outcome: Outcome = ("buffered" if run.status is RunStatus.QUEUED and tick.kind == "normal"
-                        else "cancelled_other" if cancelled and tick.kind == "normal"
-                        else started)
-    return base.model_copy(update={"outcome": outcome, "run_id": run.run_id,
-                                    "detail": f"cancelled {cancelled}" if cancelled else None})
+        failed = firing.model_copy(update={"outcome": "failed", "run_id": None,
+                                           "detail": str(exc)[:500]})
+        if record_failure:
+            await _failed(deps, record.id, firing, failed, record.last_run_id)
+        return Fired(record.id, "failed", tick.at, None, failed.detail)
+    return Fired(record.id, outcome, tick.at, firing.run_id, detail)
 
 
-async def _overlap(deps: Deps, record: ScheduleRecord) -> tuple[str | None, str | None]:
+async def _failed(deps: Deps, schedule_id: str, claim: Firing, failed: Firing,
+                  last_run_id: str | None) -> None:
+    """Record the claimed firing ``claim`` as ``failed`` (its run refused), the schedule's
+    last run the one before it."""
+    for attempt in range(FIRE_ATTEMPTS):
+        (stored,) = await deps.store.schedules.read(schedule_id)
+        if stored is None or claim not in stored.record.firings:
+            return
+        record = stored.record
+        firings = [failed if f == claim else f for f in record.firings]
+        last = last_run_id if record.last_run_id == claim.run_id else record.last_run_id
+        try:
+            await deps.store.schedules.write(record.model_copy(update={
+                "firings": firings, "last_run_id": last}), stored.version, deps.clock.now())
+            return
+        except ScheduleChanged:
+            if attempt == FIRE_ATTEMPTS - 1:
+                raise
+
+
+async def _overlap(deps: Deps, record: ScheduleRecord, now: float
+                   ) -> tuple[str | None, str | None, bool]:
     """The overlap policy against the schedule's last run: why this firing is skipped (None:
-    it starts), and the run it cancelled."""
+    it starts), the run it cancelled, and whether its run queues behind another."""
     policy = record.spec.overlap
     if policy == "allow_all":
-        return None, None
+        return None, None, False
     if policy == "buffer_one":
-        conversation = await deps.store.runs.get_conversation(conversation_of(record.id))
+        conversation = await deps.store.runs.get_conversation(
+            conversation_of(record.id, record.owner))
         if conversation is not None and conversation.queue:
-            return f"run {conversation.queue[0]} is queued already", None
-        return None, None
-    last = await _active(deps, record.last_run_id)
+            return f"run {conversation.queue[0]} is queued already", None, False
+        return None, None, conversation is not None and conversation.active_run_id is not None
+    last, starting = await _active(deps, record, now)
     if last is None:
-        return None, None
-    if policy == "skip":
-        return f"run {last.run_id} is still {last.status.value}", None
-    await ending.cancel_run(deps, last.run_id)
-    return None, last.run_id
+        return None, None, False
+    if policy == "skip" or starting:
+        state = "starting" if starting else "still running"
+        return f"run {last} is {state}", None, False
+    await ending.cancel_run(deps, last)
+    return None, last, False
 
 
-async def _active(deps: Deps, run_id: str | None) -> RunRecord | None:
+async def _active(deps: Deps, record: ScheduleRecord, now: float) -> tuple[str | None, bool]:
+    """The schedule's last run if it is active, and whether it is still starting: recorded by
+    its firing less than :data:`CLAIM_SECONDS` ago, not created yet."""
+    run_id = record.last_run_id
     if run_id is None:
-        return None
+        return None, False
     run = await deps.store.runs.get_run(run_id)
-    return run if run is not None and not run.status.terminal else None
+    if run is not None:
+        return (None if run.status.terminal else run_id), False
+    starting = any(f.run_id == run_id and f.outcome in CLAIMS
+                   and now - f.recorded_at < CLAIM_SECONDS for f in record.firings)
+    return (run_id if starting else None), starting
