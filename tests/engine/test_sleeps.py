@@ -124,6 +124,31 @@ async def test_a_wake_delivered_again_runs_nothing_twice() -> None:
     assert all(s.attempts == 1 for s in steps)
 
 
+async def test_a_wake_delivered_before_its_time_runs_nothing_and_keeps_the_wake() -> None:
+    # A wake published early (a waker whose clock runs ahead, the step's message redelivered)
+    # finds the time not come: the call is not run nor decided, its wake stays armed for its
+    # time, and at that time it runs once.
+    ran: list[dict[str, Any]] = []
+    waker = MemoryWaker()
+    loop, run_id = await sleeping_run("early", ran, waker=waker)
+    (wake,) = waker.armed.values()
+    loop.deps.clock.advance(3 * DAY - 1)  # type: ignore[attr-defined]
+    for _ in range(2):
+        await loop.publisher.publish(wake.topic, wake.data, wake.attributes)
+    await loop.run_until_idle(duplicate_every=True)
+    assert ran == []
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [STEP])
+    assert step is not None and step.status is StepStatus.WAITING and step.decision is None
+    assert [w.at for w in waker.armed.values()] == [wake.at]  # armed again: absorbed
+
+    assert await loop.wake_next()
+    await loop.run_until_idle()
+    assert len(ran) == 1
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [STEP])
+    assert step is not None and step.decision is not None and step.decision.by == "clock"
+    assert step.decision.at >= wake.at
+
+
 async def test_without_a_waker_the_sweeper_wakes_it_at_its_time() -> None:
     ran: list[dict[str, Any]] = []
     loop, run_id = await sleeping_run("swept", ran, waker=None, days=1)
