@@ -103,6 +103,17 @@ async def test_turns_are_played_in_order_and_running_out_fails_the_run() -> None
     assert len(result.tool_calls) == 2
 
 
+async def test_a_run_its_step_budget_stopped_is_not_reported_completed() -> None:
+    agent = Agent("busy", "Keep busy.", [ping], max_steps=2,
+                  script=ScriptedTurns([call("ping"), call("ping"), call("ping")]))
+    result = await run_agent(agent, "go")
+    # As the CLI says it: "stopped by its max_steps budget: no answer".
+    assert (result.status, result.stop_reason, result.budget_stop, result.answer) == (
+        "stopped", "max_steps", "max_steps", None)
+    answered = await run_agent(Agent("quick", "Hi.", script=ScriptedTurns([text("hi")])), "go")
+    assert (answered.status, answered.budget_stop) == ("completed", None)
+
+
 async def test_a_script_answering_something_else_fails_the_run_with_why() -> None:
     def confused(conversation: Conversation) -> object:
         return 42

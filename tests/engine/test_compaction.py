@@ -4,6 +4,7 @@ per compaction whatever is redelivered or killed, and every turn stays in the hi
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -487,12 +488,14 @@ class KeyedToolbox(CountingToolbox):
         return ToolOutcome(response={"result": BIG if key == "question 3" else f"small {key}"})
 
 
-def keyed_loop(model: Recording) -> InProcessLoop:
+def keyed_loop(model: Recording, database: DocumentDB | None = None,
+               prefix: str = "") -> InProcessLoop:
     publisher = MemoryPublisher()
     agent = Agent("default", "Answer.", KeyedToolbox({"lookup": "x"}),
                   context=Context(max_input_tokens=600, keep_recent_turns=2))
     deps = Deps(settings=Settings(lease_seconds=10.0),
-                store=AgentStore(CountingDocumentDB(MemoryDocumentDB())), publisher=publisher,
+                store=AgentStore(CountingDocumentDB(database or MemoryDocumentDB()), prefix),
+                publisher=publisher,
                 model=model, agents=AgentRegistry([agent]), clock=ManualClock(),
                 owner="test-owner")
     return InProcessLoop(deps, publisher)
@@ -710,3 +713,35 @@ async def test_a_delivery_whose_compaction_was_made_by_another_delivery_of_its_s
     assert step.result["compaction"]["chunk"] == record["chunk"]
     assert step.cost is not None and step.cost.prompt_tokens == (
         step.usage.prompt_tokens + record["usage"]["prompt_tokens"])
+
+
+async def test_a_delivery_that_took_over_from_a_zombie_uses_the_zombies_compaction(
+        db: DocumentDB) -> None:  # noqa: F811
+    """A delivery that took over an expired lease while the first (a zombie) still
+    summarized: the zombie's chunk is committed first, so this delivery's commit is refused
+    (by the store as it answers: the chunk exists, and the last chunk's fence moved). It reads
+    the zombie's chunk and goes on from it, acknowledged at once on either store: one
+    compaction chunk, the step recorded by this delivery's first attempt."""
+    model = Recording()
+    loop = keyed_loop(model, db, f"t{uuid.uuid4().hex[:10]}_")
+    await converse(loop, 3)
+    store = loop.deps.store
+    commit_compaction = store.transcript.commit_compaction
+
+    async def after_the_zombies(*args: Any, **kwargs: Any) -> Any:
+        await commit_compaction(*args, **kwargs)  # the zombie's, of the same step
+        return await commit_compaction(*args, **kwargs)  # this delivery's, as the store answers
+
+    store.transcript.commit_compaction = after_the_zombies  # type: ignore[method-assign]
+    delivered = len(loop.log)
+    await converse(loop, 1, first=3)
+    assert [e.outcome.status for e in loop.log[delivered:] if not e.outcome.acknowledged] == []
+    run_id = run_id_for_request("q3")
+    run = await store.runs.get_run(run_id)
+    assert run is not None and run.answer == "answer to question 3"
+    transcript = await store.transcript.load_transcript(CONVERSATION)
+    (record,) = [c.compaction for c in transcript.chunks if c.compaction]
+    assert record["by"] == f"{run_id}/0001-model"
+    (step,) = await store.steps.get_steps(run_id, ["0001-model"])
+    assert step is not None and step.attempts == 1
+    assert step.result is not None and step.result["compaction"]["chunk"] == record["chunk"]

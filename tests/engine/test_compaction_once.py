@@ -39,10 +39,10 @@ class Overlapping(Recording):
 
 
 def _loop(model: Recording, database: DocumentDB, prefix: str,
-          max_steps: int | None = None) -> InProcessLoop:
+          max_steps: int | None = None, context: Context = POLICY) -> InProcessLoop:
     publisher = MemoryPublisher()
     agent = Agent("default", "Answer from the lookup.", CountingToolbox({"lookup": RESULT}),
-                  context=POLICY, **({"max_steps": max_steps} if max_steps else {}))
+                  context=context, **({"max_steps": max_steps} if max_steps else {}))
     deps = Deps(settings=Settings(lease_seconds=10.0),
                 store=AgentStore(CountingDocumentDB(database), prefix),
                 publisher=publisher, model=model, agents=AgentRegistry([agent]),
@@ -93,6 +93,26 @@ async def test_concurrent_deliveries_of_a_compacting_step_make_one_summary(
         assert [s.status for s in steps] == [StepStatus.COMPLETED] * 3
         compacting = [s for s in steps if (s.result or {}).get("compaction")]
         assert all(s.attempts == 1 for s in compacting)
+
+
+async def test_concurrent_deliveries_compacting_on_geminis_400_make_one_summary(
+        db: DocumentDB) -> None:  # noqa: F811
+    # The steps run unclaimed (a scripted model costs nothing), so both deliveries call the
+    # model and both are refused as too long: the claim before the summary lets one pay for
+    # it; the other finds the step claimed and is redelivered.
+    model = Overlapping(refuse_over=500)
+    loop = _loop(model, db, f"t{uuid.uuid4().hex[:10]}_", context=Context.unbounded())
+    for i in range(10):
+        await loop.submit(QueryMessage(request_id=f"q{i}", text=f"question {i}",
+                                       conversation_id=CONVERSATION))
+        await _every_model_step_twice_at_once(loop)
+
+    transcript = await loop.deps.store.transcript.load_transcript(CONVERSATION)
+    chunks = [c for c in transcript.chunks if c.summary is not None]
+    assert chunks
+    assert model.summaries_answered == len(chunks)  # one paid summary per compaction
+    answers = {a.run_id: a.answer for a in loop.answers}
+    assert answers == {run_id_for_request(f"q{i}"): f"answer to question {i}" for i in range(10)}
 
 
 async def test_a_summary_request_starts_as_the_agents_request_does() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -79,7 +80,15 @@ class YieldingDB:
 def _loop(model: FanOutModel, width: int) -> Any:
     loop = make_loop(model, TogetherToolbox(width), clock=SystemClock(),
                      settings=Settings(lease_seconds=10.0))
-    loop.deps.store.db = YieldingDB(loop.deps.store.db)
+    return with_db(loop, YieldingDB(loop.deps.store.db))
+
+
+def with_db(loop: Any, db: Any) -> Any:
+    """``loop`` with its store, and each of the store's rooms, on ``db``."""
+    store = loop.deps.store
+    for room in (store, store.runs, store.steps, store.transcript, store.waits, store.letters,
+                 store.evals, store.schedules):
+        room.db = db
     return loop
 
 
@@ -105,6 +114,50 @@ async def test_siblings_ending_together_publish_the_next_model_step_once(width: 
 
     await loop.run_until_idle(duplicate_every=False)
     run = await loop.deps.store.runs.get_run(run_id_for_request("fan"))
+    assert run is not None and run.status is RunStatus.COMPLETED
+    assert model.calls == run.usage.model_calls == 2
+
+
+class TiedVersionsDB(YieldingDB):
+    """:class:`YieldingDB` whose listed documents all carry one version, as siblings whose
+    commits Firestore stamped with the same time do (the in-memory counter never ties). Once
+    :meth:`together` is called, the next ``width`` listings wait for one another: each
+    sibling lists its turn after its commit, so every sibling then reads every commit."""
+
+    waiting: list[asyncio.Future[None]]
+
+    def together(self, width: int) -> None:
+        self.width, self.waiting = width, []
+
+    async def list_range(self, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "width", 0) > len(self.waiting):
+            self.waiting.append(asyncio.get_running_loop().create_future())
+            if len(self.waiting) == self.width:
+                for each in self.waiting:
+                    each.set_result(None)
+            await self.waiting[-1] if len(self.waiting) < self.width else None
+        return [replace(snap, version=0) for snap in await self._db.list_range(*args, **kwargs)]
+
+
+@pytest.mark.parametrize("width", [2, 3])
+async def test_siblings_whose_commits_tie_publish_the_next_model_step_once(width: int) -> None:
+    # The call index breaks the tie: one sibling, the last by index, publishes.
+    model = FanOutModel(width)
+    loop = _loop(model, width)
+    db = TiedVersionsDB(loop.deps.store.db._db)
+    with_db(loop, db)
+    kind, step = await first_model_step(loop, QueryMessage(request_id="tie", text="go"))
+    await loop.deliver(kind, step)
+    loop._collect()
+    tools = list(loop._queue)
+    loop._queue.clear()
+    db.together(width)  # every sibling reads the turn once all have committed
+
+    await asyncio.gather(*(loop.deliver(k, m) for k, m in tools))
+    loop._collect()
+    assert len(_model_steps(loop, 1)) == 1, loop.queued()
+    await loop.run_until_idle(duplicate_every=False)
+    run = await loop.deps.store.runs.get_run(run_id_for_request("tie"))
     assert run is not None and run.status is RunStatus.COMPLETED
     assert model.calls == run.usage.model_calls == 2
 

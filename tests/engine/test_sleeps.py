@@ -14,15 +14,34 @@ from typing import Any
 import pytest
 
 from ackloop.bus.wakes import MemoryWaker
+from ackloop.agents.agent import Agent
 from ackloop.config.settings import Settings
 from ackloop.domain.keys import StepKey, run_id_for_request
-from ackloop.domain.records import RunStatus, StepStatus
-from ackloop.domain.wire import QueryMessage
+from ackloop.domain.records import (
+    RunLimits,
+    RunRecord,
+    RunStatus,
+    StepDecision,
+    StepRecord,
+    StepStatus,
+    Waiting,
+)
+from ackloop.domain.wire import QueryMessage, RunOptions
+from ackloop.engine import children
 from ackloop.engine.sweep import sweep
 from ackloop.engine.waits import core as waits
+from ackloop.testing.inprocess import InProcessLoop
+from ackloop.testing.agent_tester import AgentTester
+from ackloop.model.function_model import (
+    Conversation,
+    FunctionModel,
+    Reply,
+    ScriptedTurns,
+    call,
+    text,
+)
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
-from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolContext, ToolSet, tool
 from ackloop.tools.definition import Tool
 from ackloop.tools.sleep import sleep_tool
@@ -103,6 +122,31 @@ async def test_a_wake_delivered_again_runs_nothing_twice() -> None:
     steps = await loop.deps.store.steps.list_steps(run_id)
     assert [s.key for s in steps if s.kind == "model"] == ["0000-model", "0001-model"]
     assert all(s.attempts == 1 for s in steps)
+
+
+async def test_a_wake_delivered_before_its_time_runs_nothing_and_keeps_the_wake() -> None:
+    # A wake published early (a waker whose clock runs ahead, the step's message redelivered)
+    # finds the time not come: the call is not run nor decided, its wake stays armed for its
+    # time, and at that time it runs once.
+    ran: list[dict[str, Any]] = []
+    waker = MemoryWaker()
+    loop, run_id = await sleeping_run("early", ran, waker=waker)
+    (wake,) = waker.armed.values()
+    loop.deps.clock.advance(3 * DAY - 1)  # type: ignore[attr-defined]
+    for _ in range(2):
+        await loop.publisher.publish(wake.topic, wake.data, wake.attributes)
+    await loop.run_until_idle(duplicate_every=True)
+    assert ran == []
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [STEP])
+    assert step is not None and step.status is StepStatus.WAITING and step.decision is None
+    assert [w.at for w in waker.armed.values()] == [wake.at]  # armed again: absorbed
+
+    assert await loop.wake_next()
+    await loop.run_until_idle()
+    assert len(ran) == 1
+    (step,) = await loop.deps.store.steps.get_steps(run_id, [STEP])
+    assert step is not None and step.decision is not None and step.decision.by == "clock"
+    assert step.decision.at >= wake.at
 
 
 async def test_without_a_waker_the_sweeper_wakes_it_at_its_time() -> None:
@@ -207,3 +251,86 @@ async def test_a_sleep_past_the_deployments_retention_is_refused_for_the_model()
     (step,) = await loop.deps.store.steps.get_steps(run_id_for_request("long"), [STEP])
     assert step is not None and step.result is not None and ran == []
     assert "longer than this deployment keeps a run" in step.result["response"]["error"]
+
+
+
+def _asks(me: str, callee: str) -> FunctionModel:
+    """``me`` asks ``callee`` once, then answers with what it said (or how it failed)."""
+    tool_name = f"ask_{callee}"
+
+    def play(conv: Conversation) -> Reply | str:
+        if not conv.called(tool_name):
+            return call(tool_name, {"question": "?"})
+        found = next(r for r in conv.results if r.name == tool_name)
+        return f"{me}: {found.result if found.error is None else found.error}"
+
+    return FunctionModel(play)
+
+
+def napping_team(levels: int) -> list[Agent]:
+    """The top agent first: planner -> (researcher ->) napper; the napper sleeps an hour,
+    then answers; each caller answers with what its callee said."""
+
+    @tool(sleeps=lambda args: args["hours"] * 3600.0)
+    def nap(hours: int) -> str:
+        """Sleep some hours."""
+        return "rested"
+
+    agents = [Agent("napper", "Nap.", [nap], script=ScriptedTurns(
+        [call("nap", {"hours": 1}), text("napper: rested")]))]
+    for name in ("researcher", "planner")[2 - levels:]:
+        callee = agents[0]
+        agents.insert(0, Agent(name, "Ask.", [callee.as_tool()],
+                               script=_asks(name, callee.name)))
+    return agents
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+async def test_a_sleep_deep_in_a_tree_spends_none_of_its_callers_time(levels: int) -> None:
+    # A sleep is free wherever it happens: the callers' clocks run only while their children
+    # work, so an hour's nap below a caller of max_seconds=100 leaves it its answer.
+    team = napping_team(levels)
+    result = await AgentTester(team).ask("go", agent=team[0].name,
+                                         options=RunOptions(max_seconds=100))
+    said = "napper: rested" if levels == 1 else "researcher: napper: rested"
+    assert (result.status, result.stop_reason, result.answer) == (
+        "completed", "answered", f"{team[0].name}: {said}"), result
+
+
+def _child_call(index: int, since: float, at: float, ran: float | None) -> StepRecord:
+    payload = {} if ran is None else {"ran_seconds": ran}
+    return StepRecord(key=str(StepKey.tool(0, index)), kind="tool", name="ask", turn=0,
+                      index=index, status=StepStatus.COMPLETED, completed_at=at,
+                      waiting=Waiting(kind="child", tool="ask", since=since, deadline=1e9),
+                      decision=StepDecision(decision="received", by="child", at=at,
+                                            payload=payload))
+
+
+def _plain_call(index: int, completed_at: float) -> StepRecord:
+    return StepRecord(key=str(StepKey.tool(0, index)), kind="tool", name="look", turn=0,
+                      index=index, status=StepStatus.COMPLETED, completed_at=completed_at)
+
+
+_RUN = RunRecord(run_id="r", request_id="r", request_hash="h", conversation_id="r", agent="a",
+                 text="t", model="m", created_at=0.0,
+                 limits=RunLimits(max_steps=5, max_seconds=100, max_tool_calls=5))
+
+
+@pytest.mark.parametrize(("turn", "wait_ended_at", "idle"), [
+    ([], 0.0, (0.0, 0.0)),  # no child: nothing to credit
+    ([_plain_call(0, 50.0)], 0.0, (0.0, 0.0)),
+    ([_child_call(0, 10.0, 3710.0, 20.0)], 0.0, (3680.0, 3710.0)),  # it slept the rest
+    ([_child_call(0, 10.0, 90.0, 80.0)], 0.0, (0.0, 90.0)),  # it worked all along
+    ([_child_call(0, 10.0, 3710.0, None)], 0.0, (0.0, 3710.0)),  # figures from before: in full
+    # Side by side: the longest-running child's time is the run's, the rest is free.
+    ([_child_call(0, 10.0, 3710.0, 20.0), _child_call(1, 10.0, 60.0, 50.0)], 0.0,
+     (3650.0, 3710.0)),
+    # Another call of the turn keeps the run busy up to its completion.
+    ([_child_call(0, 10.0, 3710.0, 20.0), _plain_call(1, 1000.0)], 0.0, (2710.0, 3710.0)),
+    # A wait of the turn already counted up to 2000 is not counted again.
+    ([_child_call(0, 10.0, 3710.0, 20.0)], 2000.0, (1710.0, 3710.0)),
+])
+def test_the_time_a_turn_waited_for_children_that_its_clock_does_not_count(
+        turn: list[StepRecord], wait_ended_at: float, idle: tuple[float, float]) -> None:
+    run = _RUN.model_copy(update={"wait_ended_at": wait_ended_at})
+    assert children.idle_seconds(run, turn) == pytest.approx(idle)

@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ackloop.domain.cost import Spend, price
 from ackloop.domain.records import RunRecord, RunStatus, StepRecord, StepStatus
 from tests.trees.plan import CHILD, RETRY_SAFE, Plan
 from tests.trees.scheduler import Scheduler
@@ -155,6 +156,7 @@ def check_ledger(tree: Tree, scheduler: Scheduler, report: Report) -> None:
     if abs(counted - usd) > USD_TOLERANCE:
         report.fail(f"[ledger-usd] root counts ${counted:.9f}, the tree's steps recorded "
                     f"${usd:.9f} (uncounted ${usd - counted:.9f})")
+    check_served(tree, scheduler, report)
     model = scheduler.world.model
     killed = Counter((r, s) for r, s, p in scheduler.observed.kills if p == "model:after_call")
     for question, run in tree.runs.items():
@@ -170,6 +172,39 @@ def check_ledger(tree: Tree, scheduler: Scheduler, report: Report) -> None:
             if turn not in recorded_turns:
                 report.notes["model answer never recorded"] += times
             report.notes["model answers"] += times
+
+
+def answered_steps(steps: list[StepRecord]) -> list[int]:
+    """The turns whose model step recorded the model's answer (not a stop before the call,
+    nor a failure)."""
+    return [s.turn for s in steps if s.kind == "model" and s.status is StepStatus.COMPLETED
+            and not {"stop_reason", "error"} & set(s.result or {})]
+
+
+def check_served(tree: Tree, scheduler: Scheduler, report: Report) -> None:
+    """The root's model calls and Gemini dollars against what the fake model served, priced
+    here (not what the steps recorded, so money a step never records is seen): one paid
+    answer for each model step that recorded one, at the figures the model reported."""
+    served = scheduler.world.model.served
+    calls, usd = 0, 0.0
+    for question, run in tree.runs.items():
+        for turn in answered_steps(tree.steps[question]):
+            usage = served.get((question, turn))
+            if usage is None:
+                report.fail(f"[ledger-served] run {question} turn {turn} recorded an answer "
+                            "the model never served")
+                continue
+            calls += 1
+            usd += price(Spend(model=run.model, prompt_tokens=usage.prompt_tokens,
+                               output_tokens=usage.output_tokens,
+                               cached_tokens=usage.cached_tokens)).gemini_usd
+    if tree.root.usage.model_calls != calls:
+        report.fail(f"[ledger-served] root counts {tree.root.usage.model_calls} model calls, "
+                    f"the model served {calls} answers the steps kept")
+    counted = tree.root.cost.gemini_usd if tree.root.cost else 0.0
+    if abs(counted - usd) > USD_TOLERANCE:
+        report.fail(f"[ledger-served] root counts ${counted:.9f} of Gemini, the answers the "
+                    f"model served cost ${usd:.9f}")
 
 
 async def check(scheduler: Scheduler, root_id: str) -> Report:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 
 import pytest
 
@@ -85,11 +86,30 @@ other rules while a known fault is open."""
 @pytest.mark.parametrize("seed", [s for s in SEEDS if s not in KNOWN_FAILING or
                                   os.environ.get("ACKLOOP_TREE_SEEDS")])
 async def test_a_random_tree_keeps_every_rule(seed: int) -> None:
-    report = await play(seed)
+    report = PLAYED[seed] = await play(seed)
     failures = [f for f in report.failures if rule_of(f) not in IGNORED]
     assert not failures, (
         f"seed {seed} (replay: ACKLOOP_TREE_SEEDS={seed}, ACKLOOP_TREE_VERBOSE=1):\n"
         + "\n".join(failures))
+
+
+PLAYED: dict[int, Report] = {}
+"""The reports of the seeds played in this session, by seed."""
+
+
+async def test_the_ci_seeds_meet_faults() -> None:
+    """The trees were put under faults at all: kills at the commit boundaries, dead letters
+    and their redrives, across the CI seeds (those not played yet in this session are played
+    here)."""
+    for seed in CI_SEEDS:
+        if seed not in PLAYED:
+            PLAYED[seed] = await play(seed)
+    faults = Counter[str]()
+    for seed in CI_SEEDS:
+        faults.update({k: v for k, v in PLAYED[seed].notes.items()
+                       if k in ("kill", "dead_letter", "redrive")})
+    print(f"{len(CI_SEEDS)} seeds: {dict(faults)}")
+    assert faults["kill"] >= 10 and faults["dead_letter"] >= 5 and faults["redrive"] >= 5, faults
 
 
 def rule_of(failure: str) -> str:

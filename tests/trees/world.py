@@ -16,6 +16,7 @@ from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.clock import ManualClock
 from ackloop.domain.errors import ModelRetryableError
+from ackloop.domain.wire import Usage
 from ackloop.engine.deps import Deps
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
@@ -88,6 +89,9 @@ class PlanModel:
     provider: str = "scripted"
     answered: Counter[tuple[str, int]] = field(default_factory=Counter)
     """Model calls that answered, per step (question, turn): each is spend."""
+    served: dict[tuple[str, int], Usage] = field(default_factory=dict)
+    """What the model reported it used for each step's answer (the same request, the same
+    figures): what the ledger is priced against, apart from what the steps recorded."""
     failed: Counter[tuple[str, int]] = field(default_factory=Counter)
     """Requests that failed as retryable (a 503 the delivery is released on)."""
     bad_histories: list[str] = field(default_factory=list)
@@ -103,9 +107,12 @@ class PlanModel:
         self.answered[(question, turn)] += 1
         node = self.plan.nodes[question]
         if turn < len(node.turns):
-            return calls_turn([(c.tool_name(node.depth), c.args()) for c in node.turns[turn]],
-                              request=request)
-        return text_turn(f"answer of {question}", request=request)
+            answer = calls_turn([(c.tool_name(node.depth), c.args()) for c in node.turns[turn]],
+                                request=request)
+        else:
+            answer = text_turn(f"answer of {question}", request=request)
+        self.served[(question, turn)] = answer.usage
+        return answer
 
 
 @dataclass

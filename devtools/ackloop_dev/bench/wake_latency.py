@@ -48,10 +48,10 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 
 def spread(values: Sequence[float], digits: int = 3) -> dict[str, float]:
-    """Median, p99 (nearest rank) and worst of ``values`` (empty: nothing)."""
+    """Least, median, p99 (nearest rank) and worst of ``values`` (empty: nothing)."""
     if not values:
         return {}
-    return {"median": round(statistics.median(values), digits),
+    return {"min": round(min(values), digits), "median": round(statistics.median(values), digits),
             "p99": round(quantile(values, 0.99), digits), "max": round(max(values), digits)}
 
 

@@ -151,7 +151,9 @@ class RunRecord(Record, RunOutcome):
     owner: str = ANONYMOUS
     """The caller who asked for the run: only they read it, stream it or cancel it."""
     waited_seconds: float = 0.0
-    """Time the run spent waiting for people, which its ``max_seconds`` does not count."""
+    """Time the run spent waiting (for people, events, its time to wake, and the part of its
+    waits for children that their clocks did not count), which its ``max_seconds`` does not
+    count."""
     wait_ended_at: float = 0.0
     """When the last decision was recorded (overlapping waits are counted once)."""
     wait_turn: int | None = None

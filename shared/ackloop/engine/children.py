@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,7 +256,42 @@ def end_payload(child: RunRecord) -> JsonDict:
         "error": (child.error or "")[:MAX_RESULT_CHARS] if child.error is not None else None,
         "usage": child.usage.model_dump(mode="json"),
         "cost": child.cost.model_dump(mode="json") if child.cost is not None else None,
+        "ran_seconds": ran_seconds(child),
     }
+
+
+def ran_seconds(child: RunRecord) -> float | None:
+    """How long an ended run's clock ran (what its ``max_seconds`` counted: not its waits
+    for people or events, nor its sleeps, nor its own children's): what its caller's clock
+    counts of the time the call waited for it (:func:`idle_seconds`). None while it runs."""
+    if child.finished_at is None:
+        return None
+    started = child.started_at or child.created_at
+    return max(0.0, child.finished_at - started - child.waited_seconds)
+
+
+def idle_seconds(run: RunRecord, turn: Sequence[StepRecord]) -> tuple[float, float]:
+    """The time ``run``'s clock does not count of a turn that waited for children (``turn``:
+    the turn's steps), and when the last of those waits ended; (0, 0) for a turn that waited
+    for none. A sleep, or a wait for a person, is free wherever it happens in a tree: while
+    the run waits for its children, its clock runs only as long as the longest-running
+    child's does (:func:`ran_seconds`; they run side by side), and the rest of the wait is
+    the run's as its own waits are. Pure.
+
+    The turn's other calls keep the run busy up to their completion, and its waits already
+    counted (``run.wait_ended_at``) are not counted again."""
+    waits = [(s.waiting.since, s.decision.at, (s.decision.payload or {}).get("ran_seconds"))
+             for s in turn if s.kind == "tool" and s.waiting is not None
+             and s.waiting.kind == "child" and s.decision is not None]
+    if not waits:
+        return 0.0, 0.0
+    began, ended = min(w[0] for w in waits), max(w[1] for w in waits)
+    # A child's end recorded before its figures said how long it ran counts in full.
+    longest = max(w[2] if isinstance(w[2], int | float) else w[1] - w[0] for w in waits)
+    others = [s.completed_at or 0.0 for s in turn if s.kind == "tool"
+              and (s.waiting is None or s.waiting.kind != "child")]
+    busy_until = max([began + longest, run.wait_ended_at, *others])
+    return max(0.0, ended - busy_until), ended
 
 
 def outcome(payload: JsonDict) -> ToolOutcome:

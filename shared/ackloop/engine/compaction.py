@@ -13,8 +13,9 @@ last chunk as read. So it is recorded once whatever is redelivered or killed:
   first inside its request and acknowledges once the step is recorded; one summary, one
   recorded step. A step that comes to compact unclaimed all the same (Gemini refused its
   request as too long) claims before its summary (:func:`claim_before_summary`);
-* a delivery that took over an expired lease while the first still runs: the second's create
-  finds the first's chunk, which it reads and uses (its own summary is dropped unrecorded).
+* a delivery that took over an expired lease while the first still runs: the second's commit
+  is refused (the chunk exists, the last chunk's fence moved), and it reads the first's
+  chunk and uses it (its own summary is dropped unrecorded).
 
 The summary's request is the agent's own (its instructions, its tools with calls turned off,
 the history as its requests sent it) followed by the request for the summary, so Gemini's
@@ -191,16 +192,17 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
             transcript, summary, view[cut:], record, deps.clock.now(),
             opening=summary_content(summary))
     except StaleRead:
-        # The last chunk changed: a run's end outside a step, or a cancel, wrote its fence. The
+        # The last chunk changed: another delivery of this step compacted first (its commit
+        # moved the fence too; whether a store names the chunk's create or the fence, the
+        # chunk tells), or a run's end outside a step, or a cancel, wrote the fence: then the
         # redelivery reads the run again and ends (or drops) the step as it finds it.
-        raise RetryableError(f"the transcript of {conversation_id} changed while it was "
-                             "being compacted", retry_after=1.0) from None
+        compacted = None
     if compacted is None:
         # Another delivery of this step made it first (or the transcript moved on).
         again = await deps.store.transcript.read_chunk(conversation_id, following)
         if again is None:
-            raise RetryableError(f"chunk {following} of {conversation_id}: created, then gone",
-                                 retry_after=1.0)
+            raise RetryableError(f"the transcript of {conversation_id} changed while it was "
+                                 "being compacted", retry_after=1.0)
         return _made_by(by, again, conversation_id)
     metrics.model_tokens(model, usage.prompt_tokens, usage.output_tokens)
     log.info("run %s: %s compacted %d content(s) into a summary of %d bytes, kept %d",

@@ -38,7 +38,7 @@ from ackloop.domain.records import (
     StopReason,
 )
 from ackloop.domain.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
-from ackloop.engine import compaction, outbox_sending
+from ackloop.engine import children, compaction, outbox_sending
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import (
@@ -77,7 +77,8 @@ def budget_stop(deps: Deps, run: RunRecord, message: ModelStepMessage) -> StopRe
     if usage.model_calls >= limits.max_steps:
         return StopReason.MAX_STEPS
     # Wall clock from when the run became active: time waiting in its conversation's queue,
-    # or for a person's decision, is not the run's own.
+    # for a person's decision or an event, asleep, or while its children slept or waited
+    # (``_credited``), is not the run's own.
     if (deps.clock.now() - (run.started_at or run.created_at) - run.waited_seconds
             > limits.max_seconds):
         return StopReason.MAX_SECONDS
@@ -141,6 +142,7 @@ async def _run_claimed(
         if claim.state != "unclaimed":
             await deps.store.steps.release_step(claim, error=f"not run: the run is {run.status}")
         return
+    run, run_fields = _credited(run, inputs.previous)
     agent = deps.agents.get(turn_agent(run, message.turn, inputs.previous))
     tracing.note(agent=agent.name)
     transcript = await _transcript(deps, run, message, inputs)
@@ -170,10 +172,23 @@ async def _run_claimed(
     except PermanentError as exc:
         log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
         decision = _failure(exc, state.ctx.message.usage, new_contents)
-    decision = _annotated(decision, state.compacted, agent.name, run.agent)
+    decision = replace(_annotated(decision, state.compacted, agent.name, run.agent),
+                       run_fields=run_fields)
     turn_ctx = state.ctx
     await commit(deps, ref, decision, state.basis, kind="model", rolls_up=inputs.previous,
                  redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
+
+
+def _credited(run: RunRecord, previous: list[StepRecord]) -> tuple[RunRecord, JsonDict]:
+    """``run`` with the time its clock did not count while the previous turn waited for
+    children (their sleeps, their waits for people: :func:`children.idle_seconds`), and the
+    fields this step writes for it (none for a turn that waited for no child)."""
+    idle, ended = children.idle_seconds(run, previous)
+    if idle <= 0:
+        return run, {}
+    fields: JsonDict = {"waited_seconds": run.waited_seconds + idle,
+                        "wait_ended_at": max(run.wait_ended_at, ended)}
+    return run.model_copy(update=fields), fields
 
 
 def _stop_before_call(deps: Deps, ctx: TurnContext, claim: Claim,

@@ -93,6 +93,10 @@ class Decision:
     """A sub-agent's call: what its child run used (its whole tree), recorded in this step's
     usage and its children's part (:meth:`Usage.with_child`), from which the next model step
     carries it on (so in its run's); never priced or counted again as this step's own."""
+    run_fields: JsonDict = field(default_factory=dict)
+    """Fields of the run's document written with the step (with its end, if it ends the run):
+    a model step's credit of the time its run's clock did not count while the previous turn
+    waited for children (:func:`ackloop.engine.children.idle_seconds`)."""
 
 
 @dataclass(frozen=True)

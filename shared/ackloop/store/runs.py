@@ -117,7 +117,7 @@ def end_plan(run: RunRecord, conv_snapshot: Snapshot | None) -> tuple[str | None
 
 def end_writes(
     ground: StoreBase, run_snapshot: Snapshot, conv_snapshot: Snapshot | None, end: RunEnd,
-    now: float,
+    now: float, also: JsonDict | None = None,
 ) -> EndWrites:
     """Writes that end a run, each fenced on the version its caller read.
 
@@ -128,7 +128,8 @@ def end_writes(
     for a run that started it and was not marked ``conversation_document``, the caller did
     not read it) writes only itself: the conversation goes on having no document. A
     follow-up that joined after the caller read the run marked the run, so the run's
-    version fence refuses the commit.
+    version fence refuses the commit. ``also``: other fields of the run written with its end
+    (:attr:`~ackloop.store.decision.Decision.run_fields`).
     """
     run = RunRecord.model_validate(run_snapshot.data)
     update = {
@@ -141,7 +142,7 @@ def end_writes(
         "progress_at": now,
         "usage": end.usage.model_dump(mode="json"),
         "steps_total": (own := end.usage.own()).model_calls + own.tool_calls,  # its own
-    } | ground._expiry(now)
+    } | ground._expiry(now) | (also or {})
     if end.cost is not None:
         update["cost"] = end.cost.model_dump(mode="json")
     if end.agent is not None:

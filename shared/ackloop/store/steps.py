@@ -325,7 +325,14 @@ class Steps(StoreBase):
         # writes (:meth:`~ackloop.store.runs.Runs.end_run_now`), so it cannot append after its
         # run ended.
         if composed.end is not None:
-            writes += end_writes(self, basis.run.snapshot, conv, composed.end, now).writes
+            writes += end_writes(self, basis.run.snapshot, conv, composed.end, now,
+                                 also=decision.run_fields).writes
+        elif decision.run_fields:
+            # Fields no other writer changes while a model step runs (the time its run's
+            # clock did not count: no call of the run waits then), written once with the
+            # step's commit, which its claim fences; not fenced on the run, which a cancel
+            # or an event may write meanwhile.
+            writes.append(Write("update", self.run_path(run.run_id), decision.run_fields))
         update: JsonDict = {
             "status": StepStatus.COMPLETED.value,
             "completed_at": now,

@@ -40,6 +40,9 @@ from ackloop.model.scripted import Script, ScriptedModel
 from ackloop.store import AgentStore
 from ackloop.testing.inprocess import InProcessLoop
 
+STOPPED = "stopped"
+""":attr:`AgentResult.status` of a run a budget stopped before it answered."""
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -80,11 +83,17 @@ class _ResultHead(BaseModel):
 
 class AgentResult(RunOutcome, _ResultHead):
     """How a run ended, as its record says (its :class:`~ackloop.domain.wire.RunOutcome`: ``status``
-    is ``completed``, ``failed``, ``cancelled``..., a run stopped by a budget being completed;
-    ``stop_reason`` is ``answered``, ``final_tool``, ``max_steps``, ``max_tool_calls``,
-    ``failed``...), with the calls and steps that led there."""
+    is ``completed``, ``failed``, ``cancelled``...; ``stop_reason`` is ``answered``,
+    ``final_tool``, ``max_steps``, ``max_tool_calls``, ``failed``...), with the calls and steps
+    that led there. A run a budget stopped before it answered is ``stopped``, not
+    ``completed``, as the CLI says it ("stopped by its max_steps budget: no answer"), and
+    ``budget_stop`` names the budget, as the API's field does."""
 
     model_config = ConfigDict(frozen=True)
+
+    budget_stop: str | None = None
+    """The budget that stopped the run (``max_steps``, ``max_seconds``, ``max_tool_calls``,
+    ``max_tokens``), or None if none did."""
 
     tool_calls: list[ToolCall]
     steps: list[Step]
@@ -200,11 +209,15 @@ def _result(run: RunRecord, records: list[StepRecord]) -> AgentResult:
         call = wanted[step.index] if step.index < len(wanted) else {}
         calls.append(ToolCall(name=step.name, args=dict(call.get("args") or {}),
                               response=dict((step.result or {}).get("response") or {})))
+    outcome = run.outcome()
+    if run.budget_stop is not None:  # no answer: not to be taken for a completed run
+        outcome["status"] = STOPPED
     return AgentResult(
         run_id=run.run_id,
         conversation_id=run.conversation_id,
         agent=run.agent,
-        **run.outcome(),
+        budget_stop=run.budget_stop,
+        **outcome,
         tool_calls=calls,
         steps=[Step(key=s.key, kind=s.kind, name=s.name, status=s.status.value,
                     attempts=s.attempts, result=s.result) for s in ordered],
