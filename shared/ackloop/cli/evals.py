@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ def eval_command(
         from ackloop.evals import EXTRA_HINT
 
         raise CliError(EXTRA_HINT) from exc
+    _project_importable()
     if arguments[0] == "capture":
         if len(arguments) < 2 or output is None:
             raise CliError("usage: ackloop eval capture RUN_ID... --output cases.yaml")
@@ -94,6 +96,16 @@ def eval_command(
         raise typer.Exit(FAILED_EXIT)
 
 
+def _project_importable() -> None:
+    """The current directory first on the import path, as ``ackloop dev up`` puts it on its
+    functions' PYTHONPATH and a project's pytest on its tests' (``pythonpath = ["."]``), so
+    that ``--agents myapp.agents:catalog`` and a dataset ``myapp.evals:dataset`` import the
+    project the command is run from (a console script has only its own directory there)."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
 class Options:
     def __init__(self, **values: Any) -> None:
         self.__dict__.update(values)
@@ -113,14 +125,15 @@ class Options:
 async def _run(dataset_source: str, options: Options) -> Any:
     import httpx
 
-    from ackloop.evals.cases import load_dataset
+    from ackloop.evals.cases import DatasetError, load_dataset
     from ackloop.evals.render import terminal
     from ackloop.evals.runner import EvalRunner, new_eval_id
 
     try:
         dataset = load_dataset(dataset_source)
     except Exception as exc:  # a file that is not a dataset: say which and why
-        raise CliError(f"{dataset_source}: not a dataset: {exc}") from exc
+        why = "; ".join(exc.problems) if isinstance(exc, DatasetError) else exc
+        raise CliError(f"{dataset_source}: not a dataset: {why}") from exc
     replays = any(case.inputs.cassette is not None for case in dataset.cases)
     async with httpx.AsyncClient() as http:
         target, save = await _target(options, http)
