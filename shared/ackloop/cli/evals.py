@@ -36,8 +36,10 @@ def eval_command(
     url: str = typer.Option(None, "--url", help="A deployment's HTTP API to run the cases on."),
     token: str = typer.Option(None, "--token", envvar="ACKLOOP_API_TOKEN",
                               help="The bearer token --url asks for."),
-    agents: str = typer.Option(None, "--agents", help="The agent catalog for --in-process and "
-                               "replays (package.module:attribute; default: ACKLOOP_AGENTS)."),
+    agents: str = typer.Option(None, "--agents", help="The agent catalog for --in-process, "
+                               "replays and capture (package.module:attribute, imported from "
+                               "the current directory first; default: ACKLOOP_AGENTS; capture: "
+                               "the local stack's)."),
     concurrency: int = typer.Option(8, min=1, help="Cases running at once."),
     repeat: int = typer.Option(1, min=1, help="Runs of each case (pass@k, pass^k)."),
     timeout: float = typer.Option(300.0, help="Seconds a case's run may take."),
