@@ -298,8 +298,34 @@ async def test_child_runs_and_hand_offs_are_checked_and_replayed() -> None:
 
 
 def test_facts_are_plain_data() -> None:
+    """The facts travel as a case's attribute in JSON; the checks read back the same facts."""
+    import json
+
+    from pydantic_evals.evaluators import EvaluatorContext
+    from pydantic_evals.otel.span_tree import SpanTree
+
+    from ackloop.evals.checks import facts_of
     from ackloop.evals.facts import run_facts
 
-    facts = run_facts({"run_id": "r", "agent": "a", "status": "completed", "steps": []})
-    assert dataclasses.asdict(facts)["calls"] == [] and not facts.answered
-    assert Status().evaluate  # the check every case gets
+    facts = run_facts({
+        "run_id": "r", "agent": "a", "status": "completed", "stop_reason": "max_steps",
+        "answer": None, "usage": {"model_calls": 2, "tool_calls": 1},
+        "steps": [{"key": "0000-model", "kind": "model", "turn": 0, "result": {
+                       "calls": [{"name": "lookup_order", "args": {"order_id": "A-1"}}]}},
+                  {"key": "0000-tool-000", "kind": "tool", "turn": 0, "index": 0,
+                   "name": "lookup_order", "result": {"response": {"result": "shipped"}}}]})
+    plain = json.loads(json.dumps(dataclasses.asdict(facts)))
+    assert plain["calls"] == [{"name": "lookup_order", "args": {"order_id": "A-1"},
+                               "step": "0000-tool-000", "run": "", "agent": "a",
+                               "response": {"result": "shipped"}}]
+
+    def context(run: Any) -> EvaluatorContext[Any, Any, Any]:
+        return EvaluatorContext(name="c", inputs=None, metadata=None, expected_output=None,
+                                output=None, duration=0.0, _span_tree=SpanTree(),
+                                attributes={"run": run}, metrics={})
+
+    assert facts_of(context(plain)) == facts
+    # The check every case gets reads them: stopped by a budget is not an answer.
+    verdict = Status().evaluate(context(plain))["status"]
+    assert not verdict.value and verdict.reason == ("the run completed (max_steps); "
+                                                    "expected completed")

@@ -183,7 +183,9 @@ class LocalStack:
                     f"{state.storage_env()['STORAGE_EMULATOR_HOST']}")
             os.environ.update(state.client_env())
             self._wake_queue(log)
-            state.env = self.service_env(state)
+            state.env = self.service_env(state) | self.served_catalog()
+            state.agents = state.env.get("ACKLOOP_AGENTS")
+            state.python_path = [str(p) for p in o.python_path]
             for i, name in enumerate(SERVICES):
                 state.ports[name] = self._port(o.base_port + i)
             if o.create_topology:
@@ -265,9 +267,12 @@ class LocalStack:
             inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
             env["PYTHONPATH"] = os.pathsep.join(
                 [*(str(p) for p in self.options.python_path), *inherited])
-        if self.options.agents:
-            env["ACKLOOP_AGENTS"] = self.options.agents
-        return env
+        return env | self.served_catalog()
+
+    def served_catalog(self) -> dict[str, str]:
+        """The ``ACKLOOP_AGENTS`` every function gets ahead of the stack's own (the one its
+        state records), when the options name one."""
+        return {"ACKLOOP_AGENTS": self.options.agents} if self.options.agents else {}
 
     def service_settings(self) -> Settings:
         """The settings the services read: this process's environment under the stack's, as

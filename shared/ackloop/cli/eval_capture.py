@@ -5,6 +5,12 @@ result of it and of the runs below it: :mod:`ackloop.evals.cassette`) and the ch
 while nothing changed: it ends as it ended, makes the same calls in the same order, and gives
 the same answer. ``ackloop eval cases.yaml`` then replays them in process: no model is called
 and no tool runs.
+
+Each case records a digest of its agents' instructions, those of the catalog the runs'
+deployment serves: ``--agents``, else the catalog the local stack in ``--directory`` serves (as
+its state records it), else ``ACKLOOP_AGENTS``. A replay whose agents' instructions differ then
+stops at its first model step and says so. Where none names the catalog, the capture says it
+records no instructions; a catalog that has no agent of a run is refused.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ async def capture_runs(run_ids: list[str], output: Path, *, directory: Path, url
     if output.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise CliError(f"--output {output}: a dataset is written as .yaml or .json")
     async with httpx.AsyncClient() as http:
-        instructions = _instructions(agents, http)
+        instructions = _instructions(*_served_catalog(agents, directory, url), http)
         if url is not None:
             remote = HttpTarget(url, token)
             read: Any = remote.view
@@ -45,6 +51,7 @@ async def capture_runs(run_ids: list[str], output: Path, *, directory: Path, url
             view = await read(run_id)
             if view is None:
                 raise CliError(f"no run {run_id}")
+            _known(view, instructions)
             cases.append(case_of(view, instructions))
             typer.echo(f"captured {run_id} ({view['agent']}, {view['status']})", err=True)
         if url is not None:
@@ -87,18 +94,69 @@ def case_of(view: dict[str, Any], instructions: Any) -> dict[str, Any]:
             "expected_output": expected, "evaluators": evaluators}
 
 
-def _instructions(agents: str | None, http: Any) -> Any:
-    """An agent's instructions now, from the catalog where it loads here (else unknown: a
-    replay then does not compare them)."""
+def _served_catalog(agents: str | None, directory: Path, url: str | None
+                    ) -> tuple[str | None, list[str]]:
+    """The catalog the runs' deployment serves and the directories it is imported from:
+    ``--agents`` (from here), else the local stack's (unless ``--url`` names another), else
+    ``ACKLOOP_AGENTS``; None when nothing here says."""
     import os
+
+    from ackloop.testing.localstack import StackState
+
+    if agents:
+        return agents, []
+    if url is None:
+        try:
+            state = StackState.load(directory)
+        except (OSError, ValueError, TypeError):
+            state = None
+        if state is not None and state.agents:
+            return state.agents, state.python_path
+    return os.environ.get("ACKLOOP_AGENTS") or None, []
+
+
+def _instructions(source: str | None, path: list[str], http: Any) -> Any:
+    """An agent's name -> its instructions in the catalog ``source`` (imported with ``path``
+    first); with no source, a warning and nothing known (the cases then record none)."""
+    import os
+    import sys
 
     from ackloop.agents.catalog import CatalogError, load_agents
     from ackloop.config.settings import Settings
 
-    if agents:
-        os.environ["ACKLOOP_AGENTS"] = agents
+    if source is None:
+        typer.echo("warning: no catalog names the runs' agents here (no --agents, no stack "
+                   "in --directory, no ACKLOOP_AGENTS): the cases record no instructions, so "
+                   "their replay will not notice that an agent's instructions changed; give "
+                   "--agents, the catalog the deployment serves", err=True)
+        return lambda name: None
+    sys.path[:0] = [p for p in path if p not in sys.path]
+    os.environ["ACKLOOP_AGENTS"] = source
     try:
         found = {a.name: a.instructions for a in load_agents(Settings(), http)}
-    except CatalogError:
-        found = {}
-    return found.get
+    except CatalogError as exc:
+        raise CliError(f"the runs' instructions: {exc}") from exc
+    return _Catalog(source, found)
+
+
+class _Catalog:
+    """The instructions of a catalog's agents, by name, and where they come from."""
+
+    def __init__(self, source: str, instructions: dict[str, str]) -> None:
+        self.source = source
+        self.instructions = instructions
+
+    def __call__(self, name: str) -> str | None:
+        return self.instructions.get(name)
+
+
+def _known(view: dict[str, Any], instructions: Any) -> None:
+    """Refuse a run (or a run below it) whose agent the catalog does not have: it is not the
+    catalog the run was served by, and the case would record no instructions for it."""
+    if isinstance(instructions, _Catalog) and view["agent"] not in instructions.instructions:
+        has = ", ".join(sorted(instructions.instructions))
+        raise CliError(f"run {view['run_id']}'s agent {view['agent']!r} is not in the catalog "
+                       f"{instructions.source} (it has {has}): give --agents, the catalog "
+                       "that served it")
+    for child in (view.get("child_views") or {}).values():
+        _known(child, instructions)

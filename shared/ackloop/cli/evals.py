@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,10 @@ def eval_command(
     url: str = typer.Option(None, "--url", help="A deployment's HTTP API to run the cases on."),
     token: str = typer.Option(None, "--token", envvar="ACKLOOP_API_TOKEN",
                               help="The bearer token --url asks for."),
-    agents: str = typer.Option(None, "--agents", help="The agent catalog for --in-process and "
-                               "replays (package.module:attribute; default: ACKLOOP_AGENTS)."),
+    agents: str = typer.Option(None, "--agents", help="The agent catalog for --in-process, "
+                               "replays and capture (package.module:attribute, imported from "
+                               "the current directory first; default: ACKLOOP_AGENTS; capture: "
+                               "the local stack's)."),
     concurrency: int = typer.Option(8, min=1, help="Cases running at once."),
     repeat: int = typer.Option(1, min=1, help="Runs of each case (pass@k, pass^k)."),
     timeout: float = typer.Option(300.0, help="Seconds a case's run may take."),
@@ -64,6 +67,7 @@ def eval_command(
         from ackloop.evals import EXTRA_HINT
 
         raise CliError(EXTRA_HINT) from exc
+    _project_importable()
     if arguments[0] == "capture":
         if len(arguments) < 2 or output is None:
             raise CliError("usage: ackloop eval capture RUN_ID... --output cases.yaml")
@@ -94,6 +98,16 @@ def eval_command(
         raise typer.Exit(FAILED_EXIT)
 
 
+def _project_importable() -> None:
+    """The current directory first on the import path, as ``ackloop dev up`` puts it on its
+    functions' PYTHONPATH and a project's pytest on its tests' (``pythonpath = ["."]``), so
+    that ``--agents myapp.agents:catalog`` and a dataset ``myapp.evals:dataset`` import the
+    project the command is run from (a console script has only its own directory there)."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
 class Options:
     def __init__(self, **values: Any) -> None:
         self.__dict__.update(values)
@@ -113,14 +127,15 @@ class Options:
 async def _run(dataset_source: str, options: Options) -> Any:
     import httpx
 
-    from ackloop.evals.cases import load_dataset
+    from ackloop.evals.cases import DatasetError, load_dataset
     from ackloop.evals.render import terminal
     from ackloop.evals.runner import EvalRunner, new_eval_id
 
     try:
         dataset = load_dataset(dataset_source)
     except Exception as exc:  # a file that is not a dataset: say which and why
-        raise CliError(f"{dataset_source}: not a dataset: {exc}") from exc
+        why = "; ".join(exc.problems) if isinstance(exc, DatasetError) else exc
+        raise CliError(f"{dataset_source}: not a dataset: {why}") from exc
     replays = any(case.inputs.cassette is not None for case in dataset.cases)
     async with httpx.AsyncClient() as http:
         target, save = await _target(options, http)

@@ -29,6 +29,16 @@ from pydantic_evals import Dataset
 from ackloop.evals.cassette import Cassette
 
 
+class DatasetError(ValueError):
+    """A dataset file whose checks do not load: each problem, said in full (a check's name
+    that none has, with the names there are; an argument a check does not take, with those
+    it does)."""
+
+    def __init__(self, path: Path, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"{path}: " + "; ".join(problems))
+
+
 class EvalOptions(BaseModel):
     """The run's budgets, as a query's options give them (None: the agent's, the deployment's)."""
 
@@ -91,7 +101,12 @@ def load_dataset(source: str | Path) -> EvalDataset:
     if path.suffix.lower() in (".yaml", ".yml", ".json"):
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such dataset file")
-        dataset = Dataset[EvalInputs, Any, Any].from_file(path, custom_evaluator_types=checks())
+        try:
+            dataset = Dataset[EvalInputs, Any, Any].from_file(path,
+                                                              custom_evaluator_types=checks())
+        except ExceptionGroup as group:  # one error per check that did not load
+            raise DatasetError(path, _check_problems(path) or [
+                str(e) for e in group.exceptions]) from group
         dataset.name = dataset.name or path.stem
         _resolve_files(dataset, path.parent)
         return dataset
@@ -121,3 +136,45 @@ def _resolve_files(dataset: EvalDataset, base: Path) -> None:
         case.inputs.files = [
             f if f.startswith(("gs://", "https://", "http://")) or Path(f).is_absolute()
             else str(base / f) for f in case.inputs.files]
+
+
+def _check_problems(path: Path) -> list[str]:
+    """What is wrong with the names and arguments of the checks a dataset file names (empty:
+    none is; the check itself refused its values)."""
+    import difflib
+    import inspect
+    import json
+
+    import yaml
+    from pydantic_evals.evaluators import EvaluatorSpec
+    from pydantic_evals.evaluators.common import DEFAULT_EVALUATORS
+
+    known = {c.get_serialization_name(): c for c in [*checks(), *DEFAULT_EVALUATORS]}
+    text = path.read_text()
+    raw = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    named = [("the dataset", spec) for spec in (raw or {}).get("evaluators") or []]
+    for index, case in enumerate((raw or {}).get("cases") or []):
+        where = f"case {case.get('name') or index + 1!r}"
+        named += [(where, spec) for spec in case.get("evaluators") or []]
+    problems = []
+    for where, raw_spec in named:
+        try:
+            spec = EvaluatorSpec.model_validate(raw_spec)
+        except ValueError:
+            problems.append(f"{where}: {raw_spec!r} is not a check (a name, or a name and its "
+                            "arguments)")
+            continue
+        check = known.get(spec.name)
+        if check is None:
+            near = difflib.get_close_matches(spec.name, known, n=1)
+            problems.append(f"{where}: no check is named {spec.name!r}"
+                            + (f" (did you mean {near[0]!r}?)" if near else "")
+                            + f"; the checks are: {', '.join(sorted(known))}")
+            continue
+        taken = inspect.signature(check).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in taken.values()):
+            continue
+        for argument in sorted(set(spec.kwargs) - set(taken)):
+            problems.append(f"{where}: check {spec.name} takes no argument {argument!r}; it "
+                            f"takes: {', '.join(taken)}")
+    return problems

@@ -45,6 +45,11 @@ class Target(Protocol):
 
     async def send_event(self, run_id: str, name: str, payload: dict[str, Any]) -> None: ...
 
+    async def wake(self, at: float) -> bool:
+        """Let the time of a call that sleeps come (``at``, Unix seconds): whether it came
+        now (False: it comes as time passes, as on a stack or a deployment)."""
+        ...
+
     async def settle(self) -> None:
         """Let the runs go on a while (deliver what is queued, or wait a poll's time)."""
         ...
@@ -102,6 +107,9 @@ class StoreTarget:
         await arrivals.deliver(self.deps, run_id, name, ReceivedEvent(
             payload=payload, by=DECIDER, at=self.deps.clock.now(), id=None))
 
+    async def wake(self, at: float) -> bool:
+        return False  # the stack's waker publishes the wake at its time
+
     async def settle(self) -> None:
         await asyncio.sleep(self.poll_seconds)
 
@@ -112,7 +120,8 @@ class StoreTarget:
 @dataclass
 class InProcessTarget(StoreTarget):
     """The engine in this process on the in-memory store (:class:`ackloop.AgentTester`):
-    ``loop`` delivers what the handlers publish until nothing is left."""
+    ``loop`` delivers what the handlers publish until nothing is left. A call that sleeps
+    does not hold a case up: its clock moves on to the call's time, as the tester's does."""
 
     loop: Any = None
     label: str = "in process"
@@ -122,6 +131,9 @@ class InProcessTarget(StoreTarget):
 
         await self.loop.submit(query)
         return run_id_for_request(query.request_id)
+
+    async def wake(self, at: float) -> bool:
+        return bool(await self.loop.wake_at(at))
 
     async def settle(self) -> None:
         await self.loop.run_until_idle(max_deliveries=5000)
@@ -200,6 +212,9 @@ class HttpTarget:
     async def send_event(self, run_id: str, name: str, payload: dict[str, Any]) -> None:
         await self._call("POST", f"/runs/{run_id}/events/{name}", {"payload": payload})
 
+    async def wake(self, at: float) -> bool:
+        return False  # the deployment's waker publishes the wake at its time
+
     async def settle(self) -> None:
         await asyncio.sleep(self.poll_seconds)
 
@@ -224,10 +239,11 @@ def query_of(inputs: EvalInputs, text: str, request_id: str, conversation: str |
 async def drive(target: Target, inputs: EvalInputs, request_id: str, timeout: float,
                 decisions: Any = None) -> ViewTree:
     """Ask the case's questions (its history first, each a run of one conversation) and
-    settle each run: decide its approvals and send its events as the case says, until it
-    ends. The case's run's view tree. ``decisions``: ``(path, step) -> StepDecision | None``
-    (``path``: where the waiting run sits in the tree, ``""`` at the top), which decides a
-    waiting step before the case's own rules (a replay's recorded decisions)."""
+    settle each run: decide its approvals and send its events as the case says, let the time
+    of a call that sleeps come, until it ends. The case's run's view tree. ``decisions``:
+    ``(path, step) -> StepDecision | None`` (``path``: where the waiting run sits in the
+    tree, ``""`` at the top), which decides a waiting step before the case's own rules (a
+    replay's recorded decisions)."""
     deadline = time.monotonic() + timeout
     conversation: str | None = None
     view: ViewTree = {}
@@ -261,19 +277,23 @@ async def _settled(target: Target, run_id: str, inputs: EvalInputs, deadline: fl
 
 def _waiting(view: ViewTree | None, path: str
              ) -> list[tuple[ViewTree, dict[str, Any], str]]:
-    """Every waiting step of the tree, with its run's view and where that run sits."""
+    """Every waiting step of the tree, with its run's view and where that run sits; the
+    calls that sleep last (what the case sends comes before the clock moves on)."""
     if view is None:
         return []
     found = [(view, w, path) for w in view.get("waiting") or []]
     for key, child in (view.get("child_views") or {}).items():
         found += _waiting(child, f"{path}/{key}" if path else key)
-    return found
+    return sorted(found, key=lambda f: f[1].get("waiting_for") == "time")
 
 
 async def _decide(target: Target, run: ViewTree, waiting: dict[str, Any], path: str,
                   inputs: EvalInputs, decisions: Any) -> bool:
-    """Decide one waiting step, if the case says how; whether it was."""
+    """Decide one waiting step, if the case says how, or let its time come if it sleeps
+    (a replay's recorded wake too: it is a time, not an event); whether it was."""
     run_id, step = run["run_id"], waiting["step"]
+    if waiting.get("waiting_for") == "time" and waiting.get("wake_at") is not None:
+        return await target.wake(float(waiting["wake_at"]))
     made = decisions(path, step) if decisions is not None else None
     if made is None and waiting.get("waiting_for") == "approval" and inputs.approvals:
         made = StepDecision(decision=inputs.approvals, by=DECIDER, at=time.time(),

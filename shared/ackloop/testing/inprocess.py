@@ -126,11 +126,20 @@ class InProcessLoop:
         waker = self.deps.waker
         if not isinstance(waker, MemoryWaker) or (at := waker.next_at()) is None:
             return False
+        return await self.wake_at(at)
+
+    async def wake_at(self, at: float) -> bool:
+        """Move the clock (it must have ``advance``) on to ``at`` (never back) and publish
+        every wake then due; whether any was (the waker must be a :class:`MemoryWaker`)."""
+        waker = self.deps.waker
+        if not isinstance(waker, MemoryWaker):
+            return False
         self.deps.clock.advance(max(0.0, at - self.deps.clock.now()))  # type: ignore[attr-defined]
-        for due in waker.due(self.deps.clock.now()):
-            await self.publisher.publish(due.topic, due.data, due.attributes)
+        due = waker.due(self.deps.clock.now())
+        for wake in due:
+            await self.publisher.publish(wake.topic, wake.data, wake.attributes)
         self._collect()
-        return True
+        return bool(due)
 
     def deliveries(self, kind: Kind) -> list[DeliveryLog]:
         return [entry for entry in self.log if entry.kind == kind]

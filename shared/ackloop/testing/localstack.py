@@ -38,6 +38,12 @@ class StackState:
     functions then keep files in memory, which only works within one process)."""
     files_bucket: str | None = None
     """The bucket on it (``ACKLOOP_FILES_BUCKET``)."""
+    agents: str | None = None
+    """The agent catalog the functions serve (their ``ACKLOOP_AGENTS``; None: a state written
+    before the stack recorded it)."""
+    python_path: list[str] = field(default_factory=list)
+    """The directories ahead on the functions' import path, whence they import the catalog
+    (``dev up``'s current directory and its ``--path``)."""
 
     @property
     def api_url(self) -> str:
