@@ -4,7 +4,10 @@
 - Tests marked ``emulator`` need the official Pub/Sub and Firestore emulators. They reuse the
   ones named by ``PUBSUB_EMULATOR_HOST``/``FIRESTORE_EMULATOR_HOST`` (``.ci/run`` starts them),
   or start them for the session. Without the jars they are SKIPPED, and the run says so loudly
-  in its header and its summary: they never pass without running.
+  in its header and its summary: they never pass without running. In CI (``CI=true``) they
+  FAIL instead, each at its setup: a CI run never goes green with the tier left out.
+- The summary counts the emulator tests that ran, not those collected (``-m "not emulator"``
+  deselects them all: the summary says none ran).
 """
 
 from __future__ import annotations
@@ -40,19 +43,39 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"emulator tier: ON (Pub/Sub emulator: {where})"
 
 
-_SELECTED = [0]
-"""How many emulator tests this session selected: none, and the summary says nothing of them."""
+_COUNTS = {"selected": 0, "ran": 0}
+"""The emulator tests left once every selection is done, and those that ran (their call
+phase happened): none selected, and the summary says nothing of them."""
+
+
+def in_ci() -> bool:
+    """Whether this is a CI run (``CI=true``): there a tier that cannot run is a failure."""
+    return os.environ.get("CI", "").lower() == "true"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _quick_chaos_around_the_suite(items)
-    _SELECTED[0] = sum("emulator" in item.keywords for item in items)
-    if not _MISSING:
+    if not _MISSING or in_ci():  # in CI, each fails at its setup (pytest_runtest_setup)
         return
     skip = pytest.mark.skip(reason=f"emulator tests SKIPPED: {_MISSING}")
     for item in items:
         if "emulator" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # After every hook that deselects (-m, -k): what is left is what was selected.
+    _COUNTS["selected"] = sum("emulator" in item.keywords for item in session.items)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _MISSING and in_ci() and "emulator" in item.keywords:
+        pytest.fail(f"emulator tests cannot run in CI (CI=true): {_MISSING}", pytrace=False)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and "emulator" in report.keywords:
+        _COUNTS["ran"] += 1
 
 
 def _quick_chaos_around_the_suite(items: list[pytest.Item]) -> None:
@@ -67,16 +90,20 @@ def _quick_chaos_around_the_suite(items: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
-    if not _SELECTED[0]:
+    selected, ran = _COUNTS["selected"], _COUNTS["ran"]
+    if not selected:
         return
     if _MISSING:
-        line = f"emulator tests SKIPPED: {_MISSING}"
+        verb = "FAILED (CI=true)" if in_ci() else "SKIPPED"
         terminalreporter.write_sep("!", "EMULATOR TIER DID NOT RUN", red=True, bold=True)
-        terminalreporter.write_line(line, red=True, bold=True)
+        terminalreporter.write_line(f"emulator tests {verb}: {_MISSING}", red=True, bold=True)
+    elif not ran:
+        terminalreporter.write_line(f"emulator tier did not run: none of the {selected} "
+                                    "emulator test(s) selected ran", yellow=True, bold=True)
     else:
         where = os.environ.get("PUBSUB_EMULATOR_HOST") or "started by the test session"
-        terminalreporter.write_line(f"emulator tier ran: {_SELECTED[0]} emulator test(s) "
-                                    f"selected (Pub/Sub emulator: {where})")
+        terminalreporter.write_line(f"emulator tier ran: {ran} of {selected} emulator test(s) "
+                                    f"selected ran (Pub/Sub emulator: {where})")
 
 
 @pytest.fixture(scope="session")

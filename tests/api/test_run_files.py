@@ -114,3 +114,47 @@ async def test_a_file_the_question_carried_is_served_by_the_digest_its_uri_names
         {"text": "not a file"}, *run.files]})
     assert [(f.sha256, f.size, f.name, f.mime_type) for f in question_files(run, deps.files)] == [
         (sha, len(PHOTO), "photo.png", "image/png")]
+
+
+PDF = b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
+HTML = b"<html><script>alert(document.cookie)</script></html>"
+
+
+async def test_any_name_and_any_bytes_are_served_over_http_as_safe_headers() -> None:
+    """Over real HTTP (uvicorn): a name with CR/LF or outside Latin-1 still gets its answer,
+    the name kept in ``filename*`` (RFC 6266/5987) beside an ASCII ``filename``; bytes that
+    are not of the type declared (HTML said to be a PNG) are a download, never shown."""
+    from tests.api.test_auth import serving
+
+    def part(mime: str, name: str, data: bytes) -> FilePart:
+        return FilePart(inline_data=InlineData(mime_type=mime, display_name=name,
+                                               data=base64.b64encode(data).decode()))
+
+    loop = loop_of(ScriptedModel(script))
+    files = [part("image/png", "evil\r\nSet-Cookie: a=b.png", PHOTO),
+             part("application/pdf", "履歴書.pdf", PDF),
+             part("image/png", "cat.png", HTML)]
+    await loop.submit(QueryMessage(request_id="hostile-names", text="draw q3", files=files))
+    await loop.run_until_idle()
+    run_id = run_id_for_request("hostile-names")
+    deps = loop.deps
+
+    async def engine() -> Deps:
+        return deps
+
+    async with serving(create_app(Settings(), deps=engine)) as url, \
+            httpx.AsyncClient(base_url=url) as client:
+        crlf, resume, fake = [await client.get(f"/runs/{run_id}/files/"
+                                               f"{hashlib.sha256(data).hexdigest()}")
+                              for data in (PHOTO, PDF, HTML)]
+    assert crlf.status_code == 200 and crlf.content == PHOTO
+    assert "set-cookie" not in crlf.headers
+    assert crlf.headers["content-disposition"] == 'inline; filename="evilSet-Cookie: a=b.png"'
+    assert resume.status_code == 200 and resume.content == PDF
+    assert resume.headers["content-type"] == "application/pdf"
+    assert resume.headers["content-disposition"] == (
+        "inline; filename=\"___.pdf\"; filename*=UTF-8''%E5%B1%A5%E6%AD%B4%E6%9B%B8.pdf")
+    assert fake.status_code == 200 and fake.content == HTML
+    assert fake.headers["content-type"] == "application/octet-stream"
+    assert fake.headers["content-disposition"] == 'attachment; filename="cat.png"'
+    assert fake.headers["x-content-type-options"] == "nosniff"

@@ -3,25 +3,42 @@ starts the services it needs when its pushes arrive and is answered; the default
 one per step kind on its way (ingest, model_step, tool_step: never the dead-letter one), the
 ``steps`` layout one for all. The scaled services start nothing before a push, and a service
 that has scaled to zero closes the connections the push delivery kept to it, which the next
-push replaces. No timing assertions: the figures are the benchmark's output."""
+push replaces. The section runs as the benchmark runs it, whatever storage emulator an earlier
+stack left named. No timing assertions: the figures are the benchmark's output."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
-from tests.support.emulators import EmulatorSession
 
-from ackloop_dev.bench.cold_query import LAYOUTS, endpoint_paths, measure, request_timeout_s, table
+from ackloop_dev.bench.cold_query import (
+    LAYOUTS,
+    endpoint_paths,
+    measure_on_own_emulators,
+    request_timeout_s,
+    table,
+)
+from ackloop_dev.devstack.emulators import free_port
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def result(emulator_session: EmulatorSession) -> dict[str, Any]:
-    ports = (emulator_session.pubsub_port, emulator_session.firestore_port)
-    return asyncio.run(measure(ports, 2, list(LAYOUTS)))
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two samples of each layout, as ``ackloop bench`` takes them: on emulators of its own,
+    after a stack of its own whose storage emulator it stopped (the environment still names
+    it). The section's stacks keep files in memory, and the environment is given back."""
+    stopped = f"http://127.0.0.1:{free_port()}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STORAGE_EMULATOR_HOST", stopped)
+        patch.setenv("ACKLOOP_FILES_BUCKET", "ackloop-files")
+        measured = asyncio.run(measure_on_own_emulators(
+            2, list(LAYOUTS), tmp_path_factory.mktemp("cold-query")))
+        assert os.environ["STORAGE_EMULATOR_HOST"] == stopped
+    return measured
 
 
 def test_each_cold_question_starts_what_its_layout_needs_and_is_answered(
@@ -66,3 +83,4 @@ def test_the_bench_report_shows_the_cold_question(result: dict[str, Any]) -> Non
     text = report.render({"meta": {}, "cold_query": result})
     assert "Cold question (every service scaled to zero) vs warm" in text
     assert table(result) in text
+

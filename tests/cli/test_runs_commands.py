@@ -229,6 +229,24 @@ def test_follow_exits_non_zero_on_a_failed_run_and_says_why(cli: Cli, fake_stack
     assert len(lines) == 2 and "answered by" not in followed.stdout
 
 
+def test_follow_and_show_give_one_duration_for_a_run_the_run_records(
+        cli: Cli, fake_stack: FakeStack) -> None:
+    """``runs follow`` (whose last line the chat and ``ask`` print too) of a run that ended
+    before it looked gives the run's 23.6 s, as ``runs show`` does, not its own wait."""
+    created = time.time() - 600
+    run = _run("run-took", created=created, stop=StopReason.ANSWERED, answer="Sunny.",
+               finished_at=created + 23.6)
+    _seed(fake_stack, [run], {"run-took": [_model_step(0, text="Sunny.")]})
+    d = str(fake_stack.directory)
+    shown = cli("runs", "show", "run-took", "--directory", d)
+    followed = cli("runs", "follow", "run-took", "--directory", d)
+    fields = dict(line.split(None, 1) for line in shown.stdout.split("\n\n")[0].splitlines())
+    assert fields["took"] == "23.60 s"
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.splitlines()[-2].startswith("run run-took completed (0 model call(s), "
+                                                        "0 tool call(s), 23.60 s)")
+
+
 def test_cancel_requests_a_running_run_and_leaves_an_ended_one(cli: Cli, fake_stack: FakeStack
                                                                ) -> None:
     _seed(fake_stack, [

@@ -61,6 +61,22 @@ def test_a_port_in_use_is_one_line_naming_its_owner_and_nothing_starts(
     assert not (directory / "logs").exists() and not (directory / "state.json").exists()
 
 
+def test_a_catalog_that_cannot_load_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """``dev up`` loads the catalog the functions would load first: a package that is not
+    there is the catalog's one line, exit code 1, and no emulator or function started."""
+    directory = tmp_path / "stack"
+    done = _ackloop("dev", "up", "--directory", str(directory), "--agents",
+                    "nosuchproject.agents:catalog", "--pubsub-port", str(free_port()),
+                    "--firestore-port", str(free_port()), "--base-port", str(free_port()),
+                    cwd=tmp_path, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        "cannot start the stack: ACKLOOP_AGENTS=nosuchproject.agents:catalog: cannot import "
+        "module 'nosuchproject.agents': ModuleNotFoundError: No module named 'nosuchproject'"]
+    assert "Starting" not in done.stdout
+    assert not (directory / "logs").exists() and not (directory / "state.json").exists()
+
+
 class _Ok(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.send_response(200)

@@ -202,6 +202,11 @@ async def measure(emulators: tuple[int, int], samples: int, layouts: Sequence[st
     return result
 
 
+NO_STORAGE = ("STORAGE_EMULATOR_HOST", "ACKLOOP_FILES_BUCKET")
+"""What the stacks of :func:`measure_on_own_emulators` run without: the questions carry no
+file, and their services keep files in memory."""
+
+
 async def measure_on_own_emulators(samples: int, layouts: Sequence[str], workdir: Path | None,
                                    log: Callable[[str], object] = lambda _: None
                                    ) -> dict[str, Any]:
@@ -219,8 +224,10 @@ async def measure_on_own_emulators(samples: int, layouts: Sequence[str], workdir
                 process.wait_ready(60.0)
             hosts = {"PUBSUB_EMULATOR_HOST": f"127.0.0.1:{ports[0]}",
                      "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{ports[1]}"}
-            saved = {name: os.environ.get(name) for name in hosts}
+            saved = {name: os.environ.get(name) for name in (*hosts, *NO_STORAGE)}
             os.environ.update(hosts)
+            for name in NO_STORAGE:  # a storage emulator named before (say, by a stack the
+                os.environ.pop(name, None)  # bench ran and stopped) is none of these stacks'
             try:
                 bytecode.compile_sources(project_root())
                 return await measure(ports, samples, layouts, log=log)

@@ -4,7 +4,8 @@ The ackloop side runs first (emulators + functions), then the Temporal side (dev
 SQLite, and in-memory unless ``--quick``), then DBOS Transact on PostgreSQL and Restate when
 they are installed, each alone on the machine. Both sides' process CPU is
 recorded next to wall time, and each section records how busy the whole machine was, so a run
-disturbed by other load shows it.
+disturbed by other load shows it. A section that fails is reported as failed (``meta.failed``
+and the report), and the others still run.
 """
 
 from __future__ import annotations
@@ -57,17 +58,26 @@ def machine() -> str:
             f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
 
 
-async def _section(name: str, coro: Any, log: Any) -> tuple[dict[str, Any], dict[str, float]]:
+async def _section(name: str, key: str, coro: Any, result: dict[str, Any], log: Any) -> None:
+    """Run one section into ``result[key]``, its load into the metadata. A section that fails
+    is its own failure: it is recorded (``meta.failed``: its exception, in one line), shown
+    in the report, and the sections after it still run."""
     log(f"[{name}] starting")
     busy = MachineCpu.now().busy_s
     t0 = time.perf_counter()
-    result: dict[str, Any] = await coro
+    try:
+        result[key] = await coro
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        result["meta"].setdefault("failed", {})[key] = why
+        log(f"[{name}] FAILED: {why}")
     wall = time.perf_counter() - t0
-    load = {"wall_s": round(wall, 1),
-            "machine_busy_cpu_s": round(MachineCpu.now().busy_s - busy, 1),
-            "load_average_1m": round(os.getloadavg()[0], 2)}
-    log(f"[{name}] done in {wall:.0f} s")
-    return result, load
+    result["meta"]["sections"][key] = {
+        "wall_s": round(wall, 1),
+        "machine_busy_cpu_s": round(MachineCpu.now().busy_s - busy, 1),
+        "load_average_1m": round(os.getloadavg()[0], 2)}
+    if key in result:
+        log(f"[{name}] done in {wall:.0f} s")
 
 
 def _temporal_config(options: BenchOptions) -> Any:
@@ -93,16 +103,14 @@ async def run_bench(options: BenchOptions, log: Any = print) -> dict[str, Any]:
     if options.ackloop:
         config = AckloopBenchConfig.quick() if options.quick else AckloopBenchConfig()
         coro = measure_ackloop(config, workdir / "ackloop" if workdir else None)
-        result["ackloop"], load = await _section("ackloop", coro, log)
-        result["meta"]["sections"]["ackloop"] = load
+        await _section("ackloop", "ackloop", coro, result, log)
         await _cold_query(options, result, log)
     if options.temporal:
         from ackloop_dev.bench.temporal_side import measure_temporal
 
         where = workdir / "temporal" if workdir else None
         coro = measure_temporal(_temporal_config(options), where)
-        result["temporal"], load = await _section("temporal", coro, log)
-        result["meta"]["sections"]["temporal"] = load
+        await _section("temporal", "temporal", coro, result, log)
     if options.dbos:
         await _dbos(options, result, log)
     if options.restate:
@@ -121,8 +129,7 @@ async def _cold_query(options: BenchOptions, result: dict[str, Any], log: Any) -
     samples = 2 if options.quick else 5
     workdir = options.workdir / "cold_query" if options.workdir else None
     coro = measure_on_own_emulators(samples, list(LAYOUTS), workdir, log)
-    result["cold_query"], load = await _section("cold query", coro, log)
-    result["meta"]["sections"]["cold_query"] = load
+    await _section("cold query", "cold_query", coro, result, log)
 
 
 async def _dbos(options: BenchOptions, result: dict[str, Any], log: Any) -> None:
@@ -134,8 +141,7 @@ async def _dbos(options: BenchOptions, result: dict[str, Any], log: Any) -> None
         return
     config = DbosBenchConfig.quick() if options.quick else DbosBenchConfig()
     coro = measure_dbos(config, options.workdir / "dbos" if options.workdir else None)
-    result["dbos"], load = await _section("dbos", coro, log)
-    result["meta"]["sections"]["dbos"] = load
+    await _section("dbos", "dbos", coro, result, log)
 
 
 async def _restate(options: BenchOptions, result: dict[str, Any], log: Any) -> None:
@@ -147,8 +153,7 @@ async def _restate(options: BenchOptions, result: dict[str, Any], log: Any) -> N
         return
     config = RestateBenchConfig.quick() if options.quick else RestateBenchConfig()
     coro = measure_restate(config, options.workdir / "restate" if options.workdir else None)
-    result["restate"], load = await _section("restate", coro, log)
-    result["meta"]["sections"]["restate"] = load
+    await _section("restate", "restate", coro, result, log)
 
 
 def run_bench_sync(options: BenchOptions, log: Any = print) -> dict[str, Any]:

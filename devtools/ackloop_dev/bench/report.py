@@ -221,6 +221,8 @@ def render(result: Figures) -> str:
         main_table(result),
         "\n".join(f"{peer}: not measured ({reason})"
                   for peer, reason in (meta.get("skipped") or {}).items()),
+        "\n".join(f"{section}: FAILED ({reason})"
+                  for section, reason in (meta.get("failed") or {}).items()),
     ]
     ack = result.get("ackloop")
     if ack:

@@ -38,7 +38,9 @@ def bench(
 ) -> None:
     """Run the reference workload (model -> tool -> model -> tool -> model, instant model and
     tools) through ackloop on the emulators, the Temporal dev server, DBOS and Restate, print a
-    table, write the figures (--json), draw a chart and the monthly cost curve of the run."""
+    table, write the figures (--json), draw a chart and the monthly cost curve of the run. A
+    section that fails is reported (``meta.failed``) and the others still run; the exit code
+    is then 1, after everything was written."""
     from ackloop_dev.bench import report
     from ackloop_dev.bench.compare import BenchOptions, run_bench_sync
 
@@ -69,6 +71,10 @@ def bench(
     failed = [t["name"] for t in result.get("targets", []) if not t["holds"]]
     if failed:
         typer.echo(f"targets not met: {'; '.join(failed)}", err=True)
+    if broken := result["meta"].get("failed"):
+        typer.echo("sections that failed (the others ran): "
+                   + "; ".join(f"{name}: {why}" for name, why in broken.items()), err=True)
+        raise typer.Exit(1)
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:

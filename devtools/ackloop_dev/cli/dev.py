@@ -11,9 +11,15 @@ import typer
 from rich.console import Console
 
 from ackloop.testing.localstack import DEFAULT_DIRECTORY
-from ackloop_dev.devstack import emulators, ports
+from ackloop_dev.devstack import catalog_check, emulators, ports
 from ackloop_dev.devstack.processes import StartupFailed
-from ackloop_dev.devstack.stack import LocalStack, StackOptions, status, stop_recorded
+from ackloop_dev.devstack.stack import (
+    LocalStack,
+    StackOptions,
+    project_root,
+    status,
+    stop_recorded,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Run ackloop locally on the emulators.")
 console = Console()
@@ -83,9 +89,15 @@ def up(
         create_topology=not emulators_only, push=push.value,
         python_path=tuple(p.resolve() for p in (Path.cwd(), *path)), agents=agents or None,
     )
+    stack = LocalStack(options)
+    # Before anything starts: a catalog every function would fail to load is one line.
+    if options.services and (refused := catalog_check.refusal(stack.catalog_env(),
+                                                              project_root())):
+        typer.secho(f"cannot start the stack: {refused}", fg="red", err=True)
+        raise typer.Exit(1)
     console.print("[bold]Starting the ackloop local stack[/]")
     try:
-        state = LocalStack(options).up(log=typer.echo)
+        state = stack.up(log=typer.echo)
     except emulators.EmulatorsMissing as exc:
         typer.secho(f"cannot start the emulators: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc

@@ -274,6 +274,13 @@ class LocalStack:
         state records), when the options name one."""
         return {"ACKLOOP_AGENTS": self.options.agents} if self.options.agents else {}
 
+    def catalog_env(self) -> dict[str, str]:
+        """The environment the functions load their agent catalog in (the development catalog,
+        or the one the options or the environment name; the project on PYTHONPATH), as
+        :meth:`start_service` gives it: for :func:`ackloop_dev.devstack.catalog_check.refusal`."""
+        return {**os.environ, "ACKLOOP_AGENTS": CATALOG, **self.options.extra_env,
+                **self.project_env()}
+
     def service_settings(self) -> Settings:
         """The settings the services read: this process's environment under the stack's, as
         :meth:`start_service` hands it to them (what the banner describes, not a guess)."""

@@ -7,7 +7,9 @@ tool's result names what it stored: :func:`ackloop.engine.tool_step.store_files`
 digest is 404, as is another caller's run; so is a file the question passed by its own URI (the
 deployment holds no bytes of it). The bytes are served as what their sender said they are, but
 never as something the browser runs: a sandboxing content security policy, ``nosniff``, and
-only raster images and PDF shown inline (anything else is a download).
+only raster images and PDF shown inline, when their bytes are of the type declared (anything
+else is a download of ``application/octet-stream``: :mod:`ackloop.files.download`). The name
+goes into ``Content-Disposition`` as RFC 6266 says, whatever characters it holds.
 """
 
 from __future__ import annotations
@@ -22,15 +24,13 @@ from ackloop.api.errors import ApiError
 from ackloop.api.runs import ERRORS, RunId, deps_of, existing_run
 from ackloop.domain.records import RunRecord, StepRecord
 from ackloop.files import FileStore, StoredFile, stored_digest, stored_size
+from ackloop.files.download import content_disposition, served_type
 
 router = APIRouter(tags=["runs"])
 
 Digest = Annotated[str, PathParam(pattern="^[0-9a-f]{64}$",
                                   description="The file's SHA-256: the one its stored URI "
                                   "names (a question's file), or its step recorded.")]
-INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/gif",
-                          "application/pdf"})
-"""What is shown in the browser; any other type is served as a download."""
 
 
 def step_files(steps: list[StepRecord]) -> list[StoredFile]:
@@ -88,11 +88,9 @@ async def get_run_file(request: Request, run_id: RunId, sha256: Digest) -> Respo
     except FileNotFoundError:
         raise ApiError(404, "not_found", f"the file {sha256} of run {run_id} is no longer "
                        "stored") from None
-    mime = stored.mime_type if stored.mime_type in INLINE_TYPES else "application/octet-stream"
-    name = (stored.name or sha256).replace('"', "")
-    disposition = "inline" if mime in INLINE_TYPES else "attachment"
+    mime, disposition = served_type(data, stored.mime_type)
     return Response(data, media_type=mime, headers={
-        "Content-Disposition": f'{disposition}; filename="{name}"',
+        "Content-Disposition": content_disposition(disposition, stored.name or sha256, sha256),
         "Content-Security-Policy": "sandbox; default-src 'none'",
         "X-Content-Type-Options": "nosniff",
         "Cache-Control": "private, max-age=3600",

@@ -310,7 +310,7 @@ def outcome_line(followed: Followed, timeout: float | None) -> str:
                 "(`ackloop dev status`)")
     used = followed.usage()
     usage = (f"{used.model_calls} model call(s), {used.tool_calls} tool call(s), "
-             f"{followed.elapsed:.2f} s")
+             f"{run.seconds(time.time()):.2f} s")
     if not run.status.terminal:
         return f"run {rid} still {run.status.value} after {waited} ({usage})"
     if run.budget_stop is not None:

@@ -136,7 +136,7 @@ def show(
         _emit(view.model_dump(mode="json") | {"children": _children_json(children)})
         return
     followed = Followed(run.run_id, run, steps)
-    took = f"{run.finished_at - run.created_at:.2f} s" if run.finished_at else "-"
+    took = f"{run.seconds(time.time()):.2f} s" if run.finished_at is not None else "-"
     fields = [
         ("run", run.run_id), ("request", run.request_id), ("conversation", run.conversation_id),
         ("agent", run.agent + (f" (handed to {run.handed_to})" if run.handed_to else "")),

@@ -190,6 +190,13 @@ class RunRecord(Record, RunOutcome):
         """The budget that stopped the run (``max_steps``...), or None if none did."""
         return self.stop_reason.value if self.stop_reason and self.stop_reason.budget else None
 
+    def seconds(self, now: float) -> float:
+        """How long the run took: from its creation to its end (to ``now`` while it has not
+        ended). The one duration every report of a run gives (the chat's and ``ask``'s last
+        line, ``runs show``, the line its end logs)."""
+        end = self.finished_at if self.finished_at is not None else now
+        return max(end - self.created_at, 0.0)
+
 
 class ConversationRecord(Record):
     """``conversations/{conversation_id}``. A conversation started by a run (its id is that

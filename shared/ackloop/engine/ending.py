@@ -105,7 +105,7 @@ def log_finished(run: RunRecord, end: RunEnd, now: float) -> None:
     fields: dict[str, Any] = {
         "run_id": run.run_id, "agent": run.agent, "conversation_id": run.conversation_id,
         "status": end.status.value, "stop_reason": end.stop_reason.value,
-        "elapsed_seconds": round(now - (run.started_at or run.created_at), 3),
+        "elapsed_seconds": round(run.seconds(now), 3),
         "steps": own.model_calls + own.tool_calls,
         "usage": end.usage.model_dump(mode="json"),
         "cost": (end.cost or Cost()).model_dump(mode="json"),
