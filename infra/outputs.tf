@@ -4,7 +4,7 @@ output "service_urls" {
 }
 
 output "build_services" {
-  description = "The services cloudbuild.yaml rolls the image out to, as its _SERVICES substitution wants them (service_layout \"steps\": \"steps api\")."
+  description = "The services cloudbuild.yaml rolls the image out to, as its _SERVICES substitution wants them (service_layout \"steps\", the default: \"steps api\"; \"per_step\": \"ingest model-step tool-step dead-letter api\")."
   value       = join(" ", [for name in keys(local.services) : replace(name, "_", "-")])
 }
 

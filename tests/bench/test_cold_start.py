@@ -46,3 +46,20 @@ def test_the_projects_modules_are_compiled_as_the_image_has_them(tmp_path: Path)
     assert [p.name for p in (package / "__pycache__").iterdir()] == [
         f"module.{sys.implementation.cache_tag}.pyc"]
     assert not (tmp_path / "functions" / "__pycache__").exists()  # copied as they are
+
+
+def test_the_steps_service_is_probed_with_every_step_kinds_module() -> None:
+    # The default layout's one service: its import figures count all four step kinds'
+    # modules (the model step's engine among them) and its model client built before serving.
+    import os
+
+    from ackloop_dev.bench.cold_start import TARGETS, probe
+    from ackloop_dev.devstack.stack import project_root
+
+    assert TARGETS[0] == "steps"
+    env = {**os.environ, "ACKLOOP_PROJECT_ID": "p", "ACKLOOP_MODEL_PROVIDER": "scripted",
+           "PUBSUB_EMULATOR_HOST": "127.0.0.1:1", "FIRESTORE_EMULATOR_HOST": "127.0.0.1:1"}
+    steps = probe("steps", env, project_root())
+    ingest = probe("ingest", env, project_root())
+    assert steps["import_modules"] > ingest["import_modules"]
+    assert steps["deps_cpu_s"] > 0

@@ -1,7 +1,8 @@
 """``dev up --reuse-emulators``: the ackloop processes on emulators that outlive them, as
 Google's services outlive a deployment's instances. A run that waits for approval is left with
 every ackloop process stopped (``dev down``), approved from the CLI meanwhile, and answers once
-a new stack is up on the same emulators."""
+a new stack is up on the same emulators. The stacks run the default layout: the steps service
+serves every step kind."""
 
 from __future__ import annotations
 
@@ -49,7 +50,10 @@ def test_a_waiting_run_outlives_every_ackloop_process_on_reused_emulators(
         first = _ackloop("dev", "up", "--reuse-emulators", "--directory", str(stack),
                          "--base-port", "0", cwd=tmp_path, env=env)
         assert first.returncode == 0, first.stdout + first.stderr
-        assert "emulator" not in " ".join(json.loads((stack / "state.json").read_text())["pids"])
+        started = json.loads((stack / "state.json").read_text())["pids"]
+        assert "emulator" not in " ".join(started)
+        # The default layout: one service for every step kind, pushed to at /<kind>.
+        assert {"steps", "api"} <= set(started) and not {"ingest", "model_step"} & set(started)
         asked = _ackloop("ask", "--agent", "approval-demo", "pay 40 to Ada", "--request-id",
                          "reuse-1", "--directory", str(stack), cwd=tmp_path, env=env)
         assert asked.returncode == 2, asked.stderr

@@ -130,11 +130,10 @@ def test_images_are_built_by_a_step(build: dict[str, Any]) -> None:
 def test_deploys_the_services_terraform_declares(
     build: dict[str, Any], terraform: TerraformConfig
 ) -> None:
-    # The default layout's services ("per_step"; "steps" passes the build_services output).
+    # The default layout's services ("steps"; "per_step" passes the build_services output).
+    assert terraform.variable_default("service_layout") == "steps"
     substitutions = build["substitutions"]
-    declared = {
-        f"ackloop-{name.replace('_', '-')}" for name in terraform.locals["per_step_services"]
-    }
+    declared = {"ackloop-steps", "ackloop-api"}
     deployed = {
         f"{substitutions['_SERVICE_PREFIX']}-{s}" for s in substitutions["_SERVICES"].split()
     }

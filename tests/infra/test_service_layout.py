@@ -145,8 +145,11 @@ def grants(values: dict[str, Any]) -> dict[str, set[tuple[str, str, str]]]:
     return found
 
 
-def test_the_layout_is_per_step_unless_set(terraform: TerraformConfig) -> None:
-    assert terraform.variable_default("service_layout") == "per_step"
+def test_the_layout_is_steps_unless_set(terraform: TerraformConfig) -> None:
+    # One service for every step kind: an idle deployment (every min_instances is 0 unless
+    # set) pays one cold start per question instead of one per hop.
+    assert terraform.variable_default("service_layout") == "steps"
+    assert set(terraform.object_optional_defaults("min_instances").values()) == {0}
     (validation,) = terraform.variables["service_layout"]["validation"]
     assert validation["condition"] == (
         '${contains(["per_step", "steps"], var.service_layout)}')
@@ -157,6 +160,15 @@ def test_the_layout_is_per_step_unless_set(terraform: TerraformConfig) -> None:
                       "concurrency of 80", "request timeout", "ack deadline", "union",
                       "Gemini key"):
         assert trade_off in description, trade_off
+
+
+def test_unset_the_layout_deploys_the_steps_service_and_the_api(
+    terraform: TerraformConfig, evaluator: Evaluator,
+) -> None:
+    values = evaluator.evaluate(_expressions(terraform, evaluator),
+                                {"project_id": '"my-project"', "image": '"image"'})
+    assert set(values["run"]) == {"steps", "api"}
+    assert values["service_of"] == {**{kind: "steps" for kind in STEP_KINDS}, "api": "api"}
 
 
 def test_per_step_deploys_what_it_always_did(deployed: dict[tuple[str, str], Any]) -> None:

@@ -20,9 +20,9 @@ from tests.infra.terraform import TerraformConfig, block, dynamic_blocks, expres
 # Read by `ackloop run`, not by Settings: picks what the image serves.
 LAUNCHER_ENV = {"FUNCTION_TARGET"}
 
-# The targets of the default layout ("per_step"); "steps" deploys steps and api
-# (test_service_layout.py). `ackloop run` also serves "steps" and "all", which Terraform never
-# deploys: the api keeps a service of its own.
+# The targets of the "per_step" layout; "steps" (the default) deploys steps and api
+# (test_service_layout.py). `ackloop run` also serves "all", which Terraform never deploys: the
+# api keeps a service of its own.
 FUNCTION_TARGETS = {"ingest", "model_step", "tool_step", "dead_letter", "api"}
 
 # Settings whose deployed default differs from the code's on purpose, with the reason.

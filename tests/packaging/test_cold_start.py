@@ -39,11 +39,15 @@ NOT_NEEDED = ("ackloop_dev", "temporalio", "matplotlib", "ackloop.cli.runs", "ac
               "ackloop_dev.agents.approval_demo", "ackloop_dev.agents.research_team",
               # the API's framework, MCP tools (no catalog here uses them), the ID token signature
               # check (push auth is "none" here; deployed, "cloud_run_iam": no signature to check)
-              "fastapi", "mcp", "google.oauth2.id_token")
-# What only the model step uses: the Gemini SDK (0.3 s of CPU), its engine module and the JSON
-# Schema checks of structured output.
+              "fastapi", "mcp", "google.oauth2.id_token",
+              # the JSON Schema checks of structured output (on the first run that asks for
+              # it), cron expressions (schedules only), trio (ackloop.hosting.asyncio_only: its
+              # refused import is listed as "trio", what it would load is not) and attrs, which
+              # only those three import
+              "jsonschema", "referencing", "croniter", "trio._core", "attr", "attrs")
+# What only the model step uses: the Gemini SDK (0.3 s of CPU) and its engine modules.
 MODEL_STEP_ONLY = ("google.genai", "ackloop.engine.model_step", "ackloop.engine.model_call",
-                   "ackloop.engine.model_inputs", "jsonschema")
+                   "ackloop.engine.model_inputs")
 # What only the tool step uses: the pool of the HTTP client its tools call through (every other
 # service builds it on the client's first request), and no function serves websockets.
 TOOL_STEP_ONLY = ("httpcore",)

@@ -1,6 +1,6 @@
 """A question that finds every service scaled to zero, against one that finds them warm.
 
-``python -m ackloop_dev.bench.cold_query [--samples 5] [--layouts per-step,steps] [--json F]``
+``python -m ackloop_dev.bench.cold_query [--samples 5] [--layouts steps,per-step] [--json F]``
 (with ``PUBSUB_EMULATOR_HOST`` and ``FIRESTORE_EMULATOR_HOST`` set to running emulators; the
 figures are also a part of ``ackloop bench``).
 
@@ -12,10 +12,10 @@ model) to the queries topic as a user does, and times it until its answer is rec
 answers topic (``cold``); then asks it again on the processes the first one started
 (``warm``). The layouts (``docs/deployment-layouts.md``):
 
-* ``per-step``: a service per step kind (``ingest``, ``model_step``, ``tool_step``,
-  ``dead_letter``), the default deployment: a cold question starts three, one after another;
 * ``steps``: one service serving every step kind (``FUNCTION_TARGET=steps``), each push
-  subscription's endpoint naming its kind: a cold question starts one.
+  subscription's endpoint naming its kind, the default deployment: a cold question starts one;
+* ``per-step``: a service per step kind (``ingest``, ``model_step``, ``tool_step``,
+  ``dead_letter``): a cold question starts three, one after another.
 
 The model is the real google-genai client against the local Gemini-compatible server playing
 the agent's script (``--scripted``: the scripted model, no client), so a cold model step pays
@@ -51,10 +51,11 @@ from ackloop_dev.devstack.scale_to_zero import ScaledService
 from ackloop_dev.devstack.stack import LocalStack, StackOptions, ackloop_command, project_root
 
 LAYOUTS: dict[str, dict[str, str]] = {
-    "per-step": {kind: kind for kind in STEP_KINDS},
     "steps": {"steps": "steps"},
+    "per-step": {kind: kind for kind in STEP_KINDS},
 }
-"""Each layout's services: service name -> the ``FUNCTION_TARGET`` it runs."""
+"""Each layout's services: service name -> the ``FUNCTION_TARGET`` it runs; the default
+deployment's (infra/layout.tf) first."""
 
 
 def endpoint_paths(layout: str) -> dict[str, tuple[str, str]]:

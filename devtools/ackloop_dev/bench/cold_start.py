@@ -1,7 +1,9 @@
 """The cold start of each service, and one run on just-started functions against a warm run.
 
 ``python -m ackloop_dev.bench.cold_start`` (with ``PUBSUB_EMULATOR_HOST`` and
-``FIRESTORE_EMULATOR_HOST`` set to running emulators) prints, for every ``FUNCTION_TARGET``:
+``FIRESTORE_EMULATOR_HOST`` set to running emulators) prints, for every ``FUNCTION_TARGET`` a
+deployment layout deploys (``steps``, the default's one service for every step kind; each step
+kind's own; ``api``):
 
 * ``import``: CPU and wall of a fresh interpreter importing what serves the target (the
   function's module and app as ``ackloop run`` loads them, after what it does first:
@@ -44,7 +46,9 @@ import httpx
 
 from ackloop_dev.bench import bytecode
 
-TARGETS = ("ingest", "model_step", "tool_step", "dead_letter", "api")
+TARGETS = ("steps", "ingest", "model_step", "tool_step", "dead_letter", "api")
+"""The services of both deployment layouts: ``steps`` (every step kind, the default) and the api;
+a service per step kind and the api (``per_step``)."""
 
 # Run in a fresh interpreter: nothing of this module (nor the development tools) is imported
 # there, so the figures are the target's alone. Prints one JSON line.
@@ -72,7 +76,14 @@ else:
         from functions_framework.aio import create_asgi_app
         create_asgi_app(target, str(Path("functions", target, "main.py")))
     else:
-        function_app(load_function(target, Path("functions", target, "main.py")))
+        try:  # every step kind's module for a combined target (steps)
+            from ackloop.cli.serving import function_sources
+        except ImportError:
+            sources = {target: Path("functions", target, "main.py")}
+        else:
+            sources = function_sources(target, Path("functions"))
+        for kind, source in sources.items():
+            function_app(load_function(kind, source))
 figures = {"import_cpu_s": cpu(), "import_wall_s": time.perf_counter() - began,
            "import_modules": len(sys.modules)}
 from ackloop.hosting import runtime

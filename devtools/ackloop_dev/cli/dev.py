@@ -14,6 +14,7 @@ from ackloop.testing.localstack import DEFAULT_DIRECTORY
 from ackloop_dev.devstack import catalog_check, emulators, ports
 from ackloop_dev.devstack.processes import StartupFailed
 from ackloop_dev.devstack.stack import (
+    LAYOUTS,
     LocalStack,
     StackOptions,
     project_root,
@@ -23,6 +24,13 @@ from ackloop_dev.devstack.stack import (
 
 app = typer.Typer(no_args_is_help=True, help="Run ackloop locally on the emulators.")
 console = Console()
+
+
+class Layout(StrEnum):
+    """Which services run the step kinds, as infra/layout.tf's ``service_layout``."""
+
+    steps = "steps"
+    per_step = "per_step"
 
 
 class Push(StrEnum):
@@ -56,6 +64,10 @@ def up(
     agents: str = typer.Option(
         None, envvar="ACKLOOP_AGENTS", help="The agent catalog, 'package.module:attribute' "
         "(default: $ACKLOOP_AGENTS, else the installed entry points, else the built-in agents)."),
+    layout: Layout = typer.Option(
+        Layout.steps, help="steps: one service serves every step kind, each under /<kind>, as "
+        "deployed by default; per_step: a service per step kind (service_layout in "
+        "infra/layout.tf, docs/deployment-layouts.md)."),
     reuse_emulators: bool = typer.Option(
         False, "--reuse-emulators", help="Use the emulators that PUBSUB_EMULATOR_HOST and "
         "FIRESTORE_EMULATOR_HOST name (say, started with --emulators-only in another "
@@ -63,7 +75,8 @@ def up(
         "starting them: `dev down` then stops every ackloop process and "
         "leaves the emulators and their data, as Google's services keep theirs."),
 ) -> None:
-    """Start the emulators, topics, subscriptions and every function; wait until healthy.
+    """Start the emulators, topics, subscriptions and the services of the layout (the steps
+    service and the API unless ``--layout per_step``); wait until healthy.
 
     Run it from your project's directory: it is put on every function's PYTHONPATH, so
     ``--agents myapp.agents:catalog`` can import your package.
@@ -85,7 +98,7 @@ def up(
         start_emulators=not reuse_emulators,
         fake_gemini=fake_gemini and not emulators_only, base_port=base_port,
         pubsub_port=pubsub_port, firestore_port=firestore_port, storage_port=storage_port,
-        services=() if emulators_only else StackOptions.services,
+        services=() if emulators_only else LAYOUTS[layout.value],
         create_topology=not emulators_only, push=push.value,
         python_path=tuple(p.resolve() for p in (Path.cwd(), *path)), agents=agents or None,
     )

@@ -25,6 +25,7 @@ import httpx
 
 import ackloop
 from ackloop.bus.delivery import load_policy
+from ackloop.cli.serving import COMBINED
 from ackloop.config.settings import Settings
 from ackloop.testing.localstack import STATE_FILE, StackState
 from ackloop_dev.agents import CATALOG
@@ -40,7 +41,15 @@ from ackloop_dev.devstack.processes import (
 from ackloop_dev.devstack.topology import PushMode, create_topology, routes
 
 FUNCTIONS = ("ingest", "model_step", "tool_step", "dead_letter")
+STEPS = "steps"
+"""The one service that serves every step kind, each under ``/<kind>`` (FUNCTION_TARGET=steps)."""
 SERVICES = (*FUNCTIONS, "api")
+"""The services of a stack with a service per step kind (the test stacks')."""
+PORT_ORDER = (*SERVICES, STEPS)
+"""Every service a stack may run, in the order of their ports from ``base_port``."""
+LAYOUTS = {"steps": (STEPS, "api"), "per_step": (*FUNCTIONS, "api")}
+"""The services of each deployment layout (``infra/layout.tf``; ``steps`` is the default
+deployment's and ``ackloop dev up``'s)."""
 PUSH_DELIVERY = "push-delivery"
 SCHEDULER = "scheduler"
 TASK_QUEUE = "task-queue"
@@ -186,7 +195,7 @@ class LocalStack:
             state.env = self.service_env(state) | self.served_catalog()
             state.agents = state.env.get("ACKLOOP_AGENTS")
             state.python_path = [str(p) for p in o.python_path]
-            for i, name in enumerate(SERVICES):
+            for i, name in enumerate(PORT_ORDER):
                 state.ports[name] = self._port(o.base_port + i)
             if o.create_topology:
                 create_topology(
@@ -250,7 +259,7 @@ class LocalStack:
                 planned["storage-emulator"] = o.storage_port
         if o.base_port == 0:
             return planned
-        planned |= {name: o.base_port + i for i, name in enumerate(SERVICES)
+        planned |= {name: o.base_port + i for i, name in enumerate(PORT_ORDER)
                     if name in o.services}
         extras = {"sandbox-apis": (10, o.sandbox_apis), "fake-gemini": (11, o.fake_gemini),
                   PUSH_DELIVERY: (12, o.create_topology and o.push == "twin"),
@@ -304,9 +313,14 @@ class LocalStack:
                                         **self._topic_overrides()})
 
     def endpoints(self) -> dict[str, str]:
-        """Each function's URL (ports are assigned by :meth:`up`)."""
+        """Each function's URL (ports are assigned by :meth:`up`): its own service's, or, when
+        the stack runs the steps service instead, the steps service's path named after it."""
         assert self.state is not None
-        return {n: f"http://127.0.0.1:{self.state.ports[n]}/" for n in FUNCTIONS}
+        ports = self.state.ports
+        combined = STEPS in self.options.services
+        return {n: f"http://127.0.0.1:{ports[STEPS]}/{n}"
+                if combined and n not in self.options.services
+                else f"http://127.0.0.1:{ports[n]}/" for n in FUNCTIONS}
 
     def start_push_delivery(self, time_scale: float = 1.0) -> ManagedProcess:
         """Start the push delivery for this stack's subscriptions (it takes them over from the
@@ -431,8 +445,10 @@ class LocalStack:
         state = self.state
         own = self.options.service_env.get(name, {})
         # As deployed (infra/run.tf): each service knows its own request timeout, which bounds
-        # every wait it does inside a request.
-        timeout = {"ACKLOOP_REQUEST_TIMEOUT_SECONDS": f"{load_policy().request_timeout_s[name]:g}"}
+        # every wait it does inside a request; the steps service, the longest of its kinds'.
+        timeouts = load_policy().request_timeout_s
+        longest = max(timeouts[kind] for kind in COMBINED.get(name, (name,)))
+        timeout = {"ACKLOOP_REQUEST_TIMEOUT_SECONDS": f"{longest:g}"}
         env = {**os.environ, **timeout, **state.env, **own, **(extra_env or {}),
                "FUNCTION_TARGET": name, "PORT": str(state.ports[name]), "ACKLOOP_HOST": "127.0.0.1"}
         # A process asked to crash at a named point runs with the crash points installed

@@ -48,12 +48,13 @@ def serve_target(target: str, sources: dict[str, Path], *, host: str, port: int)
 
 def prepare() -> None:
     """What a serving process does before it imports anything else: no cyclic garbage
-    collection until it has started (:mod:`ackloop.hosting.gcstart`; :mod:`ackloop.hosting.startup`
-    resumes
-    it), and httpx imported without its command line."""
-    from ackloop.hosting import gcstart
+    collection and no trio until it has started (:mod:`ackloop.hosting.gcstart`,
+    :mod:`ackloop.hosting.asyncio_only`; :mod:`ackloop.hosting.startup` undoes both), and httpx
+    imported without its command line."""
+    from ackloop.hosting import asyncio_only, gcstart
 
     gcstart.pause()
+    asyncio_only.hide()
     _import_httpx_without_its_cli()
 
 

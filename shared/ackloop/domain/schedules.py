@@ -28,7 +28,6 @@ import math
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -144,6 +143,8 @@ def check_cron(expression: str) -> None:
     if len(fields) != 5:
         raise ValueError(f"cron {expression!r} has {len(fields)} fields; give five: minute hour "
                          "day-of-month month day-of-week (e.g. '0 9 * * 1-5')")
+    from croniter import croniter  # here: only schedules use it, no step service's start
+
     if not croniter.is_valid(expression):
         raise ValueError(f"cron {expression!r} is not a valid cron expression (each field: "
                          "a number, a range a-b, a list a,b, a step */n, or *)")
@@ -179,6 +180,8 @@ def _next_rule(spec: Schedule, after: float) -> float | None:
     assert spec.cron is not None
     zone = zone_of(spec.time_zone)
     hourly = spec.cron.split()[1] == "*"
+    from croniter import croniter
+
     matches = croniter(spec.cron, dt.datetime.fromtimestamp(math.floor(after), zone))
     for _ in range(_SEARCH_LIMIT):
         at = float(matches.get_next(float))

@@ -9,13 +9,13 @@ else goes back to the model with what is wrong, as its next turn, within the run
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ackloop.domain import patterns
@@ -23,6 +23,9 @@ from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.wire import FunctionCall
 from ackloop.model.base import ModelTurn
 from ackloop.transcript import conversation
+
+if TYPE_CHECKING:
+    import jsonschema
 
 FINAL_ANSWER_TOOL = "final_answer"
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
@@ -65,18 +68,26 @@ def _linear_pattern(
     validator: Any, pattern: str, instance: Any, schema: JsonDict
 ) -> Iterator[jsonschema.ValidationError]:
     """JSON Schema's ``pattern``, matched with RE2 (see :mod:`ackloop.domain.patterns`)."""
+    import jsonschema
+
     if validator.is_type(instance, "string") and not patterns.search(pattern, instance):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-# Draft 2020-12 with every caller-supplied regular expression run by RE2. patternProperties
-# (which jsonschema also matches with ``re`` inside additionalProperties) is refused up front.
-_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
-                                          {"pattern": _linear_pattern})
+@functools.cache
+def _validator_class() -> Any:
+    """Draft 2020-12 with every caller-supplied regular expression run by RE2
+    (patternProperties, which jsonschema also matches with ``re`` inside additionalProperties,
+    is refused up front). Built on the first run that asks for structured output:
+    jsonschema is not part of a step service's start-up."""
+    import jsonschema
+
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                        {"pattern": _linear_pattern})
 
 
 def from_json_schema(schema: JsonDict) -> OutputContract:
-    validator = _Validator(schema)
+    validator = _validator_class()(schema)
 
     def validate(value: Any) -> Any:
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))

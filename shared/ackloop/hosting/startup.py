@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, NoReturn
 from pydantic import ValidationError
 
 from ackloop.config.settings import Settings
-from ackloop.hosting import gcstart
+from ackloop.hosting import asyncio_only, gcstart
 
 if TYPE_CHECKING:
     import uvicorn
@@ -98,6 +98,7 @@ def _server(config: Config) -> uvicorn.Server:
             except Exception as exc:
                 raise StartupFailed from exc
             gcstart.resume()  # started: what exists now lives as long as the process
+            asyncio_only.show()
             await super().serve(sockets)
 
     return StartFirst(config)
