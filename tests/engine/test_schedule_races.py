@@ -14,8 +14,8 @@ import pytest
 from ackloop.domain.schedules import ScheduleTick, jitter_of
 from ackloop.engine import schedule_control as ops
 from ackloop.engine.schedule_firing import fire
-from ackloop.testing.inprocess import InProcessLoop
 from ackloop.store.schedules import Schedules, StoredSchedule
+from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import CrashingFaults, SimulatedCrash
 from tests.engine.test_schedules import HOUR, T0, advance, hourly, loop_of, record_of, run_of, runs
 

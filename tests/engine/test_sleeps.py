@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from ackloop.bus.wakes import MemoryWaker
 from ackloop.agents.agent import Agent
+from ackloop.bus.wakes import MemoryWaker
 from ackloop.config.settings import Settings
 from ackloop.domain.keys import StepKey, run_id_for_request
 from ackloop.domain.records import (
@@ -30,8 +30,6 @@ from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.engine import children
 from ackloop.engine.sweep import sweep
 from ackloop.engine.waits import core as waits
-from ackloop.testing.inprocess import InProcessLoop
-from ackloop.testing.agent_tester import AgentTester
 from ackloop.model.function_model import (
     Conversation,
     FunctionModel,
@@ -42,6 +40,8 @@ from ackloop.model.function_model import (
 )
 from ackloop.model.scripted import ScriptedModel
 from ackloop.model.turns import calls_turn, text_turn
+from ackloop.testing.agent_tester import AgentTester
+from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolContext, ToolSet, tool
 from ackloop.tools.definition import Tool
 from ackloop.tools.sleep import sleep_tool

@@ -209,6 +209,8 @@ def _skipped_before(cron: str, zone: ZoneInfo, after: float, at: float) -> float
         low, high = (middle, high) if _offset(middle, zone) == before else (low, middle)
     skipped_from = dt.datetime.fromtimestamp(high, dt.timezone(before)).replace(tzinfo=None)
     skipped_to = dt.datetime.fromtimestamp(high, zone).replace(tzinfo=None)
+    from croniter import croniter
+
     first = croniter(cron, skipped_from - dt.timedelta(seconds=1)).get_next(dt.datetime)
     return float(high) if first < skipped_to else None
 
