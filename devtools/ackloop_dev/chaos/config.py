@@ -28,13 +28,6 @@ says when the quota window reopens, from seconds to a minute. Those at or under 
 ``retry_wait_seconds`` (20 s) are waited out in the request, the others left to redelivery."""
 
 
-QUICK_STORM_S = 400.0
-"""The quick run's 429 storm (production seconds): longer than the shipped run budget (300 s),
-so runs asked at its start still end by their budget during it, and far under the retry
-bound (a step claimed 8 times over at least 30 min of backoff), so it must fail no run; two
-thirds of the default's 600 s, a third of a minute less of a quick run's wall time at 1/6."""
-
-
 @dataclass(frozen=True)
 class ChaosConfig:
     """One chaos run. Every figure in the report is a function of these and the seed."""
@@ -104,7 +97,6 @@ class ChaosConfig:
             concurrency=8,
             kills_per_point=1,
             burst_every_s=30.0,
-            storm_s=QUICK_STORM_S,
             storm_runs=6,
             child_runs=4,
             child_kill_points=("tool:after_child", "model:after_commit"),
