@@ -5,7 +5,7 @@ VENV ?= .venv
 Q ?= are there any weather alerts where I am?
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-test ask test lint docs checkov clean
+.PHONY: help install install-test dist ask test test-quick lint docs checkov clean
 
 # One line per target: the text after `## ` on its line.
 help:  ## this list
@@ -29,6 +29,16 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(VENV)/bin/pip install -q -e '.[dev,infra,mcp,eval,docs]' -e './devtools[bench]'
 	touch $@
 
+# ackloop and ackloop-dev are not on the package index yet: their wheels, to install elsewhere
+# (pip install --find-links dist ackloop-dev, or `ackloop new --from dist`).
+dist: $(VENV)/bin/pip  ## the wheels of ackloop and ackloop-dev, into dist/
+	rm -f dist/ackloop-*.whl dist/ackloop_dev-*.whl
+	$(VENV)/bin/pip wheel -q --no-deps --wheel-dir dist . ./devtools
+	@ls dist/ackloop-*.whl dist/ackloop_dev-*.whl
+
+$(VENV)/bin/pip:
+	$(PYTHON) -m venv $(VENV)
+
 # checkov pins packages that clash with ours: it lives in its own virtualenv.
 checkov: .venv-checkov/bin/checkov  ## checkov, in a virtualenv of its own
 
@@ -45,6 +55,10 @@ ask: install  ## ask Q="..." end to end on the emulators
 # Every test tier: unit, contract (memory + Firestore emulator), end to end, infra checks.
 test: install-test checkov  ## every test tier
 	$(VENV)/bin/python -m pytest -q -ra --durations=25
+
+# The unit tier: the in-memory adapters, no emulator, no process of the local stack, no browser.
+test-quick: install-test  ## the unit tier alone, no emulators (some minutes)
+	$(VENV)/bin/python -m pytest -q -m "not emulator and not slow and not browser"
 
 lint: install-test  ## ruff and strict mypy
 	$(VENV)/bin/ruff check .

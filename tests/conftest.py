@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -25,9 +26,24 @@ from tests.support.grpc_standin import StandIn, standin_server
 
 _MISSING: str | None = None
 
+TEST_EXTRAS = {"hypothesis": "dev", "schemathesis": "dev", "selenium": "dev",
+               "pytest_timeout": "dev", "hcl2": "infra", "mcp": "mcp", "pydantic_evals": "eval",
+               "temporalio": "ackloop-dev[bench]"}
+"""A module the tests import, by the extra that installs it (``make install-test``)."""
+
+
+def missing_test_extras() -> list[str]:
+    """The extras of :data:`TEST_EXTRAS` one of whose modules is not importable here."""
+    return sorted({extra for module, extra in TEST_EXTRAS.items()
+                   if importlib.util.find_spec(module) is None})
+
 
 def pytest_configure(config: pytest.Config) -> None:
     global _MISSING
+    if missing := missing_test_extras():
+        pytest.exit(f"the tests need the extras {', '.join(missing)}, which `make install` "
+                    "leaves out: run `make install-test` (then `make test-quick` or `make test`)",
+                    returncode=pytest.ExitCode.USAGE_ERROR)
     if os.environ.get("PUBSUB_EMULATOR_HOST") and os.environ.get("FIRESTORE_EMULATOR_HOST"):
         return
     try:
@@ -53,6 +69,7 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k deselected what they do not select
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _quick_chaos_around_the_suite(items)
     if not _MISSING or in_ci():  # in CI, each fails at its setup (pytest_runtest_setup)

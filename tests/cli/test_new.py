@@ -1,10 +1,12 @@
-"""``ackloop new NAME``: the project it writes passes its own tests and its own eval offline,
-answers on the local stack, and is clean under ruff; a name or a place it cannot use is refused
-in one line before anything is written."""
+"""``ackloop new NAME``: the project it writes installs itself and ackloop into a virtualenv of
+its own from the checkout or the wheels it was made from, passes its own tests and its own eval
+offline, answers on the local stack, and is clean under ruff; a name, a place or a ``--from``
+it cannot use is refused in one line before anything is written."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import pytest
 
 from ackloop.cli.main import app
 from ackloop.cli.new import render, values
+from ackloop.cli.new_source import Source, running_source
 from tests.cli.conftest import ACKLOOP, Cli, user_env
 from tests.infra.terraform import load_terraform
 from tests.infra.tools import require_module
@@ -22,7 +25,7 @@ from tests.support.emulators import EmulatorSession
 NAME = "unit_helper"
 CATALOG = f"{NAME}.agents:catalog"
 FILES = {".gitignore", "Dockerfile", "Makefile", "README.md", "pyproject.toml",
-         f"{NAME}/__init__.py", f"{NAME}/agents.py", f"{NAME}/tools.py",
+         "requirements.txt", f"{NAME}/__init__.py", f"{NAME}/agents.py", f"{NAME}/tools.py",
          "tests/test_agent.py", "evals/cases.yaml", "infra/terraform.tfvars.example"}
 OFFLINE = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "PYTHONPATH")
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,19 +61,73 @@ def test_the_project_holds_every_file_with_each_placeholder_filled(project: Path
     for name in FILES:
         assert "{{" not in (project / name).read_text(), name
     makefile = (project / "Makefile").read_text()
-    # The interpreter of the `ackloop` that made it (the console script's, beside this one).
-    assert f"PYTHON ?= {Path(sys.executable).parent}/python" in makefile
-    assert f"ACKLOOP ?= {ACKLOOP}\n" in makefile
+    # Nothing of the machine that made it: its own .venv, made with whatever python3 is.
+    assert sys.prefix not in makefile and str(ROOT) not in makefile
+    assert "PYTHON ?= python3\n" in makefile and "ACKLOOP ?= $(VENV)/bin/ackloop\n" in makefile
     assert f"CATALOG := {CATALOG}\n" in makefile
     assert f"ENV ACKLOOP_AGENTS={CATALOG}\n" in (project / "Dockerfile").read_text()
 
 
+def test_it_installs_ackloop_from_the_checkout_the_running_one_came_from(project: Path) -> None:
+    assert running_source() == Source("checkout", ROOT)
+    lines = (project / "requirements.txt").read_text().splitlines()
+    assert [line for line in lines if not line.startswith("#")] == [
+        f"-e {ROOT}[eval]", f"-e {ROOT}/devtools", "-e .[dev]"]
+
+
+def test_from_a_directory_of_wheels_it_finds_them_there(cli: Cli, tmp_path: Path) -> None:
+    wheels = tmp_path / "dist"
+    wheels.mkdir()
+    for wheel in ("ackloop-0.1.0-py3-none-any.whl", "ackloop_dev-0.1.0-py3-none-any.whl"):
+        (wheels / wheel).write_bytes(b"")
+    made = cli("new", "wheeled", "--directory", str(tmp_path), "--from", str(wheels))
+    assert made.returncode == 0, made.stderr
+    assert f"ackloop from: the wheels in {wheels}" in made.stdout.splitlines()
+    lines = (tmp_path / "wheeled" / "requirements.txt").read_text().splitlines()
+    assert [line for line in lines if not line.startswith("#")] == [
+        f"--find-links {wheels}", "-e .[dev]"]
+
+
+@pytest.mark.parametrize("held", [[], ["ackloop-0.1.0-py3-none-any.whl"]],
+                         ids=["empty", "no ackloop_dev wheel"])
+def test_a_from_that_is_neither_a_checkout_nor_the_wheels_is_refused(
+        held: list[str], cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "dist").mkdir()
+    for wheel in held:
+        (tmp_path / "dist" / wheel).write_bytes(b"")
+    assert _one_error(cli, "mine", "--directory", str(tmp_path), "--from",
+                      str(tmp_path / "dist")) == (
+        f"error: {tmp_path / 'dist'} is neither a checkout of ackloop (with its pyproject.toml "
+        "and devtools/) nor a directory of its two wheels (ackloop-*.whl and ackloop_dev-*.whl, "
+        "which `make dist` builds into dist/)")
+    assert not (tmp_path / "mine").exists()
+
+
 def test_its_own_tests_pass(project: Path) -> None:
-    make = shutil.which("make")
-    command = [make, "test"] if make else [sys.executable, "-m", "pytest", "-q"]
-    ran = _run(command, project)
+    ran = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], project)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "5 passed" in ran.stdout, ran.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # about a hundred packages installed, on a busy 2-core machine
+def test_make_test_installs_everything_into_a_virtualenv_of_its_own(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What a new machine does: ``make test`` in a fresh project creates its ``.venv`` with
+    python3, installs ackloop from this checkout and the rest from the package index (pip's
+    cache when warm: some minutes), and passes."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    where = tmp_path_factory.mktemp("fresh")
+    made = _run([ACKLOOP, "new", "fresh", "--directory", str(where)], where)
+    assert made.returncode == 0, made.stderr
+    cache = os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))
+    ran = _run([make, "test"], where / "fresh", timeout=900, PIP_CACHE_DIR=cache)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "5 passed" in ran.stdout, ran.stdout[-3000:]
+    installed = where / "fresh" / ".venv" / "bin"
+    assert (installed / "ackloop").is_file() and (installed / "pytest").is_file()
 
 
 def test_its_python_is_clean_under_its_own_ruff_settings(project: Path) -> None:
@@ -92,7 +149,7 @@ def test_its_terraform_variables_are_the_modules(tmp_path: Path) -> None:
     hcl2 = require_module("hcl2")
     module = load_terraform(ROOT / "infra", hcl2)
     example = tmp_path / "terraform.tfvars"
-    example.write_text(render(values(NAME))[Path("infra/terraform.tfvars.example")])
+    example.write_text(render(values(NAME, None))[Path("infra/terraform.tfvars.example")])
     with example.open(encoding="utf-8") as handle:
         given = hcl2.load(handle, serialization_options=hcl2.SerializationOptions(
             with_comments=False, strip_string_quotes=True))

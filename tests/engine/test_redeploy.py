@@ -1,8 +1,8 @@
 """A new deployment does not break the runs in flight when it lands.
 
 Every step looks its agent up by the name on the run in the deployment that serves it
-(docs/architecture.md, "Where agents come from"), and a step message carries ids and the call,
-never the agent's configuration. So a run started on one deployment and finished on another
+(docs/concepts/components.md, "Where agents come from"), and a step message carries ids and the
+call, never the agent's configuration. So a run started on one deployment and finished on another
 takes each step from the deployment that runs it: the new instructions and tools from the first
 model step the new one serves, a clear error for a call to a tool it no longer has; and two
 revisions serving one subscription at once still record each step once.

@@ -28,7 +28,7 @@ from tests.trees.world import build
 CI_SEEDS = list(range(20))
 """Seeds 0-19."""
 KNOWN_FAILING: dict[int, str] = {}
-"""Seeds that break a rule today, with the rule (docs/architecture.md, "Testing: random
+"""Seeds that break a rule today, with the rule (docs/concepts/children.md, "Testing: random
 trees"); they run only when named in ``ACKLOOP_TREE_SEEDS``."""
 ACTIONS = 250
 """Random moves before the tree is settled."""

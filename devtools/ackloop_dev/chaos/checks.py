@@ -117,9 +117,9 @@ class Verdict:
     overlapping_calls: int = 0
     """Extra executions of steps run unclaimed (a streamed model step that claimed at its first
     text included: ``StepRecord.unclaimed``) in a run whose pushes the front duplicated: the
-    accepted cost of running a step unclaimed under duplicate deliveries (docs/architecture.md
-    "Unclaimed steps"); the step is still recorded once, and a delivery that reads it recorded
-    calls nothing."""
+    accepted cost of running a step unclaimed under duplicate deliveries
+    (docs/concepts/life-of-a-step.md, "Unclaimed steps"); the step is still recorded once, and a
+    delivery that reads it recorded calls nothing."""
     in_flight_at_kill: int = 0
     in_flight_ran_twice: int = 0
     missing_executions: int = 0

@@ -3,7 +3,10 @@
 It writes ``DIR/NAME`` (``--directory``, default the current one) from the templates shipped
 in this package (``templates/new``): a package ``NAME`` with a tool and two agents that answer
 offline, its tests, an eval dataset, a Makefile, a Dockerfile and the deployment's Terraform
-variables. A template's ``{{key}}`` is replaced by its value (:func:`values`); a file named
+variables, and a ``requirements.txt`` that installs ackloop from where ``--from`` says (a
+checkout, or the wheels of ``make dist``; by default where the running ackloop came from,
+:mod:`ackloop.cli.new_source`). A template's ``{{key}}`` is replaced by its value
+(:func:`values`); a file named
 ``X.tmpl`` becomes ``X``, ``package/`` the package's directory and ``gitignore``
 ``.gitignore``. A name that cannot be a package, or a directory that holds anything, is refused
 in one line before anything is written.
@@ -14,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import keyword
 import re
-import shutil
 import sys
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -24,6 +26,7 @@ import typer
 
 import ackloop
 from ackloop.cli.errors import CliError
+from ackloop.cli.new_source import Source, running_source, source_at
 
 TEMPLATES = ("templates", "new")
 """Where the templates are, under :mod:`ackloop.cli`."""
@@ -41,10 +44,15 @@ def new(
                                "(lower-case letters, digits and underscores)."),
     directory: Path = typer.Option(Path("."), "--directory",
                                    help="Where to create the project's directory NAME."),
+    source: Path | None = typer.Option(
+        None, "--from", help="Where the project installs ackloop from: a checkout of it, or "
+        "the directory of its wheels (`make dist` in the checkout builds them into dist/). "
+        "Default: where this ackloop was installed from, when that is one of these."),
 ) -> None:
     """Create a project: a package with a tool and two agents, tests, an eval, a Makefile, a
     Dockerfile and the deployment's variables."""
     check_name(name)
+    origin = source_at(source) if source is not None else running_source()
     target = directory / name
     if target.exists() and not target.is_dir():
         raise CliError(f"{target} already exists and is a file: choose another NAME, or "
@@ -52,13 +60,14 @@ def new(
     if target.exists() and any(target.iterdir()):
         raise CliError(f"{target} already exists and is not empty: choose another NAME, or "
                        "another place with --directory")
-    written = write_project(target, values(name))
+    written = write_project(target, values(name, origin))
     shown = _shown(target)
     typer.echo(f"created {shown}/ ({len(written)} files):")
     for path in written:
         typer.echo(f"  {shown}/{path.as_posix()}")
+    typer.echo("ackloop from: " + (origin.describe() if origin else "the package index"))
     typer.echo(f"next:\n  cd {shown}\n"
-               "  make test     # the agents through the engine, in process, offline\n"
+               "  make test     # .venv with the project installed, then its tests, offline\n"
                "  make eval     # the eval dataset, in process\n"
                "  make dev      # the local stack on the emulators; then make ask, make down")
 
@@ -103,18 +112,20 @@ def _module(name: str) -> str | None:
     return f"at {spec.origin}"
 
 
-def values(name: str) -> dict[str, str]:
+def values(name: str, source: Source | None = None) -> dict[str, str]:
     """What the templates' placeholders stand for: the package's and the distribution's names,
-    the ackloop version, and the interpreter and ``ackloop`` command that create the project
-    (the Makefile's defaults)."""
-    python = sys.executable
-    command = shutil.which("ackloop", path=str(Path(python).parent))
+    the ackloop version, and the lines of ``requirements.txt`` that say where ackloop comes
+    from (none when from the package index)."""
+    if source is None:
+        where = ["# ackloop and ackloop-dev from the package index."]
+    else:
+        where = [f"# ackloop and ackloop-dev from {source.describe()} (`ackloop new --from "
+                 "PATH` names another).", *source.requirements()]
     return {
         "name": name,
         "distribution": name.replace("_", "-"),
         "ackloop_version": ackloop.__version__,
-        "python": python,
-        "ackloop": command or f"{python} -m ackloop.cli.entry",
+        "ackloop_requirements": "\n".join(where),
     }
 
 

@@ -1,6 +1,6 @@
 """What ackloop stores in Firestore, one Pydantic model per document kind.
 
-Layout (see docs/architecture.md):
+Layout (see docs/concepts/firestore-layout.md):
 
 - ``runs/{run_id}``: :class:`RunRecord`, written when the run starts and when it ends.
 - ``runs/{run_id}/steps/{step_key}``: :class:`StepRecord`, one per step; its lease fences
