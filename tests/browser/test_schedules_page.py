@@ -138,7 +138,7 @@ def test_a_catalog_schedule_fires_and_is_paused_and_triggered_from_its_page(
     screenshot("schedules-firing")
 
     # A last run's link opens its run.
-    run_id = linked[0]["run"]
+    run_id = linked[-1]["run"]  # the newest: the last to leave the row as it fires on
     click(driver, f'{ROW} td.last li[data-run-id="{run_id}"] a.firing-run')
     wait_for(driver, lambda d: d.current_url.endswith(f"#/runs/{run_id}"), "the run's page")
     wait_status(driver, "completed", "the scheduled run's page")
