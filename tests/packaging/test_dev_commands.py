@@ -52,8 +52,9 @@ def test_without_the_dev_tools_a_dev_command_names_what_to_install(
     result = CliRunner().invoke(app, [command, *args])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
-    assert lines == [f"ackloop {command} comes with the development tools: "
-                     "pip install ackloop-dev"]
+    assert lines == [f"ackloop {command} comes with the development tools, ackloop-dev: "
+                     "pip install -e CHECKOUT/devtools, or pip install --find-links "
+                     "CHECKOUT/dist ackloop-dev after make dist in the checkout"]
     assert command not in CliRunner().invoke(app, ["--help"]).output.split("Commands")[1]
 
 

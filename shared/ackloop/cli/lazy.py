@@ -37,8 +37,10 @@ def lazy_group(targets: Mapping[str, str]) -> type[TyperGroup]:
             target = targets.get(cmd_name) or _entry_points().get(cmd_name)
             if target is None:
                 if cmd_name in DEV_COMMANDS:
-                    typer.echo(f"ackloop {cmd_name} comes with the development tools: "
-                               f"pip install {DEV_DISTRIBUTION}", err=True)
+                    typer.echo(f"ackloop {cmd_name} comes with the development tools, "
+                               f"{DEV_DISTRIBUTION}: pip install -e CHECKOUT/devtools, or pip "
+                               f"install --find-links CHECKOUT/dist {DEV_DISTRIBUTION} after "
+                               "make dist in the checkout", err=True)
                     ctx.exit(2)
                 return None
             command = _command(cmd_name, target)
