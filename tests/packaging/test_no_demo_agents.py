@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import httpx
+import pytest
 
 from ackloop.agents.builtin import builtin_agents
 from ackloop.config.settings import Settings
@@ -41,6 +42,8 @@ def test_the_builtin_catalog_is_default_alone_and_the_demos_are_the_development_
     assert served[0] == "default" and set(DEMO_AGENTS) <= set(served)
 
 
-def test_a_fake_model_server_plays_the_development_catalog_unless_one_is_named() -> None:
+def test_a_fake_model_server_plays_the_development_catalog_unless_one_is_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ACKLOOP_AGENTS", raising=False)  # whatever an earlier test left there
     assert with_catalog(Settings()).agents == CATALOG
     assert with_catalog(Settings(agents="myapp.agents:catalog")).agents == "myapp.agents:catalog"
