@@ -2,6 +2,10 @@
 # and Java 11+ (the emulators); everything else is installed into .venv.
 PYTHON ?= python3
 VENV ?= .venv
+# The tests run in this many processes (pytest-xdist), a file's tests together in one, in the
+# order they are collected: TEST_PROCESSES=1 runs them in this process, one after another.
+TEST_PROCESSES ?= 2
+PARALLEL = $(if $(filter 1,$(TEST_PROCESSES)),,-n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder)
 Q ?= are there any weather alerts where I am?
 
 .DEFAULT_GOAL := help
@@ -54,11 +58,11 @@ ask: install  ## ask Q="..." end to end on the emulators
 
 # Every test tier: unit, contract (memory + Firestore emulator), end to end, infra checks.
 test: install-test checkov  ## every test tier
-	$(VENV)/bin/python -m pytest -q -ra --durations=25
+	$(VENV)/bin/python -m pytest -q -ra --durations=25 $(PARALLEL)
 
 # The unit tier: the in-memory adapters, no emulator, no process of the local stack, no browser.
 test-quick: install-test  ## the unit tier alone, no emulators (some minutes)
-	$(VENV)/bin/python -m pytest -q -m "not emulator and not slow and not browser"
+	$(VENV)/bin/python -m pytest -q -m "not emulator and not slow and not browser" $(PARALLEL)
 
 lint: install-test  ## ruff and strict mypy
 	$(VENV)/bin/ruff check .

@@ -27,7 +27,8 @@ from tests.support.grpc_standin import StandIn, standin_server
 _MISSING: str | None = None
 
 TEST_EXTRAS = {"hypothesis": "dev", "schemathesis": "dev", "selenium": "dev",
-               "pytest_timeout": "dev", "hcl2": "infra", "mcp": "mcp", "pydantic_evals": "eval",
+               "pytest_timeout": "dev", "xdist": "dev", "hcl2": "infra", "mcp": "mcp",
+               "pydantic_evals": "eval",
                "temporalio": "ackloop-dev[bench]"}
 """A module the tests import, by the extra that installs it (``make install-test``)."""
 
@@ -59,9 +60,16 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"emulator tier: ON (Pub/Sub emulator: {where})"
 
 
+QUICK_CHAOS_STARTS = "test_quick_chaos_leaves_only_its_dead_letter_backoff_to_wait_for"
+QUICK_CHAOS_ENDS = "test_quick_chaos_on_the_shipped_numbers_meets_every_target"
+"""The two tests of the quick chaos run (``tests/chaos/quick_run.py``), by name: the first
+runs first, the second last."""
+
 _COUNTS = {"selected": 0, "ran": 0}
-"""The emulator tests left once every selection is done, and those that ran (their call
-phase happened): none selected, and the summary says nothing of them."""
+"""The emulator tests left once every selection is done (each reports its setup, run or
+skipped) and those that ran (their call phase happened): none selected, and the summary says
+nothing of them. Counted from the reports, which ``pytest -n`` workers send to the process
+that prints the summary."""
 
 
 def in_ci() -> bool:
@@ -80,29 +88,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    # After every hook that deselects (-m, -k): what is left is what was selected.
-    _COUNTS["selected"] = sum("emulator" in item.keywords for item in session.items)
-
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if _MISSING and in_ci() and "emulator" in item.keywords:
         pytest.fail(f"emulator tests cannot run in CI (CI=true): {_MISSING}", pytrace=False)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "call" and "emulator" in report.keywords:
+    if "emulator" not in report.keywords:
+        return
+    if report.when == "setup":  # every selected test, whether it then runs or not
+        _COUNTS["selected"] += 1
+    elif report.when == "call":
         _COUNTS["ran"] += 1
 
 
 def _quick_chaos_around_the_suite(items: list[pytest.Item]) -> None:
     """The quick chaos run's first test first and its last test last: the rest of the suite
-    runs while the run waits out its dead-letter backoff (tests/chaos/test_chaos_quick.py)."""
-    from tests.chaos.test_chaos_quick import ENDS, STARTS
-
-    first = [i for i in items if i.name == STARTS]
-    last = [i for i in items if i.name == ENDS]
-    rest = [i for i in items if i.name not in (STARTS, ENDS)]
+    runs while the run waits out its dead-letter backoff (tests/chaos/quick_run.py)."""
+    first = [i for i in items if i.name == QUICK_CHAOS_STARTS]
+    last = [i for i in items if i.name == QUICK_CHAOS_ENDS]
+    rest = [i for i in items if i.name not in (QUICK_CHAOS_STARTS, QUICK_CHAOS_ENDS)]
     items[:] = [*first, *rest, *last]
 
 

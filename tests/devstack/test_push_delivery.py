@@ -148,8 +148,10 @@ def test_a_push_past_its_ack_deadline_is_delivered_again_while_the_first_still_r
 
 
 def test_pushes_run_concurrently_and_the_window_opens_by_slow_start(start_twin) -> None:
+    # Each answer takes 1 s: the whole first window arrives before the first answer, even on a
+    # busy machine (at 0.3 s, a slow pull could leave part of it behind the first answer).
     messages = 40
-    with Endpoint(lambda *_: Answer(204, delay_s=0.3)).running() as endpoint:
+    with Endpoint(lambda *_: Answer(204, delay_s=1.0)).running() as endpoint:
         twin: Twin = start_twin(endpoint.url, time_scale=1.0)
         publisher = pubsub_v1.PublisherClient()
         futures = [publisher.publish(twin.topic, b"m%d" % i) for i in range(messages)]
@@ -159,7 +161,9 @@ def test_pushes_run_concurrently_and_the_window_opens_by_slow_start(start_twin) 
         stats = twin.stats()
     first_answer = min(p.finished or 0 for p in endpoint.pushes)
     before_first_answer = [p for p in endpoint.pushes if p.arrived < first_answer]
-    assert len(before_first_answer) == INITIAL_WINDOW, "slow start: a small first window"
+    assert len(before_first_answer) == INITIAL_WINDOW, (
+        f"slow start: a small first window, {len(before_first_answer)} pushes before the first "
+        f"answer")
     assert endpoint.max_open > INITIAL_WINDOW, "the window grew with the successes"
     assert stats["window"] > INITIAL_WINDOW
     assert (stats["acked"], stats["redeliveries"]) == (messages, 0)

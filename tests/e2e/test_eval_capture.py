@@ -5,6 +5,7 @@ says which catalog served a run, the capture says so, and refuses a catalog with
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,6 @@ async def test_a_capture_records_the_instructions_the_stack_serves(
                                        f"catalog {builtin}"):
         await capture_runs([run_id], tmp_path / "wrong.yaml", directory=tmp_path / "none",
                            url=url, token=None, agents=builtin)
+    # A catalog named in process is read from it, not put into this process's environment
+    # (where every stack started later in the process would serve it).
+    assert "ACKLOOP_AGENTS" not in os.environ

@@ -118,7 +118,6 @@ def _served_catalog(agents: str | None, directory: Path, url: str | None
 def _instructions(source: str | None, path: list[str], http: Any) -> Any:
     """An agent's name -> its instructions in the catalog ``source`` (imported with ``path``
     first); with no source, a warning and nothing known (the cases then record none)."""
-    import os
     import sys
 
     from ackloop.agents.catalog import CatalogError, load_agents
@@ -131,9 +130,8 @@ def _instructions(source: str | None, path: list[str], http: Any) -> Any:
                    "--agents, the catalog the deployment serves", err=True)
         return lambda name: None
     sys.path[:0] = [p for p in path if p not in sys.path]
-    os.environ["ACKLOOP_AGENTS"] = source
     try:
-        found = {a.name: a.instructions for a in load_agents(Settings(), http)}
+        found = {a.name: a.instructions for a in load_agents(Settings(agents=source), http)}
     except CatalogError as exc:
         raise CliError(f"the runs' instructions: {exc}") from exc
     return _Catalog(source, found)

@@ -216,10 +216,8 @@ def _catalog(source: str | None, http: Any) -> list[Any]:
     from ackloop.agents.catalog import CatalogError, load_agents
     from ackloop.config.settings import Settings
 
-    if source:
-        os.environ["ACKLOOP_AGENTS"] = source
-    try:
-        return load_agents(Settings(), http)
+    try:  # the environment's ACKLOOP_AGENTS unless a source is given; the environment unchanged
+        return load_agents(Settings(agents=source) if source else Settings(), http)
     except CatalogError as exc:
         raise CliError(str(exc)) from exc
 
