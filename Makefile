@@ -61,7 +61,7 @@ test: install-test checkov  ## every test tier
 	$(VENV)/bin/python -m pytest -q -ra --durations=25 $(PARALLEL)
 
 # The unit tier: the in-memory adapters, no emulator, no process of the local stack, no browser.
-test-quick: install-test  ## the unit tier alone, no emulators (some minutes)
+test-quick: install-test  ## the unit tier alone, no emulators (about 3 minutes)
 	$(VENV)/bin/python -m pytest -q -m "not emulator and not slow and not browser" $(PARALLEL)
 
 lint: install-test  ## ruff and strict mypy
