@@ -116,5 +116,8 @@ async def test_runs_as_a_process_until_sigterm() -> None:
         "faults_served": {"500": 1},
         "faults_pending": 0,
         "models": {"gemini-test": 2},
+        "quota": {"requests_per_minute": None, "input_tokens_per_minute": None,
+                  "style": "gemini-api", "rounding": "floor",
+                  "in_window": {"requests": 0, "input_tokens": 0}, "refused": 0},
     }
     assert code == 0

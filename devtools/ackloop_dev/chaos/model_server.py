@@ -33,6 +33,7 @@ from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.scripted import Script, ScriptedModel
 from ackloop_dev.chaos.workload import question_text, reference_of
 from ackloop_dev.fakes.gemini_faults import Fault, parse_fault_spec
+from ackloop_dev.fakes.gemini_quota import QUOTA, Refusal
 from ackloop_dev.fakes.gemini_server import FakeGeminiServer, RecordedRequest
 
 
@@ -122,15 +123,16 @@ class LedgerGeminiServer(FakeGeminiServer):
         self._ledger_lock = threading.Lock()
         self._ref_faults = RefFaults(ref_faults)
 
-    def record(self, request: RecordedRequest) -> Fault | None:
+    def record(self, request: RecordedRequest) -> Fault | Refusal | None:
         entry = describe(request.body, self._canary)
-        fault = self._ref_faults.fault_for(entry["ref"])
+        fault: Fault | Refusal | None = self._ref_faults.fault_for(entry["ref"])
         entry["poisoned"] = fault is not None
         if fault is None:
             fault = super().record(request)
         entry["t"] = time.time()
-        entry["fault"] = None if fault is None else fault.kind
-        if fault is not None and fault.kind == "delay":
+        entry["fault"] = (None if fault is None else QUOTA if isinstance(fault, Refusal)
+                          else fault.kind)
+        if isinstance(fault, Fault) and fault.kind == "delay":
             entry["delay_s"] = fault.value
         with self._ledger_lock:
             self._ledger.write(json.dumps(entry) + "\n")

@@ -21,7 +21,11 @@ seconds apart, as google-genai's ``generate_content_stream`` reads them); ``GET 
 with ``{"faults": SPEC, "fault_rate": P, "fault_kinds": SPEC, "seed": N}``; ``POST
 /_admin/stream`` with ``{"delay": S, "chunk_chars": N}``; ``GET /_admin/limits`` and ``POST
 /_admin/limits`` with ``{"max_input_tokens": N or null, "cache_min_tokens": N}`` (a key left out
-keeps its value); ``POST /_admin/reset``.
+keeps its value); ``GET /_admin/quota`` and ``POST /_admin/quota`` with
+``{"requests_per_minute": N or null, "input_tokens_per_minute": N or null, "style":
+"gemini-api"|"vertex", "rounding": "floor"|"ceil"}`` (the per-minute quota of
+:mod:`ackloop_dev.fakes.gemini_quota`, off unless set; also ``--quota-rpm``, ``--quota-tpm``);
+``POST /_admin/reset``.
 Fault specs are described in :mod:`ackloop_dev.fakes.gemini_faults`. It binds to 127.0.0.1 only.
 
 A function response's media parts are checked as Gemini checks them (one of inline data or
@@ -73,6 +77,7 @@ from ackloop.model.scripted import Script, ScriptedModel, reference_workload_scr
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop_dev.fakes.gemini_faults import Fault, FaultPlan, parse_fault_spec
 from ackloop_dev.fakes.gemini_files import file_answer, invalid_part
+from ackloop_dev.fakes.gemini_quota import QUOTA, QuotaWindow, Refusal, quota_error
 from ackloop_dev.fakes.gemini_rest import (
     error_body,
     function_response_media,
@@ -157,6 +162,7 @@ class FakeGeminiServer:
         max_input_tokens: int | None = None,
         cache_min_tokens: int = CACHE_MIN_TOKENS,
         cache_entries: int = 100_000,
+        quota: QuotaWindow | None = None,
     ) -> None:
         self.policy: Script = policy or ScriptedModel().decide
         self.configure_stream(stream_delay, stream_chunk_chars)
@@ -165,6 +171,7 @@ class FakeGeminiServer:
         self.configure_limits({"max_input_tokens": max_input_tokens,
                                "cache_min_tokens": cache_min_tokens})
         self.prefixes = PrefixCache(cache_entries)
+        self.quota = quota or QuotaWindow()  # no limit unless configured
         # (when, text) of each streamed chunk: what a test times the client's deltas against.
         self.chunks_sent: deque[tuple[float, str]] = deque(maxlen=keep_requests)
         self.faults = FaultPlan()
@@ -237,6 +244,7 @@ class FakeGeminiServer:
                 "faults_served": faults,
                 "faults_pending": self.faults.pending(),
                 "models": dict(self._models),
+                "quota": self.quota.stats(),
             }
 
     def reset(self) -> None:
@@ -249,6 +257,7 @@ class FakeGeminiServer:
             self._received = 0
         self.faults.clear()
         self.prefixes.clear()
+        self.quota.reset()
 
     def configure_faults(self, settings: JsonDict) -> None:
         """Apply an admin body: ``faults`` is appended; ``fault_rate`` replaces the random mode."""
@@ -294,23 +303,28 @@ class FakeGeminiServer:
         tokens = prompt_tokens(prefix)
         return tokens if tokens >= self.cache_min_tokens else 0
 
-    def record(self, request: RecordedRequest) -> Fault | None:
+    def record(self, request: RecordedRequest) -> Fault | Refusal | None:
         """Count ``request`` and pick its fault (None: answer normally). A request counting more
         prompt tokens than ``max_input_tokens`` gets ``Fault(INPUT_LIMIT, limit)`` unless a fault
-        other than a delay was due."""
+        other than a delay was due; then one the quota refuses gets its :class:`Refusal`."""
         fault = self.faults.next()
         limit, tokens = self.max_input_tokens, request.prompt_tokens
         if ((fault is None or fault.kind == "delay") and limit is not None and tokens is not None
                 and tokens > limit):
             fault = Fault(INPUT_LIMIT, float(limit))
+        outcome: Fault | Refusal | None = fault
+        if (fault is None or fault.kind == "delay") and self.quota.enabled:
+            outcome = self.quota.admit(tokens or 0) or fault
+        delayed = isinstance(outcome, Fault) and outcome.kind == "delay"
         with self._lock:
             self._requests.append(request)
             self._received += 1
             self._models[request.model] += 1
-            self._served["answered" if fault is None or fault.kind == "delay" else fault.kind] += 1
-            if fault is not None and fault.kind == "delay":
+            self._served[QUOTA if isinstance(outcome, Refusal) else "answered"
+                         if outcome is None or delayed else outcome.kind] += 1
+            if delayed:
                 self._served["delay"] += 1
-        return fault
+        return outcome
 
     def wait(self, seconds: float) -> None:
         """Sleep for a delay fault, cut short when the server stops."""
@@ -336,6 +350,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"requests": [r.body for r in self.fake.requests]})
         elif self.path == "/_admin/limits":
             self._json(200, self.fake.limits())
+        elif self.path == "/_admin/quota":
+            self._json(200, self.fake.quota.stats())
         elif self.path == "/_admin/chunks":
             self._json(200, {"chunks": [{"at": at, "text": text}
                                         for at, text in list(self.fake.chunks_sent)]})
@@ -370,6 +386,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(400, error_body(400, str(error)))
                 return
             self._json(200, limits)
+        elif self.path == "/_admin/quota":
+            try:
+                self.fake.quota.configure(body)
+            except ValueError as error:
+                self._json(400, error_body(400, str(error)))
+                return
+            self._json(200, self.fake.quota.stats())
         elif self.path == "/_admin/reset":
             self.fake.reset()
             self._json(200, self.fake.stats())
@@ -393,6 +416,9 @@ class _Handler(BaseHTTPRequestHandler):
         tokens = prompt_tokens(request) if request is not None else None
         fault = self.fake.record(
             RecordedRequest(model, body, dict(self.headers.items()), tokens))
+        if isinstance(fault, Refusal):  # over the quota: nothing of it is served
+            self._json(429, quota_error(self.fake.quota, fault, model))
+            return
         if fault is not None and fault.kind == INPUT_LIMIT:  # before any stream starts
             message = too_many_tokens_message(tokens or 0, int(fault.value or 0))
             self._json(400, error_body(400, message))
@@ -585,6 +611,14 @@ def server_from_args(argv: list[str] | None = None) -> FakeGeminiServer:
                         help="answer requests counting more prompt tokens with Gemini's 400")
     parser.add_argument("--cache-min-tokens", type=int, default=CACHE_MIN_TOKENS,
                         help="smallest repeated prefix reported as cachedContentTokenCount")
+    parser.add_argument("--quota-rpm", type=int, default=None,
+                        help="requests a minute, as a Gemini quota enforces them (429)")
+    parser.add_argument("--quota-tpm", type=int, default=None,
+                        help="input tokens a minute, as a Gemini quota enforces them (429)")
+    parser.add_argument("--quota-style", default="gemini-api", choices=["gemini-api", "vertex"],
+                        help="the 429's body: the Gemini API's (with RetryInfo) or Vertex's")
+    parser.add_argument("--quota-rounding", default="floor", choices=["floor", "ceil"],
+                        help="how retryDelay rounds the wait: floor as Gemini ('0s'), or ceil")
     parser.add_argument(
         "--policy", default="seed",
         help="'seed', 'catalog' (every agent of ACKLOOP_AGENTS, else the built-in ones) or "
@@ -602,6 +636,8 @@ def server_from_args(argv: list[str] | None = None) -> FakeGeminiServer:
         stream_chunk_chars=args.stream_chunk_chars,
         max_input_tokens=args.max_input_tokens,
         cache_min_tokens=args.cache_min_tokens,
+        quota=QuotaWindow(args.quota_rpm, args.quota_tpm, style=args.quota_style,
+                          rounding=args.quota_rounding),
     )
 
 
