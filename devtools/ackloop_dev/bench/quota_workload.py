@@ -1,0 +1,210 @@
+"""Runs against a Gemini quota: what a deployment meets first, measured from outside.
+
+``python -m ackloop_dev.bench.quota_workload [--runs 40] [--calls 5] [--rpm 60]
+[--spread 60] [--rounding floor|ceil] [--timeout 900] [--json F]``
+
+Starts a local stack on free ports whose fake Gemini server enforces ``--rpm`` requests a
+minute as the Gemini API does (:mod:`ackloop_dev.fakes.gemini_quota`: a 429
+``RESOURCE_EXHAUSTED`` with a ``RetryInfo`` delay, rounded down by default as Gemini rounds it,
+so a wait under a second reads ``"0s"``). It asks ``--runs`` runs of the benchmark's
+``reference-long`` agent, each making ``--calls`` model calls, spread evenly over ``--spread``
+seconds, follows each to its end through ``GET /runs/{id}`` and samples the model server and
+the push delivery every second. It prints, and writes as JSON:
+
+- the runs: completed, failed (by reason), not ended within ``--timeout``; their wall time
+  from the ask to the end, p50 and p95;
+- the model: requests answered, requests refused with a 429, 429s per answered request;
+- the quota used: requests answered in each whole minute from the first ask until the last run
+  ended, against the quota, and the minutes in which none was served while runs were unfinished;
+- the push delivery: redeliveries and non-2xx answers, by subscription, and the most model-step
+  pushes in flight at once.
+
+No figure is asserted: run it before and after a change and compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ackloop_dev.agents import CATALOG
+from ackloop_dev.bench.stack_runs import TERMINAL, free_stack
+
+AGENT = "reference-long"
+
+
+@dataclass
+class Ended:
+    """One run as its asker saw it."""
+
+    run_id: str
+    status: str
+    error: str | None
+    seconds: float
+
+
+@dataclass
+class Samples:
+    """What the sampler saw, one entry a second: (seconds since the first ask, requests
+    answered so far, model-step pushes in flight)."""
+
+    points: list[tuple[float, int, int]] = field(default_factory=list)
+
+
+def _follow(api: str, text: str, deadline: float) -> Ended:
+    started = time.monotonic()
+    with httpx.Client(base_url=api, timeout=30.0) as http:
+        created = http.post("/runs", json={"text": text, "agent": AGENT})
+        created.raise_for_status()
+        run_id = str(created.json()["run_id"])
+        view: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            view = http.get(f"/runs/{run_id}").json()
+            if view.get("status") in TERMINAL:
+                break
+            time.sleep(0.25)
+    return Ended(run_id, str(view.get("status", "unknown")), view.get("error"),
+                 round(time.monotonic() - started, 3))
+
+
+def _model_in_flight(push: dict[str, Any]) -> int:
+    return sum(int(s.get("in_flight", 0)) for name, s in push["subscriptions"].items()
+               if "model" in name)
+
+
+def _sample(stack: Any, gemini: str, began: float, stop: threading.Event,
+            samples: Samples) -> None:
+    while not stop.is_set():
+        try:
+            answered = int(httpx.get(f"{gemini}/_admin/stats", timeout=5.0).json()["answered"])
+            in_flight = _model_in_flight(stack.push_stats())
+        except (httpx.HTTPError, KeyError, ValueError):
+            answered, in_flight = (samples.points[-1][1] if samples.points else 0), 0
+        samples.points.append((round(time.monotonic() - began, 2), answered, in_flight))
+        stop.wait(1.0)
+
+
+def per_minute(points: list[tuple[float, int, int]], until: float) -> list[int]:
+    """Requests answered in each whole minute from 0 to ``until`` seconds, from the cumulative
+    samples (the count at the last sample at or before each minute's edge)."""
+    def at(t: float) -> int:
+        seen = [answered for when, answered, _ in points if when <= t]
+        return seen[-1] if seen else 0
+
+    return [at(60.0 * (m + 1)) - at(60.0 * m) for m in range(int(until // 60))]
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+
+
+def figures(args: argparse.Namespace, ended: list[Ended], samples: Samples,
+            gemini_stats: dict[str, Any], push: dict[str, Any], wall: float) -> dict[str, Any]:
+    """The JSON the run prints and writes (pure: tested on its own)."""
+    statuses = Counter(e.status for e in ended)
+    failed = Counter((e.error or "no reason")[:80] for e in ended if e.status == "failed")
+    answered = int(gemini_stats.get("answered", 0))
+    refused = int(gemini_stats.get("faults_served", {}).get("quota", 0))
+    last_end = max((e.seconds for e in ended), default=0.0) + args.spread
+    minutes = per_minute(samples.points, min(wall, last_end))
+    subscriptions = {name.rsplit("/", 1)[-1]: {"redeliveries": s.get("redeliveries", 0),
+                                               "non_2xx": {k: v for k, v in s["answers"].items()
+                                                           if not k.startswith("2")}}
+                     for name, s in push["subscriptions"].items()}
+    seconds = [e.seconds for e in ended]
+    return {
+        "workload": {"runs": args.runs, "model_calls_per_run": args.calls,
+                     "spread_s": args.spread, "requests_per_minute": args.rpm,
+                     "retry_delay_rounding": args.rounding},
+        "runs": {"completed": statuses.get("completed", 0), "failed": statuses.get("failed", 0),
+                 "other": {k: v for k, v in statuses.items() if k not in ("completed", "failed")},
+                 "failed_by_reason": dict(failed),
+                 "seconds_p50": _percentile(seconds, 0.5),
+                 "seconds_p95": _percentile(seconds, 0.95)},
+        "model": {"answered": answered, "refused_429": refused,
+                  "429_per_answered": round(refused / answered, 2) if answered else None},
+        "quota_used_per_minute": minutes,
+        "quota_used_share": [round(m / args.rpm, 2) for m in minutes],
+        "minutes_at_zero_while_unfinished": sum(1 for m in minutes if m == 0),
+        "push": {"redeliveries": sum(s["redeliveries"] for s in subscriptions.values()),
+                 "by_subscription": subscriptions,
+                 "model_pushes_in_flight_max": max((p[2] for p in samples.points), default=0)},
+        "wall_s": round(wall, 1),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    directory = args.workdir or Path(tempfile.mkdtemp(prefix="ackloop-quota-"))
+    stack = free_stack(directory, "ackloop-quota", CATALOG, fake_gemini=True)
+    state = stack.up(log=lambda line: print(line, file=sys.stderr))
+    try:
+        gemini = state.fake_gemini_url
+        assert gemini is not None
+        httpx.post(f"{gemini}/_admin/quota", json={
+            "requests_per_minute": args.rpm, "rounding": args.rounding}).raise_for_status()
+        text = f"look up calls={args.calls - 1}"
+        began = time.monotonic()
+        deadline = began + args.spread + args.timeout
+        samples, stop = Samples(), threading.Event()
+        sampler = threading.Thread(target=_sample, args=(stack, gemini, began, stop, samples),
+                                   daemon=True)
+        sampler.start()
+
+        def ask(index: int) -> Ended:
+            time.sleep(max(0.0, began + index * args.spread / args.runs - time.monotonic()))
+            return _follow(state.api_url, text, deadline)
+
+        with ThreadPoolExecutor(max_workers=args.runs) as pool:
+            ended = list(pool.map(ask, range(args.runs)))
+        wall = time.monotonic() - began
+        stop.set()
+        sampler.join(5.0)
+        gemini_stats = httpx.get(f"{gemini}/_admin/stats").json()
+        return figures(args, ended, samples, gemini_stats, stack.push_stats(), wall)
+    finally:
+        stack.down()
+
+
+def parser() -> argparse.ArgumentParser:
+    out = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    out.add_argument("--runs", type=int, default=40)
+    out.add_argument("--calls", type=int, default=5, help="model calls per run (>= 2)")
+    out.add_argument("--rpm", type=int, default=60, help="the quota: requests a minute")
+    out.add_argument("--spread", type=float, default=60.0, help="seconds the asks spread over")
+    out.add_argument("--rounding", choices=["floor", "ceil"], default="floor",
+                     help="retryDelay's rounding: floor as Gemini ('0s'), or ceil")
+    out.add_argument("--timeout", type=float, default=900.0,
+                     help="seconds a run may take after the last ask")
+    out.add_argument("--workdir", type=Path, default=None)
+    out.add_argument("--json", type=Path, default=None)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.calls < 2 or args.runs < 1 or args.rpm < 1:
+        print("error: --calls must be >= 2, --runs and --rpm >= 1", file=sys.stderr)
+        return 2
+    found = run(args)
+    print(json.dumps(found, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(found, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
