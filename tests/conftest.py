@@ -65,6 +65,9 @@ QUICK_CHAOS_ENDS = "test_quick_chaos_on_the_shipped_numbers_meets_every_target"
 """The two tests of the quick chaos run (``tests/chaos/quick_run.py``), by name: the first
 runs first, the second last."""
 
+HEAVY = frozenset({"emulator", "slow", "browser"})
+"""The marks of the tests that start processes of their own (a stack, a browser)."""
+
 _COUNTS = {"selected": 0, "ran": 0}
 """The emulator tests left once every selection is done (each reports its setup, run or
 skipped) and those that ran (their call phase happened): none selected, and the summary says
@@ -104,10 +107,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def _quick_chaos_around_the_suite(items: list[pytest.Item]) -> None:
     """The quick chaos run's first test first and its last test last: the rest of the suite
-    runs while the run waits out its dead-letter backoff (tests/chaos/quick_run.py)."""
+    runs while the run waits out its dead-letter backoff (tests/chaos/quick_run.py). Right
+    after the first come the files none of whose tests starts a process of its own (none marked
+    ``emulator``, ``slow`` or ``browser``): under ``pytest -n`` they are what the other process
+    runs beside the chaos run's active phases, which stacks of other tests would slow."""
     first = [i for i in items if i.name == QUICK_CHAOS_STARTS]
     last = [i for i in items if i.name == QUICK_CHAOS_ENDS]
     rest = [i for i in items if i.name not in (QUICK_CHAOS_STARTS, QUICK_CHAOS_ENDS)]
+    if first:  # by file: under `pytest -n --dist loadfile` a file's tests go together
+        heavy = {i.path for i in rest if HEAVY.intersection(i.keywords)}
+        rest = [*[i for i in rest if i.path not in heavy], *[i for i in rest if i.path in heavy]]
     items[:] = [*first, *rest, *last]
 
 

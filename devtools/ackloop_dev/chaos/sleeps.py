@@ -43,6 +43,8 @@ from ackloop_dev.devstack.stack import TASK_QUEUE
 
 CALL = "0000-tool-000"
 SCHEDULE_EVERY_S = 2.0
+MIN_FIRINGS = 3
+"""The schedule's firings the scenario waits for before it pauses the schedule."""
 KILLED = (TASK_QUEUE, "tool_step", "model_step")
 
 
@@ -137,6 +139,10 @@ async def sleeps_scenario(stack: ChaosStack, config: ChaosConfig, tag: str,
         unfinished = await wait_all(stack.store(), list(result.submitted),
                                     stack.timing.s(config.settle_s))
         result.stuck = len(unfinished)
+        # Ticks on both sides of the kills: on a busy machine the runs can end before the
+        # schedule's next tick after the task queue came back (its wake is then re-armed).
+        if not await _fired(stack, schedule, MIN_FIRINGS, stack.timing.s(config.settle_s)):
+            result.problems.append(f"the schedule fired fewer than {MIN_FIRINGS} times")
     finally:
         publisher.close()
         async with httpx.AsyncClient(base_url=api, timeout=30.0) as http:
@@ -172,6 +178,17 @@ async def _check(stack: ChaosStack, result: SleepsResult) -> None:
             if woke < due:
                 result.woke_early.append(item.ref)
     result.lateness_s = spread(late)
+
+
+async def _fired(stack: ChaosStack, schedule: str, count: int, timeout_s: float) -> bool:
+    """Whether the schedule has recorded ``count`` firings, waiting up to ``timeout_s``."""
+    store, deadline = stack.store(), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        (stored,) = await store.schedules.read(schedule)
+        if stored is not None and len(stored.record.firings) >= count:
+            return True
+        await asyncio.sleep(0.5)
+    return False
 
 
 async def _check_schedule(stack: ChaosStack, result: SleepsResult, schedule: str,
