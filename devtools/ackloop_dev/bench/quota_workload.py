@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from ackloop_dev.agents import CATALOG
-from ackloop_dev.bench.stack_runs import TERMINAL, free_stack
+from ackloop_dev.bench.stack_runs import ask_and_follow, free_stack
 
 AGENT = "reference-long"
 
@@ -64,17 +64,11 @@ class Samples:
 
 def _follow(api: str, text: str, deadline: float) -> Ended:
     started = time.monotonic()
-    with httpx.Client(base_url=api, timeout=30.0) as http:
-        created = http.post("/runs", json={"text": text, "agent": AGENT})
-        created.raise_for_status()
-        run_id = str(created.json()["run_id"])
-        view: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            view = http.get(f"/runs/{run_id}").json()
-            if view.get("status") in TERMINAL:
-                break
-            time.sleep(0.25)
-    return Ended(run_id, str(view.get("status", "unknown")), view.get("error"),
+    try:
+        view = ask_and_follow(api, AGENT, text, deadline, poll_s=0.25)
+    except TimeoutError:
+        return Ended("", "unfinished", None, round(time.monotonic() - started, 3))
+    return Ended(str(view["run_id"]), str(view["status"]), view.get("error"),
                  round(time.monotonic() - started, 3))
 
 
