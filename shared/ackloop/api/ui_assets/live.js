@@ -48,14 +48,17 @@ export function liveText(label, box) {
 
 // One panel per tool call that waits for an approval: its arguments (editable: approving
 // with edited ones), a comment, approve and reject. A panel stays while its call waits, and
-// after this page decided it, with the outcome; a call decided elsewhere loses its panel.
+// after this page decided it, with the outcome; a call decided elsewhere loses its panel. A
+// panel whose decision is on its way stays too: a refresh that lands between the API recording
+// the decision and its answer reaching the page no longer lists the call as waiting.
 // ``scope`` keeps the panels' element ids apart when a page shows several runs' panels. The
 // box's heading (.approvals-title) says whether a call still waits.
 export function renderApprovals(runId, run, box, onDecided, scope = "") {
   const waiting = (run.waiting || []).filter((w) => w.waiting_for === "approval");
   const open = new Set(waiting.map((w) => w.step));
   for (const panel of box.querySelectorAll("div.approval")) {
-    if (!open.has(panel.dataset.step) && !panel.dataset.decided) panel.remove();
+    const kept = panel.dataset.decided || panel.dataset.deciding;
+    if (!open.has(panel.dataset.step) && !kept) panel.remove();
   }
   const shown = new Set([...box.querySelectorAll("div.approval")].map((p) => p.dataset.step));
   for (const call of waiting) {
@@ -121,6 +124,7 @@ function approvalPanel(runId, call, onDecided, scope) {
     }
     if (comment.value.trim()) body.comment = comment.value.trim();
     approve.disabled = reject.disabled = true;
+    panel.dataset.deciding = decision;
     tell(decision === "approve" ? "Approving…" : "Rejecting…", false);
     try {
       const result = await api(`/runs/${encodeURIComponent(runId)}/approvals/${
@@ -138,6 +142,8 @@ function approvalPanel(runId, call, onDecided, scope) {
       if (error.status === 409) panel.dataset.decided = "conflict";
       else approve.disabled = reject.disabled = false;
       tell(error.status ? error.message : `Could not reach the API: ${error.message}`, true);
+    } finally {
+      delete panel.dataset.deciding;
     }
   };
   approve.addEventListener("click", () => decide("approve"));
