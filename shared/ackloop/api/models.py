@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
 from ackloop.domain.cost import Cost
 from ackloop.domain.records import RunRecord, StepDecision, StepRecord, StepStatus
@@ -24,6 +24,7 @@ from ackloop.domain.wire import (
     storable_text,
 )
 from ackloop.engine.spend import rolled_up, steps_usage
+from ackloop.engine.waits.kinds import KINDS, kind_of
 
 CURSOR_PATTERN = r"^(\d{4}-(model|tool-\d{3})|end)$"
 """A stream cursor: the key of the last step delivered, or ``end`` after the final event."""
@@ -198,13 +199,22 @@ class RunSummary(RunOutcomeView, _SummaryHead):
         )
 
 
+SHOWN_AS: list[JsonValue] = [*sorted({kind.shown_as for kind in KINDS.values()})]
+
+
 class WaitingView(BaseModel):
-    """A tool call waiting for a person's decision (``POST /runs/{id}/approvals/{step}``), for
-    a named event (``POST /runs/{id}/events/{name}``), or asleep until its time (``time``:
-    it goes on by itself at ``wake_at``)."""
+    """A tool call that waits: for a person's decision (``approval``: ``POST
+    /runs/{id}/approvals/{step}``), for a named event (``event``: ``POST
+    /runs/{id}/events/{name}``; a child run's end shows as the event ``child.<step>``), or
+    asleep until its time (``time``: it goes on by itself at ``wake_at``). What it says is its
+    kind's (``ackloop.engine.waits.kinds``)."""
 
     step: str
-    waiting_for: Literal["approval", "event", "time"]
+    waiting_for: str = Field(description="What it waits for: approval, event or time.",
+                             json_schema_extra={"enum": SHOWN_AS})
+    label: tuple[str, str] = Field(description=(
+        "What the run is doing, in two parts a page joins: how it waits (\"waiting for\", "
+        "\"asleep until\") and for what (\"a decision\", a time)."))
     event_name: str | None = Field(default=None, description="The awaited event's name.")
     tool: str
     args: dict[str, Any]
@@ -218,11 +228,10 @@ class WaitingView(BaseModel):
         w = step.waiting
         if w is None or step.status is not StepStatus.WAITING or step.decision is not None:
             return None
-        # A child's wait shows as before it had a kind of its own: the event ``child.<step>``.
-        waiting_for: Literal["approval", "event", "time"] = (
-            w.kind if w.kind in ("approval", "time") else "event")
-        return cls(step=step.key, waiting_for=waiting_for, event_name=w.event, tool=w.tool,
-                   args=w.args, since=w.since, deadline=w.deadline, wake_at=w.wake_at)
+        kind = kind_of(w)
+        return cls(step=step.key, waiting_for=kind.shown_as, label=kind.label(w),
+                   event_name=w.event, tool=w.tool, args=w.args, since=w.since,
+                   deadline=w.deadline, wake_at=w.wake_at)
 
 
 class _ChildHead(BaseModel):

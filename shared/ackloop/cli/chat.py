@@ -29,6 +29,7 @@ from ackloop.cli.target import DIRECTORY, Target, connect
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import StepRecord
 from ackloop.domain.wire import FilePart, QueryMessage
+from ackloop.engine.waits.kinds import kind_of
 from ackloop.store.deltas import DeltaRecord
 
 HELP = """commands:
@@ -157,10 +158,9 @@ class ChatSession:
             waiting = step.waiting
             if waiting is None or step.decision is not None:
                 continue
-            if waiting.event is not None:
-                note(f"waits for the event {waiting.event!r}: ackloop runs send-event "
-                     f"{followed.run_id} {waiting.event} [--payload JSON]; press Enter to "
-                     "keep waiting")
+            if waiting.kind != "approval":  # not the chat's to decide: what its kind says
+                told = kind_of(waiting).told(followed.run_id, step.key, waiting)
+                note("\n".join([*told, "press Enter to keep waiting"]))
                 if await prompt("") is None:
                     return False
                 continue

@@ -30,6 +30,7 @@ from ackloop.domain.records import RunRecord, RunStatus, StepRecord, StepStatus
 from ackloop.domain.wire import Usage
 from ackloop.engine.children import is_reserved
 from ackloop.engine.spend import rolled_up, steps_usage
+from ackloop.engine.waits.kinds import kind_of
 from ackloop.store.deltas import DeltaRecord, after_step, next_id, read_deltas
 
 if TYPE_CHECKING:
@@ -54,24 +55,25 @@ class Followed:
     """The poison record of the query, when it was rejected before it became a run."""
     elapsed: float = 0.0
 
-    def _undecided(self, *kinds: str) -> list[StepRecord]:
+    def _undecided(self, announced: bool) -> list[StepRecord]:
         if self.run is None or self.run.status.terminal:
             return []
         return [s for s in self.steps if s.status is StepStatus.WAITING and s.decision is None
-                and s.waiting is not None and s.waiting.kind in kinds
+                and s.waiting is not None and kind_of(s.waiting).announced is announced
                 and not (s.waiting.event is not None and is_reserved(s.waiting.event))]
 
     @property
     def waiting(self) -> list[StepRecord]:
-        """The tool calls that wait for a person's decision or a named event (none once the
-        run has ended); not those waiting for their child run, whose end resumes them, nor
-        those that sleep (:attr:`sleeping`)."""
-        return self._undecided("approval", "event")
+        """The tool calls that wait for someone to act: a person's decision or a named event
+        (none once the run has ended); not those waiting for their child run, whose end
+        resumes them, nor those that sleep (:attr:`sleeping`)."""
+        return self._undecided(announced=True)
 
     @property
     def sleeping(self) -> list[StepRecord]:
         """The tool calls that sleep until their time (they go on by themselves)."""
-        return self._undecided("time")
+        return [s for s in self._undecided(announced=False)
+                if s.waiting is not None and s.waiting.wake_at is not None]
 
     @property
     def settled(self) -> bool:
@@ -267,34 +269,10 @@ def budget_limit(run: RunRecord) -> str:
 
 
 def waiting_lines(followed: Followed) -> list[str]:
-    """What a run waits for, and the commands that decide it (or send its event)."""
-    lines = []
-    for step in followed.waiting:
-        if step.waiting is None:
-            continue
-        args = json.dumps(step.waiting.args, ensure_ascii=False, sort_keys=True)
-        deadline = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(step.waiting.deadline))
-        rid = followed.run_id
-        if step.waiting.event is not None:
-            lines += [f"run {rid} waits for the event {step.waiting.event!r} in "
-                      f"{step.waiting.tool}({args}) at step {step.key}, until {deadline}",
-                      f"  send: ackloop runs send-event {rid} {step.waiting.event} "
-                      "[--payload JSON]"]
-            continue
-        lines += [f"run {rid} waits for approval of {step.waiting.tool}({args}) at step "
-                  f"{step.key}, until {deadline}",
-                  f"  approve: ackloop runs approve {rid} {step.key} [--args JSON] "
-                  "[--comment TEXT]",
-                  f"  reject:  ackloop runs reject {rid} {step.key} [--comment TEXT]"]
-    for step in followed.sleeping:
-        assert step.waiting is not None
-        args = json.dumps(step.waiting.args, ensure_ascii=False, sort_keys=True)
-        wakes = time.strftime("%Y-%m-%d %H:%M:%S UTC",
-                              time.gmtime(step.waiting.wake_at or step.waiting.deadline))
-        lines += [f"run {followed.run_id} sleeps in {step.waiting.tool}({args}) at step "
-                  f"{step.key} until {wakes}, then goes on by itself",
-                  f"  follow: ackloop runs follow {followed.run_id}"]
-    return lines
+    """What a run waits for, and the commands that decide it (or send its event), in each
+    kind's words."""
+    return [line for step in followed.waiting + followed.sleeping if step.waiting is not None
+            for line in kind_of(step.waiting).told(followed.run_id, step.key, step.waiting)]
 
 
 def outcome_line(followed: Followed, timeout: float | None) -> str:

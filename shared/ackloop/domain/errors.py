@@ -19,11 +19,14 @@ class DecisionRefused(AckloopError):
     such run or step, or another owner's; ``already_decided``, ``not_waiting``, ``run_ended``,
     ``already_received``, ``too_many_events``, ``event_gone``: the run is past it;
     ``reserved_event``: the name is the engine's), the message what to fix. Neither retryable
-    nor permanent: the caller that asked is told, and nothing is recorded."""
+    nor permanent: the caller that asked is told, and nothing is recorded. ``waiting``: the
+    wait a step has when the decision was for another kind (which the engine names in that
+    kind's words)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, *, waiting: object = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.waiting = waiting
 
 
 class RetryableError(AckloopError):

@@ -258,14 +258,18 @@ CHILD_EVENT_PREFIX = "child."
 """A child run's end is named ``child.<its parent's step key>``: the engine's own names, which
 no caller may send as an event."""
 
-WaitKindName = Literal["approval", "event", "child", "time"]
+WaitKindName = str
+"""The name of a kind of wait: each kind is a module of ``ackloop.engine.waits.kinds``, which
+lists them (``approval``, ``event``, ``child``, ``time``)."""
 
 
 class Waiting(Record):
     """What a waiting step waits for, before its deadline: an approval of its call, the named
-    event ``event``, the end of its child run, or a time (:mod:`ackloop.engine.waits`)."""
+    event ``event``, the end of its child run, or a time (:mod:`ackloop.engine.waits`): one of
+    the kinds ``ackloop.engine.waits.kinds`` lists."""
 
-    kind: WaitKindName = "approval"
+    kind: WaitKindName = Field(default="approval", min_length=1, max_length=40,
+                               pattern=r"^[a-z_]+$")
     event: str | None = None
     """The awaited event's name (``kind == "event"``); for a child, ``child.<step key>``."""
     tool: str

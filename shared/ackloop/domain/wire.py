@@ -359,8 +359,10 @@ class WaitingNotice(WireModel):
     request_id: Identifier
     conversation_id: Identifier
     step: str
-    waiting_for: Literal["approval", "event"] = "approval"
-    """A person's decision (``POST /runs/{id}/approvals/{step}``) or a named event."""
+    waiting_for: str = "approval"
+    """What someone is to send: a person's decision (``approval``: ``POST
+    /runs/{id}/approvals/{step}``) or a named event (``event``); the kinds that announce
+    themselves name it (``ackloop.engine.waits.kinds``)."""
     event_name: str | None = None
     """The awaited event (``waiting_for == "event"``): ``POST /runs/{id}/events/{name}``."""
     tool: str

@@ -37,7 +37,8 @@ from ackloop.engine.ledger import committed_tool_message
 from ackloop.engine.outbox_entries import after_tools
 from ackloop.engine.step_commit import Basis, Decision, commit
 from ackloop.engine.waits import core as waits
-from ackloop.engine.waits.kinds import KINDS, Wait, child_end, kind_of, rejection, wait_of
+from ackloop.engine.waits.kinds import Wait, child_end, kind_of, rejection_of, wait_of
+from ackloop.engine.waits.kinds.child import KIND as child_kind
 from ackloop.store import RunRead
 from ackloop.telemetry import tracing
 from ackloop.tools.base import Toolbox, ToolContext, ToolOutcome, prepare_toolbox
@@ -134,7 +135,7 @@ async def _run_claimed(
                                      "handoff": target}), None, None
     if engine_run is not None and engine_run.sub_agent is not None:
         outcome, child = await _run_sub_agent(deps, ref, run_read, Wait(engine_run,
-                                                                        KINDS["child"]), message)
+                                                                        child_kind), message)
         return outcome, None, child
     if decision is None:
         refused, decision, waits_now = await _wait_first(deps, ref, run_read, agent.tools, call)
@@ -227,7 +228,7 @@ def _resolved(decision: StepDecision, waiting: Waiting | None, call: FunctionCal
     the event's payload)."""
     read = kind_of(waiting).outcome(decision, waiting) if waiting is not None else None
     if read is None and decision.decision == "reject":
-        read = rejection(decision, waiting)
+        read = rejection_of(decision, waiting)
     if decision.decision == "received":
         context = context.model_copy(update={"event": decision.payload or {}})
     elif decision.args is not None:
@@ -241,7 +242,7 @@ def _sub_agent_wait(deps: Deps, message: ToolStepMessage, run_read: RunRead) -> 
     if agent not in deps.agents:
         return None
     tool = children.sub_agent_tool(deps.agents.get(agent).tools, message.call.name)
-    return Wait(tool, KINDS["child"]) if tool is not None else None
+    return Wait(tool, child_kind) if tool is not None else None
 
 
 async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, wait: Wait,
@@ -275,7 +276,7 @@ async def _run_sub_agent(deps: Deps, ref: ClaimRef, run_read: RunRead, wait: Wai
     # Rejected: the run was cancelled, or the child outlasted the wait's deadline; it was
     # cancelled and its end, come late, is on the decision (what it spent counts in the
     # parent's usage and cost), else it stops now and what it spent counts.
-    return (rejection(decision, claim.step.waiting),
+    return (rejection_of(decision, claim.step.waiting),
             await waits.forsake(deps, run, claim.step, wait))
 
 

@@ -284,7 +284,7 @@ def _waiting(view: ViewTree | None, path: str
     found = [(view, w, path) for w in view.get("waiting") or []]
     for key, child in (view.get("child_views") or {}).items():
         found += _waiting(child, f"{path}/{key}" if path else key)
-    return sorted(found, key=lambda f: f[1].get("waiting_for") == "time")
+    return sorted(found, key=lambda f: f[1].get("wake_at") is not None)
 
 
 async def _decide(target: Target, run: ViewTree, waiting: dict[str, Any], path: str,
@@ -292,7 +292,7 @@ async def _decide(target: Target, run: ViewTree, waiting: dict[str, Any], path: 
     """Decide one waiting step, if the case says how, or let its time come if it sleeps
     (a replay's recorded wake too: it is a time, not an event); whether it was."""
     run_id, step = run["run_id"], waiting["step"]
-    if waiting.get("waiting_for") == "time" and waiting.get("wake_at") is not None:
+    if waiting.get("wake_at") is not None:
         return await target.wake(float(waiting["wake_at"]))
     made = decisions(path, step) if decisions is not None else None
     if made is None and waiting.get("waiting_for") == "approval" and inputs.approvals:

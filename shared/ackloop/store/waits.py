@@ -128,10 +128,9 @@ class Waits(StoreBase):
                 raise DecisionRefused("not_waiting",
                                       f"step {key} is {step.status}: it waits for no decision")
             if kind is not None and step.waiting.kind != kind:
-                what = {"approval": "an approval", "child": "its child run's end"}.get(
-                    step.waiting.kind, f"the event {step.waiting.event!r} (POST /runs/{run_id}"
-                    f"/events/{step.waiting.event})")
-                raise DecisionRefused("not_waiting", f"step {key} waits for {what}")
+                raise DecisionRefused(
+                    "not_waiting", f"step {key} waits for something else ({step.waiting.kind})",
+                    waiting=step.waiting)
             if run.status.terminal:
                 raise DecisionRefused("run_ended", f"run {run_id} is {run.status}")
             made = decision

@@ -151,22 +151,15 @@ function approvalPanel(runId, call, onDecided, scope) {
   return panel;
 }
 
-// What a live run waits for: a person's decision (a panel each), named events (no panel: they
-// come through the API, the CLI or Pub/Sub), a call asleep until its time.
+// What a live run waits for, in its waits' own words (each kind's label: how it waits, and
+// for what): "waiting for a decision, event receipt" · "asleep until 2026-12-08 09:00:00 UTC".
 export function waitingFor(run) {
   if (TERMINAL.has(run.status) || !run.waiting?.length) return "";
-  const others = run.waiting.filter((w) => w.waiting_for !== "time");
-  const what = new Set(others.map((w) => (w.waiting_for === "approval" ? "a decision"
-    : w.event_name?.startsWith("child.") ? "its child runs" : `event ${w.event_name}`)));
-  const parts = what.size ? [`waiting for ${[...what].join(", ")}`] : [];
-  const asleep = run.waiting.filter((w) => w.waiting_for === "time");
-  parts.push(...new Set(asleep.map((w) => `asleep until ${wakeTime(w.wake_at)}`)));
-  return ` · ${parts.join(" · ")}`;
-}
-
-// A wake time (Unix seconds) as the page shows times: UTC, to the second.
-export function wakeTime(seconds) {
-  return `${new Date(seconds * 1000).toISOString().slice(0, 19).replace("T", " ")} UTC`;
+  const byHow = new Map();
+  for (const { label: [how, what] } of run.waiting) {
+    byHow.set(how, (byHow.get(how) || new Set()).add(what));
+  }
+  return ` · ${[...byHow].map(([how, whats]) => `${how} ${[...whats].join(", ")}`).join(" · ")}`;
 }
 
 // Keeps a live run's view current: ``refresh`` (which reads the run and returns it) runs every

@@ -245,7 +245,7 @@ async def delivered_again(deps: Deps, run: RunRecord, step: StepRecord) -> None:
 def notice(run: RunRecord, step_key: str, waiting: Waiting) -> Outgoing:
     told = WaitingNotice(run_id=run.run_id, request_id=run.request_id,
                          conversation_id=run.conversation_id, step=step_key,
-                         waiting_for="event" if waiting.kind == "event" else "approval",
+                         waiting_for=kind_of(waiting).shown_as,
                          event_name=waiting.event, tool=waiting.tool, args=waiting.args,
                          deadline=waiting.deadline)
     return Outgoing(topic="answers", data=told.model_dump(mode="json"))
@@ -267,7 +267,13 @@ async def resolve(deps: Deps, run_id: str, key: str, decision: StepDecision,
     """Record ``decision`` (:meth:`Waits.decide_step`; only on a wait of ``kind`` when
     given) and re-send the step's message, or carry the step on ``here`` (:func:`carry_on`);
     a duplicate of an already recorded decision does it again too (the claim absorbs it)."""
-    step, decided = await deps.store.waits.decide_step(run_id, key, decision, kind)
+    try:
+        step, decided = await deps.store.waits.decide_step(run_id, key, decision, kind)
+    except DecisionRefused as exc:
+        if isinstance(exc.waiting, Waiting):  # it waits for another kind: say so in its words
+            raise DecisionRefused(exc.reason, f"step {key} waits for "
+                                  f"{kind_of(exc.waiting).awaits(run_id, exc.waiting)}") from exc
+        raise
     await (resend(deps, run_id, step) if here is None else carry_on(deps, run_id, step, here))
     return step, decided
 
