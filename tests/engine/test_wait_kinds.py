@@ -70,7 +70,7 @@ def test_each_kind_tells_the_cli_how_it_is_resolved(waiting: Waiting, told: list
 
 
 def test_a_wait_of_a_kind_this_deployment_does_not_know_says_so() -> None:
-    with pytest.raises(LookupError, match="'later'.*it knows child, approval, time, event"):
+    with pytest.raises(LookupError, match=r"'later'.*it knows child, approval, time, event"):
         kinds.kind_of(made("later"))
 
 
@@ -136,5 +136,5 @@ async def test_a_tick_resolved_runs_the_tool(tick: WaitKind) -> None:
     loop, root = await waiting("tick")
     await waits.resolve(loop.deps, root.run_id, KEY, StepDecision(
         decision="received", by="clockwork", at=loop.deps.clock.now()), "tick")
-    root, step = await ended(loop, root)
+    root, _ = await ended(loop, root)
     assert root.answer == "root: sent 5", root.answer
