@@ -33,7 +33,7 @@ ALLOWED = ("ackloop.store", "ackloop.docdb", "ackloop.domain.records", "ackloop.
 eval's report is a type (:mod:`ackloop.domain.eval_reports` imports nothing of the project)."""
 
 ROOMS = {"runs": "Runs", "steps": "Steps", "transcript": "Transcripts", "waits": "Waits",
-         "letters": "Letters", "evals": "Evals", "schedules": "Schedules"}
+         "letters": "Letters", "evals": "Evals", "schedules": "Schedules", "quotas": "Quotas"}
 
 
 def project_imports(source: str, module: str) -> set[str]:

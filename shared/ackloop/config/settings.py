@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ackloop.config.quotas import ModelQuota
+
 ModelProvider = Literal["auto", "gemini", "scripted"]
 ApiAuth = Literal["none", "bearer", "google_id_token", "cloud_run_iam"]
 PushAuth = Literal["none", "oidc", "cloud_run_iam"]
@@ -119,6 +121,14 @@ class Settings(BaseSettings):
         ge=0,
         description="Longest a delivery waits inside its request for a step that another "
         "delivery holds, before it acknowledges (a live holder) or answers 503.",
+    )
+    model_quotas: list[ModelQuota] = Field(
+        default_factory=list,
+        description="The model quotas every process shares, as a JSON list of {model, "
+        "location, rpm, tpm, mode, headroom, shards} (ackloop.config.quotas): a model step "
+        "reserves its call's place under its model's quota before it calls, and one that has "
+        "to wait for it is acknowledged and woken at its place. Empty (the default): no "
+        "limiter; a 429 is retried as any retryable error.",
     )
     retry_wait_seconds: float = Field(
         default=20.0,

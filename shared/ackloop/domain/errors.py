@@ -128,7 +128,18 @@ class IdempotencyMismatch(PermanentError):
 
 
 class ModelRetryableError(RetryableError):
-    """The model call may succeed later (429, 5xx, timeout, connection error)."""
+    """The model call may succeed later (429, 5xx, timeout, connection error). ``status``: the
+    HTTP status the model answered, when it answered."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None,
+                 status: int | None = None) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.status = status
+
+    @property
+    def quota_exhausted(self) -> bool:
+        """A 429: the model's quota (or Vertex AI's shared pool) had no room for the call."""
+        return self.status == 429
 
 
 class ModelPermanentError(PermanentError):

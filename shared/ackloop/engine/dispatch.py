@@ -41,7 +41,7 @@ from ackloop.engine.dead_letter import handle_dead_letter
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ingest import start_run
-from ackloop.engine.lease import RequestScope
+from ackloop.engine.lease import QUOTA_SINCE, RequestScope
 from ackloop.engine.outbox_sending import REDRIVEN, encode
 from ackloop.engine.spend import metered
 from ackloop.engine.tool_step import handle_tool_step
@@ -204,7 +204,8 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
             return Outcome(200, (await schedule_firing.fire(deps, message)).body())
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
                                        delivery.attributes.get("reads"),
-                                       delivery.attributes.get(REDRIVEN) == "1")
+                                       delivery.attributes.get(REDRIVEN) == "1",
+                                       _seconds(delivery.attributes.get(QUOTA_SINCE)))
         # A step whose model request inlines large files holds one of the process's slots
         # until it ends (ackloop.files.gate).
         async with gate.scope(deps.settings.files_inline_concurrency,
@@ -284,3 +285,11 @@ async def _record_rejection(
             and isinstance(message, StepMessage)):
         await end_run_now(deps, message.run_id, run_end(StopReason.FAILED, Usage(),
                                                         error=f"{exc.reason}: {exc}"))
+
+
+def _seconds(value: str | None) -> float | None:
+    """A message attribute holding a time (Unix seconds), if it holds one."""
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None

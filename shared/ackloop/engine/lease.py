@@ -51,6 +51,10 @@ COMMIT_MARGIN_S = 5.0
 """Time kept in hand at the end of a request for the commit and the publish."""
 
 
+QUOTA_SINCE = "quota_since"
+"""The attribute a quota wait's wake carries: when the step began to wait."""
+
+
 @dataclass(frozen=True)
 class RequestScope:
     """What a handler knows of the delivery it serves: its message id and its time budget."""
@@ -67,12 +71,16 @@ class RequestScope:
     """A dead letter's message published again by a redrive (its ``redriven`` attribute): a
     completed step it finds sends what it committed again, since what was sent then met a
     failed run and did nothing (:func:`ackloop.engine.outbox_sending.sends_again`)."""
+    quota_since: float | None = None
+    """When the step began to wait for its place under its model's quota, on the message its
+    wake published (its ``quota_since`` attribute: :mod:`ackloop.engine.quota`)."""
 
     @classmethod
     def starting(cls, deps: Deps, message_id: str, delivery_attempt: int = 1,
-                 reads: str | None = None, redriven: bool = False) -> RequestScope:
+                 reads: str | None = None, redriven: bool = False,
+                 quota_since: float | None = None) -> RequestScope:
         return cls(message_id, deps.clock.now() + deps.settings.request_timeout_seconds
-                   - COMMIT_MARGIN_S, max(1, delivery_attempt), reads, redriven)
+                   - COMMIT_MARGIN_S, max(1, delivery_attempt), reads, redriven, quota_since)
 
     def wait_until(self, deps: Deps, call_seconds: float) -> float:
         """Until when a claim may wait: the configured bound, and room left for the call."""

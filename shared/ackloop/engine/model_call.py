@@ -12,6 +12,7 @@ import logging
 import time
 
 from ackloop.domain.errors import ModelRetryableError
+from ackloop.engine import quota
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimAtFirstText, ClaimRef, RequestScope, heartbeat
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn, StreamingModelClient
@@ -23,7 +24,8 @@ log = logging.getLogger(__name__)
 
 
 async def call_model(
-    deps: Deps, ref: ClaimRef, request: ModelRequest, scope: RequestScope
+    deps: Deps, ref: ClaimRef, request: ModelRequest, scope: RequestScope,
+    held: quota.Held | None = None,
 ) -> tuple[ModelTurn, float, list[str], DeltaRecord | None]:
     """Call the model with the lease kept alive, waiting out retryable errors in the request
     while the wait is short (``retry_wait_seconds``) and the call still fits before the
@@ -35,6 +37,11 @@ async def call_model(
     ``max_step_attempts`` (the last attempt is left to the redelivery, which fails the run).
     A streamed call of a step that runs unclaimed claims it at its first text
     (:class:`ClaimAtFirstText`); one that shows none stays unclaimed.
+
+    Under a model quota (``held``: the call's place, :mod:`ackloop.engine.quota`) a 429 is
+    not retried here: it pauses the quota and the step waits for a new place
+    (:class:`~ackloop.engine.quota.QuotaWait`); another retry takes a place of its own first,
+    and the answer corrects the place's tokens.
 
     Returns the turn, the seconds spent, the retryable errors waited out, and the call's last
     text not written yet (:meth:`DeltaWriter.finish`), which the step's commit writes."""
@@ -55,6 +62,8 @@ async def call_model(
                                            turn.usage.output_tokens, turn.model_version)
                 break
             except ModelRetryableError as exc:
+                if held is not None and exc.quota_exhausted:
+                    raise await quota.refused(deps, held, exc.retry_after) from exc
                 wait = exc.retry_after if exc.retry_after is not None else backoff
                 room = scope.deadline - deps.clock.now() - deps.settings.model_timeout_seconds
                 shown = deltas is not None and deltas.shown
@@ -72,7 +81,11 @@ async def call_model(
                               attempt=ref.claim.step.attempts)
                 await deps.clock.sleep(wait)
                 backoff = min(backoff * 2, 8.0)
+                if held is not None:  # the retry is a call of its own: it takes its own place
+                    held = await quota.take_place(deps, ref.claim.run_id,
+                                                  f"{held.holder}#{len(retried)}", request)
     beat.check()
+    await quota.answered(deps, held, turn.usage.prompt_tokens)
     return turn, time.monotonic() - started, retried, last_text
 
 

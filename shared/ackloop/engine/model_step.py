@@ -38,7 +38,7 @@ from ackloop.domain.records import (
     StopReason,
 )
 from ackloop.domain.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
-from ackloop.engine import children, compaction, outbox_sending
+from ackloop.engine import children, compaction, outbox_sending, quota
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import (
@@ -142,7 +142,7 @@ async def _run_claimed(
         if claim.state != "unclaimed":
             await deps.store.steps.release_step(claim, error=f"not run: the run is {run.status}")
         return
-    run, run_fields = _credited(run, inputs.previous)
+    run, run_fields = _credited(run, inputs.previous, scope.quota_since, deps.clock.now())
     agent = deps.agents.get(turn_agent(run, message.turn, inputs.previous))
     tracing.note(agent=agent.name)
     transcript = await _transcript(deps, run, message, inputs)
@@ -172,6 +172,10 @@ async def _run_claimed(
     except PermanentError as exc:
         log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
         decision = _failure(exc, state.ctx.message.usage, new_contents)
+    except quota.QuotaWait as wait:  # acknowledged: its wake delivers it at its place
+        since = scope.quota_since if scope.quota_since is not None else deps.clock.now()
+        await quota.wait_for_place(deps, ref.claim, state.scheduled, wait, since)
+        return
     decision = replace(_annotated(decision, state.compacted, agent.name, run.agent),
                        run_fields=run_fields)
     turn_ctx = state.ctx
@@ -179,11 +183,17 @@ async def _run_claimed(
                  redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
 
 
-def _credited(run: RunRecord, previous: list[StepRecord]) -> tuple[RunRecord, JsonDict]:
+def _credited(run: RunRecord, previous: list[StepRecord], quota_since: float | None = None,
+              now: float = 0.0) -> tuple[RunRecord, JsonDict]:
     """``run`` with the time its clock did not count while the previous turn waited for
-    children (their sleeps, their waits for people: :func:`children.idle_seconds`), and the
-    fields this step writes for it (none for a turn that waited for no child)."""
+    children (their sleeps, their waits for people: :func:`children.idle_seconds`) and while
+    this step waited for its place under its model's quota (since ``quota_since``: the wait is
+    the deployment's, not the run's), and the fields this step writes for it (none for a step
+    that waited for neither)."""
     idle, ended = children.idle_seconds(run, previous)
+    if quota_since is not None:
+        idle += max(0.0, now - max(quota_since, run.wait_ended_at, ended))
+        ended = max(ended, now)
     if idle <= 0:
         return run, {}
     fields: JsonDict = {"waited_seconds": run.waited_seconds + idle,
@@ -242,8 +252,10 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
     ctx = state.ctx
     request = await _request(deps, ctx.run, ctx.agent, state.transcript, ctx.new_contents,
                              tools)
+    holder = f"{ctx.run.run_id}/{ref.claim.key}"
+    held = await quota.take_place(deps, ctx.run.run_id, holder, request)
     try:
-        answered = await call_model(deps, ref, request, scope)
+        answered = await call_model(deps, ref, request, scope, held)
     except ModelPermanentError as exc:
         if exc.reason != "model_input_too_long":
             raise
@@ -256,7 +268,8 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
         state.compacted_now(forced.after(state.compacted))
         request = await _request(deps, ctx.run, ctx.agent, state.transcript, ctx.new_contents,
                                  tools)
-        answered = await call_model(deps, ref, request, scope)
+        held = await quota.take_place(deps, ctx.run.run_id, f"{holder}#compacted", request)
+        answered = await call_model(deps, ref, request, scope, held)
     model_turn, call_seconds, retried, last_text = answered
     decision = decide(state.ctx, model_turn, contract, call_seconds)
     if last_text is not None:

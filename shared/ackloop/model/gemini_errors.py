@@ -46,7 +46,8 @@ def from_api_error(error: genai_errors.APIError) -> ModelRetryableError | ModelP
     summary = mask_secrets(
         f"Gemini answered {error.code} {error.status or ''}: {error.message or ''}".strip())
     if error.code in RETRYABLE_STATUS:
-        return ModelRetryableError(summary, retry_after=retry_after_seconds(error))
+        return ModelRetryableError(summary, retry_after=retry_after_seconds(error),
+                                   status=error.code)
     reason = _PERMANENT_REASONS.get(error.code, "model_invalid_request")
     if error.code == 400 and _INPUT_TOO_LONG.search(error.message or ""):
         # Named apart: the conversation has outgrown the model's context, and asking again

@@ -53,6 +53,7 @@ from ackloop.store.decision import (
 )
 from ackloop.store.evals import EvalHead, Evals
 from ackloop.store.letters import DEAD_LETTER_PAGE, Letters
+from ackloop.store.quota import Quotas
 from ackloop.store.runs import CREATE_RUN_ATTEMPTS, MAX_QUEUED_RUNS, EndWrites, Runs
 from ackloop.store.schedules import ScheduleChanged, Schedules, StoredSchedule
 from ackloop.store.steps import Steps
@@ -79,8 +80,9 @@ __all__ = ["CHUNK_BYTES", "CREATE_RUN_ATTEMPTS", "DAY_SECONDS", "DEAD_LETTER_PAG
 class AgentStore(StoreBase):
     """The store's port: its rooms over one database, each an attribute (:attr:`runs`,
     :attr:`steps`, :attr:`transcript`, :attr:`waits`, :attr:`letters`, :attr:`evals`,
-    :attr:`schedules`), and the ground's paths and counters. Callers name the room they use;
-    a wrapper (the fault points of the tests) replaces one room, never the port."""
+    :attr:`schedules`, :attr:`quotas`), and the ground's paths and counters. Callers name the
+    room they use; a wrapper (the fault points of the tests) replaces one room, never the
+    port."""
 
     def __init__(self, db: DocumentDB, collection_prefix: str = "",
                  retention: Retention | None = None) -> None:
@@ -92,3 +94,4 @@ class AgentStore(StoreBase):
         self.letters = Letters(db, collection_prefix, retention)
         self.evals = Evals(db, collection_prefix, retention)
         self.schedules = Schedules(db, collection_prefix, retention)
+        self.quotas = Quotas(db, collection_prefix, retention)

@@ -172,6 +172,7 @@ class StoreBase:
         self._dead_letters = f"{collection_prefix}dead_letters"
         self._evals = f"{collection_prefix}evals"
         self._schedules = f"{collection_prefix}schedules"
+        self._quotas = f"{collection_prefix}quotas"
 
     @property
     def counters(self) -> DocumentCounters | None:

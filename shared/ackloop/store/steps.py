@@ -255,6 +255,18 @@ class Steps(StoreBase):
                 ]
             )
 
+    async def give_back(self, claim: Claim) -> None:
+        """Give the claim back as not tried: the step waits for something before its call (its
+        place under its model's quota), so the claim that takes it next is this same attempt.
+        Already taken over: the new holder owns it."""
+        if claim.version is None:
+            return
+        with contextlib.suppress(PreconditionFailed):
+            await self.db.commit([Write(
+                "update", self.step_path(claim.run_id, claim.key),
+                {"lease_expires_at": 0.0, "attempts": max(0, claim.step.attempts - 1)},
+                if_version=claim.version)])
+
     async def commit_step(self, claim: Claim, basis: Basis, decision: Decision, *,
                           now: float, compose: Composer) -> Committed:
         """Write ``decision`` of the step ``claim`` holds, made from ``basis``, in one atomic

@@ -1,0 +1,201 @@
+"""A model quota's arithmetic: when the next call may be made, so that no minute the model's
+quota counts holds more requests or input tokens than it allows. Pure: the limiter's shards
+(:mod:`ackloop.store.quota`) keep the log it reads, the model step (:mod:`ackloop.engine.quota`)
+acts on its answer.
+
+The Gemini API counts requests and input tokens per minute, per project and model; a call over
+either is answered 429 ``RESOURCE_EXHAUSTED``. The limiter keeps what the server would count: a
+log of the calls made and reserved (:class:`Entry`), each at its slot, with its tokens. A call
+reserves the earliest slot, at or after the last one reserved (first come, first served) and
+not before now, at which the window ending there, with it, holds no more than the limits
+(:func:`earliest_slot`). A call whose slot is now runs; a later one waits for it at no cost.
+
+An entry counts for a minute after its slot plus :data:`GRACE_SECONDS`: its holder may make
+its call a little after its slot (its wake comes late, its process starts), and the server
+counts the call when it arrives. A holder later than that reserves again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+WINDOW_SECONDS = 60.0
+"""What Gemini's quotas count over: a minute."""
+GRACE_SECONDS = 2.0
+"""How late after its slot a holder may still make its call on it."""
+RETRY_FLOOR_SECONDS = 1.0
+"""The least a 429's retry delay is taken to be: Gemini writes a delay under a second as "0s"
+(and Vertex AI gives none), which never means "retry at once"."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One shard's part of a quota: requests and input tokens per window (None: not limited)."""
+
+    requests: int | None = None
+    tokens: int | None = None
+    window: float = WINDOW_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.requests is not None and self.requests < 1:
+            raise ValueError(f"a quota of {self.requests} requests per window admits nothing")
+        if self.tokens is not None and self.tokens < 1:
+            raise ValueError(f"a quota of {self.tokens} tokens per window admits nothing")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A call made or reserved: who holds it (``run/step``), its slot, its input tokens
+    (estimated until its answer says), and whether its holder waits for it (its slot was
+    later than when it was taken)."""
+
+    holder: str
+    at: float
+    tokens: int = 0
+    waited: bool = False
+
+    def held_by(self, holder: str, now: float) -> bool:
+        """Whether ``holder`` holds this place at ``now``: its slot is still to come, or it
+        waited for it and it came within the grace. A place taken for at once is used at
+        once: a second call (a retry, a duplicate) takes a place of its own."""
+        return self.holder == holder and (
+            self.at > now or (self.waited and self.at + GRACE_SECONDS > now))
+
+
+def live(entries: Iterable[Entry], now: float, window: float = WINDOW_SECONDS) -> list[Entry]:
+    """The entries that still count at ``now`` or later, by slot: those whose slot plus
+    a window and the grace is past are dropped."""
+    return sorted((e for e in entries if e.at + window + GRACE_SECONDS > now),
+                  key=lambda e: (e.at, e.holder))
+
+
+def _over(counted: Sequence[Entry], tokens: int, limits: Limits) -> bool:
+    if limits.requests is not None and len(counted) + 1 > limits.requests:
+        return True
+    used = sum(e.tokens for e in counted)
+    # A call larger than the whole window's tokens fits only in an empty window (the server
+    # refuses it or not; the limiter does not hold it forever).
+    return limits.tokens is not None and used + tokens > limits.tokens and bool(counted)
+
+
+def earliest_slot(entries: Sequence[Entry], now: float, tokens: int, limits: Limits,
+                  not_before: float = 0.0) -> float:
+    """The earliest time, at or after now, after the last slot reserved (first come, first
+    served) and after ``not_before`` (a pause a 429 asked for), at which one more call of
+    ``tokens`` input tokens keeps the window ending there within ``limits``. ``entries`` are
+    the live ones (:func:`live`)."""
+    ordered = sorted(entries, key=lambda e: e.at)
+    slot = max([now, not_before, *(e.at for e in ordered[-1:])])
+    while True:
+        counted = [e for e in ordered if e.at + limits.window + GRACE_SECONDS > slot]
+        if not _over(counted, tokens, limits):
+            return slot
+        slot = counted[0].at + limits.window + GRACE_SECONDS  # the oldest one leaves
+
+
+def position(entries: Sequence[Entry], holder: str, now: float) -> int:
+    """How many calls are ahead of ``holder``'s in line: those reserved earlier that have not
+    had their slot yet (0: it is next, or its slot has come)."""
+    mine = next((e for e in entries if e.holder == holder), None)
+    if mine is None or mine.at <= now:
+        return 0
+    return sum(1 for e in entries if now < e.at < mine.at)
+
+
+def shard_limits(requests: int | None, tokens: int | None, shards: int, headroom: float
+                 ) -> Limits:
+    """One shard's part of a quota of ``requests`` and ``tokens`` per minute, ``headroom``
+    (a fraction) under it: rounded down, so the shards together never exceed it."""
+    def part(total: int | None) -> int | None:
+        return None if total is None else max(1, math.floor(total * (1 - headroom) / shards))
+
+    return Limits(requests=part(requests), tokens=part(tokens))
+
+
+def estimated_tokens(request_bytes: int) -> int:
+    """A request's input tokens, estimated from its JSON bytes before the call: on the high
+    side (3 bytes a token; English text runs near 4), so that the estimate rarely counts less
+    than the server will. The answer's usage corrects it."""
+    return max(1, math.ceil(request_bytes / 3))
+
+
+LOWERED_TO = 0.8
+"""An adaptive quota's share after a 429: the pool was busier than the share assumed."""
+LOWER_EVERY_SECONDS = 10.0
+"""429s closer together than this lower the share once (one burst, one answer)."""
+FLOOR_SHARE = 0.05
+"""The least share an adaptive quota falls to: it keeps probing."""
+CLIMB_EVERY_SECONDS = 15.0
+"""How often an adaptive quota's share climbs while no 429 comes."""
+CAREFUL_SECONDS = 60.0
+"""After a 429, the share climbs slowly (:data:`CAREFUL_STEP`) near where it was refused for
+this long, then quickly (:data:`CLIMB_STEP`) again: capacity came back, or more of it."""
+CAREFUL_STEP = 0.01
+CLIMB_STEP = 0.15
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The share of its declared limits an adaptive quota allows now (a fixed quota's is 1):
+    lowered by a 429 (to :data:`LOWERED_TO` of itself), climbing while none comes: quickly up
+    to nine tenths of where it was last refused, then carefully for :data:`CAREFUL_SECONDS`,
+    then quickly again up to the declared limits."""
+
+    share: float = 1.0
+    refused_share: float = 1.0
+    lowered_at: float = 0.0
+    climbed_at: float = 0.0
+
+    @classmethod
+    def of(cls, data: object) -> Scale:
+        if not isinstance(data, dict):
+            return cls()
+        return cls(float(data.get("share", 1.0)), float(data.get("refused_share", 1.0)),
+                   float(data.get("lowered_at", 0.0)), float(data.get("climbed_at", 0.0)))
+
+    def doc(self) -> dict[str, float]:
+        return {"share": self.share, "refused_share": self.refused_share,
+                "lowered_at": self.lowered_at, "climbed_at": self.climbed_at}
+
+    def now(self, now: float) -> Scale:
+        """The share at ``now``: climbed by each :data:`CLIMB_EVERY_SECONDS` since it last
+        changed."""
+        if self.share >= 1.0:
+            return self
+        since = max(self.lowered_at, self.climbed_at)
+        steps = int((now - since) // CLIMB_EVERY_SECONDS)
+        share = self.share
+        near = 0.9 * self.refused_share
+        for step in range(1, steps + 1):
+            recent = since + step * CLIMB_EVERY_SECONDS - self.lowered_at < CAREFUL_SECONDS
+            if recent and share >= near:
+                share += CAREFUL_STEP
+            elif recent:
+                share = min(near, share + CLIMB_STEP)
+            else:
+                share += CLIMB_STEP
+            share = min(1.0, share)
+        if steps <= 0:
+            return self
+        return replace(self, share=share, climbed_at=since + steps * CLIMB_EVERY_SECONDS)
+
+    def lowered(self, now: float) -> Scale:
+        """After a 429 at ``now``: the share lowered, unless a 429 just lowered it."""
+        current = self.now(now)
+        if now - self.lowered_at < LOWER_EVERY_SECONDS:
+            return current
+        return replace(current, share=max(FLOOR_SHARE, current.share * LOWERED_TO),
+                       refused_share=current.share, lowered_at=now, climbed_at=now)
+
+    def applied(self, limits: Limits) -> Limits:
+        """``limits`` at this share (rounded down, at least one)."""
+        if self.share >= 1.0:
+            return limits
+
+        def part(total: int | None) -> int | None:
+            return None if total is None else max(1, math.floor(total * self.share))
+
+        return Limits(requests=part(limits.requests), tokens=part(limits.tokens),
+                      window=limits.window)

@@ -1,0 +1,161 @@
+"""A model step's place under its model's quota (``ACKLOOP_MODEL_QUOTAS``,
+:mod:`ackloop.config.quotas`), taken before each paid call.
+
+**Before the call** (:func:`take_place`) the step reserves the call's place in the quota's
+log (:mod:`ackloop.engine.quota_log`; its arithmetic :mod:`ackloop.domain.quota`): requests and
+input tokens by estimate, on the shard of its run. A place that is now lets the call go. A
+later one is a wait (:class:`QuotaWait`): the step gives back what it holds (no claim, no
+lease, no push slot, no process) and is acknowledged, with a wake armed at its place
+(:func:`wait_for_place`): the step's own message, published then, which finds the place it
+took and calls. The sweeper is the net for a wake lost. A redelivery or a duplicate finds the
+place taken and never takes a second one.
+
+**After the call** (:func:`answered`) the tokens the answer counted replace the estimate, once
+(a quota that limits tokens only). **A 429 that still comes** (:func:`refused`: another client
+shares the project, or Vertex AI's pool shrank) pauses the shard for its retry delay, never
+less than :data:`~ackloop.domain.quota.RETRY_FLOOR_SECONDS` ("0s" is how Gemini writes a delay
+under a second), lowers an adaptive quota's share, and the step waits for a new place after the
+pause instead of retrying in its request.
+
+What it costs: a model call under a quota reads and writes one shard document before its call
+(two round trips), and writes it again after the call when tokens are limited; a step that
+waits arms one wake. A deployment without quotas pays nothing: no read, no write.
+
+Time waited for a place does not count against the run's ``max_seconds``: the wait is the
+deployment's, not the run's (the step credits it to ``waited_seconds`` when it runs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from dataclasses import dataclass
+
+from ackloop.bus.wakes import NoWaker, Wake, WakeNotArmed
+from ackloop.config.quotas import ModelQuota, quota_for
+from ackloop.domain.errors import RetryableError
+from ackloop.domain.quota import RETRY_FLOOR_SECONDS, Limits, estimated_tokens, shard_limits
+from ackloop.domain.wire import ModelStepMessage
+from ackloop.engine import quota_log
+from ackloop.engine.deps import Deps
+from ackloop.engine.lease import QUOTA_SINCE
+from ackloop.engine.outbox_sending import encode
+from ackloop.model.base import ModelRequest
+from ackloop.store import Claim
+
+log = logging.getLogger(__name__)
+
+FILE_TOKENS = 300
+"""A file part's input tokens, as the estimate counts them (an image is 258; a page of a PDF
+about as many): its bytes are not text."""
+
+
+class QuotaWait(Exception):
+    """The call's place under its quota is later than now: the step waits for it."""
+
+    def __init__(self, quota_id: str, at: float, ahead: int) -> None:
+        super().__init__(f"waiting for quota {quota_id}: {ahead} call(s) ahead, its place at "
+                         f"{at:.3f}")
+        self.quota_id, self.at, self.ahead = quota_id, at, ahead
+
+
+@dataclass(frozen=True)
+class Held:
+    """A call's place, come: what the call's answer corrects and a 429 gives back."""
+
+    quota: ModelQuota
+    shard_id: str
+    holder: str
+    at: float
+    tokens: int
+
+
+def shard_id(quota: ModelQuota, run_id: str) -> str:
+    """The shard a run's calls take their places on: one per run, spread by its id."""
+    return f"{quota.quota_id}-{zlib.crc32(run_id.encode()) % quota.shard_count:03d}"
+
+
+def limits_of(quota: ModelQuota) -> Limits:
+    """One shard's part of the quota, its headroom kept."""
+    return shard_limits(quota.rpm, quota.tpm, quota.shard_count, quota.headroom)
+
+
+def request_tokens(request: ModelRequest) -> int:
+    """The request's input tokens, estimated: its text as JSON, a file as :data:`FILE_TOKENS`."""
+    files = 0
+
+    def text_only(value: object) -> object:
+        nonlocal files
+        if isinstance(value, dict):
+            if "inline_data" in value or "file_data" in value:
+                files += 1
+                return None
+            return {k: text_only(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [text_only(v) for v in value]
+        return value
+
+    body = {"system": request.system_instruction, "contents": text_only(request.contents),
+            "tools": request.tools}
+    size = len(json.dumps(body, separators=(",", ":"), default=str))
+    return estimated_tokens(size) + files * FILE_TOKENS
+
+
+async def take_place(deps: Deps, run_id: str, holder: str, request: ModelRequest
+                     ) -> Held | None:
+    """The call's place under its model's quota, when it has come (None: no quota applies).
+    Raises :class:`QuotaWait` when it is later."""
+    quota = quota_for(deps.settings.model_quotas, request.model)
+    if quota is None:
+        return None
+    now = deps.clock.now()
+    tokens = request_tokens(request)
+    shard = shard_id(quota, run_id)
+    place = await quota_log.reserve(deps.store, shard, holder, tokens, limits_of(quota), now)
+    if place.at > now:
+        raise QuotaWait(quota.quota_id, place.at, place.ahead)
+    return Held(quota, shard, holder, place.at, tokens)
+
+
+async def answered(deps: Deps, held: Held | None, prompt_tokens: int) -> None:
+    """Correct the call's entry with the input tokens its answer counted (tokens limited)."""
+    if held is None or held.quota.tpm is None or prompt_tokens <= 0:
+        return
+    if prompt_tokens != held.tokens:
+        await quota_log.correct(deps.store, held.shard_id, held.holder, held.at,
+                                prompt_tokens, deps.clock.now())
+
+
+async def refused(deps: Deps, held: Held, retry_after: float | None) -> QuotaWait:
+    """A 429 for the call at ``held``: pause its shard for the retry delay (at least
+    :data:`RETRY_FLOOR_SECONDS`), and the wait for the call's new place after it."""
+    now = deps.clock.now()
+    until = now + max(retry_after or 0.0, RETRY_FLOOR_SECONDS)
+    quota = held.quota
+    place = await quota_log.refused(deps.store, held.shard_id, held.holder, held.tokens,
+                                    limits_of(quota), until, quota.mode == "adaptive", now)
+    return QuotaWait(quota.quota_id, place.at, place.ahead)
+
+
+async def wait_for_place(deps: Deps, claim: Claim, message: ModelStepMessage,
+                         wait: QuotaWait, since: float) -> None:
+    """The step waits for its place: what it holds is given back (a claim, as not tried) and
+    its own message is armed to be published at the place, saying since when it waits
+    (``since``: the first wait's start when it waited before). A wake that cannot be armed leaves
+    the step to Pub/Sub's redelivery (a retryable error, its retry-after the place)."""
+    if claim.version is not None:
+        await deps.store.steps.give_back(claim)
+    key = claim.key
+    wake = Wake(name=f"{message.run_id}/{key}/quota/{wait.at:.3f}", at=wait.at,
+                topic=deps.topic("model_steps"), data=encode(message.model_dump(mode="json")),
+                attributes={"run_id": message.run_id, "step": key, "wake": "quota",
+                            QUOTA_SINCE: f"{since:.3f}"})
+    log.info("run %s step %s: %s", message.run_id, key, wait)
+    try:
+        if isinstance(deps.waker, NoWaker):
+            raise WakeNotArmed("this deployment has no waker (ACKLOOP_WAKE_QUEUE)")
+        await deps.waker.arm(wake)
+    except WakeNotArmed as exc:
+        raise RetryableError(f"{wait}; its wake was not armed ({exc})",
+                             retry_after=max(0.0, wait.at - deps.clock.now())) from exc

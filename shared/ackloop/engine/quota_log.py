@@ -1,0 +1,121 @@
+"""The limiter's log of a model quota, kept on shards (``quotas/{quota}-{shard}``, the store's
+:class:`~ackloop.store.quota.Quotas`; the arithmetic :mod:`ackloop.domain.quota`'s).
+
+A shard document holds the calls made or reserved in the last minute on its part of the quota
+(``entries``: holder, slot, input tokens, whether the holder waits for it), when a 429 asked
+every call to wait (``paused_until``), and, for an adaptive quota, the share of the declared
+limits it allows now (``scale``). A run's calls all go to one shard (by its id), so a call finds
+there the place it took on an earlier delivery: a holder never takes two places
+(:meth:`Shard.held`), and two deliveries never build on one reading (the store writes at the
+version read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.quota import Entry, Limits, Scale, earliest_slot, live, position
+from ackloop.store import AgentStore
+
+
+@dataclass(frozen=True)
+class Place:
+    """A call's place under a quota: its slot, the calls ahead of it, and whether this call
+    took it now (False: a delivery before took it)."""
+
+    at: float
+    ahead: int
+    taken_now: bool
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard as read: its live entries, its pause and its adaptive scale."""
+
+    entries: tuple[Entry, ...] = ()
+    paused_until: float = 0.0
+    scale: Scale = field(default_factory=Scale)
+
+    @classmethod
+    def of(cls, data: JsonDict | None, now: float) -> Shard:
+        if data is None:
+            return cls()
+        raw = data.get("entries")
+        entries = tuple(live((Entry(str(e["h"]), float(e["at"]), int(e.get("t", 0)),
+                                    bool(e.get("w", False)))
+                              for e in raw if isinstance(e, dict))
+                             if isinstance(raw, list) else (), now))
+        paused = data.get("paused_until")
+        return cls(entries, float(paused) if isinstance(paused, int | float) else 0.0,
+                   Scale.of(data.get("scale")))
+
+    def doc(self) -> JsonDict:
+        return {"entries": [{"h": e.holder, "at": e.at, "t": e.tokens, "w": e.waited}
+                            for e in self.entries],
+                "paused_until": self.paused_until, "scale": self.scale.doc()}
+
+    def held(self, holder: str, now: float) -> Entry | None:
+        """The place ``holder`` holds (:meth:`Entry.held_by`), the latest if several."""
+        return next((e for e in reversed(self.entries) if e.held_by(holder, now)), None)
+
+    def taking(self, holder: str, tokens: int, limits: Limits, now: float
+               ) -> tuple[Shard, Place]:
+        """This shard with ``holder``'s new place taken, and the place."""
+        scale = self.scale.now(now)
+        at = earliest_slot(self.entries, now, tokens, scale.applied(limits),
+                           not_before=self.paused_until)
+        taken = replace(self, entries=(*self.entries, Entry(holder, at, tokens, at > now)),
+                        scale=scale)
+        return taken, Place(at, position(taken.entries, holder, now), True)
+
+
+async def read(store: AgentStore, shard_id: str, now: float) -> Shard:
+    return Shard.of(await store.quotas.read(shard_id), now)
+
+
+async def reserve(store: AgentStore, shard_id: str, holder: str, tokens: int, limits: Limits,
+                  now: float) -> Place:
+    """The place ``holder`` holds, else the earliest one a call of ``tokens`` may take
+    (:func:`~ackloop.domain.quota.earliest_slot`), taken."""
+
+    def take(data: JsonDict | None) -> tuple[JsonDict | None, Place]:
+        shard = Shard.of(data, now)
+        if (held := shard.held(holder, now)) is not None:
+            return None, Place(held.at, position(shard.entries, holder, now), False)
+        taken, place = shard.taking(holder, tokens, limits, now)
+        return taken.doc(), place
+
+    return await store.quotas.change(shard_id, take)
+
+
+async def correct(store: AgentStore, shard_id: str, holder: str, at: float, tokens: int,
+                  now: float) -> None:
+    """Put the input tokens the answer counted on ``holder``'s entry at ``at``."""
+
+    def corrected(data: JsonDict | None) -> tuple[JsonDict | None, None]:
+        shard = Shard.of(data, now)
+        entries = tuple(replace(e, tokens=tokens) if e.holder == holder and e.at == at
+                        else e for e in shard.entries)
+        return (replace(shard, entries=entries).doc() if entries != shard.entries
+                else None), None
+
+    await store.quotas.change(shard_id, corrected)
+
+
+async def refused(store: AgentStore, shard_id: str, holder: str, tokens: int, limits: Limits,
+                  until: float, adaptive: bool, now: float) -> Place:
+    """A call of ``holder`` was answered 429: every call of the shard waits until ``until`` (an
+    adaptive quota also lowers its share), and ``holder`` takes a new place after it, which it
+    returns. The refused call's entry stays: the server counted it."""
+
+    def paused(data: JsonDict | None) -> tuple[JsonDict | None, Place]:
+        shard = Shard.of(data, now)
+        if (held := shard.held(holder, now)) is not None and held.at >= until:
+            return None, Place(held.at, position(shard.entries, holder, now), False)
+        scale = shard.scale.lowered(now) if adaptive else shard.scale.now(now)
+        stopped = replace(shard, paused_until=max(shard.paused_until, until), scale=scale)
+        taken, place = stopped.taking(holder, tokens, limits, now)
+        return taken.doc(), place
+
+    return await store.quotas.change(shard_id, paused)

@@ -1,0 +1,157 @@
+"""The limiter's arithmetic (:mod:`ackloop.domain.quota`), table by table."""
+
+from __future__ import annotations
+
+import pytest
+
+from ackloop.config.quotas import ModelQuota, quota_for
+from ackloop.domain.quota import (
+    GRACE_SECONDS,
+    Entry,
+    Limits,
+    Scale,
+    earliest_slot,
+    estimated_tokens,
+    live,
+    position,
+    shard_limits,
+)
+
+W = 60.0 + GRACE_SECONDS
+"""How long an entry counts after its slot."""
+
+
+def at(*times: float, tokens: int = 0) -> list[Entry]:
+    return [Entry(f"r{i}", t, tokens) for i, t in enumerate(times)]
+
+
+@pytest.mark.parametrize(("entries", "now", "tokens", "limits", "not_before", "slot"), [
+    ([], 100.0, 0, Limits(requests=2), 0.0, 100.0),  # an empty log: now
+    (at(100.0), 100.0, 0, Limits(requests=2), 0.0, 100.0),  # room for one more: now
+    (at(100.0, 100.0), 100.0, 0, Limits(requests=2), 0.0, 100.0 + W),  # full: the oldest leaves
+    (at(90.0, 100.0), 100.0, 0, Limits(requests=2), 0.0, 90.0 + W),
+    (at(100.0, 130.0), 110.0, 0, Limits(requests=3), 0.0, 130.0),  # after the last reserved
+    (at(100.0), 100.0, 0, Limits(requests=5), 104.0, 104.0),  # a 429's pause
+    (at(100.0, tokens=700), 100.0, 400, Limits(tokens=1000), 0.0, 100.0 + W),  # tokens bind
+    (at(100.0, tokens=500), 100.0, 400, Limits(tokens=1000), 0.0, 100.0),
+    ([], 100.0, 5000, Limits(tokens=1000), 0.0, 100.0),  # too large for a window: alone
+    (at(100.0, tokens=10), 100.0, 5000, Limits(tokens=1000), 0.0, 100.0 + W),
+    (at(100.0, 101.0, 102.0), 102.0, 0, Limits(requests=2), 0.0, 101.0 + W),
+])
+def test_the_earliest_slot_keeps_every_window_within_the_limits(
+        entries: list[Entry], now: float, tokens: int, limits: Limits, not_before: float,
+        slot: float) -> None:
+    assert earliest_slot(entries, now, tokens, limits, not_before) == pytest.approx(slot)
+
+
+def test_slots_taken_one_after_another_never_put_more_in_a_window_than_allowed() -> None:
+    entries: list[Entry] = []
+    limits = Limits(requests=5, tokens=3000)
+    for i in range(40):
+        tokens = 300 + 100 * (i % 7)
+        entries.append(Entry(f"r{i}", earliest_slot(entries, 0.0, tokens, limits), tokens))
+    for e in entries:  # every window that ends at a slot (the server counts at each arrival)
+        window = [f for f in entries if e.at - 60.0 - GRACE_SECONDS < f.at <= e.at]
+        assert len(window) <= 5 and sum(f.tokens for f in window) <= 3000
+
+
+@pytest.mark.parametrize(("entries", "now", "kept"), [
+    (at(10.0, 50.0, 100.0), 100.0, ["r1", "r2"]),  # r0 counted until 72
+    (at(10.0), 10.0 + W, []),
+    (at(10.0), 10.0 + W - 0.1, ["r0"]),
+])
+def test_live_entries_are_those_still_counted(entries: list[Entry], now: float,
+                                              kept: list[str]) -> None:
+    assert [e.holder for e in live(entries, now)] == kept
+
+
+@pytest.mark.parametrize(("holder", "now", "ahead"), [
+    ("r3", 100.0, 2),  # r1 and r2 come before it, r0's slot has come
+    ("r1", 100.0, 0),
+    ("r0", 100.0, 0),
+    ("nobody", 100.0, 0),
+])
+def test_position_counts_the_calls_ahead(holder: str, now: float, ahead: int) -> None:
+    assert position(at(90.0, 110.0, 120.0, 130.0), holder, now) == ahead
+
+
+@pytest.mark.parametrize(("entry", "holder", "now", "held"), [
+    (Entry("a", 110.0), "a", 100.0, True),  # still to come
+    (Entry("a", 110.0), "b", 100.0, False),
+    (Entry("a", 100.0, waited=True), "a", 101.0, True),  # came within the grace
+    (Entry("a", 100.0, waited=True), "a", 100.0 + GRACE_SECONDS, False),  # too late
+    (Entry("a", 100.0), "a", 100.0, False),  # taken for at once: used at once
+])
+def test_a_place_is_held_while_it_is_to_come_or_just_came_after_a_wait(
+        entry: Entry, holder: str, now: float, held: bool) -> None:
+    assert entry.held_by(holder, now) is held
+
+
+@pytest.mark.parametrize(("requests", "tokens", "shards", "headroom", "limits"), [
+    (60, None, 1, 0.02, Limits(requests=58)),
+    (600, 1_000_000, 20, 0.02, Limits(requests=29, tokens=49_000)),
+    (10, None, 1, 0.02, Limits(requests=9)),
+    (1, None, 4, 0.02, Limits(requests=1)),  # never none
+])
+def test_a_shards_part_is_its_share_under_the_headroom_rounded_down(
+        requests: int | None, tokens: int | None, shards: int, headroom: float,
+        limits: Limits) -> None:
+    assert shard_limits(requests, tokens, shards, headroom) == limits
+
+
+@pytest.mark.parametrize(("quota", "shards"), [
+    (ModelQuota(model="m", rpm=60), 1),
+    (ModelQuota(model="m", rpm=600), 10),  # one write a call: ten a second over ten shards
+    (ModelQuota(model="m", rpm=600, tpm=1_000_000), 20),  # a correction too
+    (ModelQuota(model="m", tpm=1_000_000), 1),
+    (ModelQuota(model="m", rpm=600, shards=3), 3),
+])
+def test_shards_are_sized_to_a_write_a_second_each(quota: ModelQuota, shards: int) -> None:
+    assert quota.shard_count == shards
+
+
+def test_a_quota_that_limits_nothing_is_refused_and_star_covers_the_rest() -> None:
+    with pytest.raises(ValueError, match="limits nothing"):
+        ModelQuota(model="m")
+    named, rest = ModelQuota(model="a", rpm=5), ModelQuota(model="*", rpm=9)
+    assert quota_for([rest, named], "a") is named
+    assert quota_for([rest, named], "b") is rest
+    assert quota_for([named], "b") is None
+
+
+@pytest.mark.parametrize(("size", "tokens"), [(0, 1), (3, 1), (4, 2), (3000, 1000)])
+def test_tokens_are_estimated_on_the_high_side(size: int, tokens: int) -> None:
+    assert estimated_tokens(size) == tokens
+
+
+@pytest.mark.parametrize(("scale", "now", "share"), [
+    (Scale(), 1000.0, 1.0),  # a fixed quota, or one never refused
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1014.0, 0.4),  # less than a step
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1015.0, 0.45),  # quickly, up to 0.9 of where refused
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1030.0, 0.46),  # then carefully, for a minute
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1045.0, 0.47),
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1060.0, 0.62),  # then quickly again
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1075.0, 0.77),
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1135.0, 1.0),  # and no further than the limits
+])
+def test_an_adaptive_share_climbs_back_while_no_429_comes(scale: Scale, now: float,
+                                                          share: float) -> None:
+    assert scale.now(now).share == pytest.approx(share)
+
+
+@pytest.mark.parametrize(("scale", "now", "share", "refused_share"), [
+    (Scale(), 1000.0, 0.8, 1.0),
+    (Scale(0.5, 1.0, 900.0, 900.0), 1000.0, 0.8, 1.0),  # a long quiet: it had climbed back
+    (Scale(0.8, 1.0, 995.0, 995.0), 1000.0, 0.8, 1.0),  # a second 429 of one burst: once
+    (Scale(0.05, 0.06, 900.0, 900.0), 901.0, 0.05, 0.06),
+])
+def test_a_429_lowers_an_adaptive_share_once_a_burst(scale: Scale, now: float, share: float,
+                                                     refused_share: float) -> None:
+    lowered = scale.lowered(now)
+    assert (lowered.share, lowered.refused_share) == pytest.approx((share, refused_share))
+
+
+def test_a_share_applies_to_both_limits_rounded_down() -> None:
+    assert Scale(0.5).applied(Limits(requests=9, tokens=1001)) == Limits(requests=4,
+                                                                         tokens=500)
+    assert Scale(0.01).applied(Limits(requests=9)) == Limits(requests=1)
