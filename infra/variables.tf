@@ -204,6 +204,26 @@ variable "step_claims" {
   }
 }
 
+variable "model_quotas" {
+  type = list(object({
+    model    = string
+    location = optional(string)
+    rpm      = optional(number)
+    tpm      = optional(number)
+    mode     = optional(string, "fixed")
+    headroom = optional(number, 0.02)
+    shards   = optional(number)
+  }))
+  description = "The model quotas every service shares (ACKLOOP_MODEL_QUOTAS, docs/how-to/quotas.md): per model the agents call (\"*\": any other), its requests (rpm) and input tokens (tpm) per minute, mode fixed (the Gemini API's tiers, Provisioned Throughput) or adaptive (Vertex AI's shared pool: a 429 lowers the share, which climbs back), the headroom kept under them, and the limiter's shards (default: one per write a second at the full rate). A model step takes its call's place before it calls and waits for it acknowledged, woken by the wakes queue. Empty: no limiter."
+  default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for q in var.model_quotas : (q.rpm != null || q.tpm != null) && contains(["fixed", "adaptive"], q.mode) && q.headroom >= 0 && q.headroom < 0.9])
+    error_message = "Each model quota needs rpm or tpm, a mode of fixed or adaptive, and a headroom in [0, 0.9)."
+  }
+}
+
 variable "in_request_waits" {
   type = object({
     claim_wait_seconds = optional(number, 25)

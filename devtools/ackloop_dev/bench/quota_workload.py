@@ -1,7 +1,8 @@
 """Runs against a Gemini quota: what a deployment meets first, measured from outside.
 
 ``python -m ackloop_dev.bench.quota_workload [--runs 40] [--calls 5] [--rpm 60]
-[--spread 60] [--rounding floor|ceil] [--timeout 900] [--json F]``
+[--spread 60] [--rounding floor|ceil] [--limiter off|fixed|adaptive] [--headroom 0.02]
+[--capacity RPM@SECONDS,...] [--timeout 900] [--json F]``
 
 Starts a local stack on free ports whose fake Gemini server enforces ``--rpm`` requests a
 minute as the Gemini API does (:mod:`ackloop_dev.fakes.gemini_quota`: a 429
@@ -9,7 +10,11 @@ minute as the Gemini API does (:mod:`ackloop_dev.fakes.gemini_quota`: a 429
 so a wait under a second reads ``"0s"``). It asks ``--runs`` runs of the benchmark's
 ``reference-long`` agent, each making ``--calls`` model calls, spread evenly over ``--spread``
 seconds, follows each to its end through ``GET /runs/{id}`` and samples the model server and
-the push delivery every second. It prints, and writes as JSON:
+the push delivery every second. ``--limiter`` declares the quota to the stack's services
+(``ACKLOOP_MODEL_QUOTAS``: ``--rpm`` requests a minute, ``--headroom`` under it, fixed or
+adaptive; off: no limiter, as before it existed); ``--capacity`` changes what the server allows
+while the runs go (``40@120,60@300``: 40 a minute from 120 s after the first ask, 60 from 300 s).
+It prints, and writes as JSON:
 
 - the runs: completed, failed (by reason), not ended within ``--timeout``; their wall time
   from the ask to the end, p50 and p95;
@@ -123,7 +128,8 @@ def figures(args: argparse.Namespace, ended: list[Ended], samples: Samples,
     return {
         "workload": {"runs": args.runs, "model_calls_per_run": args.calls,
                      "spread_s": args.spread, "requests_per_minute": args.rpm,
-                     "retry_delay_rounding": args.rounding},
+                     "retry_delay_rounding": args.rounding, "limiter": args.limiter,
+                     "headroom": args.headroom, "capacity": args.capacity},
         "runs": {"completed": statuses.get("completed", 0), "failed": statuses.get("failed", 0),
                  "other": {k: v for k, v in statuses.items() if k not in ("completed", "failed")},
                  "failed_by_reason": dict(failed),
@@ -141,9 +147,37 @@ def figures(args: argparse.Namespace, ended: list[Ended], samples: Samples,
     }
 
 
+def capacity_plan(text: str) -> list[tuple[float, int]]:
+    """``--capacity``'s changes, in time order: (seconds after the first ask, requests a
+    minute)."""
+    plan = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        rpm, _, at = part.partition("@")
+        plan.append((float(at), int(rpm)))
+    return sorted(plan)
+
+
+def limiter_env(args: argparse.Namespace) -> dict[str, str]:
+    """The stack's model quota for ``--limiter`` (none when off)."""
+    if args.limiter == "off":
+        return {}
+    return {"ACKLOOP_MODEL_QUOTAS": json.dumps([{
+        "model": "*", "rpm": args.rpm, "mode": args.limiter, "headroom": args.headroom}])}
+
+
+def _change_capacity(gemini: str, began: float, plan: list[tuple[float, int]],
+                     stop: threading.Event) -> None:
+    for at, rpm in plan:
+        if stop.wait(max(0.0, began + at - time.monotonic())):
+            return
+        httpx.post(f"{gemini}/_admin/quota", json={"requests_per_minute": rpm}
+                   ).raise_for_status()
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     directory = args.workdir or Path(tempfile.mkdtemp(prefix="ackloop-quota-"))
-    stack = free_stack(directory, "ackloop-quota", CATALOG, fake_gemini=True)
+    stack = free_stack(directory, "ackloop-quota", CATALOG, fake_gemini=True,
+                       extra_env=limiter_env(args))
     state = stack.up(log=lambda line: print(line, file=sys.stderr))
     try:
         gemini = state.fake_gemini_url
@@ -157,6 +191,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sampler = threading.Thread(target=_sample, args=(stack, gemini, began, stop, samples),
                                    daemon=True)
         sampler.start()
+        threading.Thread(target=_change_capacity, daemon=True, args=(
+            gemini, began, capacity_plan(args.capacity), stop)).start()
 
         def ask(index: int) -> Ended:
             time.sleep(max(0.0, began + index * args.spread / args.runs - time.monotonic()))
@@ -181,6 +217,11 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--spread", type=float, default=60.0, help="seconds the asks spread over")
     out.add_argument("--rounding", choices=["floor", "ceil"], default="floor",
                      help="retryDelay's rounding: floor as Gemini ('0s'), or ceil")
+    out.add_argument("--limiter", choices=["off", "fixed", "adaptive"], default="off",
+                     help="the stack's model quota: --rpm less --headroom (off: none)")
+    out.add_argument("--headroom", type=float, default=0.02)
+    out.add_argument("--capacity", default="",
+                     help="what the server allows as the runs go: RPM@SECONDS,...")
     out.add_argument("--timeout", type=float, default=900.0,
                      help="seconds a run may take after the last ask")
     out.add_argument("--workdir", type=Path, default=None)

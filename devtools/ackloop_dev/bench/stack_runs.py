@@ -18,14 +18,16 @@ TERMINAL = {"completed", "failed", "cancelled"}
 
 
 def free_stack(directory: Path, project_id: str, agents: str, *,
-               fake_gemini: bool = False) -> LocalStack:
-    """A stack (not started) whose emulators and services all have free ports."""
+               fake_gemini: bool = False, extra_env: dict[str, str] | None = None
+               ) -> LocalStack:
+    """A stack (not started) whose emulators and services all have free ports, its services
+    given ``extra_env`` besides their own."""
     for _ in range(20):
         stack = LocalStack(StackOptions(
             directory=directory, project_id=project_id,
             pubsub_port=emulators.free_port(), firestore_port=emulators.free_port(),
             base_port=random.randrange(21000, 29000, 20), fake_gemini=fake_gemini,
-            sandbox_apis=False, agents=agents))
+            sandbox_apis=False, agents=agents, extra_env=dict(extra_env or {})))
         if not ports.taken(stack.planned_ports()):
             return stack
     raise RuntimeError("no free block of ports for the stack")

@@ -46,6 +46,11 @@ def up(
     real_apis: bool = typer.Option(False, help="Call the real weather/IP APIs, not the sandbox."),
     fake_gemini: bool = typer.Option(
         False, help="Serve the scripted model over the Gemini REST API and use google-genai."),
+    fake_gemini_rpm: int = typer.Option(
+        0, help="With --fake-gemini: the requests a minute it allows, refusing more with a 429 "
+        "as Gemini does (0: no limit)."),
+    fake_gemini_tpm: int = typer.Option(
+        0, help="With --fake-gemini: the input tokens a minute it allows (0: no limit)."),
     base_port: int = typer.Option(8090, help="First of the ports the services listen on."),
     pubsub_port: int = typer.Option(8085, help="Pub/Sub emulator port."),
     firestore_port: int = typer.Option(8086, help="Firestore emulator port."),
@@ -97,6 +102,7 @@ def up(
         directory=directory, sandbox_apis=not real_apis and not emulators_only,
         start_emulators=not reuse_emulators,
         fake_gemini=fake_gemini and not emulators_only, base_port=base_port,
+        fake_gemini_quota=(fake_gemini_rpm or None, fake_gemini_tpm or None),
         pubsub_port=pubsub_port, firestore_port=firestore_port, storage_port=storage_port,
         services=() if emulators_only else LAYOUTS[layout.value],
         create_topology=not emulators_only, push=push.value,

@@ -105,6 +105,8 @@ class StackOptions:
     base_port: int = 8090
     sandbox_apis: bool = True
     fake_gemini: bool = False
+    fake_gemini_quota: tuple[int | None, int | None] = (None, None)
+    """Requests and input tokens a minute the fake Gemini server allows (None: no limit)."""
     extra_env: dict[str, str] = field(default_factory=dict)
     service_env: dict[str, dict[str, str]] = field(default_factory=dict)
     """Extra environment for one service only (fault points in tests, say)."""
@@ -178,7 +180,7 @@ class LocalStack:
                 started.append(self._start("fake-gemini", ManagedProcess(
                     "fake-gemini",
                     [sys.executable, "-m", "ackloop_dev.fakes.gemini_server", "--port", str(port),
-                     "--policy", "catalog"],
+                     "--policy", "catalog", *quota_flags(o.fake_gemini_quota)],
                     logs / "fake-gemini.log", f"{state.fake_gemini_url}/",
                 )))
             ready = wait_all(started, 60.0)
@@ -539,6 +541,13 @@ def status(directory: Path) -> list[ProcessStatus]:
         up = alive(pid) and (port is None or ports.serves(port, pid) is not False)
         rows.append(ProcessStatus(name, pid, up, port, url, state.logs.get(name)))
     return rows
+
+
+def quota_flags(quota: tuple[int | None, int | None]) -> list[str]:
+    """The fake Gemini server's flags for a quota of (requests, input tokens) a minute."""
+    rpm, tpm = quota
+    return ([*(["--quota-rpm", str(rpm)] if rpm else []),
+             *(["--quota-tpm", str(tpm)] if tpm else [])])
 
 
 def describe_model(settings: Settings, fake_gemini_url: str | None = None) -> str:
