@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ackloop.agents.agent import Agent
+from ackloop.api.models import QuotaWaitView, RunView
 from ackloop.bus.wakes import MemoryWaker
 from ackloop.config.quotas import ModelQuota
 from ackloop.config.settings import Settings
@@ -151,3 +152,26 @@ async def test_without_a_quota_nothing_is_read_or_written_for_it() -> None:
     await loop.run_until_idle()
     assert len(model.asked) == 2 * ALLOWED
     assert await loop.deps.store.db.list_all("quotas") == []
+
+
+async def test_a_run_waiting_for_its_place_says_so_with_the_calls_ahead_and_how_long() -> None:
+    loop, model = world()
+    runs = await ask(loop, ALLOWED + 3)
+    await loop.run_until_idle()
+    now = loop.deps.clock.now()
+    seen = []
+    for run_id in runs:
+        run = await loop.deps.store.runs.get_run(run_id)
+        assert run is not None
+        places = await quota.waiting_of(loop.deps.settings, loop.deps.store, run_id, now)
+        view = RunView.of_run(run, [], quota_waits=[QuotaWaitView.of(p, now) for p in places])
+        seen.append([(w.step, w.ahead, w.label) for w in view.waiting_for_quota])
+    assert seen[:ALLOWED] == [[]] * ALLOWED  # called at once: nothing to wait for
+    quota_id = loop.deps.settings.model_quotas[0].quota_id
+    assert seen[ALLOWED:] == [
+        [("0000-model", ahead, ("waiting for", f"its turn under quota {quota_id}: {ahead} "
+                                               "call(s) ahead, about 62 s"))]
+        for ahead in range(3)]
+    await loop.run_until_idle(wake=True)
+    assert await quota.waiting_of(loop.deps.settings, loop.deps.store, runs[-1],
+                                  loop.deps.clock.now()) == []

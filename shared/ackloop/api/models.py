@@ -23,6 +23,7 @@ from ackloop.domain.wire import (
     Usage,
     storable_text,
 )
+from ackloop.engine.quota import Waiting as QuotaWaiting
 from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.engine.waits.kinds import KINDS, kind_of
 
@@ -255,6 +256,21 @@ class ChildView(RunOutcomeView, _ChildHead):
         return cls(run_id=child.run_id, agent=child.agent, step=step, **cls.outcome_of(child))
 
 
+class QuotaWaitView(BaseModel):
+    """A model step waiting for its place under its model's quota (it goes on by itself)."""
+
+    quota: str = Field(description="The quota: its model and location.")
+    step: str
+    place_at: float = Field(description="When its place comes (Unix seconds).")
+    ahead: int = Field(description="Calls ahead of it in line.")
+    label: tuple[str, str] = Field(description="What the run is doing, as `waiting[].label`.")
+
+    @classmethod
+    def of(cls, waiting: QuotaWaiting, now: float) -> QuotaWaitView:
+        return cls(quota=waiting.quota_id, step=waiting.step, place_at=waiting.at,
+                   ahead=waiting.ahead, label=waiting.label(now))
+
+
 class RunView(RunSummary):
     """A run with its steps, in execution order, and its child runs."""
 
@@ -262,6 +278,9 @@ class RunView(RunSummary):
     steps: list[StepView]
     waiting: list[WaitingView] = Field(
         default_factory=list, description="Tool calls waiting for a decision or an event.")
+    waiting_for_quota: list[QuotaWaitView] = Field(
+        default_factory=list, description="Model steps waiting for their places under their "
+        "model's quota, with the calls ahead of each and when its place comes.")
     children: list[ChildView] = Field(
         default_factory=list, description="The child runs its sub-agent calls started, in "
         "the order of their steps (each one's own children are in its GET /runs/{run_id}).")
@@ -276,9 +295,11 @@ class RunView(RunSummary):
 
     @classmethod
     def of_run(cls, run: RunRecord, steps: list[StepRecord],
-               children: Sequence[tuple[str, RunRecord]] = ()) -> RunView:
+               children: Sequence[tuple[str, RunRecord]] = (),
+               quota_waits: Sequence[QuotaWaitView] = ()) -> RunView:
         """``children``: ``(step key, child run)`` of each of its child runs
-        (:func:`ackloop.api.tree.children_of`)."""
+        (:func:`ackloop.api.tree.children_of`); ``quota_waits``: its model steps waiting for
+        their places (:func:`ackloop.engine.quota.waiting_of`)."""
         summary = RunSummary.of(run)
         if not run.status.terminal:  # in flight: what the steps have recorded so far
             summary = summary.model_copy(update={"usage": steps_usage(steps),
@@ -286,7 +307,7 @@ class RunView(RunSummary):
         waiting = [w for s in steps if (w := WaitingView.of(s)) is not None]
         kids = [ChildView.of(key, child) for key, child in children]
         return cls(**dict(summary), model=run.model, steps=[StepView.of(s) for s in steps],
-                   waiting=waiting, children=kids,
+                   waiting=waiting, waiting_for_quota=list(quota_waits), children=kids,
                    children_cost=Cost.total([k.cost for k in kids]) if kids else None,
                    children_usage=_summed([k.usage for k in kids]) if kids else None)
 

@@ -28,6 +28,7 @@ from ackloop.api.models import (
     CreateRun,
     ErrorBody,
     Event,
+    QuotaWaitView,
     RunCreated,
     RunSummary,
     RunView,
@@ -38,7 +39,7 @@ from ackloop.domain.errors import ConversationNotStarted, IdempotencyMismatch, P
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.records import RunRecord
 from ackloop.domain.wire import ID_PATTERN, QueryMessage
-from ackloop.engine import ending
+from ackloop.engine import ending, quota
 from ackloop.engine.deps import Deps
 from ackloop.engine.ingest import start_run
 from ackloop.engine.sweep import sweep
@@ -220,7 +221,8 @@ async def get_run(request: Request, run_id: RunId) -> RunView:
     deps = await deps_of(request)
     run = await existing_run(deps, run_id, caller_of(request))
     steps = await deps.store.steps.list_steps(run_id)
-    return RunView.of_run(run, steps, await tree.children_of(deps.store, run, steps))
+    return RunView.of_run(run, steps, await tree.children_of(deps.store, run, steps),
+                          await quota_waits(deps, run))
 
 
 @router.get("/runs/{run_id}/events", responses={200: {"content": STREAM_CONTENT,
@@ -304,3 +306,13 @@ async def sweep_runs(
     swept = await sweep(deps, stale_after=stale_seconds)
     return SweepReport(swept=[SweptRun(run_id=s.run_id, action=s.action, detail=s.detail)
                               for s in swept])
+
+
+async def quota_waits(deps: Deps, run: RunRecord) -> list[QuotaWaitView]:
+    """The run's model steps waiting for their places (read only while it runs, and only where
+    quotas are declared)."""
+    if run.status.terminal or not deps.settings.model_quotas:
+        return []
+    now = deps.clock.now()
+    return [QuotaWaitView.of(w, now) for w in
+            await quota.waiting_of(deps.settings, deps.store, run.run_id, now)]

@@ -129,10 +129,16 @@ def show(
         return run, steps, await tree(target.store(), run, steps)
 
     run, steps, children = asyncio.run(read())
-    if as_json:
-        from ackloop.api.models import RunView
+    from ackloop.engine.quota import waiting_of
 
-        view = RunView.of_run(run, steps, [(n.step, n.run) for n in children])
+    now = time.time()
+    places = asyncio.run(waiting_of(target.settings, target.store(), run.run_id, now)
+                         ) if not run.status.terminal and target.settings.model_quotas else []
+    if as_json:
+        from ackloop.api.models import QuotaWaitView, RunView
+
+        view = RunView.of_run(run, steps, [(n.step, n.run) for n in children],
+                              [QuotaWaitView.of(p, now) for p in places])
         _emit(view.model_dump(mode="json") | {"children": _children_json(children)})
         return
     followed = Followed(run.run_id, run, steps)
@@ -154,6 +160,7 @@ def show(
         fields.append(("parent", f"{run.parent_run_id} (its step {run.parent_step})"))
     fields += [("sleeps", f"{s.key} ({s.name}) until {_when(s.waiting.wake_at)}")
                for s in followed.sleeping if s.waiting is not None]
+    fields += [("quota", f"{p.step} {' '.join(p.label(now))}") for p in places]
     if children:
         from ackloop.domain.cost import Cost
 

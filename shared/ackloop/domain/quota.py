@@ -65,10 +65,11 @@ class Entry:
 
 
 def live(entries: Iterable[Entry], now: float, window: float = WINDOW_SECONDS) -> list[Entry]:
-    """The entries that still count at ``now`` or later, by slot: those whose slot plus
-    a window and the grace is past are dropped."""
+    """The entries that still count at ``now`` or later, by slot (those of one slot in the
+    order they were taken): those whose slot plus a window and the grace is past are
+    dropped."""
     return sorted((e for e in entries if e.at + window + GRACE_SECONDS > now),
-                  key=lambda e: (e.at, e.holder))
+                  key=lambda e: e.at)
 
 
 def _over(counted: Sequence[Entry], tokens: int, limits: Limits) -> bool:
@@ -96,12 +97,14 @@ def earliest_slot(entries: Sequence[Entry], now: float, tokens: int, limits: Lim
 
 
 def position(entries: Sequence[Entry], holder: str, now: float) -> int:
-    """How many calls are ahead of ``holder``'s in line: those reserved earlier that have not
-    had their slot yet (0: it is next, or its slot has come)."""
-    mine = next((e for e in entries if e.holder == holder), None)
-    if mine is None or mine.at <= now:
+    """How many calls are ahead of ``holder``'s (its latest place) in line: those before it
+    (``entries`` in line: by slot, then in the order taken) whose slot has not come (0: it is
+    next, or its slot has come)."""
+    index = next((i for i in range(len(entries) - 1, -1, -1)
+                  if entries[i].holder == holder), None)
+    if index is None or entries[index].at <= now:
         return 0
-    return sum(1 for e in entries if now < e.at < mine.at)
+    return sum(1 for e in entries[:index] if e.at > now)
 
 
 def shard_limits(requests: int | None, tokens: int | None, shards: int, headroom: float

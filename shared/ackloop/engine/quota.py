@@ -34,15 +34,22 @@ from dataclasses import dataclass
 
 from ackloop.bus.wakes import NoWaker, Wake, WakeNotArmed
 from ackloop.config.quotas import ModelQuota, quota_for
+from ackloop.config.settings import Settings
 from ackloop.domain.errors import RetryableError
-from ackloop.domain.quota import RETRY_FLOOR_SECONDS, Limits, estimated_tokens, shard_limits
+from ackloop.domain.quota import (
+    RETRY_FLOOR_SECONDS,
+    Limits,
+    estimated_tokens,
+    position,
+    shard_limits,
+)
 from ackloop.domain.wire import ModelStepMessage
 from ackloop.engine import quota_log
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import QUOTA_SINCE
 from ackloop.engine.outbox_sending import encode
 from ackloop.model.base import ModelRequest
-from ackloop.store import Claim
+from ackloop.store import AgentStore, Claim
 
 log = logging.getLogger(__name__)
 
@@ -159,3 +166,31 @@ async def wait_for_place(deps: Deps, claim: Claim, message: ModelStepMessage,
     except WakeNotArmed as exc:
         raise RetryableError(f"{wait}; its wake was not armed ({exc})",
                              retry_after=max(0.0, wait.at - deps.clock.now())) from exc
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A run's model step waiting for its place: under which quota, the step, its place, the
+    calls ahead of it; its words, as every wait has (:mod:`ackloop.engine.waits.kind`)."""
+
+    quota_id: str
+    step: str
+    at: float
+    ahead: int
+
+    def label(self, now: float) -> tuple[str, str]:
+        return ("waiting for", f"its turn under quota {self.quota_id}: {self.ahead} call(s) "
+                f"ahead, about {max(0.0, self.at - now):.0f} s")
+
+
+async def waiting_of(deps_settings: Settings, store: AgentStore, run_id: str, now: float
+                     ) -> list[Waiting]:
+    """The run's model steps waiting for their places (a read of the run's shard per quota;
+    none without quotas)."""
+    found = []
+    for quota in deps_settings.model_quotas:
+        shard = await quota_log.read(store, shard_id(quota, run_id), now)
+        found += [Waiting(quota.quota_id, e.holder.split("/", 1)[1].split("#", 1)[0], e.at,
+                          position(shard.entries, e.holder, now))
+                  for e in shard.entries if e.holder.startswith(f"{run_id}/") and e.at > now]
+    return found

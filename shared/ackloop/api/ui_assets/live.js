@@ -153,10 +153,12 @@ function approvalPanel(runId, call, onDecided, scope) {
 
 // What a live run waits for, in its waits' own words (each kind's label: how it waits, and
 // for what): "waiting for a decision, event receipt" · "asleep until 2026-12-08 09:00:00 UTC".
+// A model step waiting for its place under its model's quota says so the same way.
 export function waitingFor(run) {
-  if (TERMINAL.has(run.status) || !run.waiting?.length) return "";
+  const waits = [...(run.waiting || []), ...(run.waiting_for_quota || [])];
+  if (TERMINAL.has(run.status) || !waits.length) return "";
   const byHow = new Map();
-  for (const { label: [how, what] } of run.waiting) {
+  for (const { label: [how, what] } of waits) {
     byHow.set(how, (byHow.get(how) || new Set()).add(what));
   }
   return ` · ${[...byHow].map(([how, whats]) => `${how} ${[...whats].join(", ")}`).join(" · ")}`;
