@@ -155,7 +155,7 @@ async def test_without_a_quota_nothing_is_read_or_written_for_it() -> None:
 
 
 async def test_a_run_waiting_for_its_place_says_so_with_the_calls_ahead_and_how_long() -> None:
-    loop, model = world()
+    loop, _ = world()
     runs = await ask(loop, ALLOWED + 3)
     await loop.run_until_idle()
     now = loop.deps.clock.now()
