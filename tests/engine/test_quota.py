@@ -8,6 +8,7 @@ scripted model is asked, and when, is what Gemini would have been asked."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from ackloop.agents.agent import Agent
 from ackloop.api.models import QuotaWaitView, RunView
 from ackloop.bus.wakes import MemoryWaker
+from ackloop.cli.follow import POLL_SECONDS, follow
 from ackloop.config.quotas import ModelQuota
 from ackloop.config.settings import Settings
 from ackloop.domain.errors import ModelRetryableError
@@ -175,3 +177,21 @@ async def test_a_run_waiting_for_its_place_says_so_with_the_calls_ahead_and_how_
     await loop.run_until_idle(wake=True)
     assert await quota.waiting_of(loop.deps.settings, loop.deps.store, runs[-1],
                                   loop.deps.clock.now()) == []
+
+
+async def test_the_cli_following_a_run_tells_its_place_once() -> None:
+    loop, _ = world()
+    clock = loop.deps.clock
+    clock.advance(time.time() - clock.now())  # type: ignore[attr-defined]  # the CLI's clock
+    runs = await ask(loop, ALLOWED + 2)
+    await loop.run_until_idle()
+    told: list[str] = []
+    followed = await follow(loop.deps.store, runs[-1], timeout=3 * POLL_SECONDS,
+                            quotas=loop.deps.settings, on_quota=told.append)
+    assert followed.run is not None and not followed.ended  # polled a few times: told once
+    assert len(told) == 1 and "0000-model" in told[0], told
+    assert "waiting for its turn under quota any@default: 1 call(s) ahead, about" in told[0]
+    quiet: list[str] = []
+    await follow(loop.deps.store, runs[0], timeout=0, quotas=loop.deps.settings,
+                 on_quota=quiet.append)
+    assert quiet == []  # it did not wait

@@ -146,7 +146,7 @@ async def _ask(target: Target, query: QueryMessage, timeout: float, quiet: bool)
     live = LiveText(lambda text: typer.echo(text, nl=False, err=True))
     followed = await follow(store, run_id, timeout=timeout, message_id=message_id,
                             until_waiting=True, on_step=lambda step: live.line(step_line(step)),
-                            on_delta=live.delta)
+                            on_delta=live.delta, quotas=target.settings, on_quota=live.line)
     live.end_line()
     return followed
 

@@ -139,7 +139,8 @@ class ChatSession:
         while True:
             followed = await follow(
                 store, run_id, timeout=self.timeout, message_id=message_id, until_waiting=True,
-                on_step=on_step, on_delta=on_delta)
+                on_step=on_step, on_delta=on_delta, quotas=self.target.settings,
+                on_quota=live.line)
             live.end_line()
             if not followed.waiting or not await self._decide(followed, prompt):
                 break

@@ -24,11 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ackloop.config.settings import Settings
 from ackloop.domain.cost import Cost
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunRecord, RunStatus, StepRecord, StepStatus
 from ackloop.domain.wire import Usage
 from ackloop.engine.children import is_reserved
+from ackloop.engine.quota import waiting_of
 from ackloop.engine.spend import rolled_up, steps_usage
 from ackloop.engine.waits.kinds import kind_of
 from ackloop.store.deltas import DeltaRecord, after_step, next_id, read_deltas
@@ -168,19 +170,24 @@ async def follow(
     on_delta: Callable[[DeltaRecord], None] | None = None,
     message_id: str | None = None,
     until_waiting: bool = False,
+    quotas: Settings | None = None,
+    on_quota: Callable[[str], None] = lambda line: None,
 ) -> Followed:
     """Poll until the run ends (or ``timeout`` seconds pass, None: no limit), calling
     ``on_step`` once for each completed step, in key order, and ``on_delta`` (when given) for
     each delta of a step being written, before that step's ``on_step``. ``message_id``: the
     query's Pub/Sub message, whose rejection ends the wait while no run exists.
     ``until_waiting``: return once the run waits and nothing else of the waiting turn is left
-    to run (:attr:`Followed.settled`), which no poll would change."""
+    to run (:attr:`Followed.settled`), which no poll would change. ``quotas``: the
+    deployment's settings, when it declares model quotas: ``on_quota`` is told, once per
+    place, of a model step waiting for its place (the calls ahead, how long)."""
     seen: set[str] = set()
     deltas_from = "0"  # the next delta id to read
     live: str | None = None  # the step whose text is being shown
     give = on_delta or (lambda delta: None)
     started = time.monotonic()
     followed = Followed(run_id)
+    told_places: set[tuple[str, float]] = set()
     while True:
         run, steps = await asyncio.gather(store.runs.get_run(run_id),
                                           store.steps.list_steps(run_id))
@@ -198,6 +205,8 @@ async def follow(
                 on_step(step)
         while shown:
             give(shown.popleft())
+        if quotas is not None and quotas.model_quotas and run is not None:
+            told_places = await _tell_places(quotas, store, run, told_places, on_quota)
         if run is None and message_id is not None:
             followed.rejection = await store.letters.get_poison(message_id)
         followed.elapsed = time.monotonic() - started
@@ -205,6 +214,20 @@ async def follow(
                 timeout is not None and followed.elapsed >= timeout):
             return followed
         await asyncio.sleep(POLL_SECONDS)
+
+
+async def _tell_places(settings: Settings, store: AgentStore, run: RunRecord,
+                       told: set[tuple[str, float]], tell: Callable[[str], None]
+                       ) -> set[tuple[str, float]]:
+    """Tell each place a model step of ``run`` waits for, once; the places told."""
+    if run.status.terminal:
+        return told
+    now = time.time()
+    for place in await waiting_of(settings, store, run.run_id, now):
+        if (place.step, place.at) not in told:
+            told = told | {(place.step, place.at)}
+            tell(f"  … {place.step:<14} {' '.join(place.label(now))}")
+    return told
 
 
 async def _read_deltas(store: AgentStore, run_id: str, steps: list[StepRecord],

@@ -245,7 +245,8 @@ def follow_run(
     async def watch() -> Followed:
         await _existing(target, run_id)
         return await follow(target.store(), run_id, timeout=timeout, on_step=on_step,
-                            on_delta=None if as_json else live.delta)
+                            on_delta=None if as_json else live.delta,
+                            quotas=None if as_json else target.settings, on_quota=live.line)
 
     followed = asyncio.run(watch())
     live.end_line()
