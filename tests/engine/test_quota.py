@@ -195,3 +195,24 @@ async def test_the_cli_following_a_run_tells_its_place_once() -> None:
     await follow(loop.deps.store, runs[0], timeout=0, quotas=loop.deps.settings,
                  on_quota=quiet.append)
     assert quiet == []  # it did not wait
+
+
+async def test_metrics_count_the_places_the_waits_and_the_429s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    places: list[tuple[str, bool]] = []
+    waits: list[float] = []
+    refused: list[tuple[str, bool]] = []
+    monkeypatch.setattr(quota.metrics, "quota_place", lambda q, waited: places.append(
+        (q, waited)))
+    monkeypatch.setattr(quota.metrics, "quota_waited", lambda q, s: waits.append(s))
+    monkeypatch.setattr(quota.metrics, "model_refused", lambda m, limited: refused.append(
+        (m, limited)))
+    loop, model = world(refuse=1)
+    await ask(loop, ALLOWED + 1)
+    await loop.run_until_idle(wake=True)
+    assert len(model.refused) == 1 and len(model.asked) == ALLOWED + 1
+    # The first call went at once and met the 429, which paused the quota for a second: every
+    # other call, and the refused one again, waited for its place.
+    assert sorted(w for _, w in places) == [False] + [True] * (ALLOWED + 1)
+    assert len(waits) == ALLOWED + 1 and all(s >= 1.0 for s in waits)
+    assert [limited for _, limited in refused] == [True]

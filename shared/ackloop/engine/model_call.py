@@ -17,7 +17,7 @@ from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimAtFirstText, ClaimRef, RequestScope, heartbeat
 from ackloop.model.base import ModelClient, ModelRequest, ModelTurn, StreamingModelClient
 from ackloop.store.deltas import DeltaRecord, DeltaWriter, run_delta_writer
-from ackloop.telemetry import tracing
+from ackloop.telemetry import metrics, tracing
 from ackloop.telemetry.context import update_log_context
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,8 @@ async def call_model(
             except ModelRetryableError as exc:
                 if held is not None and exc.quota_exhausted:
                     raise await quota.refused(deps, held, exc.retry_after) from exc
+                if exc.quota_exhausted:
+                    metrics.model_refused(request.model, limited=False)
                 wait = exc.retry_after if exc.retry_after is not None else backoff
                 room = scope.deadline - deps.clock.now() - deps.settings.model_timeout_seconds
                 shown = deltas is not None and deltas.shown

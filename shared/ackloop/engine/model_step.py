@@ -253,7 +253,7 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
     request = await _request(deps, ctx.run, ctx.agent, state.transcript, ctx.new_contents,
                              tools)
     holder = f"{ctx.run.run_id}/{ref.claim.key}"
-    held = await quota.take_place(deps, ctx.run.run_id, holder, request)
+    held = await quota.take_place(deps, ctx.run.run_id, holder, request, scope.quota_since)
     try:
         answered = await call_model(deps, ref, request, scope, held)
     except ModelPermanentError as exc:

@@ -50,6 +50,7 @@ from ackloop.engine.lease import QUOTA_SINCE
 from ackloop.engine.outbox_sending import encode
 from ackloop.model.base import ModelRequest
 from ackloop.store import AgentStore, Claim
+from ackloop.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class Held:
     holder: str
     at: float
     tokens: int
+    model: str = ""
 
 
 def shard_id(quota: ModelQuota, run_id: str) -> str:
@@ -109,10 +111,11 @@ def request_tokens(request: ModelRequest) -> int:
     return estimated_tokens(size) + files * FILE_TOKENS
 
 
-async def take_place(deps: Deps, run_id: str, holder: str, request: ModelRequest
-                     ) -> Held | None:
+async def take_place(deps: Deps, run_id: str, holder: str, request: ModelRequest,
+                     since: float | None = None) -> Held | None:
     """The call's place under its model's quota, when it has come (None: no quota applies).
-    Raises :class:`QuotaWait` when it is later."""
+    Raises :class:`QuotaWait` when it is later. ``since``: when the step began to wait for
+    it, if it did (the wait is measured)."""
     quota = quota_for(deps.settings.model_quotas, request.model)
     if quota is None:
         return None
@@ -122,7 +125,10 @@ async def take_place(deps: Deps, run_id: str, holder: str, request: ModelRequest
     place = await quota_log.reserve(deps.store, shard, holder, tokens, limits_of(quota), now)
     if place.at > now:
         raise QuotaWait(quota.quota_id, place.at, place.ahead)
-    return Held(quota, shard, holder, place.at, tokens)
+    if since is not None:
+        metrics.quota_waited(quota.quota_id, max(0.0, now - since))
+    metrics.quota_place(quota.quota_id, waited=not place.taken_now)
+    return Held(quota, shard, holder, place.at, tokens, request.model)
 
 
 async def answered(deps: Deps, held: Held | None, prompt_tokens: int) -> None:
@@ -140,6 +146,7 @@ async def refused(deps: Deps, held: Held, retry_after: float | None) -> QuotaWai
     now = deps.clock.now()
     until = now + max(retry_after or 0.0, RETRY_FLOOR_SECONDS)
     quota = held.quota
+    metrics.model_refused(held.model, limited=True)
     place = await quota_log.refused(deps.store, held.shard_id, held.holder, held.tokens,
                                     limits_of(quota), until, quota.mode == "adaptive", now)
     return QuotaWait(quota.quota_id, place.at, place.ahead)

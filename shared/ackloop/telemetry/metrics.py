@@ -44,6 +44,9 @@ STEP_TAKEOVERS = "ackloop.step.takeovers"
 PUSH_ANSWERS = "ackloop.hosting.push.answers"
 MODEL_TOKENS = "ackloop.model.tokens"
 COST_USD = "ackloop.domain.cost.usd"
+QUOTA_PLACES = "ackloop.quota.places"
+QUOTA_WAIT = "ackloop.quota.wait"
+MODEL_REFUSED = "ackloop.model.refused"
 
 
 class MetricsConfigError(ValueError):
@@ -60,6 +63,9 @@ class _Instruments:
     push_answers: Counter
     model_tokens: Counter
     cost_usd: Counter
+    quota_places: Counter
+    quota_wait: Histogram
+    model_refused: Counter
 
 
 _instruments: _Instruments | None = None
@@ -135,6 +141,15 @@ def _create(provider: MeterProvider) -> _Instruments:
         model_tokens=meter.create_counter(
             MODEL_TOKENS, "{token}", "Gemini tokens, by model and type (prompt, output)."),
         cost_usd=meter.create_counter(COST_USD, "USD", "What steps cost, by kind."),
+        quota_places=meter.create_counter(
+            QUOTA_PLACES, "{call}", "Places taken under a model quota, by quota and whether "
+            "the call waited for its place."),
+        quota_wait=meter.create_histogram(
+            QUOTA_WAIT, "s", "Time a model step waited for its place under a quota, by quota.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S),
+        model_refused=meter.create_counter(
+            MODEL_REFUSED, "{answer}", "429s the model answered, by model and whether a "
+            "quota was declared for it."),
     )
 
 
@@ -190,3 +205,21 @@ def step_cost(kind: str, usd: float) -> None:
     if _instruments is not None and usd:
         _instruments.cost_usd.add(usd, {"kind": kind})
 
+
+def quota_place(quota: str, waited: bool) -> None:
+    """A call took its place under ``quota``: at once, or after waiting for it."""
+    if _instruments is not None:
+        _instruments.quota_places.add(1, {"quota": quota, "waited": str(waited).lower()})
+
+
+def quota_waited(quota: str, seconds: float) -> None:
+    """A model step that waited for its place under ``quota`` runs, ``seconds`` after it
+    began to wait."""
+    if _instruments is not None:
+        _instruments.quota_wait.record(seconds, {"quota": quota})
+
+
+def model_refused(model: str, limited: bool) -> None:
+    """The model answered 429 (``limited``: a quota is declared for the model)."""
+    if _instruments is not None:
+        _instruments.model_refused.add(1, {"model": model, "limited": str(limited).lower()})
