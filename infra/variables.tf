@@ -224,6 +224,22 @@ variable "model_quotas" {
   }
 }
 
+variable "concurrency_limits" {
+  type = list(object({
+    steps = optional(string, "all")
+    key   = string
+    limit = number
+  }))
+  description = "Concurrency limits every service shares (ACKLOOP_CONCURRENCY_LIMITS, docs/how-to/quotas.md): at most limit model steps (steps = \"model\"), tool calls (\"tool\") or either (\"all\") at once per key: owner, agent, tenant (the query's options.tenant) or deployment. A step over the limit waits in line, acknowledged, and is woken when a slot frees. Empty: none."
+  default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for c in var.concurrency_limits : contains(["model", "tool", "all"], c.steps) && contains(["owner", "agent", "tenant", "deployment"], c.key) && c.limit >= 1])
+    error_message = "Each concurrency limit needs steps of model, tool or all, a key of owner, agent, tenant or deployment, and a limit of at least 1."
+  }
+}
+
 variable "in_request_waits" {
   type = object({
     claim_wait_seconds = optional(number, 25)

@@ -56,7 +56,7 @@ def _count_entries(monkeypatch: pytest.MonkeyPatch, hinted: bool) -> Entries:
     rooms = {"": AgentStore} | {name: type(room) for name, room in vars(port).items()
                                 if isinstance(room, StoreBase)}
     assert set(rooms) == {"", "runs", "steps", "transcript", "waits", "letters", "evals",
-                          "schedules"}
+                          "schedules", "quotas"}
     for room, cls in rooms.items():
         for name, fn in inspect.getmembers(cls, inspect.iscoroutinefunction):
             if not name.startswith("_"):

@@ -39,7 +39,7 @@ DELIBERATE_DIFFERENCES = {
 DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key", "request_timeout_seconds",
            "push_auth_audience", "push_auth_email", "api_sweeper_email",
            "service_vcpu", "service_memory_gib", "trace_dir", "files_bucket", "wake_queue",
-           "wake_identity", "tasks_emulator_host", "model_quotas"} | {
+           "wake_identity", "tasks_emulator_host", "model_quotas", "concurrency_limits"} | {
     name for name in Settings.model_fields if name.endswith("_topic")
 }
 
@@ -163,11 +163,12 @@ def test_derived_settings_keep_the_code_defaults(terraform: TerraformConfig) -> 
     assert "local.push_audience" in expression(env["ACKLOOP_PUSH_AUTH_AUDIENCE"])
     assert "google_service_account.push_invoker.email" in expression(env["ACKLOOP_PUSH_AUTH_EMAIL"])
     assert "google_service_account.sweeper" in expression(env["ACKLOOP_API_SWEEPER_EMAIL"])
-    # model_quotas: the variable as JSON, none by default.
-    assert expression(env["ACKLOOP_MODEL_QUOTAS"]) == "jsonencode(var.model_quotas)"
-    assert terraform.variable_default("model_quotas") == []
-    assert fields["model_quotas"].default_factory is not None
-    assert fields["model_quotas"].default_factory() == []  # type: ignore[call-arg]
+    # model_quotas and concurrency_limits: the variables as JSON, none by default.
+    for name in ("model_quotas", "concurrency_limits"):
+        assert expression(env[f"ACKLOOP_{name.upper()}"]) == f"jsonencode(var.{name})"
+        assert terraform.variable_default(name) == []
+        factory = fields[name].default_factory
+        assert factory is not None and factory() == []  # type: ignore[call-arg]
     # firestore_database: the managed database's name, which is var.firestore_database.
     assert terraform.variable_default("firestore_database") == fields["firestore_database"].default
     assert "var.firestore_database" in expression(terraform.locals["firestore_database"])

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ackloop.config.concurrency import ConcurrencyLimit
 from ackloop.config.quotas import ModelQuota
 
 ModelProvider = Literal["auto", "gemini", "scripted"]
@@ -129,6 +130,14 @@ class Settings(BaseSettings):
         "reserves its call's place under its model's quota before it calls, and one that has "
         "to wait for it is acknowledged and woken at its place. Empty (the default): no "
         "limiter; a 429 is retried as any retryable error.",
+    )
+    concurrency_limits: list[ConcurrencyLimit] = Field(
+        default_factory=list,
+        description="Concurrency limits every process shares, as a JSON list of {steps: "
+        "model|tool|all, key: owner|agent|tenant|deployment, limit} (ackloop.config."
+        "concurrency): at most limit such steps at once per key; a step that finds no free "
+        "slot waits in line, acknowledged, and is woken when one frees. Empty (the default): "
+        "none.",
     )
     retry_wait_seconds: float = Field(
         default=20.0,

@@ -162,6 +162,9 @@ class RunOptions(WireModel):
     max_tokens: int | None = Field(
         default=None, ge=1, le=1_000_000_000, description="Total tokens (its child runs' included)."
     )
+    tenant: Identifier | None = Field(
+        default=None, description="Who the run is asked for, as the deployment's concurrency "
+        "limits keyed by tenant count it (its child runs count as theirs).")
     approval_timeout_seconds: float | None = Field(
         default=None, gt=0, le=2_592_000,
         description="Longest a call waits for a person's approval before it is rejected (a "

@@ -41,7 +41,7 @@ from ackloop.engine.dead_letter import handle_dead_letter
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ingest import start_run
-from ackloop.engine.lease import QUOTA_SINCE, RequestScope
+from ackloop.engine.lease import WAITED_SINCE, RequestScope
 from ackloop.engine.outbox_sending import REDRIVEN, encode
 from ackloop.engine.spend import metered
 from ackloop.engine.tool_step import handle_tool_step
@@ -205,7 +205,7 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
                                        delivery.attributes.get("reads"),
                                        delivery.attributes.get(REDRIVEN) == "1",
-                                       _seconds(delivery.attributes.get(QUOTA_SINCE)))
+                                       _seconds(delivery.attributes.get(WAITED_SINCE)))
         # A step whose model request inlines large files holds one of the process's slots
         # until it ends (ackloop.files.gate).
         async with gate.scope(deps.settings.files_inline_concurrency,

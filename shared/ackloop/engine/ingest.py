@@ -68,6 +68,7 @@ def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS,
             else None
         ),
         approval_timeout_seconds=opts.approval_timeout_seconds,
+        tenant=opts.tenant,
     )
     return RunRecord(
         run_id=run_id,

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ackloop.bus.wakes import NoWaker, Wake, WakeNotArmed
 from ackloop.domain.clock import Clock
 from ackloop.domain.errors import (
     LeaseLost,
@@ -51,8 +52,9 @@ COMMIT_MARGIN_S = 5.0
 """Time kept in hand at the end of a request for the commit and the publish."""
 
 
-QUOTA_SINCE = "quota_since"
-"""The attribute a quota wait's wake carries: when the step began to wait."""
+WAITED_SINCE = "waited_since"
+"""The attribute the wake of a step waiting for a limiter carries (its place under a model
+quota, a concurrency slot): when the step began to wait."""
 
 
 @dataclass(frozen=True)
@@ -71,16 +73,17 @@ class RequestScope:
     """A dead letter's message published again by a redrive (its ``redriven`` attribute): a
     completed step it finds sends what it committed again, since what was sent then met a
     failed run and did nothing (:func:`ackloop.engine.outbox_sending.sends_again`)."""
-    quota_since: float | None = None
-    """When the step began to wait for its place under its model's quota, on the message its
-    wake published (its ``quota_since`` attribute: :mod:`ackloop.engine.quota`)."""
+    waited_since: float | None = None
+    """When the step began to wait for a limiter (its place under its model's quota, a
+    concurrency slot), on the message its wake published (its ``waited_since`` attribute:
+    :mod:`ackloop.engine.quota`, :mod:`ackloop.engine.concurrency`)."""
 
     @classmethod
     def starting(cls, deps: Deps, message_id: str, delivery_attempt: int = 1,
                  reads: str | None = None, redriven: bool = False,
-                 quota_since: float | None = None) -> RequestScope:
+                 waited_since: float | None = None) -> RequestScope:
         return cls(message_id, deps.clock.now() + deps.settings.request_timeout_seconds
-                   - COMMIT_MARGIN_S, max(1, delivery_attempt), reads, redriven, quota_since)
+                   - COMMIT_MARGIN_S, max(1, delivery_attempt), reads, redriven, waited_since)
 
     def wait_until(self, deps: Deps, call_seconds: float) -> float:
         """Until when a claim may wait: the configured bound, and room left for the call."""
@@ -97,6 +100,30 @@ class ClaimRef:
         self.claim = claim
         self.waited: tuple[Waiting, StepDecision] | None = None
         """A wait met at once (:func:`ackloop.engine.waits.core.met_at_once`), for the commit."""
+        self.slots: list[Any] = []
+        """The concurrency slots the step holds (:mod:`ackloop.engine.concurrency`), given
+        back once it has committed."""
+
+
+class LimiterWait(Exception):
+    """The step waits for a limiter (its place under a model quota, a concurrency slot): not a
+    failure. Whoever catches it gives back what the step holds (a claim, as not tried) and
+    arms the wake that brings it back (:func:`arm_limiter_wake`)."""
+
+
+async def arm_limiter_wake(deps: Deps, wake: Wake, wait: LimiterWait) -> None:
+    """Arm the wake of a step waiting for a limiter. Without a waker, or with one that cannot
+    arm it, the step is left to Pub/Sub's redelivery: a retryable error whose retry-after is
+    the wake's time."""
+    log.info("run %s step %s: %s", wake.attributes.get("run_id"), wake.attributes.get("step"),
+             wait)
+    try:
+        if isinstance(deps.waker, NoWaker):
+            raise WakeNotArmed("this deployment has no waker (ACKLOOP_WAKE_QUEUE)")
+        await deps.waker.arm(wake)
+    except WakeNotArmed as exc:
+        raise RetryableError(f"{wait}; its wake was not armed ({exc})",
+                             retry_after=max(0.0, wake.at - deps.clock.now())) from exc
 
 
 async def claim_waiting(
@@ -387,6 +414,8 @@ async def released_on_failure(
     re-raise, so the redelivery can take the step at once instead of waiting out the lease."""
     try:
         yield
+    except LimiterWait:
+        raise  # a wait, not a failure: its catcher gives the claim back as not tried
     except RetryableError as exc:
         await store.steps.release_step(
             ref.claim,

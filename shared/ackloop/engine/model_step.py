@@ -38,11 +38,12 @@ from ackloop.domain.records import (
     StopReason,
 )
 from ackloop.domain.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
-from ackloop.engine import children, compaction, outbox_sending, quota
+from ackloop.engine import children, compaction, concurrency, outbox_sending, quota
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import (
     ClaimRef,
+    LimiterWait,
     RequestScope,
     prepare_tools,
     released_on_failure,
@@ -100,7 +101,10 @@ async def handle_model_step(deps: Deps, message: ModelStepMessage, scope: Reques
     ref = ClaimRef(claim)
     try:
         async with released_on_failure(deps.store, deps.clock, ref):
-            await _run_claimed(deps, message, ref, run_read, inputs, scope)
+            try:
+                await _run_claimed(deps, message, ref, run_read, inputs, scope)
+            finally:
+                await concurrency.give_back_held(deps, ref)
     except PermanentError as exc:
         # Before the transcript could be read (or it is inconsistent): end the run as it is.
         log.warning("run %s failed at %s: %s", message.run_id, key, exc)
@@ -142,7 +146,7 @@ async def _run_claimed(
         if claim.state != "unclaimed":
             await deps.store.steps.release_step(claim, error=f"not run: the run is {run.status}")
         return
-    run, run_fields = _credited(run, inputs.previous, scope.quota_since, deps.clock.now())
+    run, run_fields = _credited(run, inputs.previous, scope.waited_since, deps.clock.now())
     agent = deps.agents.get(turn_agent(run, message.turn, inputs.previous))
     tracing.note(agent=agent.name)
     transcript = await _transcript(deps, run, message, inputs)
@@ -172,9 +176,8 @@ async def _run_claimed(
     except PermanentError as exc:
         log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
         decision = _failure(exc, state.ctx.message.usage, new_contents)
-    except quota.QuotaWait as wait:  # acknowledged: its wake delivers it at its place
-        since = scope.quota_since if scope.quota_since is not None else deps.clock.now()
-        await quota.wait_for_place(deps, ref.claim, state.scheduled, wait, since)
+    except LimiterWait as wait:  # acknowledged: its wake delivers it again
+        await _wait_for_limiter(deps, ref, state.scheduled, scope, wait)
         return
     decision = replace(_annotated(decision, state.compacted, agent.name, run.agent),
                        run_fields=run_fields)
@@ -183,16 +186,31 @@ async def _run_claimed(
                  redecide=lambda fresh: _cancelled(decision, fresh, turn_ctx))
 
 
-def _credited(run: RunRecord, previous: list[StepRecord], quota_since: float | None = None,
+async def _wait_for_limiter(deps: Deps, ref: ClaimRef, scheduled: ModelStepMessage,
+                            scope: RequestScope, wait: LimiterWait) -> None:
+    """The step waits for its place under its model's quota, or for a concurrency slot: what
+    it holds is given back, and its wake armed (:mod:`ackloop.engine.quota`,
+    :mod:`ackloop.engine.concurrency`)."""
+    since = scope.waited_since if scope.waited_since is not None else deps.clock.now()
+    if isinstance(wait, quota.QuotaWait):
+        await quota.wait_for_place(deps, ref.claim, scheduled, wait, since)
+        return
+    assert isinstance(wait, concurrency.SlotWait)
+    await deps.store.steps.give_back(ref.claim)
+    await concurrency.wait_for_slot(deps, "model_steps", scheduled.model_dump(mode="json"),
+                                    scheduled.run_id, ref.claim.key, wait, since)
+
+
+def _credited(run: RunRecord, previous: list[StepRecord], waited_since: float | None = None,
               now: float = 0.0) -> tuple[RunRecord, JsonDict]:
     """``run`` with the time its clock did not count while the previous turn waited for
     children (their sleeps, their waits for people: :func:`children.idle_seconds`) and while
-    this step waited for its place under its model's quota (since ``quota_since``: the wait is
+    this step waited for its place under its model's quota (since ``waited_since``: the wait is
     the deployment's, not the run's), and the fields this step writes for it (none for a step
     that waited for neither)."""
     idle, ended = children.idle_seconds(run, previous)
-    if quota_since is not None:
-        idle += max(0.0, now - max(quota_since, run.wait_ended_at, ended))
+    if waited_since is not None:
+        idle += max(0.0, now - max(waited_since, run.wait_ended_at, ended))
         ended = max(ended, now)
     if idle <= 0:
         return run, {}
@@ -253,23 +271,28 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
     request = await _request(deps, ctx.run, ctx.agent, state.transcript, ctx.new_contents,
                              tools)
     holder = f"{ctx.run.run_id}/{ref.claim.key}"
-    held = await quota.take_place(deps, ctx.run.run_id, holder, request, scope.quota_since)
-    try:
-        answered = await call_model(deps, ref, request, scope, held)
-    except ModelPermanentError as exc:
-        if exc.reason != "model_input_too_long":
-            raise
-        forced = await compaction.compact(deps, ref, ctx.run, ctx.message.turn, ctx.agent,
-                                          state.transcript, tools, force=True)
-        if forced is None:
-            raise
-        log.info("run %s: %s was too long for the model; compacted, trying once more",
-                 ctx.run.run_id, ref.claim.key)
-        state.compacted_now(forced.after(state.compacted))
-        request = await _request(deps, ctx.run, ctx.agent, state.transcript, ctx.new_contents,
-                                 tools)
-        held = await quota.take_place(deps, ctx.run.run_id, f"{holder}#compacted", request)
-        answered = await call_model(deps, ref, request, scope, held)
+    since = scope.waited_since if scope.waited_since is not None else deps.clock.now()
+    await concurrency.take_for(deps, ref, concurrency.limits_of(deps, ctx.run, "model",
+                                                                ctx.agent.name),
+                               "model_steps", state.scheduled.model_dump(mode="json"), since)
+    held = await quota.take_place(deps, ctx.run.run_id, holder, request, scope.waited_since)
+    async with concurrency.kept(deps, ref.slots, holder):
+        try:
+            answered = await call_model(deps, ref, request, scope, held)
+        except ModelPermanentError as exc:
+            if exc.reason != "model_input_too_long":
+                raise
+            forced = await compaction.compact(deps, ref, ctx.run, ctx.message.turn, ctx.agent,
+                                              state.transcript, tools, force=True)
+            if forced is None:
+                raise
+            log.info("run %s: %s was too long for the model; compacted, trying once more",
+                     ctx.run.run_id, ref.claim.key)
+            state.compacted_now(forced.after(state.compacted))
+            request = await _request(deps, ctx.run, ctx.agent, state.transcript,
+                                     ctx.new_contents, tools)
+            held = await quota.take_place(deps, ctx.run.run_id, f"{holder}#compacted", request)
+            answered = await call_model(deps, ref, request, scope, held)
     model_turn, call_seconds, retried, last_text = answered
     decision = decide(state.ctx, model_turn, contract, call_seconds)
     if last_text is not None:

@@ -32,10 +32,9 @@ import logging
 import zlib
 from dataclasses import dataclass
 
-from ackloop.bus.wakes import NoWaker, Wake, WakeNotArmed
+from ackloop.bus.wakes import Wake
 from ackloop.config.quotas import ModelQuota, quota_for
 from ackloop.config.settings import Settings
-from ackloop.domain.errors import RetryableError
 from ackloop.domain.quota import (
     RETRY_FLOOR_SECONDS,
     Limits,
@@ -46,7 +45,7 @@ from ackloop.domain.quota import (
 from ackloop.domain.wire import ModelStepMessage
 from ackloop.engine import quota_log
 from ackloop.engine.deps import Deps
-from ackloop.engine.lease import QUOTA_SINCE
+from ackloop.engine.lease import WAITED_SINCE, LimiterWait, arm_limiter_wake
 from ackloop.engine.outbox_sending import encode
 from ackloop.model.base import ModelRequest
 from ackloop.store import AgentStore, Claim
@@ -59,7 +58,7 @@ FILE_TOKENS = 300
 about as many): its bytes are not text."""
 
 
-class QuotaWait(Exception):
+class QuotaWait(LimiterWait):
     """The call's place under its quota is later than now: the step waits for it."""
 
     def __init__(self, quota_id: str, at: float, ahead: int) -> None:
@@ -164,15 +163,8 @@ async def wait_for_place(deps: Deps, claim: Claim, message: ModelStepMessage,
     wake = Wake(name=f"{message.run_id}/{key}/quota/{wait.at:.3f}", at=wait.at,
                 topic=deps.topic("model_steps"), data=encode(message.model_dump(mode="json")),
                 attributes={"run_id": message.run_id, "step": key, "wake": "quota",
-                            QUOTA_SINCE: f"{since:.3f}"})
-    log.info("run %s step %s: %s", message.run_id, key, wait)
-    try:
-        if isinstance(deps.waker, NoWaker):
-            raise WakeNotArmed("this deployment has no waker (ACKLOOP_WAKE_QUEUE)")
-        await deps.waker.arm(wake)
-    except WakeNotArmed as exc:
-        raise RetryableError(f"{wait}; its wake was not armed ({exc})",
-                             retry_after=max(0.0, wait.at - deps.clock.now())) from exc
+                            WAITED_SINCE: f"{since:.3f}"})
+    await arm_limiter_wake(deps, wake, wait)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.keys import StepKey, tool_turn_range
 from ackloop.domain.records import RunStatus, StepDecision, StepStatus, Waiting
 from ackloop.domain.wire import FunctionCall, ToolStepMessage, Usage
-from ackloop.engine import children, claims, outbox_sending
+from ackloop.engine import children, claims, concurrency, outbox_sending
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import (
     ClaimRef,
@@ -76,20 +76,11 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
         return
     if claim.state != "completed":
         ref = ClaimRef(claim)
-        child: JsonDict | None = None
         try:
-            async with released_on_failure(deps.store, deps.clock, ref):
-                outcome, seconds, child = await _run_claimed(deps, message, ref, run_read)
-        except PermanentError as exc:
-            # The run must not stall: the failure becomes this call's result for the model.
-            log.warning("run %s tool step %s failed: %s", message.run_id, key, exc)
-            outcome = ToolOutcome(response={"error": f"{exc.reason}: {exc}"}, is_error=True)
-            seconds = None
-        if outcome is None:
-            return  # the run has ended, or the call waits: nothing more is recorded
-        decided = replace(_decision(message, outcome, seconds, model_result, child),
-                          waited=ref.waited)
-        await commit(deps, ref, decided, Basis(run_read), kind="tool")
+            if not await _run_and_commit(deps, message, ref, run_read, model_result, scope):
+                return
+        finally:
+            await concurrency.give_back_held(deps, ref)  # after its commit: the slots it held
         if message.call_count == 1:
             return  # the follow-up went out with the commit
     elif not outbox_sending.sends_again(claim.step, scope.message_id, scope.redriven):
@@ -97,8 +88,38 @@ async def handle_tool_step(deps: Deps, message: ToolStepMessage, scope: RequestS
     await join(deps, message, model_result)
 
 
+async def _run_and_commit(deps: Deps, message: ToolStepMessage, ref: ClaimRef,
+                          run_read: RunRead, model_result: JsonDict | None,
+                          scope: RequestScope) -> bool:
+    """Run the claimed call and commit its outcome; False when nothing was recorded (the run
+    has ended, or the call waits: for a decision, an event, a child run or a concurrency
+    slot)."""
+    child: JsonDict | None = None
+    since = scope.waited_since if scope.waited_since is not None else deps.clock.now()
+    try:
+        async with released_on_failure(deps.store, deps.clock, ref):
+            outcome, seconds, child = await _run_claimed(deps, message, ref, run_read, since)
+    except PermanentError as exc:
+        # The run must not stall: the failure becomes this call's result for the model.
+        log.warning("run %s tool step %s failed: %s", message.run_id, ref.claim.key, exc)
+        outcome = ToolOutcome(response={"error": f"{exc.reason}: {exc}"}, is_error=True)
+        seconds = None
+    except concurrency.SlotWait as wait:  # acknowledged: its wake delivers it again
+        await concurrency.give_back_held(deps, ref)
+        await deps.store.steps.give_back(ref.claim)
+        await concurrency.wait_for_slot(deps, "tool_steps", message.model_dump(mode="json"),
+                                        message.run_id, ref.claim.key, wait, since)
+        return False
+    if outcome is None:
+        return False  # the run has ended, or the call waits: nothing more is recorded
+    decided = replace(_decision(message, outcome, seconds, model_result, child),
+                      waited=ref.waited)
+    await commit(deps, ref, decided, Basis(run_read), kind="tool")
+    return True
+
+
 async def _run_claimed(
-    deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_read: RunRead
+    deps: Deps, message: ToolStepMessage, ref: ClaimRef, run_read: RunRead, since: float
 ) -> tuple[ToolOutcome | None, float | None, JsonDict | None]:
     """Run the call, or say why not: its outcome, how long the call took and, for a
     sub-agent's call, its child run's end (what it cost and used). No outcome: the run has
@@ -148,8 +169,13 @@ async def _run_claimed(
     if claim.state == "taken_over" and (
             refused := _not_again(agent.tools, message.call.name, call.name)) is not None:
         return refused, None, None
+    await concurrency.take_for(
+        deps, ref, concurrency.limits_of(deps, run, "tool", agent.name,
+                                         find_tool(agent.tools, call.name)),
+        "tool_steps", message.model_dump(mode="json"), since)
     started = time.monotonic()
-    async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
+    async with (heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat,
+                concurrency.kept(deps, ref.slots, f"{run.run_id}/{claim.key}")):
         with tracing.span(f"tool {message.call.name}", {"ackloop.tool": message.call.name}):
             outcome = await agent.tools.execute(call, context)
             outcome = await store_files(deps, outcome)

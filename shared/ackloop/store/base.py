@@ -173,6 +173,7 @@ class StoreBase:
         self._evals = f"{collection_prefix}evals"
         self._schedules = f"{collection_prefix}schedules"
         self._quotas = f"{collection_prefix}quotas"
+        self._slots = f"{collection_prefix}slots"
 
     @property
     def counters(self) -> DocumentCounters | None:

@@ -1,5 +1,7 @@
-"""The quota room: ``quotas/{quota}-{shard}``, the documents of the model quotas' limiter
-(what they hold, and the arithmetic, are :mod:`ackloop.engine.quota_log`'s).
+"""The limiters' room: ``quotas/{quota}-{shard}``, the documents of the model quotas' limiter
+(what they hold, and the arithmetic, are :mod:`ackloop.engine.quota_log`'s), and
+``slots/{limit}:{key}``, a concurrency limit's slots for one key
+(:mod:`ackloop.engine.concurrency`).
 
 Every write is conditional on the version read (or a create): a change made in between reads
 the document again and the change is computed anew (:meth:`Quotas.change`), so two writers never
@@ -22,10 +24,14 @@ WRITE_ATTEMPTS = 8
 
 
 class Quotas(StoreBase):
-    """``quotas/{quota}-{shard}``: the limiter's shards, written at the version read."""
+    """``quotas/{quota}-{shard}`` and ``slots/{limit}:{key}``: the limiters' documents, written
+    at the version read."""
 
     def shard_path(self, shard_id: str) -> str:
         return f"{self._quotas}/{shard_id}"
+
+    def slots_path(self, slots_id: str) -> str:
+        return f"{self._slots}/{slots_id}"
 
     async def read(self, shard_id: str) -> JsonDict | None:
         (snap,) = await self.db.get_all([self.shard_path(shard_id)])
@@ -36,7 +42,16 @@ class Quotas(StoreBase):
         """Read the shard, apply ``change`` to it (its new content, None: nothing to write, and
         what to return), write it at the version read; read again when another writer came
         first."""
-        path = self.shard_path(shard_id)
+        return await self._change(self.shard_path(shard_id), change)
+
+    async def change_slots(self, slots_id: str,
+                           change: Callable[[JsonDict | None], tuple[JsonDict | None, T]]
+                           ) -> T:
+        """:meth:`change` for a key's slots."""
+        return await self._change(self.slots_path(slots_id), change)
+
+    async def _change(self, path: str,
+                      change: Callable[[JsonDict | None], tuple[JsonDict | None, T]]) -> T:
         for _ in range(WRITE_ATTEMPTS):
             (snap,) = await self.db.get_all([path])
             changed, result = change(snap.data if snap is not None else None)
@@ -51,5 +66,5 @@ class Quotas(StoreBase):
             except (AlreadyExists, PreconditionFailed):
                 continue
             return result
-        raise StorageUnavailable(f"the quota shard {shard_id} kept changing: {WRITE_ATTEMPTS} "
-                                 "writes refused")
+        raise StorageUnavailable(f"the limiter's document {path} kept changing: "
+                                 f"{WRITE_ATTEMPTS} writes refused")

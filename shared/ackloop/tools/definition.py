@@ -103,6 +103,10 @@ class Tool:
     """Seconds, or a function of the call's arguments giving seconds or an aware datetime:
     such a call sleeps that long before it runs (no process runs and nothing is delivered
     meanwhile; :mod:`ackloop.engine.waits`)."""
+    concurrency: tuple[str, int] | None = None
+    """``(key, limit)``: at most ``limit`` calls of the tools declaring ``key`` run at once,
+    across every run; a call that finds none free waits, acknowledged
+    (:mod:`ackloop.engine.concurrency`). An API with a rate limit of its own."""
     sub_agent: SubAgent | None = None
     """Set by ``Agent.as_tool``: a call starts a child run of that agent and waits for its end
     (the engine runs it; ``call`` is not used)."""
@@ -221,6 +225,7 @@ def tool(
     waits_for: str | EventName | None = None,
     event_timeout_seconds: float | None = None,
     sleeps: float | SleepLength | None = None,
+    concurrency: tuple[str, int] | None = None,
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -236,6 +241,7 @@ def tool(
     waits_for: str | EventName | None = None,
     event_timeout_seconds: float | None = None,
     sleeps: float | SleepLength | None = None,
+    concurrency: tuple[str, int] | None = None,
 ) -> Tool | Callable[[Handler], Tool]:
     """Make a tool of a function, async or sync; use bare (``@tool``) or called (``@tool("name")``).
 
@@ -251,7 +257,8 @@ def tool(
     or a function of the call's arguments) makes it wait for that event, at most
     ``event_timeout_seconds``, and run with its payload in ``context.event``; ``sleeps``
     (seconds, or a function of the call's arguments giving seconds or an aware datetime) makes
-    it sleep that long first, at no cost while it sleeps.
+    it sleep that long first, at no cost while it sleeps; ``concurrency`` (a key and a limit)
+    lets at most that many calls of the tools naming the key run at once, across every run.
     """
 
     def build(fn: Handler) -> Tool:
@@ -276,11 +283,23 @@ def tool(
             waits_for=waits_for,
             event_timeout_seconds=event_timeout_seconds,
             sleeps=sleeps,
+            concurrency=_concurrency(concurrency),
         )
 
     if callable(name):
         return build(name)
     return build
+
+
+def _concurrency(declared: tuple[str, int] | None) -> tuple[str, int] | None:
+    """A tool's concurrency limit, checked: a key and at least one call."""
+    if declared is None:
+        return None
+    key, limit = declared
+    if not key or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"concurrency={declared!r}: give a key and a limit of at least 1, "
+                         "like ('an-api', 3)")
+    return key, limit
 
 
 def typed_tool(

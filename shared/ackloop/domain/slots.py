@@ -1,0 +1,117 @@
+"""A concurrency limit's arithmetic: who holds one of its N slots, who waits in line for one,
+and what taking or giving one back does. Pure: the engine (:mod:`ackloop.engine.concurrency`)
+keeps the state in a document and acts on the answers.
+
+A holder keeps its slot for a lease (:data:`HOLD_SECONDS`), renewed while it works: a holder
+that crashed frees its slot when its lease ends. A step that finds no free slot joins the line
+(first come, first served) and is acknowledged; the holder that gives a slot back wakes the
+first in line, and each waiter also comes back by itself every :data:`RECHECK_SECONDS`. A place
+in line lapses after :data:`LINE_SECONDS` without its waiter coming back (it was cancelled, or
+its messages were lost), so a waiter gone never holds the line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+HOLD_SECONDS = 45.0
+"""A slot's lease: a holder renews it every :data:`RENEW_SECONDS` while it works, so a crashed
+holder's slot frees within this."""
+RENEW_SECONDS = 15.0
+RECHECK_SECONDS = 30.0
+"""How often a waiter comes back by itself (its wake), should the holder's wake be lost."""
+LINE_SECONDS = 75.0
+"""How long a place in line lasts without its waiter coming back."""
+REWAKE_SECONDS = 10.0
+"""A waiter woken this recently is not woken again by the next slot given back: it is on its
+way (two wakes would deliver its step twice at once)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    name: str
+    until: float
+
+
+@dataclass(frozen=True)
+class Waiter:
+    name: str
+    since: float
+    until: float
+    wake: str = ""
+    """What publishes the waiter's step again (its message, as JSON): what a holder giving its
+    slot back sends."""
+    woken: float | None = None
+    """When a holder giving its slot back last woke it (None: never)."""
+
+
+@dataclass(frozen=True)
+class Slots:
+    """One key's slots: the holders and the line."""
+
+    holders: tuple[Holder, ...] = ()
+    line: tuple[Waiter, ...] = ()
+
+    def live(self, now: float) -> Slots:
+        """Without the holders whose lease ended and the places in line that lapsed."""
+        return Slots(tuple(h for h in self.holders if h.until > now),
+                     tuple(w for w in self.line if w.until > now))
+
+    def held_by(self, name: str) -> bool:
+        return any(h.name == name for h in self.holders)
+
+    def position(self, name: str) -> int:
+        """Places ahead of ``name`` in line (the line's length if it is not in it)."""
+        return next((i for i, w in enumerate(self.line) if w.name == name), len(self.line))
+
+
+@dataclass(frozen=True)
+class Taken:
+    """``take``'s answer: whether ``name`` holds a slot now, else its place in line."""
+
+    held: bool
+    ahead: int = 0
+    next_free: float | None = None
+    """When the first holder's lease ends, if ``name`` waits (the latest it need wait)."""
+
+
+def take(slots: Slots, name: str, limit: int, now: float, wake: str = "") -> tuple[Slots, Taken]:
+    """``name`` takes a slot if one is free for it (it holds one already; or fewer than
+    ``limit`` are held and no one ahead of it in line is still to take one), else keeps or
+    joins its place in line. Its lease (or its place) is renewed either way."""
+    slots = slots.live(now)
+    if slots.held_by(name):
+        return renew(slots, name, now), Taken(True)
+    free = limit - len(slots.holders)
+    ahead = slots.position(name)
+    if free > 0 and ahead < free:
+        line = tuple(w for w in slots.line if w.name != name)
+        return Slots((*slots.holders, Holder(name, now + HOLD_SECONDS)), line), Taken(True)
+    waiter = Waiter(name, now, now + LINE_SECONDS, wake)
+    if ahead < len(slots.line):
+        kept = slots.line[ahead]
+        line = tuple(replace(w, until=now + LINE_SECONDS, wake=wake or w.wake) if w is kept
+                     else w for w in slots.line)
+    else:
+        line = (*slots.line, waiter)
+    next_free = min((h.until for h in slots.holders), default=now)
+    return Slots(slots.holders, line), Taken(False, ahead, next_free)
+
+
+def renew(slots: Slots, name: str, now: float) -> Slots:
+    """``name``'s lease renewed (a holder at work)."""
+    return replace(slots, holders=tuple(replace(h, until=now + HOLD_SECONDS) if h.name == name
+                                        else h for h in slots.holders))
+
+
+def give_back(slots: Slots, name: str, limit: int, now: float) -> tuple[Slots, list[Waiter]]:
+    """``name`` gives its slot back: the slots without it, and the waiters to wake: of the
+    first in line, as many as slots are free, those not woken in the last
+    :data:`REWAKE_SECONDS` (marked woken now)."""
+    slots = slots.live(now)
+    free = max(0, limit - len(slots.holders) + (1 if slots.held_by(name) else 0))
+    due = {w.name for w in slots.line[:free]
+           if w.woken is None or now - w.woken >= REWAKE_SECONDS}
+    line = tuple(replace(w, woken=now) if w.name in due else w for w in slots.line)
+    kept = Slots(tuple(h for h in slots.holders if h.name != name), line)
+    return kept, [w for w in line if w.name in due]

@@ -1,0 +1,234 @@
+"""Concurrency limits: at most N model steps or tool calls at once per key
+(``ACKLOOP_CONCURRENCY_LIMITS``, :mod:`ackloop.config.concurrency`; a tool's own
+``concurrency``), shared by every process. The slots' arithmetic is
+:mod:`ackloop.domain.slots`'s; each key's slots are one document (``slots/{limit}:{key}``,
+written at the version read).
+
+**Before its call** a step takes a slot of each limit that applies to it (:func:`take`), in
+the order of their ids (two steps never hold one each of two slots the other wants). One that
+finds no free slot gives back what it took, keeps its place in line, and **waits**: it is
+acknowledged, holding no process, no lease and no push slot, with a wake armed to bring it
+back (:func:`wait_for_slot`), at the latest when the first holder's lease ends and at least
+every :data:`~ackloop.domain.slots.RECHECK_SECONDS`. A redelivery or a duplicate finds the slot
+it holds (the holder is the run and the step) and never takes a second one.
+
+**While it works** the holder renews its lease (:func:`kept`): a crashed holder's slot frees
+when its lease ends (:data:`~ackloop.domain.slots.HOLD_SECONDS`). **After its commit** it
+gives its slots back (:func:`give_back`) and publishes the step of the first waiter in line,
+which takes the slot.
+
+What it costs: a step under a limit writes each key's document twice (take, give back); a
+step that waits arms one wake. Without limits nothing is read or written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from ackloop.bus.wakes import Wake
+from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.records import RunRecord
+from ackloop.domain.slots import (
+    RECHECK_SECONDS,
+    RENEW_SECONDS,
+    Holder,
+    Slots,
+    Waiter,
+    renew,
+)
+from ackloop.domain.slots import (
+    give_back as slots_give_back,
+)
+from ackloop.domain.slots import (
+    take as slots_take,
+)
+from ackloop.engine.deps import Deps
+from ackloop.engine.lease import WAITED_SINCE, ClaimRef, LimiterWait, arm_limiter_wake
+from ackloop.engine.outbox_sending import encode
+from ackloop.tools.definition import Tool
+
+log = logging.getLogger(__name__)
+
+
+class SlotWait(LimiterWait):
+    """No slot of a limit is free for the step: it waits in line."""
+
+    def __init__(self, slots_id: str, ahead: int, next_free: float | None) -> None:
+        super().__init__(f"waiting for a slot of {slots_id}: {ahead} ahead in line")
+        self.slots_id, self.ahead, self.next_free = slots_id, ahead, next_free
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One key's slots a step needs: their document's id and how many there are."""
+
+    slots_id: str
+    limit: int
+
+
+def _doc_id(name: str) -> str:
+    """A document id for a key's slots: readable, and never a path (a digest keeps it short
+    and unique)."""
+    safe = "".join(c if c.isalnum() or c in "-_.:@" else "_" for c in name)[:120]
+    return f"{safe}~{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+
+
+def limits_of(deps: Deps, run: RunRecord, kind: str, agent: str, tool: Tool | None = None
+              ) -> list[Limit]:
+    """The limits a step of ``kind`` (model, tool) of ``run`` holds a slot of, by id."""
+    found = []
+    for limit in deps.settings.concurrency_limits:
+        value = {"owner": run.owner, "agent": agent, "tenant": run.limits.tenant,
+                 "deployment": "*"}[limit.key]
+        if limit.applies_to(kind) and value is not None:
+            found.append(Limit(_doc_id(f"{limit.steps}.{limit.key}:{value}"), limit.limit))
+    if tool is not None and tool.concurrency is not None:
+        key, most = tool.concurrency
+        found.append(Limit(_doc_id(f"tool:{key}"), most))
+    return sorted(found, key=lambda limit: limit.slots_id)
+
+
+def holder_of(run_id: str, key: str) -> str:
+    return f"{run_id}/{key}"
+
+
+def _slots(data: JsonDict | None) -> Slots:
+    if data is None:
+        return Slots()
+    holders = data.get("holders")
+    line = data.get("line")
+    return Slots(
+        tuple(Holder(str(h["name"]), float(h["until"])) for h in holders
+              if isinstance(h, dict)) if isinstance(holders, list) else (),
+        tuple(Waiter(str(w["name"]), float(w["since"]), float(w["until"]),
+                     str(w.get("wake", "")),
+                     float(w["woken"]) if w.get("woken") is not None else None)
+              for w in line if isinstance(w, dict)) if isinstance(line, list) else ())
+
+
+def _doc(slots: Slots) -> JsonDict:
+    return {"holders": [{"name": h.name, "until": h.until} for h in slots.holders],
+            "line": [{"name": w.name, "since": w.since, "until": w.until, "wake": w.wake,
+                      "woken": w.woken} for w in slots.line]}
+
+
+def wake_of(topic: str, message: JsonDict, since: float) -> str:
+    """What a holder giving its slot back publishes for a waiter: its step's message."""
+    return json.dumps({"topic": topic, "message": message, "since": since},
+                      separators=(",", ":"), sort_keys=True)
+
+
+async def take(deps: Deps, limits: Sequence[Limit], holder: str, wake: str) -> None:
+    """Take a slot of each limit, in order. Raises :class:`SlotWait` (the slots taken are given
+    back first) when one has none free for ``holder``."""
+    taken: list[Limit] = []
+    for limit in limits:
+        now = deps.clock.now()
+
+        def took(data: JsonDict | None, limit: Limit = limit, now: float = now
+                 ) -> tuple[JsonDict | None, tuple[bool, int, float | None]]:
+            slots, verdict = slots_take(_slots(data), holder, limit.limit, now, wake)
+            return _doc(slots), (verdict.held, verdict.ahead, verdict.next_free)
+
+        held, ahead, next_free = await deps.store.quotas.change_slots(limit.slots_id, took)
+        if not held:
+            await give_back(deps, taken, holder)
+            raise SlotWait(limit.slots_id, ahead, next_free)
+        taken.append(limit)
+
+
+async def give_back(deps: Deps, limits: Sequence[Limit], holder: str) -> None:
+    """Give ``holder``'s slots back and publish the steps of the waiters now first in line."""
+    for limit in limits:
+        now = deps.clock.now()
+
+        def given(data: JsonDict | None, limit: Limit = limit, now: float = now
+                  ) -> tuple[JsonDict | None, list[Waiter]]:
+            slots = _slots(data)
+            if not slots.held_by(holder):
+                return None, []
+            kept, woken = slots_give_back(slots, holder, limit.limit, now)
+            return _doc(kept), woken
+
+        for waiter in await deps.store.quotas.change_slots(limit.slots_id, given):
+            await _wake_now(deps, waiter)
+
+
+async def _wake_now(deps: Deps, waiter: Waiter) -> None:
+    """Publish a waiter's step (its own wake is the net when this fails)."""
+    if not waiter.wake:
+        return
+    try:
+        wake = json.loads(waiter.wake)
+        await deps.publisher.publish(deps.topic(wake["topic"]), encode(wake["message"]),
+                                     {WAITED_SINCE: f"{float(wake['since']):.3f}"})
+    except Exception as exc:  # the waiter comes back by its own wake
+        log.warning("could not wake %s (%s): its own wake brings it back", waiter.name, exc)
+
+
+@contextlib.asynccontextmanager
+async def kept(deps: Deps, limits: Sequence[Limit], holder: str) -> AsyncIterator[None]:
+    """Renew ``holder``'s slots every :data:`RENEW_SECONDS` of the block's own running (real
+    time: a test's manual clock jumps, the holder's work does not)."""
+    if not limits:
+        yield
+        return
+
+    async def renewing() -> None:
+        while True:
+            await asyncio.sleep(RENEW_SECONDS)
+            for limit in limits:
+                now = deps.clock.now()
+
+                def renewed(data: JsonDict | None, now: float = now
+                            ) -> tuple[JsonDict | None, None]:
+                    return _doc(renew(_slots(data), holder, now)), None
+
+                await deps.store.quotas.change_slots(limit.slots_id, renewed)
+
+    task = asyncio.create_task(renewing())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+async def wait_for_slot(deps: Deps, topic: str, message: JsonDict, run_id: str, key: str,
+                        wait: SlotWait, since: float) -> None:
+    """The step waits in line: its own wake is armed to bring it back when the first holder's
+    lease ends, and at least every :data:`RECHECK_SECONDS` (a holder giving its slot back
+    wakes it sooner). Without a waker it is left to Pub/Sub's redelivery."""
+    now = deps.clock.now()
+    at = min(now + RECHECK_SECONDS, max(now + 1.0, wait.next_free or now + RECHECK_SECONDS))
+    wake = Wake(name=f"{run_id}/{key}/slot/{at:.0f}", at=at, topic=deps.topic(topic),
+                data=encode(message),
+                attributes={"run_id": run_id, "step": key, "wake": "slot",
+                            WAITED_SINCE: f"{since:.3f}"})
+    await arm_limiter_wake(deps, wake, wait)
+
+
+async def take_for(deps: Deps, ref: ClaimRef, limits: Sequence[Limit], topic: str,
+                   message: JsonDict, since: float) -> None:
+    """Take ``limits``' slots for the step ``ref`` holds (kept on ``ref`` for
+    :func:`give_back_held`); its wake, should it wait, publishes ``message`` to ``topic``."""
+    if not limits:
+        return
+    claim = ref.claim
+    await take(deps, limits, holder_of(claim.run_id, claim.key),
+               wake_of(topic, message, since))
+    ref.slots = list(limits)
+
+
+async def give_back_held(deps: Deps, ref: ClaimRef) -> None:
+    """Give back the slots the step ``ref`` holds, if any."""
+    if ref.slots:
+        held, ref.slots = ref.slots, []
+        await give_back(deps, held, holder_of(ref.claim.run_id, ref.claim.key))

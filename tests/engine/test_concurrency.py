@@ -1,0 +1,232 @@
+"""Concurrency limits: at most N model steps (or tool calls) at once per key, whatever number of
+deliveries run side by side; a step over the limit waits in line, acknowledged, and is woken
+when a slot frees; a crashed holder's slot frees when its lease ends; a tool declares a limit
+of its own; a tenant's limit counts its runs and their children.
+
+On the in-memory engine with the real dispatch: deliveries run side by side (``asyncio``) so
+that the limit is put to the test at every instant."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ackloop.agents.agent import Agent, AgentRegistry
+from ackloop.bus.memory import MemoryPublisher
+from ackloop.bus.wakes import MemoryWaker
+from ackloop.config.concurrency import ConcurrencyLimit
+from ackloop.config.settings import Settings
+from ackloop.docdb.counting import CountingDocumentDB
+from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import ManualClock
+from ackloop.domain.keys import run_id_for_request
+from ackloop.domain.records import RunStatus
+from ackloop.domain.slots import HOLD_SECONDS, RECHECK_SECONDS, Slots, give_back, take
+from ackloop.domain.wire import QueryMessage, RunOptions
+from ackloop.engine import concurrency
+from ackloop.engine.deps import Deps
+from ackloop.model.base import ModelRequest, ModelTurn
+from ackloop.model.turns import calls_turn, text_turn
+from ackloop.store import AgentStore
+from ackloop.testing.inprocess import InProcessLoop
+from ackloop.tools import ToolSet, tool
+
+
+class Overlap:
+    """Counts what runs at once, and the most that ever did."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+        self.done = 0
+
+    async def during(self, seconds: float = 0.02) -> None:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.now -= 1
+            self.done += 1
+
+
+class SlowModel:
+    """Answers after a little while; a query naming ``pay`` calls the ``pay`` tool first."""
+
+    provider = "scripted"
+
+    def __init__(self) -> None:
+        self.calls = Overlap()
+
+    async def generate(self, request: ModelRequest) -> ModelTurn:
+        await self.calls.during()
+        asked = str(request.contents[0])
+        answered = any("function_response" in p or "functionResponse" in p
+                       for c in request.contents for p in c.get("parts", []))
+        if "pay" in asked and not answered:
+            return calls_turn([("pay", {"amount": 1})], request=request)
+        return text_turn("done", request=request)
+
+
+TOOL_CALLS = Overlap()
+
+
+@tool(concurrency=("bank", 1))
+async def pay(amount: int) -> str:
+    """Pay."""
+    await TOOL_CALLS.during()
+    return f"paid {amount}"
+
+
+def world(*limits: ConcurrencyLimit) -> tuple[InProcessLoop, SlowModel]:
+    model = SlowModel()
+    publisher = MemoryPublisher()
+    deps = Deps(settings=Settings(concurrency_limits=list(limits)),
+                store=AgentStore(CountingDocumentDB(MemoryDocumentDB())), publisher=publisher,
+                model=model,  # type: ignore[arg-type]
+                agents=AgentRegistry([Agent("solo", "Answer.", ToolSet([pay]))]),
+                clock=ManualClock(), owner="test-owner", waker=MemoryWaker())
+    return InProcessLoop(deps, publisher), model
+
+
+async def side_by_side(loop: InProcessLoop, rounds: int = 200) -> None:
+    """Deliver every queued message at once, again and again (wakes too) until none is left."""
+    for _ in range(rounds):
+        loop._collect()
+        queued = list(loop._queue)
+        loop._queue.clear()
+        if not queued and not await loop.wake_next():
+            return
+        await asyncio.gather(*(loop.deliver(kind, message) for kind, message in queued))
+    raise AssertionError("still busy")
+
+
+async def ask(loop: InProcessLoop, n: int, text: str = "hi", **options: Any) -> list[str]:
+    for i in range(n):
+        await loop.submit(QueryMessage(request_id=f"q{i}", text=text, agent="solo",
+                                       options=RunOptions(**options)))
+    return [run_id_for_request(f"q{i}") for i in range(n)]
+
+
+async def completed(loop: InProcessLoop, runs: list[str]) -> bool:
+    found = [await loop.deps.store.runs.get_run(r) for r in runs]
+    return all(r is not None and r.status is RunStatus.COMPLETED for r in found)
+
+
+async def test_an_owners_limit_of_two_holds_at_every_instant_and_every_run_answers() -> None:
+    loop, model = world(ConcurrencyLimit(steps="model", key="owner", limit=2))
+    runs = await ask(loop, 8)
+    for _ in range(12):  # no wake needed: each slot given back wakes the next in line
+        await deliver_queued(loop)
+    assert model.calls.most == 2 and model.calls.done == 8  # each call made once
+    assert await completed(loop, runs)
+    assert all(o.outcome.acknowledged for o in loop.log)  # a wait is never a failure
+
+
+async def test_without_a_limit_the_same_deliveries_overlap() -> None:
+    loop, model = world()
+    runs = await ask(loop, 8)
+    await side_by_side(loop)
+    assert model.calls.most == 8 and await completed(loop, runs)
+
+
+async def test_a_tools_own_limit_holds_across_runs() -> None:
+    TOOL_CALLS.most = TOOL_CALLS.done = 0
+    loop, model = world()
+    runs = await ask(loop, 5, text="pay please")
+    await side_by_side(loop)
+    assert TOOL_CALLS.most == 1 and TOOL_CALLS.done == 5
+    assert model.calls.most > 1  # the model steps are not limited
+    assert await completed(loop, runs)
+
+
+async def test_a_tenants_limit_counts_only_its_runs() -> None:
+    loop, model = world(ConcurrencyLimit(steps="all", key="tenant", limit=1))
+    noisy = await ask(loop, 6, tenant="noisy")
+    quiet = []
+    for i in range(2):
+        await loop.submit(QueryMessage(request_id=f"quiet{i}", text="hi", agent="solo",
+                                       options=RunOptions(tenant="quiet")))
+        quiet.append(run_id_for_request(f"quiet{i}"))
+    untagged = []
+    for i in range(2):
+        await loop.submit(QueryMessage(request_id=f"free{i}", text="hi", agent="solo"))
+        untagged.append(run_id_for_request(f"free{i}"))
+    await side_by_side(loop)
+    # At most one of each tenant at once, and the runs asked without one are not limited.
+    assert model.calls.most <= 1 + 1 + 2
+    assert await completed(loop, noisy + quiet + untagged)
+
+
+async def test_a_crashed_holders_slot_frees_when_its_lease_ends() -> None:
+    loop, model = world(ConcurrencyLimit(steps="model", key="deployment", limit=1))
+    slots_id = concurrency.limits_of(loop.deps, *await _a_run(loop), "model", "solo")[0].slots_id
+
+    def crashed(data: Any) -> tuple[Any, None]:  # a holder that died without giving it back
+        return {"holders": [{"name": "dead/0000-model", "until": loop.deps.clock.now()
+                             + HOLD_SECONDS}], "line": []}, None
+
+    await loop.deps.store.quotas.change_slots(slots_id, crashed)
+    before = model.calls.done  # the first run's
+    runs = [run_id_for_request(f"late{i}") for i in range(2)]
+    for i in range(2):
+        await loop.submit(QueryMessage(request_id=f"late{i}", text="hi", agent="solo"))
+    for _ in range(3):  # the queries, then the model steps: the clock does not move
+        await deliver_queued(loop)
+    assert model.calls.done == before  # both wait behind the dead holder, acknowledged
+    clock = loop.deps.clock
+    began = clock.now()
+    await side_by_side(loop)  # their wakes move the clock on
+    assert model.calls.done == before + 2 and model.calls.most == 1
+    assert await completed(loop, runs)
+    assert clock.now() - began <= HOLD_SECONDS + RECHECK_SECONDS  # freed when its lease ended
+
+
+async def deliver_queued(loop: InProcessLoop) -> None:
+    loop._collect()
+    queued = list(loop._queue)
+    loop._queue.clear()
+    await asyncio.gather(*(loop.deliver(kind, message) for kind, message in queued))
+
+
+async def _a_run(loop: InProcessLoop) -> tuple[Any]:
+    (run_id,) = await ask(loop, 1)
+    await side_by_side(loop)
+    run = await loop.deps.store.runs.get_run(run_id)
+    assert run is not None
+    return (run,)
+
+
+@pytest.mark.parametrize(("holders", "line", "name", "limit", "held", "ahead"), [
+    ([], [], "a", 2, True, 0),  # a free slot
+    (["x", "y"], [], "a", 2, False, 0),  # none free: first in line
+    (["x"], ["b"], "a", 2, False, 1),  # one free, but b is ahead: a waits
+    (["x"], ["a", "b"], "a", 2, True, 0),  # a is first in line: it takes it
+    (["x", "a"], [], "a", 2, True, 0),  # it holds one already: no second
+])
+def test_take_serves_the_line_first(holders: list[str], line: list[str], name: str, limit: int,
+                                    held: bool, ahead: int) -> None:
+    slots = Slots()
+    for h in holders:
+        slots, _ = take(slots, h, 99, 0.0)
+    for w in line:
+        slots, _ = take(Slots(slots.holders, slots.line), w, len(slots.holders), 0.0)
+    after, taken = take(slots, name, limit, 1.0)
+    assert (taken.held, taken.ahead) == (held, ahead)
+    assert len(after.holders) <= max(limit, len(holders))
+    assert sum(1 for h in after.holders if h.name == name) <= 1
+
+
+def test_giving_back_wakes_as_many_as_slots_free() -> None:
+    slots, _ = take(Slots(), "x", 1, 0.0)
+    for w in ("a", "b"):
+        slots, _ = take(slots, w, 1, 0.0, wake=f"wake {w}")
+    kept, woken = give_back(slots, "x", 1, 1.0)
+    assert [w.name for w in woken] == ["a"] and not kept.holders
+    assert [w.wake for w in woken] == ["wake a"]
+    _, again = give_back(kept, "nobody", 1, 2.0)
+    assert again == []  # a is on its way: not woken twice (its step would run twice at once)
+    _, later = give_back(kept, "nobody", 1, 12.0)
+    assert [w.name for w in later] == ["a"]  # its wake lost: woken again
