@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ackloop.config.quotas import ModelQuota, quota_for
@@ -12,6 +14,7 @@ from ackloop.domain.quota import (
     Scale,
     earliest_slot,
     estimated_tokens,
+    in_line,
     live,
     position,
     shard_limits,
@@ -155,3 +158,34 @@ def test_a_share_applies_to_both_limits_rounded_down() -> None:
     assert Scale(0.5).applied(Limits(requests=9, tokens=1001)) == Limits(requests=4,
                                                                          tokens=500)
     assert Scale(0.01).applied(Limits(requests=9)) == Limits(requests=1)
+
+
+def waiting(holder: str, key: str, since: float, priority: int = 0) -> Entry:
+    return Entry(holder, 0.0, 0, False, key, priority, since)
+
+
+@pytest.mark.parametrize(("before", "new", "order"), [
+    # One key's burst, then another key's call: it goes in the burst's second round.
+    ([waiting("a1", "A", 1), waiting("a2", "A", 2), waiting("a3", "A", 3)],
+     waiting("b1", "B", 4), ["a1", "b1", "a2", "a3"]),
+    # Two keys alternate, whatever order they came in.
+    ([waiting("a1", "A", 1), waiting("a2", "A", 2), waiting("b1", "B", 3)],
+     waiting("b2", "B", 4), ["a1", "b1", "a2", "b2"]),
+    # A higher priority goes first.
+    ([waiting("a1", "A", 1), waiting("a2", "A", 2)], waiting("u", "U", 3, priority=9),
+     ["u", "a1", "a2"]),
+    # One key alone: first come, first served.
+    ([waiting("a1", "A", 1), waiting("a2", "A", 2)], waiting("a3", "A", 3), ["a1", "a2", "a3"]),
+])
+def test_waiting_calls_are_served_by_priority_then_round_by_round_across_keys(
+        before: list[Entry], new: Entry, order: list[str]) -> None:
+    limits = Limits(requests=1)  # one call a window: every waiting call a window apart
+    now = 10.0
+    made = Entry("m", now - 1.0)  # the window is full until it leaves
+    placed = in_line([made, *(replace(e, at=now + 1 + i) for i, e in enumerate(before))], new,
+                     now, limits)
+    later = [e for e in placed if e.at > now]
+    assert [e.holder for e in sorted(later, key=lambda e: e.at)] == order
+    assert all(e.waited for e in later)
+    gaps = [b.at - a.at for a, b in zip([made, *later], later, strict=False)]
+    assert all(g == pytest.approx(60.0 + GRACE_SECONDS) for g in gaps)

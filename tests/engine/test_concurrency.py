@@ -27,6 +27,7 @@ from ackloop.domain.slots import HOLD_SECONDS, RECHECK_SECONDS, Slots, give_back
 from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.engine import concurrency
 from ackloop.engine.deps import Deps
+from ackloop.engine.ingest import request_hash
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore
@@ -230,3 +231,20 @@ def test_giving_back_wakes_as_many_as_slots_free() -> None:
     assert again == []  # a is on its way: not woken twice (its step would run twice at once)
     _, later = give_back(kept, "nobody", 1, 12.0)
     assert [w.name for w in later] == ["a"]  # its wake lost: woken again
+
+
+@pytest.mark.parametrize(("options", "fingerprint"), [
+    # What a query without tenant or priority was fingerprinted as before they existed: a
+    # retry delivered across an upgrade is still the same request.
+    (RunOptions(max_steps=5), "402fe5d6f7139f57c04fa693e0c3e0f7"),
+    (RunOptions(max_steps=5, tenant="acme"), None),
+    (RunOptions(max_steps=5, priority=3), None),
+])
+def test_tenant_and_priority_count_in_a_querys_fingerprint_only_when_given(
+        options: RunOptions, fingerprint: str | None) -> None:
+    found = request_hash(QueryMessage(request_id="r1", text="what is the weather in Paris?",
+                                      agent="default", options=options))
+    if fingerprint is None:
+        assert found != "402fe5d6f7139f57c04fa693e0c3e0f7"
+    else:
+        assert found == fingerprint

@@ -55,6 +55,12 @@ class Entry:
     at: float
     tokens: int = 0
     waited: bool = False
+    key: str = ""
+    """Whose call it is, for fairness: its run's tenant, else its owner."""
+    priority: int = 0
+    """Its run's priority: a higher one is served first."""
+    since: float = 0.0
+    """When it was taken: the order of arrival within a key."""
 
     def held_by(self, holder: str, now: float) -> bool:
         """Whether ``holder`` holds this place at ``now``: its slot is still to come, or it
@@ -94,6 +100,31 @@ def earliest_slot(entries: Sequence[Entry], now: float, tokens: int, limits: Lim
         if not _over(counted, tokens, limits):
             return slot
         slot = counted[0].at + limits.window + GRACE_SECONDS  # the oldest one leaves
+
+
+def in_line(entries: Sequence[Entry], new: Entry, now: float, limits: Limits,
+            not_before: float = 0.0) -> list[Entry]:
+    """``entries`` (the live ones) with ``new`` given its place, fairly: the calls whose slot
+    has not come are served by priority (the higher first), then round by round across keys
+    (each key's first waiting call, then each key's second, ...), then in the order they came;
+    each takes the earliest slot after the one before it (:func:`earliest_slot`), never
+    earlier than the slot it had (its holder's wake is armed for that). So a key that asks ten
+    times as much as the others takes no more of the quota than they do while they ask, and a
+    call that came later may take a slot before another key's: that one's holder, woken at its
+    old slot, finds its new one and waits again."""
+    fixed = [e for e in entries if e.at <= now]
+    rounds: dict[str, int] = {}
+    ranked = []
+    for e in sorted([*(e for e in entries if e.at > now), new], key=lambda e: e.since):
+        rounds[e.key] = rounds.get(e.key, -1) + 1
+        ranked.append((-e.priority, rounds[e.key], e.since, e))
+    placed = list(fixed)
+    for *_, e in sorted(ranked, key=lambda r: r[:3]):
+        at = earliest_slot(placed, now, e.tokens, limits, not_before)
+        if e is not new:  # never earlier than its holder's wake: it would sleep past it
+            at = max(at, e.at)
+        placed.append(replace(e, at=at, waited=e.waited or at > now))
+    return sorted(placed, key=lambda e: e.at)
 
 
 def position(entries: Sequence[Entry], holder: str, now: float) -> int:

@@ -77,6 +77,9 @@ class RunLimits(Record):
     max_tool_calls: int
     max_tokens: int | None = None
     approval_timeout_seconds: float | None = None
+    priority: int = Field(default=0, exclude_if=lambda v: v == 0)
+    """The run's priority (the query's ``options.priority``): where its model calls waiting
+    for their places under a quota stand in line (a higher one first)."""
     tenant: str | None = Field(default=None, exclude_if=lambda v: v is None)
     """Who the run is asked for (the query's ``options.tenant``): what concurrency limits keyed
     by tenant count; a child run's is its parent's."""

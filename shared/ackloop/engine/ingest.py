@@ -28,10 +28,13 @@ def request_hash(query: QueryMessage, files: list[JsonDict] | None = None) -> st
     """Fingerprint of what was asked, to tell a retry from a reused request id. ``files``: the
     query's files as the run keeps them (a stored file's name is its digest)."""
     # An option left out is left out of the fingerprint, so adding options keeps old ones.
-    unset = {"options": {"approval_timeout_seconds"}} if (
-        query.options.approval_timeout_seconds is None) else None
+    opts = query.options
+    unset = {name for name, left_out in (("approval_timeout_seconds",
+                                          opts.approval_timeout_seconds is None),
+                                         ("tenant", opts.tenant is None),
+                                         ("priority", opts.priority == 0)) if left_out}
     body = query.model_dump_json(include={"text", "conversation_id", "agent", "options"},
-                                 exclude=unset)
+                                 exclude={"options": unset} if unset else None)
     if files:  # likewise: a query without files keeps its fingerprint
         body += json.dumps(files, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()[:32]
@@ -69,6 +72,7 @@ def new_run(deps: Deps, query: QueryMessage, owner: str = ANONYMOUS,
         ),
         approval_timeout_seconds=opts.approval_timeout_seconds,
         tenant=opts.tenant,
+        priority=opts.priority,
     )
     return RunRecord(
         run_id=run_id,

@@ -84,8 +84,7 @@ async def call_model(
                 await deps.clock.sleep(wait)
                 backoff = min(backoff * 2, 8.0)
                 if held is not None:  # the retry is a call of its own: it takes its own place
-                    held = await quota.take_place(deps, ref.claim.run_id,
-                                                  f"{held.holder}#{len(retried)}", request)
+                    held = await quota.retake_place(deps, held, f"#{len(retried)}", request)
     beat.check()
     await quota.answered(deps, held, turn.usage.prompt_tokens)
     return turn, time.monotonic() - started, retried, last_text

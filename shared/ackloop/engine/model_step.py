@@ -275,7 +275,7 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
     await concurrency.take_for(deps, ref, concurrency.limits_of(deps, ctx.run, "model",
                                                                 ctx.agent.name),
                                "model_steps", state.scheduled.model_dump(mode="json"), since)
-    held = await quota.take_place(deps, ctx.run.run_id, holder, request, scope.waited_since)
+    held = await quota.take_place(deps, ctx.run, holder, request, scope.waited_since)
     async with concurrency.kept(deps, ref.slots, holder):
         try:
             answered = await call_model(deps, ref, request, scope, held)
@@ -291,7 +291,7 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
             state.compacted_now(forced.after(state.compacted))
             request = await _request(deps, ctx.run, ctx.agent, state.transcript,
                                      ctx.new_contents, tools)
-            held = await quota.take_place(deps, ctx.run.run_id, f"{holder}#compacted", request)
+            held = await quota.take_place(deps, ctx.run, f"{holder}#compacted", request)
             answered = await call_model(deps, ref, request, scope, held)
     model_turn, call_seconds, retried, last_text = answered
     decision = decide(state.ctx, model_turn, contract, call_seconds)

@@ -42,6 +42,7 @@ from ackloop.domain.quota import (
     position,
     shard_limits,
 )
+from ackloop.domain.records import RunRecord
 from ackloop.domain.wire import ModelStepMessage
 from ackloop.engine import quota_log
 from ackloop.engine.deps import Deps
@@ -73,15 +74,28 @@ class Held:
 
     quota: ModelQuota
     shard_id: str
-    holder: str
+    call: quota_log.Call
     at: float
-    tokens: int
     model: str = ""
+
+    @property
+    def holder(self) -> str:
+        return self.call.holder
+
+    @property
+    def tokens(self) -> int:
+        return self.call.tokens
 
 
 def shard_id(quota: ModelQuota, run_id: str) -> str:
     """The shard a run's calls take their places on: one per run, spread by its id."""
     return f"{quota.quota_id}-{zlib.crc32(run_id.encode()) % quota.shard_count:03d}"
+
+
+def call_of(run: RunRecord, holder: str, tokens: int) -> quota_log.Call:
+    """A call of ``run`` asking for its place: fairness's key is the run's tenant, else its
+    owner; its priority is the run's."""
+    return quota_log.Call(holder, tokens, run.limits.tenant or run.owner, run.limits.priority)
 
 
 def limits_of(quota: ModelQuota) -> Limits:
@@ -110,7 +124,7 @@ def request_tokens(request: ModelRequest) -> int:
     return estimated_tokens(size) + files * FILE_TOKENS
 
 
-async def take_place(deps: Deps, run_id: str, holder: str, request: ModelRequest,
+async def take_place(deps: Deps, run: RunRecord, holder: str, request: ModelRequest,
                      since: float | None = None) -> Held | None:
     """The call's place under its model's quota, when it has come (None: no quota applies).
     Raises :class:`QuotaWait` when it is later. ``since``: when the step began to wait for
@@ -119,15 +133,27 @@ async def take_place(deps: Deps, run_id: str, holder: str, request: ModelRequest
     if quota is None:
         return None
     now = deps.clock.now()
-    tokens = request_tokens(request)
-    shard = shard_id(quota, run_id)
-    place = await quota_log.reserve(deps.store, shard, holder, tokens, limits_of(quota), now)
+    call = call_of(run, holder, request_tokens(request))
+    shard = shard_id(quota, run.run_id)
+    place = await quota_log.reserve(deps.store, shard, call, limits_of(quota), now)
     if place.at > now:
         raise QuotaWait(quota.quota_id, place.at, place.ahead)
     if since is not None:
         metrics.quota_waited(quota.quota_id, max(0.0, now - since))
     metrics.quota_place(quota.quota_id, waited=not place.taken_now)
-    return Held(quota, shard, holder, place.at, tokens, request.model)
+    return Held(quota, shard, call, place.at, request.model)
+
+
+async def retake_place(deps: Deps, held: Held, suffix: str, request: ModelRequest) -> Held:
+    """A new place for a retry of the call at ``held`` (a call of its own, under the holder's
+    name and ``suffix``). Raises :class:`QuotaWait` when it is later than now."""
+    now = deps.clock.now()
+    call = quota_log.Call(f"{held.holder}{suffix}", request_tokens(request), held.call.key,
+                          held.call.priority)
+    place = await quota_log.reserve(deps.store, held.shard_id, call, limits_of(held.quota), now)
+    if place.at > now:
+        raise QuotaWait(held.quota.quota_id, place.at, place.ahead)
+    return Held(held.quota, held.shard_id, call, place.at, held.model)
 
 
 async def answered(deps: Deps, held: Held | None, prompt_tokens: int) -> None:
@@ -146,8 +172,8 @@ async def refused(deps: Deps, held: Held, retry_after: float | None) -> QuotaWai
     until = now + max(retry_after or 0.0, RETRY_FLOOR_SECONDS)
     quota = held.quota
     metrics.model_refused(held.model, limited=True)
-    place = await quota_log.refused(deps.store, held.shard_id, held.holder, held.tokens,
-                                    limits_of(quota), until, quota.mode == "adaptive", now)
+    place = await quota_log.refused(deps.store, held.shard_id, held.call, limits_of(quota),
+                                    until, quota.mode == "adaptive", now)
     return QuotaWait(quota.quota_id, place.at, place.ahead)
 
 

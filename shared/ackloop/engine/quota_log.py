@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ackloop.domain.jsondict import JsonDict
-from ackloop.domain.quota import Entry, Limits, Scale, earliest_slot, live, position
+from ackloop.domain.quota import Entry, Limits, Scale, in_line, live, position
 from ackloop.store import AgentStore
 
 
@@ -27,6 +27,17 @@ class Place:
     at: float
     ahead: int
     taken_now: bool
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call asking for a place: who holds it, its input tokens (estimated), whose it is
+    (fairness's key) and its priority."""
+
+    holder: str
+    tokens: int
+    key: str = ""
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,8 @@ class Shard:
             return cls()
         raw = data.get("entries")
         entries = tuple(live((Entry(str(e["h"]), float(e["at"]), int(e.get("t", 0)),
-                                    bool(e.get("w", False)))
+                                    bool(e.get("w", False)), str(e.get("k", "")),
+                                    int(e.get("p", 0)), float(e.get("s", 0.0)))
                               for e in raw if isinstance(e, dict))
                              if isinstance(raw, list) else (), now))
         paused = data.get("paused_until")
@@ -51,7 +63,8 @@ class Shard:
                    Scale.of(data.get("scale")))
 
     def doc(self) -> JsonDict:
-        return {"entries": [{"h": e.holder, "at": e.at, "t": e.tokens, "w": e.waited}
+        return {"entries": [{"h": e.holder, "at": e.at, "t": e.tokens, "w": e.waited,
+                             "k": e.key, "p": e.priority, "s": e.since}
                             for e in self.entries],
                 "paused_until": self.paused_until, "scale": self.scale.doc()}
 
@@ -59,31 +72,32 @@ class Shard:
         """The place ``holder`` holds (:meth:`Entry.held_by`), the latest if several."""
         return next((e for e in reversed(self.entries) if e.held_by(holder, now)), None)
 
-    def taking(self, holder: str, tokens: int, limits: Limits, now: float
-               ) -> tuple[Shard, Place]:
-        """This shard with ``holder``'s new place taken, and the place."""
+    def taking(self, call: Call, limits: Limits, now: float) -> tuple[Shard, Place]:
+        """This shard with the call's new place taken (the others' waiting places given
+        again, fairly: :func:`~ackloop.domain.quota.in_line`), and the place."""
         scale = self.scale.now(now)
-        at = earliest_slot(self.entries, now, tokens, scale.applied(limits),
-                           not_before=self.paused_until)
-        taken = replace(self, entries=(*self.entries, Entry(holder, at, tokens, at > now)),
-                        scale=scale)
-        return taken, Place(at, position(taken.entries, holder, now), True)
+        entries = in_line(self.entries, Entry(call.holder, now, call.tokens, False, call.key,
+                                              call.priority, now),
+                          now, scale.applied(limits), not_before=self.paused_until)
+        taken = replace(self, entries=tuple(entries), scale=scale)
+        mine = max((e for e in entries if e.holder == call.holder), key=lambda e: e.at)
+        return taken, Place(mine.at, position(taken.entries, call.holder, now), True)
 
 
 async def read(store: AgentStore, shard_id: str, now: float) -> Shard:
     return Shard.of(await store.quotas.read(shard_id), now)
 
 
-async def reserve(store: AgentStore, shard_id: str, holder: str, tokens: int, limits: Limits,
+async def reserve(store: AgentStore, shard_id: str, call: Call, limits: Limits,
                   now: float) -> Place:
-    """The place ``holder`` holds, else the earliest one a call of ``tokens`` may take
-    (:func:`~ackloop.domain.quota.earliest_slot`), taken."""
+    """The place the call's holder holds, else the one it is given in line
+    (:meth:`Shard.taking`), taken."""
 
     def take(data: JsonDict | None) -> tuple[JsonDict | None, Place]:
         shard = Shard.of(data, now)
-        if (held := shard.held(holder, now)) is not None:
-            return None, Place(held.at, position(shard.entries, holder, now), False)
-        taken, place = shard.taking(holder, tokens, limits, now)
+        if (held := shard.held(call.holder, now)) is not None:
+            return None, Place(held.at, position(shard.entries, call.holder, now), False)
+        taken, place = shard.taking(call, limits, now)
         return taken.doc(), place
 
     return await store.quotas.change(shard_id, take)
@@ -103,7 +117,7 @@ async def correct(store: AgentStore, shard_id: str, holder: str, at: float, toke
     await store.quotas.change(shard_id, corrected)
 
 
-async def refused(store: AgentStore, shard_id: str, holder: str, tokens: int, limits: Limits,
+async def refused(store: AgentStore, shard_id: str, call: Call, limits: Limits,
                   until: float, adaptive: bool, now: float) -> Place:
     """A call of ``holder`` was answered 429: every call of the shard waits until ``until`` (an
     adaptive quota also lowers its share), and ``holder`` takes a new place after it, which it
@@ -111,11 +125,11 @@ async def refused(store: AgentStore, shard_id: str, holder: str, tokens: int, li
 
     def paused(data: JsonDict | None) -> tuple[JsonDict | None, Place]:
         shard = Shard.of(data, now)
-        if (held := shard.held(holder, now)) is not None and held.at >= until:
-            return None, Place(held.at, position(shard.entries, holder, now), False)
+        if (held := shard.held(call.holder, now)) is not None and held.at >= until:
+            return None, Place(held.at, position(shard.entries, call.holder, now), False)
         scale = shard.scale.lowered(now) if adaptive else shard.scale.now(now)
         stopped = replace(shard, paused_until=max(shard.paused_until, until), scale=scale)
-        taken, place = stopped.taking(holder, tokens, limits, now)
+        taken, place = stopped.taking(call, limits, now)
         return taken.doc(), place
 
     return await store.quotas.change(shard_id, paused)
