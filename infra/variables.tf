@@ -240,6 +240,23 @@ variable "concurrency_limits" {
   }
 }
 
+variable "spend_limits" {
+  type = list(object({
+    key    = string
+    period = optional(string, "day")
+    usd    = number
+    over   = optional(string, "wait")
+  }))
+  description = "Dollar budgets per key and period (ACKLOOP_SPEND_LIMITS, docs/how-to/quotas.md), checked before each paid model call: key owner, agent, tenant or deployment; period hour or day (UTC); over wait (the call waits for the next period, acknowledged) or fail (its run fails, naming the budget). Empty: none."
+  default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for b in var.spend_limits : contains(["owner", "agent", "tenant", "deployment"], b.key) && contains(["hour", "day"], b.period) && contains(["wait", "fail"], b.over) && b.usd > 0])
+    error_message = "Each spend limit needs a key of owner, agent, tenant or deployment, a period of hour or day, over of wait or fail, and a usd above 0."
+  }
+}
+
 variable "in_request_waits" {
   type = object({
     claim_wait_seconds = optional(number, 25)

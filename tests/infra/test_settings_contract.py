@@ -39,7 +39,8 @@ DELIBERATE_DIFFERENCES = {
 DERIVED = {"use_vertexai", "firestore_database", "gemini_api_key", "request_timeout_seconds",
            "push_auth_audience", "push_auth_email", "api_sweeper_email",
            "service_vcpu", "service_memory_gib", "trace_dir", "files_bucket", "wake_queue",
-           "wake_identity", "tasks_emulator_host", "model_quotas", "concurrency_limits"} | {
+           "wake_identity", "tasks_emulator_host", "model_quotas", "concurrency_limits",
+           "spend_limits"} | {
     name for name in Settings.model_fields if name.endswith("_topic")
 }
 
@@ -164,7 +165,7 @@ def test_derived_settings_keep_the_code_defaults(terraform: TerraformConfig) -> 
     assert "google_service_account.push_invoker.email" in expression(env["ACKLOOP_PUSH_AUTH_EMAIL"])
     assert "google_service_account.sweeper" in expression(env["ACKLOOP_API_SWEEPER_EMAIL"])
     # model_quotas and concurrency_limits: the variables as JSON, none by default.
-    for name in ("model_quotas", "concurrency_limits"):
+    for name in ("model_quotas", "concurrency_limits", "spend_limits"):
         assert expression(env[f"ACKLOOP_{name.upper()}"]) == f"jsonencode(var.{name})"
         assert terraform.variable_default(name) == []
         factory = fields[name].default_factory

@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ackloop.config.concurrency import ConcurrencyLimit
 from ackloop.config.quotas import ModelQuota
+from ackloop.config.spend import SpendLimit
 
 ModelProvider = Literal["auto", "gemini", "scripted"]
 ApiAuth = Literal["none", "bearer", "google_id_token", "cloud_run_iam"]
@@ -138,6 +139,13 @@ class Settings(BaseSettings):
         "concurrency): at most limit such steps at once per key; a step that finds no free "
         "slot waits in line, acknowledged, and is woken when one frees. Empty (the default): "
         "none.",
+    )
+    spend_limits: list[SpendLimit] = Field(
+        default_factory=list,
+        description="Dollar budgets per key and period, as a JSON list of {key: owner|agent|"
+        "tenant|deployment, period: hour|day, usd, over: wait|fail} (ackloop.config.spend): "
+        "checked before each paid model call; one that would go over waits for the next "
+        "period, acknowledged, or fails its run, as configured. Empty (the default): none.",
     )
     retry_wait_seconds: float = Field(
         default=20.0,

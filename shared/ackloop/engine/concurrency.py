@@ -72,7 +72,7 @@ class Limit:
     limit: int
 
 
-def _doc_id(name: str) -> str:
+def doc_id(name: str) -> str:
     """A document id for a key's slots: readable, and never a path (a digest keeps it short
     and unique)."""
     safe = "".join(c if c.isalnum() or c in "-_.:@" else "_" for c in name)[:120]
@@ -87,10 +87,10 @@ def limits_of(deps: Deps, run: RunRecord, kind: str, agent: str, tool: Tool | No
         value = {"owner": run.owner, "agent": agent, "tenant": run.limits.tenant,
                  "deployment": "*"}[limit.key]
         if limit.applies_to(kind) and value is not None:
-            found.append(Limit(_doc_id(f"{limit.steps}.{limit.key}:{value}"), limit.limit))
+            found.append(Limit(doc_id(f"{limit.steps}.{limit.key}:{value}"), limit.limit))
     if tool is not None and tool.concurrency is not None:
         key, most = tool.concurrency
-        found.append(Limit(_doc_id(f"tool:{key}"), most))
+        found.append(Limit(doc_id(f"tool:{key}"), most))
     return sorted(found, key=lambda limit: limit.slots_id)
 
 

@@ -38,7 +38,14 @@ from ackloop.domain.records import (
     StopReason,
 )
 from ackloop.domain.wire import FunctionCall, ModelStepMessage, ToolStepMessage, Usage
-from ackloop.engine import children, compaction, concurrency, outbox_sending, quota
+from ackloop.engine import (
+    children,
+    compaction,
+    concurrency,
+    outbox_sending,
+    quota,
+    spend_limits,
+)
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import turn_agent
 from ackloop.engine.lease import (
@@ -195,6 +202,9 @@ async def _wait_for_limiter(deps: Deps, ref: ClaimRef, scheduled: ModelStepMessa
     if isinstance(wait, quota.QuotaWait):
         await quota.wait_for_place(deps, ref.claim, scheduled, wait, since)
         return
+    if isinstance(wait, spend_limits.SpendWait):
+        await spend_limits.wait_for_period(deps, ref.claim, scheduled, wait, since)
+        return
     assert isinstance(wait, concurrency.SlotWait)
     await deps.store.steps.give_back(ref.claim)
     await concurrency.wait_for_slot(deps, "model_steps", scheduled.model_dump(mode="json"),
@@ -272,6 +282,8 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
                              tools)
     holder = f"{ctx.run.run_id}/{ref.claim.key}"
     since = scope.waited_since if scope.waited_since is not None else deps.clock.now()
+    budgets = await spend_limits.checked(deps, ctx.run, ctx.agent.name, request.model,
+                                         quota.request_tokens(request))
     await concurrency.take_for(deps, ref, concurrency.limits_of(deps, ctx.run, "model",
                                                                 ctx.agent.name),
                                "model_steps", state.scheduled.model_dump(mode="json"), since)
@@ -294,6 +306,7 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
             held = await quota.take_place(deps, ctx.run, f"{holder}#compacted", request)
             answered = await call_model(deps, ref, request, scope, held)
     model_turn, call_seconds, retried, last_text = answered
+    await spend_limits.spent(deps, budgets, request.model, model_turn.usage)
     decision = decide(state.ctx, model_turn, contract, call_seconds)
     if last_text is not None:
         decision = replace(decision, writes=(run_delta_write(

@@ -174,6 +174,7 @@ class StoreBase:
         self._schedules = f"{collection_prefix}schedules"
         self._quotas = f"{collection_prefix}quotas"
         self._slots = f"{collection_prefix}slots"
+        self._spend = f"{collection_prefix}spend"
 
     @property
     def counters(self) -> DocumentCounters | None:

@@ -33,6 +33,20 @@ class Quotas(StoreBase):
     def slots_path(self, slots_id: str) -> str:
         return f"{self._slots}/{slots_id}"
 
+    def spend_path(self, spend_id: str) -> str:
+        return f"{self._spend}/{spend_id}"
+
+    async def read_spend(self, spend_ids: list[str]) -> list[JsonDict | None]:
+        """Several budgets' documents, in one read."""
+        found = await self.db.get_all([self.spend_path(i) for i in spend_ids])
+        return [snap.data if snap is not None else None for snap in found]
+
+    async def change_spend(self, spend_id: str,
+                           change: Callable[[JsonDict | None], tuple[JsonDict | None, T]]
+                           ) -> T:
+        """:meth:`change` for a budget's document."""
+        return await self._change(self.spend_path(spend_id), change)
+
     async def read(self, shard_id: str) -> JsonDict | None:
         (snap,) = await self.db.get_all([self.shard_path(shard_id)])
         return snap.data if snap is not None else None
