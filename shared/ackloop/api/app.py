@@ -26,6 +26,7 @@ from ackloop.api import (
     evals,
     files,
     inspector,
+    limiters,
     run_events,
     runs,
     schedules,
@@ -119,6 +120,7 @@ def create_app(
     app.include_router(files.router, dependencies=guarded)
     app.include_router(evals.router, dependencies=guarded)
     app.include_router(schedules.router, dependencies=guarded)
+    app.include_router(limiters.router, dependencies=guarded)
     app.include_router(ui.router)  # the page holds no data: it asks for the token
 
     @app.get("/healthz", include_in_schema=False)

@@ -36,6 +36,12 @@ class Quotas(StoreBase):
     def spend_path(self, spend_id: str) -> str:
         return f"{self._spend}/{spend_id}"
 
+    async def listed(self, what: str, limit: int = 1000) -> list[tuple[str, JsonDict]]:
+        """The documents of one kind (``quotas``, ``slots``, ``spend``), by id: what
+        ``ackloop limits`` shows."""
+        collection = {"quotas": self._quotas, "slots": self._slots, "spend": self._spend}[what]
+        return [(snap.id, snap.data) for snap in await self.db.list_all(collection, limit)]
+
     async def read_spend(self, spend_ids: list[str]) -> list[JsonDict | None]:
         """Several budgets' documents, in one read."""
         found = await self.db.get_all([self.spend_path(i) for i in spend_ids])
