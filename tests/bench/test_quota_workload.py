@@ -46,3 +46,11 @@ def test_the_figures_count_runs_429s_minutes_and_redeliveries() -> None:
     assert found["push"]["redeliveries"] == 63
     assert found["push"]["by_subscription"]["x-model-steps-push"]["non_2xx"] == {"503": 63}
     assert found["push"]["model_pushes_in_flight_max"] == 28
+
+
+def test_tokens_at_minutes_takes_the_last_sample_at_each_minutes_edge() -> None:
+    from ackloop_dev.bench.quota_workload import tokens_at_minutes
+
+    points = [(0.5, 10), (59.0, 900), (61.0, 950), (119.9, 400), (121.0, 5)]
+    assert tokens_at_minutes(points, 125.0) == [900, 400]
+    assert tokens_at_minutes([], 60.0) == [0]

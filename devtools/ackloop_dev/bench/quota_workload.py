@@ -47,6 +47,7 @@ from ackloop_dev.agents import CATALOG
 from ackloop_dev.bench.stack_runs import ask_and_follow, free_stack
 
 AGENT = "reference-long"
+PADDED = "reference-padded"
 
 
 @dataclass
@@ -65,12 +66,14 @@ class Samples:
     answered so far, model-step pushes in flight)."""
 
     points: list[tuple[float, int, int]] = field(default_factory=list)
+    tokens: list[tuple[float, int]] = field(default_factory=list)
+    """(seconds since the first ask, input tokens the server counted in its last minute)."""
 
 
-def _follow(api: str, text: str, deadline: float) -> Ended:
+def _follow(api: str, agent: str, text: str, deadline: float) -> Ended:
     started = time.monotonic()
     try:
-        view = ask_and_follow(api, AGENT, text, deadline, poll_s=0.25)
+        view = ask_and_follow(api, agent, text, deadline, poll_s=0.25)
     except TimeoutError:
         return Ended("", "unfinished", None, round(time.monotonic() - started, 3))
     return Ended(str(view["run_id"]), str(view["status"]), view.get("error"),
@@ -86,11 +89,16 @@ def _sample(stack: Any, gemini: str, began: float, stop: threading.Event,
             samples: Samples) -> None:
     while not stop.is_set():
         try:
-            answered = int(httpx.get(f"{gemini}/_admin/stats", timeout=5.0).json()["answered"])
+            stats = httpx.get(f"{gemini}/_admin/stats", timeout=5.0).json()
+            answered = int(stats["answered"])
+            tokens = int(stats["quota"]["in_window"]["input_tokens"])
             in_flight = _model_in_flight(stack.push_stats())
         except (httpx.HTTPError, KeyError, ValueError):
             answered, in_flight = (samples.points[-1][1] if samples.points else 0), 0
-        samples.points.append((round(time.monotonic() - began, 2), answered, in_flight))
+            tokens = samples.tokens[-1][1] if samples.tokens else 0
+        at = round(time.monotonic() - began, 2)
+        samples.points.append((at, answered, in_flight))
+        samples.tokens.append((at, tokens))
         stop.wait(1.0)
 
 
@@ -102,6 +110,16 @@ def per_minute(points: list[tuple[float, int, int]], until: float) -> list[int]:
         return seen[-1] if seen else 0
 
     return [at(60.0 * (m + 1)) - at(60.0 * m) for m in range(int(until // 60))]
+
+
+def tokens_at_minutes(points: list[tuple[float, int]], until: float) -> list[int]:
+    """The server's input tokens of the last minute, as sampled at each whole minute's edge
+    from 60 s to ``until`` (what each minute used: its window is that minute)."""
+    found = []
+    for edge in range(60, int(until) + 1, 60):
+        seen = [tokens for at, tokens in points if at <= edge]
+        found.append(seen[-1] if seen else 0)
+    return found
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -128,6 +146,7 @@ def figures(args: argparse.Namespace, ended: list[Ended], samples: Samples,
     return {
         "workload": {"runs": args.runs, "model_calls_per_run": args.calls,
                      "spread_s": args.spread, "requests_per_minute": args.rpm,
+                     "input_tokens_per_minute": args.tpm, "pad_words": args.pad,
                      "retry_delay_rounding": args.rounding, "limiter": args.limiter,
                      "headroom": args.headroom, "capacity": args.capacity},
         "runs": {"completed": statuses.get("completed", 0), "failed": statuses.get("failed", 0),
@@ -138,7 +157,10 @@ def figures(args: argparse.Namespace, ended: list[Ended], samples: Samples,
         "model": {"answered": answered, "refused_429": refused,
                   "429_per_answered": round(refused / answered, 2) if answered else None},
         "quota_used_per_minute": minutes,
-        "quota_used_share": [round(m / args.rpm, 2) for m in minutes],
+        "quota_used_share": [round(m / args.rpm, 2) for m in minutes] if args.rpm else None,
+        "input_tokens_in_the_last_minute_at_each_minute": (
+            tokens := tokens_at_minutes(samples.tokens, min(wall, last_end))),
+        "input_tokens_share": ([round(t / args.tpm, 3) for t in tokens] if args.tpm else None),
         "minutes_at_zero_while_unfinished": sum(1 for m in minutes if m == 0),
         "push": {"redeliveries": sum(s["redeliveries"] for s in subscriptions.values()),
                  "by_subscription": subscriptions,
@@ -162,7 +184,8 @@ def limiter_env(args: argparse.Namespace) -> dict[str, str]:
     if args.limiter == "off":
         return {}
     return {"ACKLOOP_MODEL_QUOTAS": json.dumps([{
-        "model": "*", "rpm": args.rpm, "mode": args.limiter, "headroom": args.headroom}])}
+        "model": "*", "rpm": args.rpm or None, "tpm": args.tpm or None, "mode": args.limiter,
+        "headroom": args.headroom}])}
 
 
 def _change_capacity(gemini: str, began: float, plan: list[tuple[float, int]],
@@ -183,8 +206,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         gemini = state.fake_gemini_url
         assert gemini is not None
         httpx.post(f"{gemini}/_admin/quota", json={
-            "requests_per_minute": args.rpm, "rounding": args.rounding}).raise_for_status()
-        text = f"look up calls={args.calls - 1}"
+            "requests_per_minute": args.rpm or None,
+            "input_tokens_per_minute": args.tpm or None,
+            "rounding": args.rounding}).raise_for_status()
+        text = f"look up calls={args.calls - 1}" + (f" pad={args.pad}" if args.pad else "")
+        agent = PADDED if args.pad else AGENT
         began = time.monotonic()
         deadline = began + args.spread + args.timeout
         samples, stop = Samples(), threading.Event()
@@ -196,7 +222,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         def ask(index: int) -> Ended:
             time.sleep(max(0.0, began + index * args.spread / args.runs - time.monotonic()))
-            return _follow(state.api_url, text, deadline)
+            return _follow(state.api_url, agent, text, deadline)
 
         with ThreadPoolExecutor(max_workers=args.runs) as pool:
             ended = list(pool.map(ask, range(args.runs)))
@@ -213,7 +239,12 @@ def parser() -> argparse.ArgumentParser:
     out = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     out.add_argument("--runs", type=int, default=40)
     out.add_argument("--calls", type=int, default=5, help="model calls per run (>= 2)")
-    out.add_argument("--rpm", type=int, default=60, help="the quota: requests a minute")
+    out.add_argument("--rpm", type=int, default=60,
+                     help="the quota: requests a minute (0: not limited)")
+    out.add_argument("--tpm", type=int, default=0,
+                     help="the quota: input tokens a minute (0: not limited)")
+    out.add_argument("--pad", type=int, default=0,
+                     help="words each tool call returns (reference-padded): longer prompts")
     out.add_argument("--spread", type=float, default=60.0, help="seconds the asks spread over")
     out.add_argument("--rounding", choices=["floor", "ceil"], default="floor",
                      help="retryDelay's rounding: floor as Gemini ('0s'), or ceil")
@@ -231,8 +262,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.calls < 2 or args.runs < 1 or args.rpm < 1:
-        print("error: --calls must be >= 2, --runs and --rpm >= 1", file=sys.stderr)
+    if args.calls < 2 or args.runs < 1 or (args.rpm < 1 and args.tpm < 1):
+        print("error: --calls must be >= 2, --runs >= 1, and --rpm or --tpm >= 1",
+              file=sys.stderr)
         return 2
     found = run(args)
     print(json.dumps(found, indent=2))
