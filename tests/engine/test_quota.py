@@ -8,6 +8,7 @@ scripted model is asked, and when, is what Gemini would have been asked."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,14 +21,16 @@ from ackloop.bus.wakes import MemoryWaker
 from ackloop.cli.follow import POLL_SECONDS, follow
 from ackloop.config.quotas import ModelQuota
 from ackloop.config.settings import Settings
+from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.errors import ModelRetryableError
 from ackloop.domain.keys import run_id_for_request
-from ackloop.domain.quota import WINDOW_SECONDS
+from ackloop.domain.quota import WINDOW_SECONDS, Limits
 from ackloop.domain.records import RunStatus, StopReason
 from ackloop.domain.wire import QueryMessage, RunOptions
 from ackloop.engine import quota, quota_log
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import text_turn
+from ackloop.store import AgentStore
 from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.test_children import team_loop
 
@@ -216,3 +219,24 @@ async def test_metrics_count_the_places_the_waits_and_the_429s(
     assert sorted(w for _, w in places) == [False] + [True] * (ALLOWED + 1)
     assert len(waits) == ALLOWED + 1 and all(s >= 1.0 for s in waits)
     assert [limited for _, limited in refused] == [True]
+
+
+class Interleaved(MemoryDocumentDB):
+    """Every read lets the other tasks run before the caller goes on: what concurrent
+    processes on one document do to each other."""
+
+    async def get_all(self, paths: Any) -> Any:
+        found = await super().get_all(paths)
+        await asyncio.sleep(0)
+        return found
+
+
+async def test_a_burst_of_calls_on_one_shard_each_takes_its_own_place() -> None:
+    store = AgentStore(Interleaved())
+    limits = Limits(requests=100)
+    calls = [quota_log.Call(f"run-{i}/0000-model", 10) for i in range(40)]
+    places = await asyncio.gather(*(quota_log.reserve(store, "q-000", c, limits, 1000.0)
+                                    for c in calls))
+    assert all(p.taken_now for p in places)
+    shard = await quota_log.read(store, "q-000", 1000.0)
+    assert sorted(e.holder for e in shard.entries) == sorted(c.holder for c in calls)

@@ -10,6 +10,8 @@ both build on one reading.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -18,9 +20,14 @@ from ackloop.domain.jsondict import JsonDict
 from ackloop.store.base import StoreBase
 
 T = TypeVar("T")
-WRITE_ATTEMPTS = 8
+WRITE_ATTEMPTS = 30
 """Conditional writes a change of the document may refuse before the caller is told
-(:class:`StorageUnavailable`: the step is redelivered)."""
+(:class:`StorageUnavailable`: the step is redelivered). A burst of steps on one shard (its
+slots all come at once when a window opens; a 429 answers many calls together) takes about as
+many rounds as it has steps."""
+BACKOFF_SECONDS = 0.2
+"""The most a refused write waits before it reads again (at random, growing from 5 ms): the
+writers of a burst spread out instead of colliding again."""
 
 
 class Quotas(StoreBase):
@@ -72,7 +79,7 @@ class Quotas(StoreBase):
 
     async def _change(self, path: str,
                       change: Callable[[JsonDict | None], tuple[JsonDict | None, T]]) -> T:
-        for _ in range(WRITE_ATTEMPTS):
+        for attempt in range(WRITE_ATTEMPTS):
             (snap,) = await self.db.get_all([path])
             changed, result = change(snap.data if snap is not None else None)
             if changed is None:
@@ -84,6 +91,8 @@ class Quotas(StoreBase):
                     await self.db.commit([Write("update", path, changed,
                                                 if_version=snap.version)])
             except (AlreadyExists, PreconditionFailed):
+                await asyncio.sleep(random.uniform(0.0, min(BACKOFF_SECONDS,
+                                                            0.005 * 2 ** attempt)))
                 continue
             return result
         raise StorageUnavailable(f"the limiter's document {path} kept changing: "
