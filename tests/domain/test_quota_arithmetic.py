@@ -131,11 +131,11 @@ def test_tokens_are_estimated_on_the_high_side(size: int, tokens: int) -> None:
     (Scale(), 1000.0, 1.0),  # a fixed quota, or one never refused
     (Scale(0.4, 0.5, 1000.0, 1000.0), 1014.0, 0.4),  # less than a step
     (Scale(0.4, 0.5, 1000.0, 1000.0), 1015.0, 0.45),  # quickly, up to 0.9 of where refused
-    (Scale(0.4, 0.5, 1000.0, 1000.0), 1030.0, 0.46),  # then carefully, for a minute
-    (Scale(0.4, 0.5, 1000.0, 1000.0), 1045.0, 0.47),
-    (Scale(0.4, 0.5, 1000.0, 1000.0), 1060.0, 0.62),  # then quickly again
-    (Scale(0.4, 0.5, 1000.0, 1000.0), 1075.0, 0.77),
-    (Scale(0.4, 0.5, 1000.0, 1000.0), 1135.0, 1.0),  # and no further than the limits
+    (Scale(0.46, 0.5, 1000.0, 1000.0), 1015.0, 0.47),  # there: carefully, for 30 s
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1030.0, 0.65),  # then quickly again
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1045.0, 0.85),
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1060.0, 1.0),  # and no further than the limits
+    (Scale(0.4, 0.5, 1000.0, 1000.0), 1135.0, 1.0),
 ])
 def test_an_adaptive_share_climbs_back_while_no_429_comes(scale: Scale, now: float,
                                                           share: float) -> None:

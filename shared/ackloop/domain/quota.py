@@ -163,11 +163,11 @@ FLOOR_SHARE = 0.05
 """The least share an adaptive quota falls to: it keeps probing."""
 CLIMB_EVERY_SECONDS = 15.0
 """How often an adaptive quota's share climbs while no 429 comes."""
-CAREFUL_SECONDS = 60.0
+CAREFUL_SECONDS = 30.0
 """After a 429, the share climbs slowly (:data:`CAREFUL_STEP`) near where it was refused for
 this long, then quickly (:data:`CLIMB_STEP`) again: capacity came back, or more of it."""
 CAREFUL_STEP = 0.01
-CLIMB_STEP = 0.15
+CLIMB_STEP = 0.2
 
 
 @dataclass(frozen=True)
