@@ -32,7 +32,7 @@ async def test_the_agents_a_query_may_name_with_their_model_and_reach() -> None:
     body = answer.json()
     names = [a["name"] for a in body["agents"]]
     assert names == ["approval-demo", "default", "follow-up", "judge", "reference",
-                     "reference-long", "research-team"]
+                     "reference-long", "reference-padded", "research-team"]
     assert body["default"] == "default"
     by_name = {a["name"]: a for a in body["agents"]}
     assert by_name["research-team"]["reaches"] == ["critic", "researcher", "writer"]

@@ -183,5 +183,6 @@ def test_the_benchmark_agents_are_served_only_by_the_development_catalog() -> No
     http = httpx.AsyncClient()
     assert [a.name for a in builtin_agents(Settings(), http)] == ["default"]
     served = [a.name for a in catalog(Settings(), http)]
-    assert served == ["default", "reference", "reference-long", "approval-demo", "follow-up",
+    assert served == ["default", "reference", "reference-long", "reference-padded",
+                      "approval-demo", "follow-up",
                       "research-team", "researcher", "critic", "writer"]

@@ -227,7 +227,7 @@ async def test_openapi_document_lists_every_route(api: httpx.AsyncClient) -> Non
         "/runs/{run_id}/events/{name}", "/runs/{run_id}/files/{sha256}", "/evals",
         "/evals/{eval_id}", "/agents", "/schedules", "/schedules/{schedule_id}",
         "/schedules/{schedule_id}/pause", "/schedules/{schedule_id}/resume",
-        "/schedules/{schedule_id}/trigger", "/schedules/{schedule_id}/backfill",
+        "/schedules/{schedule_id}/trigger", "/schedules/{schedule_id}/backfill", "/limits",
     }
     events = doc["paths"]["/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]
     assert {"application/x-ndjson", "text/event-stream"} <= set(events)

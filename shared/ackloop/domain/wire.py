@@ -163,11 +163,12 @@ class RunOptions(WireModel):
         default=None, ge=1, le=1_000_000_000, description="Total tokens (its child runs' included)."
     )
     priority: int = Field(
-        default=0, ge=0, le=9, description="Where the run's model calls waiting for their "
+        default=0, ge=0, le=9, exclude_if=lambda v: v == 0,
+        description="Where the run's model calls waiting for their "
         "places under a quota stand in line: a higher priority is served first (0, the "
         "default, to 9; its child runs have it too).")
     tenant: Identifier | None = Field(
-        default=None, description="Who the run is asked for, as the deployment's concurrency "
+        default=None, exclude_if=lambda v: v is None, description="Who the run is asked for, as the deployment's concurrency "
         "limits keyed by tenant count it (its child runs count as theirs).")
     approval_timeout_seconds: float | None = Field(
         default=None, gt=0, le=2_592_000,
