@@ -168,8 +168,9 @@ class RunOptions(WireModel):
         "places under a quota stand in line: a higher priority is served first (0, the "
         "default, to 9; its child runs have it too).")
     tenant: Identifier | None = Field(
-        default=None, exclude_if=lambda v: v is None, description="Who the run is asked for, as the deployment's concurrency "
-        "limits keyed by tenant count it (its child runs count as theirs).")
+        default=None, exclude_if=lambda v: v is None,
+        description="Who the run is asked for, as the deployment's concurrency limits keyed "
+        "by tenant count it (its child runs count as theirs).")
     approval_timeout_seconds: float | None = Field(
         default=None, gt=0, le=2_592_000,
         description="Longest a call waits for a person's approval before it is rejected (a "
