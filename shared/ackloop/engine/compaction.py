@@ -20,7 +20,9 @@ last chunk as read. So it is recorded once whatever is redelivered or killed:
 The summary's request is the agent's own (its instructions, its tools with calls turned off,
 the history as its requests sent it) followed by the request for the summary, so Gemini's
 implicit cache serves the prefix it shares with the step's previous request. A summary is a
-model call: the run's usage counts it, and so does its ``max_steps`` budget.
+model call: the run's usage counts it, and so does its ``max_steps`` budget; it takes its place
+under the model's quota and fits its spend limits first, in the step's concurrency slots
+(:func:`_summarized`).
 
 The step that made (or found) it counts its usage in the run's and its cost in the step's
 (:attr:`ackloop.store.Decision.compaction_cost`), and names it in its result
@@ -44,14 +46,20 @@ from ackloop.domain.context_window import (
     tokens_of_bytes,
 )
 from ackloop.domain.cost import Cost, Spend, price
-from ackloop.domain.errors import ModelPermanentError, RetryableError, StaleRead
+from ackloop.domain.errors import (
+    ModelPermanentError,
+    ModelRetryableError,
+    RetryableError,
+    StaleRead,
+)
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunRecord, StepRecord, TranscriptChunk
 from ackloop.domain.wire import ModelStepMessage, Usage
+from ackloop.engine import quota, spend_limits
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import ClaimRef, heartbeat
-from ackloop.model.base import ModelRequest
+from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.store import CHUNK_BYTES, Transcript
 from ackloop.telemetry import metrics, tracing
 from ackloop.transcript import conversation
@@ -123,12 +131,14 @@ def estimated_tokens(agent: Agent, transcript: Transcript, new_contents: list[Js
 
 async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: Agent,
                   transcript: Transcript, tools: list[JsonDict], *,
-                  force: bool = False) -> Compacted | None:
+                  force: bool = False, since: float | None = None) -> Compacted | None:
     """Compact ``transcript`` for model step ``turn`` of ``run`` (see the module docstring);
     None when its view has too little to summarize. ``tools``: the declarations the step's
     own request sends (the summary's request starts as the agent's do). ``force`` (Gemini
     refused the request as too long): keep only the last model turn, whatever the policy
-    keeps."""
+    keeps. The summary is a paid call like the step's own: it takes its place under the
+    model's quota and fits its spend limits first (raising their wait; ``since``: when the step
+    began to wait, if it did)."""
     policy = agent.context
     view = transcript.view
     keep = 1 if force else policy.keep_recent_turns
@@ -144,6 +154,7 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
         return _made_by(by, found, conversation_id)
     await claim_before_summary(deps, ref)
     model = policy.summarizer or agent.model or run.model
+    kind = "forced-summary" if force else "summary"
     async with heartbeat(deps.store, deps.clock, ref, deps.settings.lease_seconds) as beat:
         for halving in range(SUMMARY_HALVINGS + 1):
             request = ModelRequest(
@@ -154,11 +165,8 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
                     policy.summary_instructions)),
                 timeout_seconds=deps.settings.model_timeout_seconds)
             try:
-                with tracing.span("gemini.generate_content", {"gen_ai.request.model": model,
-                                                              "ackloop.compaction": True}) as call:
-                    answer = await deps.model.generate(request)
-                    tracing.model_answered(call, answer.usage.prompt_tokens,
-                                           answer.usage.output_tokens, answer.model_version)
+                answer = await _summarized(deps, run, agent.name,
+                                           f"{by}#{kind}{halving or ''}", request, since)
                 break
             except ModelPermanentError as exc:
                 # What is to be summarized is itself past the model's input limit: summarize
@@ -208,6 +216,29 @@ async def compact(deps: Deps, ref: ClaimRef, run: RunRecord, turn: int, agent: A
     log.info("run %s: %s compacted %d content(s) into a summary of %d bytes, kept %d",
              run.run_id, by, cut, record["summary_bytes"], record["kept"])
     return Compacted(compacted, usage, cost, _step_record(record))
+
+
+async def _summarized(deps: Deps, run: RunRecord, agent: str, holder: str,
+                      request: ModelRequest, since: float | None) -> ModelTurn:
+    """The summary's call, under the limits a model call of the run meets: its spend limits
+    checked and its place under the model's quota taken first, a 429 turned into a wait for a
+    new place (:mod:`ackloop.engine.quota`), what it cost added to its budgets after."""
+    tokens = quota.request_tokens(request)
+    budgets = await spend_limits.checked(deps, run, agent, request.model, tokens)
+    held = await quota.take_place(deps, run, holder, request, since, tokens)
+    try:
+        with tracing.span("gemini.generate_content", {"gen_ai.request.model": request.model,
+                                                      "ackloop.compaction": True}) as call:
+            answer = await deps.model.generate(request)
+            tracing.model_answered(call, answer.usage.prompt_tokens,
+                                   answer.usage.output_tokens, answer.model_version)
+    except ModelRetryableError as exc:
+        if held is not None and exc.quota_exhausted:
+            raise await quota.refused(deps, held, exc.retry_after) from exc
+        raise
+    await quota.answered(deps, held, answer.usage.prompt_tokens)
+    await spend_limits.spent(deps, budgets, request.model, answer.usage)
+    return answer
 
 
 async def claim_before_summary(deps: Deps, ref: ClaimRef) -> None:

@@ -175,11 +175,10 @@ async def _run_claimed(
             tools = agent.tools.declarations()
             if contract:
                 tools = [*tools, contract.declaration()]
-            stop = await _compacted_if_over(deps, ref, state, tools, inputs.previous)
-        if stop is not None:
-            decision = _stopped(stop, state.ctx.message, new_contents, final_output)
+            decision = await _in_slots(deps, ref, state, tools, contract, scope,
+                                       inputs.previous, final_output)
         else:
-            decision = await _asked(deps, ref, state, tools, contract, scope)
+            decision = _stopped(stop, state.ctx.message, new_contents, final_output)
     except PermanentError as exc:
         log.warning("run %s failed at %s: %s", run.run_id, claim.key, exc)
         decision = _failure(exc, state.ctx.message.usage, new_contents)
@@ -255,17 +254,37 @@ def _stop_before_call(deps: Deps, ctx: TurnContext, claim: Claim,
     return stop
 
 
+async def _in_slots(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
+                    contract: OutputContract | None, scope: RequestScope,
+                    previous: list[StepRecord], final_output: Any) -> Decision:
+    """The step's paid calls (a compaction's summary, if it compacts, and its own), made in the
+    slots of its concurrency limits, kept while they run: a summary is a model call of the step
+    like its own, and a limit of N model steps at once counts it."""
+    ctx = state.ctx
+    since = scope.waited_since if scope.waited_since is not None else deps.clock.now()
+    await concurrency.take_for(deps, ref, concurrency.limits_of(deps, ctx.run, "model",
+                                                                ctx.agent.name),
+                               "model_steps", state.scheduled.model_dump(mode="json"), since)
+    async with concurrency.kept(deps, ref.slots, f"{ctx.run.run_id}/{ref.claim.key}"):
+        stop = await _compacted_if_over(deps, ref, state, tools, previous, scope.waited_since)
+        if stop is not None:
+            return _stopped(stop, state.ctx.message, ctx.new_contents, final_output)
+        return await _asked(deps, ref, state, tools, contract, scope, previous)
+
+
 async def _compacted_if_over(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
-                             previous: list[StepRecord]) -> StopReason | None:
+                             previous: list[StepRecord], since: float | None
+                             ) -> StopReason | None:
     """Compact first when the agent's context policy says the call would be over its limit
     (and no delivery of this step compacted yet); then the step budget, which counts the
-    summary's call before this one, may stop the run."""
+    summary's call before this one, may stop the run. ``since``: when the step began to wait
+    for the summary's place, if it did."""
     ctx = state.ctx
     if state.compacted is not None or not ctx.agent.context.over(compaction.estimated_tokens(
             ctx.agent, state.transcript, ctx.new_contents, previous)):
         return None
     made = await compaction.compact(deps, ref, ctx.run, ctx.message.turn, ctx.agent,
-                                    state.transcript, tools)
+                                    state.transcript, tools, since=since)
     if made is None:
         return None
     state.compacted_now(made)
@@ -273,7 +292,8 @@ async def _compacted_if_over(deps: Deps, ref: ClaimRef, state: _Turn, tools: lis
 
 
 async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
-                 contract: OutputContract | None, scope: RequestScope) -> Decision:
+                 contract: OutputContract | None, scope: RequestScope,
+                 previous: list[StepRecord]) -> Decision:
     """The model's answer to the step's request, decided (:func:`decide`). Gemini refusing
     the request as too long compacts it (keeping the last model turn only) and asks once
     more; a second refusal fails the run with its cause."""
@@ -281,30 +301,25 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
     request = await _request(deps, ctx.run, ctx.agent, state.transcript, ctx.new_contents,
                              tools)
     holder = f"{ctx.run.run_id}/{ref.claim.key}"
-    since = scope.waited_since if scope.waited_since is not None else deps.clock.now()
-    budgets = await spend_limits.checked(deps, ctx.run, ctx.agent.name, request.model,
-                                         quota.request_tokens(request))
-    await concurrency.take_for(deps, ref, concurrency.limits_of(deps, ctx.run, "model",
-                                                                ctx.agent.name),
-                               "model_steps", state.scheduled.model_dump(mode="json"), since)
-    held = await quota.take_place(deps, ctx.run, holder, request, scope.waited_since)
-    async with concurrency.kept(deps, ref.slots, holder):
-        try:
-            answered = await call_model(deps, ref, request, scope, held)
-        except ModelPermanentError as exc:
-            if exc.reason != "model_input_too_long":
-                raise
-            forced = await compaction.compact(deps, ref, ctx.run, ctx.message.turn, ctx.agent,
-                                              state.transcript, tools, force=True)
-            if forced is None:
-                raise
-            log.info("run %s: %s was too long for the model; compacted, trying once more",
-                     ctx.run.run_id, ref.claim.key)
-            state.compacted_now(forced.after(state.compacted))
-            request = await _request(deps, ctx.run, ctx.agent, state.transcript,
-                                     ctx.new_contents, tools)
-            held = await quota.take_place(deps, ctx.run, f"{holder}#compacted", request)
-            answered = await call_model(deps, ref, request, scope, held)
+    tokens = _input_tokens(request, state, previous)
+    budgets = await spend_limits.checked(deps, ctx.run, ctx.agent.name, request.model, tokens)
+    held = await quota.take_place(deps, ctx.run, holder, request, scope.waited_since, tokens)
+    try:
+        answered = await call_model(deps, ref, request, scope, held)
+    except ModelPermanentError as exc:
+        if exc.reason != "model_input_too_long":
+            raise
+        forced = await compaction.compact(deps, ref, ctx.run, ctx.message.turn, ctx.agent,
+                                          state.transcript, tools, force=True)
+        if forced is None:
+            raise
+        log.info("run %s: %s was too long for the model; compacted, trying once more",
+                 ctx.run.run_id, ref.claim.key)
+        state.compacted_now(forced.after(state.compacted))
+        request = await _request(deps, ctx.run, ctx.agent, state.transcript,
+                                 ctx.new_contents, tools)
+        held = await quota.take_place(deps, ctx.run, f"{holder}#compacted", request)
+        answered = await call_model(deps, ref, request, scope, held)
     model_turn, call_seconds, retried, last_text = answered
     await spend_limits.spent(deps, budgets, request.model, model_turn.usage)
     decision = decide(state.ctx, model_turn, contract, call_seconds)
@@ -316,6 +331,22 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
             decision, result=(decision.result or {}) | {"model_retries": len(retried)},
             error=f"retried in the request: {retried[-1]}")
     return decision
+
+
+def _input_tokens(request: ModelRequest, state: _Turn, previous: list[StepRecord]) -> int:
+    """The request's input tokens as a quota and a budget reserve them: after a model step of
+    the run on the same transcript, what Gemini counted for that step's request and answer plus
+    this turn's new contents by estimate (most of a long request is counted exactly); else the
+    whole request by estimate (:func:`ackloop.engine.quota.request_tokens`)."""
+    step = next((s for s in previous if s.kind == "model"), None)
+    counted = step.usage if step is not None else None
+    same_agent = step is not None and (step.result or {}).get(
+        "agent", state.ctx.run.agent) == state.ctx.agent.name
+    if (counted is None or counted.prompt_tokens <= 0 or state.compacted is not None
+            or not same_agent):
+        return quota.request_tokens(request)
+    return (counted.prompt_tokens + counted.output_tokens
+            + quota.contents_tokens(state.ctx.new_contents))
 
 
 def _annotated(decision: Decision, compacted: compaction.Compacted | None, agent: str,

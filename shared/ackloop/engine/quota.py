@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from ackloop.bus.wakes import Wake
 from ackloop.config.quotas import ModelQuota, quota_for
 from ackloop.config.settings import Settings
+from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.quota import (
     RETRY_FLOOR_SECONDS,
     Limits,
@@ -105,6 +106,16 @@ def limits_of(quota: ModelQuota) -> Limits:
 
 def request_tokens(request: ModelRequest) -> int:
     """The request's input tokens, estimated: its text as JSON, a file as :data:`FILE_TOKENS`."""
+    return _tokens_of({"system": request.system_instruction, "contents": request.contents,
+                       "tools": request.tools})
+
+
+def contents_tokens(contents: list[JsonDict]) -> int:
+    """Contents' input tokens, estimated as :func:`request_tokens` does."""
+    return _tokens_of(contents) if contents else 0
+
+
+def _tokens_of(body: object) -> int:
     files = 0
 
     def text_only(value: object) -> object:
@@ -118,22 +129,21 @@ def request_tokens(request: ModelRequest) -> int:
             return [text_only(v) for v in value]
         return value
 
-    body = {"system": request.system_instruction, "contents": text_only(request.contents),
-            "tools": request.tools}
-    size = len(json.dumps(body, separators=(",", ":"), default=str))
+    size = len(json.dumps(text_only(body), separators=(",", ":"), default=str))
     return estimated_tokens(size) + files * FILE_TOKENS
 
 
 async def take_place(deps: Deps, run: RunRecord, holder: str, request: ModelRequest,
-                     since: float | None = None) -> Held | None:
+                     since: float | None = None, tokens: int | None = None) -> Held | None:
     """The call's place under its model's quota, when it has come (None: no quota applies).
     Raises :class:`QuotaWait` when it is later. ``since``: when the step began to wait for
-    it, if it did (the wait is measured)."""
+    it, if it did (the wait is measured); ``tokens``: its input tokens when the caller knows
+    better than :func:`request_tokens`."""
     quota = quota_for(deps.settings.model_quotas, request.model)
     if quota is None:
         return None
     now = deps.clock.now()
-    call = call_of(run, holder, request_tokens(request))
+    call = call_of(run, holder, tokens if tokens is not None else request_tokens(request))
     shard = shard_id(quota, run.run_id)
     place = await quota_log.reserve(deps.store, shard, call, limits_of(quota), now)
     if place.at > now:
