@@ -86,6 +86,7 @@ locals {
     ACKLOOP_MODEL_QUOTAS                    = jsonencode(var.model_quotas)
     ACKLOOP_CONCURRENCY_LIMITS              = jsonencode(var.concurrency_limits)
     ACKLOOP_SPEND_LIMITS                    = jsonencode(var.spend_limits)
+    ACKLOOP_LIMITS_REFRESH_SECONDS          = tostring(var.limits_refresh_seconds)
     ACKLOOP_SWEEP_STALE_SECONDS             = tostring(var.sweep.stale_seconds)
     ACKLOOP_MAX_STEP_ATTEMPTS               = tostring(var.max_step_attempts)
     ACKLOOP_DEFAULT_MAX_STEPS               = tostring(var.run_limits.max_steps)

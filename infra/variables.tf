@@ -257,6 +257,18 @@ variable "spend_limits" {
   }
 }
 
+variable "limits_refresh_seconds" {
+  type        = number
+  description = "How often each service reads the limits an operator set while the deployment runs (ACKLOOP_LIMITS_REFRESH_SECONDS; `ackloop limits set`, PUT /limits, docs/how-to/quotas.md): a change reaches every service within this time, at one read per instance per period. 0: never read them; model_quotas, concurrency_limits and spend_limits alone hold."
+  default     = 10
+  nullable    = false
+
+  validation {
+    condition     = var.limits_refresh_seconds >= 0
+    error_message = "limits_refresh_seconds is 0 (never read) or more."
+  }
+}
+
 variable "in_request_waits" {
   type = object({
     claim_wait_seconds = optional(number, 25)

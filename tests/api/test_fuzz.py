@@ -47,7 +47,7 @@ def test_no_input_makes_the_api_fail(fuzz_stack: RunningStack) -> None:
     checks = [not_a_server_error, status_code_conformance, content_type_conformance,
               response_schema_conformance]
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 31  # the runs API, approvals, events, Agent Runtime, sweep,
+    assert len(operations) == 32  # the runs API, approvals, events, Agent Runtime, sweep,
     # trace, inspector, a run's files, the evals, the agents, the schedules and the limits
     statuses: list[int] = []
 

@@ -143,6 +143,7 @@ async def _counted(settings: Settings) -> tuple[dict[str, tuple[int, int]], InPr
                                                  list[str]]:
     """The reference run: round trips and documents written by each step's delivery."""
     loop, _, db = _loop(_reference, settings)
+    await loop.deps.refresh_limits()  # as a process does when it starts (hosting.runtime)
     counters = loop.deps.store.db.counters  # type: ignore[attr-defined]
     per_step: dict[str, tuple[int, int]] = {}
     deliver = loop.deliver

@@ -168,7 +168,7 @@ async def test_a_run_waiting_for_its_place_says_so_with_the_calls_ahead_and_how_
     for run_id in runs:
         run = await loop.deps.store.runs.get_run(run_id)
         assert run is not None
-        places = await quota.waiting_of(loop.deps.settings, loop.deps.store, run_id, now)
+        places = await quota.waiting_of(loop.deps.limits.model_quotas, loop.deps.store, run_id, now)
         view = RunView.of_run(run, [], quota_waits=[QuotaWaitView.of(p, now) for p in places])
         seen.append([(w.step, w.ahead, w.label) for w in view.waiting_for_quota])
     assert seen[:ALLOWED] == [[]] * ALLOWED  # called at once: nothing to wait for
@@ -178,7 +178,7 @@ async def test_a_run_waiting_for_its_place_says_so_with_the_calls_ahead_and_how_
                                                "call(s) ahead, about 62 s"))]
         for ahead in range(3)]
     await loop.run_until_idle(wake=True)
-    assert await quota.waiting_of(loop.deps.settings, loop.deps.store, runs[-1],
+    assert await quota.waiting_of(loop.deps.limits.model_quotas, loop.deps.store, runs[-1],
                                   loop.deps.clock.now()) == []
 
 

@@ -311,8 +311,12 @@ async def sweep_runs(
 async def quota_waits(deps: Deps, run: RunRecord) -> list[QuotaWaitView]:
     """The run's model steps waiting for their places (read only while it runs, and only where
     quotas are declared)."""
-    if run.status.terminal or not deps.settings.model_quotas:
+    if run.status.terminal:
+        return []
+    await deps.refresh_limits()
+    quotas = deps.limits.model_quotas
+    if not quotas:
         return []
     now = deps.clock.now()
     return [QuotaWaitView.of(w, now) for w in
-            await quota.waiting_of(deps.settings, deps.store, run.run_id, now)]
+            await quota.waiting_of(quotas, deps.store, run.run_id, now)]

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ackloop.config.quotas import ModelQuota
 from ackloop.config.settings import Settings
 from ackloop.domain.cost import Cost
 from ackloop.domain.keys import StepKey
@@ -179,8 +180,8 @@ async def follow(
     query's Pub/Sub message, whose rejection ends the wait while no run exists.
     ``until_waiting``: return once the run waits and nothing else of the waiting turn is left
     to run (:attr:`Followed.settled`), which no poll would change. ``quotas``: the
-    deployment's settings, when it declares model quotas: ``on_quota`` is told, once per
-    place, of a model step waiting for its place (the calls ahead, how long)."""
+    deployment's settings, to tell ``on_quota``, once per place, of a model step waiting
+    for its place under the quotas in force (the calls ahead, how long)."""
     seen: set[str] = set()
     deltas_from = "0"  # the next delta id to read
     live: str | None = None  # the step whose text is being shown
@@ -188,6 +189,7 @@ async def follow(
     started = time.monotonic()
     followed = Followed(run_id)
     told_places: set[tuple[str, float]] = set()
+    in_force = await _quotas_in_force(quotas, store) if quotas is not None else []
     while True:
         run, steps = await asyncio.gather(store.runs.get_run(run_id),
                                           store.steps.list_steps(run_id))
@@ -205,8 +207,8 @@ async def follow(
                 on_step(step)
         while shown:
             give(shown.popleft())
-        if quotas is not None and quotas.model_quotas and run is not None:
-            told_places = await _tell_places(quotas, store, run, told_places, on_quota)
+        if in_force and run is not None:
+            told_places = await _tell_places(in_force, store, run, told_places, on_quota)
         if run is None and message_id is not None:
             followed.rejection = await store.letters.get_poison(message_id)
         followed.elapsed = time.monotonic() - started
@@ -216,14 +218,23 @@ async def follow(
         await asyncio.sleep(POLL_SECONDS)
 
 
-async def _tell_places(settings: Settings, store: AgentStore, run: RunRecord,
+async def _quotas_in_force(settings: Settings, store: AgentStore) -> list[ModelQuota]:
+    """The model quotas in force when the following starts (as set while the deployment runs,
+    else as declared: :mod:`ackloop.engine.live_limits`)."""
+    from ackloop.engine.live_limits import in_force
+
+    return in_force(settings, await store.quotas.read_set()
+                    if settings.limits_refresh_seconds > 0 else None).model_quotas
+
+
+async def _tell_places(quotas: list[ModelQuota], store: AgentStore, run: RunRecord,
                        told: set[tuple[str, float]], tell: Callable[[str], None]
                        ) -> set[tuple[str, float]]:
     """Tell each place a model step of ``run`` waits for, once; the places told."""
     if run.status.terminal:
         return told
     now = time.time()
-    for place in await waiting_of(settings, store, run.run_id, now):
+    for place in await waiting_of(quotas, store, run.run_id, now):
         if (place.step, place.at) not in told:
             told = told | {(place.step, place.at)}
             tell(f"  … {place.step:<14} {' '.join(place.label(now))}")

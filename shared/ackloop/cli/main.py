@@ -15,7 +15,7 @@ from ackloop.cli.serving import FUNCTION_TARGETS, function_sources, serve_target
 COMMANDS = {"runs": "ackloop.cli.runs:app", "ask": "ackloop.cli.ask:ask",
             "metrics": "ackloop.cli.metrics:metrics", "eval": "ackloop.cli.evals:eval_command",
             "chat": "ackloop.cli.chat:chat", "new": "ackloop.cli.new:new",
-            "schedules": "ackloop.cli.schedules:app", "limits": "ackloop.cli.limits:limits"}
+            "schedules": "ackloop.cli.schedules:app", "limits": "ackloop.cli.limits:app"}
 
 # Known conditions (no stack, no credentials, no such run) end in one line: cli/errors.py.
 app = errors.App(cls=lazy_group(COMMANDS), no_args_is_help=True, add_completion=False,

@@ -77,6 +77,19 @@ def _status(run: RunRecord) -> str:
     return run.status.value + (" (cancel requested)" if run.cancel_requested else "")
 
 
+async def _places(target: Target, run: RunRecord) -> list[Any]:
+    """The run's model steps waiting for their places under the quotas in force."""
+    from ackloop.engine.live_limits import in_force
+    from ackloop.engine.quota import waiting_of
+
+    store = target.store()
+    quotas = in_force(target.settings, await store.quotas.read_set()
+                      if target.settings.limits_refresh_seconds > 0 else None).model_quotas
+    if not quotas:
+        return []
+    return await waiting_of(quotas, store, run.run_id, time.time())
+
+
 async def _existing(target: Target, run_id: str) -> tuple[RunRecord, list[StepRecord]]:
     store = target.store()
     run, steps = await asyncio.gather(store.runs.get_run(run_id), store.steps.list_steps(run_id))
@@ -129,11 +142,8 @@ def show(
         return run, steps, await tree(target.store(), run, steps)
 
     run, steps, children = asyncio.run(read())
-    from ackloop.engine.quota import waiting_of
-
+    places = asyncio.run(_places(target, run)) if not run.status.terminal else []
     now = time.time()
-    places = asyncio.run(waiting_of(target.settings, target.store(), run.run_id, now)
-                         ) if not run.status.terminal and target.settings.model_quotas else []
     if as_json:
         from ackloop.api.models import QuotaWaitView, RunView
 

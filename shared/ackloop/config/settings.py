@@ -147,6 +147,14 @@ class Settings(BaseSettings):
         "checked before each paid model call; one that would go over waits for the next "
         "period, acknowledged, or fails its run, as configured. Empty (the default): none.",
     )
+    limits_refresh_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="How often a process reads the limits an operator set while the "
+        "deployment runs (`ackloop limits set`, PUT /limits; ackloop.engine.live_limits): a "
+        "change reaches every process within this time, at one read per process per period. "
+        "0: never read them; the declared limits alone hold.",
+    )
     retry_wait_seconds: float = Field(
         default=20.0,
         ge=0,

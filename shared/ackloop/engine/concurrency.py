@@ -83,7 +83,7 @@ def limits_of(deps: Deps, run: RunRecord, kind: str, agent: str, tool: Tool | No
               ) -> list[Limit]:
     """The limits a step of ``kind`` (model, tool) of ``run`` holds a slot of, by id."""
     found = []
-    for limit in deps.settings.concurrency_limits:
+    for limit in deps.limits.concurrency_limits:
         value = {"owner": run.owner, "agent": agent, "tenant": run.limits.tenant,
                  "deployment": "*"}[limit.key]
         if limit.applies_to(kind) and value is not None:

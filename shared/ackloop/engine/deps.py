@@ -10,6 +10,7 @@ from ackloop.bus.base import Publisher
 from ackloop.bus.wakes import NoWaker, Waker
 from ackloop.config.settings import Settings
 from ackloop.domain.clock import Clock
+from ackloop.engine.live_limits import Limits, LiveLimits
 from ackloop.files import FileStore, MemoryFileStore
 from ackloop.model.base import ModelClient
 from ackloop.store import AgentStore
@@ -31,6 +32,27 @@ class Deps:
     waker: Waker = field(default_factory=NoWaker)
     """What publishes a message at its time (:mod:`ackloop.bus.wakes`): a call that sleeps
     is woken so; without one, the sweeper wakes it."""
+
+    live_limits: LiveLimits = field(default_factory=LiveLimits)
+    """The limits in force as this process last read them (:mod:`ackloop.engine.live_limits`)."""
+
+    @property
+    def limits(self) -> Limits:
+        """The model quotas, concurrency limits and spend limits in force: as an operator set
+        them while the deployment runs, else as declared."""
+        return self.live_limits.of(self.settings)
+
+    async def refresh_limits(self) -> None:
+        """Read the limits set again when this process's reading is old enough, and wait."""
+        await self.live_limits.refresh(self.settings, self.store, self.clock)
+
+    def refresh_limits_soon(self) -> None:
+        """Read the limits set again beside the work at hand when the reading is old enough."""
+        self.live_limits.refresh_soon(self.settings, self.store, self.clock)
+
+    async def limits_before_step(self) -> None:
+        """The limits set, read for a step (:meth:`LiveLimits.before_step`)."""
+        await self.live_limits.before_step(self.settings, self.store, self.clock)
 
     def topic(self, logical: str) -> str:
         """Real topic name of a logical topic (``model_steps``, ``tool_steps``, ``answers``)."""

@@ -202,6 +202,7 @@ async def _handle(deps: Deps, kind: Kind, delivery: Delivery) -> Outcome:
                                                            _here(deps, delivery)))
         if isinstance(message, ScheduleTick):
             return Outcome(200, (await schedule_firing.fire(deps, message)).body())
+        await deps.limits_before_step()  # the process's reading: none of the step's own
         served = RequestScope.starting(deps, delivery.message_id, delivery.delivery_attempt or 1,
                                        delivery.attributes.get("reads"),
                                        delivery.attributes.get(REDRIVEN) == "1",

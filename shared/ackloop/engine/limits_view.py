@@ -6,11 +6,12 @@ written."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from ackloop.config.settings import Settings
 from ackloop.domain.jsondict import JsonDict
-from ackloop.engine import quota, quota_log
+from ackloop.engine import live_limits, quota, quota_log
 from ackloop.store import AgentStore
 
 
@@ -23,19 +24,22 @@ def _shard_view(shard: quota_log.Shard, now: float) -> JsonDict:
 
 
 async def snapshot(settings: Settings, store: AgentStore, now: float) -> dict[str, Any]:
-    """The limiters as declared and as they stand at ``now``."""
+    """The limits in force (as set while the deployment runs, else as declared:
+    :mod:`ackloop.engine.live_limits`) and where their limiters stand at ``now``."""
+    limits = live_limits.in_force(settings, await store.quotas.read_set()
+                                  if settings.limits_refresh_seconds > 0 else None)
     quotas = []
-    for declared in settings.model_quotas:
+    for declared in limits.model_quotas:
         shards = {}
         for index in range(declared.shard_count):
             name = f"{declared.quota_id}-{index:03d}"
             shard = quota_log.Shard.of(await store.quotas.read(name), now)
             if shard.entries or shard.paused_until > now:
                 shards[name] = _shard_view(shard, now)
-        limits = quota.limits_of(declared)
+        per_shard = quota.limits_of(declared)
         quotas.append({**declared.model_dump(mode="json"), "quota": declared.quota_id,
                        "shards": declared.shard_count,
-                       "per_shard": {"requests": limits.requests, "tokens": limits.tokens},
+                       "per_shard": {"requests": per_shard.requests, "tokens": per_shard.tokens},
                        "busy_shards": shards})
     slots = []
     for slots_id, doc in await store.quotas.listed("slots"):
@@ -49,10 +53,12 @@ async def snapshot(settings: Settings, store: AgentStore, now: float) -> dict[st
              for spend_id, doc in await store.quotas.listed("spend")
              if float(doc.get("until", 0)) > now]
     return {"model_quotas": quotas,
-            "concurrency_limits": [c.model_dump(mode="json") for c in settings.concurrency_limits],
+            "concurrency_limits": [c.model_dump(mode="json") for c in limits.concurrency_limits],
             "concurrency_now": slots,
-            "spend_limits": [b.model_dump(mode="json") for b in settings.spend_limits],
-            "spend_now": spend}
+            "spend_limits": [b.model_dump(mode="json") for b in limits.spend_limits],
+            "spend_now": spend,
+            "set": {"lists": list(limits.set_lists), "by": limits.set_by, "at": limits.set_at,
+                    "applies_within_s": settings.limits_refresh_seconds}}
 
 
 def lines(view: dict[str, Any]) -> list[str]:
@@ -82,5 +88,16 @@ def lines(view: dict[str, Any]) -> list[str]:
         out.append(f"spend: ${b['usd']:g} per {b['period']} per {b['key']} (over: {b['over']})")
     out += [f"  {s['budget']}: ${s['usd']:g} spent in {s['calls']} call(s)"
             for s in view["spend_now"]]
+    changed = view.get("set") or {}
+    if changed.get("lists"):
+        out.append(f"set while running by {changed['by']} at {_utc(changed['at'])}: "
+                   f"{', '.join(changed['lists'])} (the rest as declared; `ackloop limits "
+                   "reset` goes back to the declared)")
     return out or ["no limits declared (ACKLOOP_MODEL_QUOTAS, ACKLOOP_CONCURRENCY_LIMITS, "
-                   "ACKLOOP_SPEND_LIMITS)"]
+                   "ACKLOOP_SPEND_LIMITS) or set (`ackloop limits set`)"]
+
+
+def _utc(at: float | None) -> str:
+    if at is None:
+        return "-"
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")

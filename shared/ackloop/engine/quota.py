@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 from ackloop.bus.wakes import Wake
 from ackloop.config.quotas import ModelQuota, quota_for
-from ackloop.config.settings import Settings
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.quota import (
     RETRY_FLOOR_SECONDS,
@@ -139,7 +138,7 @@ async def take_place(deps: Deps, run: RunRecord, holder: str, request: ModelRequ
     Raises :class:`QuotaWait` when it is later. ``since``: when the step began to wait for
     it, if it did (the wait is measured); ``tokens``: its input tokens when the caller knows
     better than :func:`request_tokens`."""
-    quota = quota_for(deps.settings.model_quotas, request.model)
+    quota = quota_for(deps.limits.model_quotas, request.model)
     if quota is None:
         return None
     now = deps.clock.now()
@@ -218,12 +217,12 @@ class Waiting:
                 f"ahead, about {max(0.0, self.at - now):.0f} s")
 
 
-async def waiting_of(deps_settings: Settings, store: AgentStore, run_id: str, now: float
+async def waiting_of(quotas: list[ModelQuota], store: AgentStore, run_id: str, now: float
                      ) -> list[Waiting]:
-    """The run's model steps waiting for their places (a read of the run's shard per quota;
-    none without quotas)."""
+    """The run's model steps waiting for their places under ``quotas`` (those in force: a
+    read of the run's shard per quota; none without quotas)."""
     found = []
-    for quota in deps_settings.model_quotas:
+    for quota in quotas:
         shard = await quota_log.read(store, shard_id(quota, run_id), now)
         found += [Waiting(quota.quota_id, e.holder.split("/", 1)[1].split("#", 1)[0], e.at,
                           position(shard.entries, e.holder, now))

@@ -54,7 +54,7 @@ class Budget:
 def budgets_of(deps: Deps, run: RunRecord, agent: str, now: float) -> list[Budget]:
     """The budgets a model call of ``run`` (its turn's ``agent``) counts against now."""
     found = []
-    for limit in deps.settings.spend_limits:
+    for limit in deps.limits.spend_limits:
         value = {"owner": run.owner, "agent": agent, "tenant": run.limits.tenant,
                  "deployment": "*"}[limit.key]
         if value is None:

@@ -228,6 +228,7 @@ async def build_deps(settings: Settings) -> Deps:
         files=build_files(settings),
         waker=build_waker(settings),
     )
+    deps.refresh_limits_soon()  # the limits set while the deployment runs, read beside
     log.info(
         "ackloop process ready: model provider %s (%s), agents %s",
         model.provider,

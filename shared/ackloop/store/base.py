@@ -175,6 +175,7 @@ class StoreBase:
         self._quotas = f"{collection_prefix}quotas"
         self._slots = f"{collection_prefix}slots"
         self._spend = f"{collection_prefix}spend"
+        self._limits = f"{collection_prefix}limits"
 
     @property
     def counters(self) -> DocumentCounters | None:

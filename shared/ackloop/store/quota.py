@@ -1,7 +1,9 @@
 """The limiters' room: ``quotas/{quota}-{shard}``, the documents of the model quotas' limiter
 (what they hold, and the arithmetic, are :mod:`ackloop.engine.quota_log`'s), and
 ``slots/{limit}:{key}``, a concurrency limit's slots for one key
-(:mod:`ackloop.engine.concurrency`).
+(:mod:`ackloop.engine.concurrency`), ``spend/{budget}`` (:mod:`ackloop.engine.spend_limits`),
+and ``limits/set``, the limits an operator set while the deployment runs
+(:mod:`ackloop.engine.live_limits`).
 
 Every write is conditional on the version read (or a create): a change made in between reads
 the document again and the change is computed anew (:meth:`Quotas.change`), so two writers never
@@ -59,6 +61,17 @@ class Quotas(StoreBase):
                            ) -> T:
         """:meth:`change` for a budget's document."""
         return await self._change(self.spend_path(spend_id), change)
+
+    async def read_set(self) -> JsonDict | None:
+        """``limits/set``: the limits an operator set while the deployment runs
+        (:mod:`ackloop.engine.live_limits`), or None."""
+        (snap,) = await self.db.get_all([f"{self._limits}/set"])
+        return snap.data if snap is not None else None
+
+    async def change_set(self, change: Callable[[JsonDict | None], tuple[JsonDict | None, T]]
+                         ) -> T:
+        """:meth:`change` for ``limits/set``."""
+        return await self._change(f"{self._limits}/set", change)
 
     async def read(self, shard_id: str) -> JsonDict | None:
         (snap,) = await self.db.get_all([self.shard_path(shard_id)])

@@ -41,6 +41,12 @@ class InProcessLoop:
     _attempts: dict[int, int] = field(default_factory=dict)
     """Deliveries so far of each message (by identity), as Pub/Sub counts them."""
 
+    def __post_init__(self) -> None:
+        # A process that has started: it read the limits set when it did (a store the loop
+        # starts on has none), as the hosting runtime's process does before its first step.
+        # The next reading is due limits_refresh_seconds later on the loop's clock.
+        self.deps.live_limits.started(self.deps.clock.now())
+
     def _kinds(self) -> dict[str, Kind]:
         s = self.deps.settings
         return {s.queries_topic: "query", s.model_steps_topic: "model",
