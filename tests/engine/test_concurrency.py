@@ -220,6 +220,22 @@ def test_take_serves_the_line_first(holders: list[str], line: list[str], name: s
     assert sum(1 for h in after.holders if h.name == name) <= 1
 
 
+@pytest.mark.parametrize(("by", "at", "held", "next_free"), [
+    ("p1", 1.0, True, None),  # the process that holds it (a duplicate in it): its own slot
+    ("p2", 1.0, False, HOLD_SECONDS),  # another process (the holder crashed, or runs still)
+    ("p2", HOLD_SECONDS + 1.0, True, None),  # once the first's lease ended: free again
+])
+def test_a_slot_held_by_another_process_is_its_until_its_lease_ends(
+        by: str, at: float, held: bool, next_free: float | None) -> None:
+    slots, _ = take(Slots(), "run/0000-model", 2, 0.0, by="p1")
+    slots, _ = take(slots, "other/0000-model", 2, 0.0, by="p1")
+    after, taken = take(slots, "run/0000-model", 2, at, by=by)
+    assert (taken.held, taken.next_free) == (held, next_free)
+    if not held:  # it waits first in line, and nothing else changed
+        assert after.holders == slots.holders and after.position("run/0000-model") == 0
+    assert sum(1 for h in after.holders if h.name == "run/0000-model") == 1
+
+
 def test_giving_back_wakes_as_many_as_slots_free() -> None:
     slots, _ = take(Slots(), "x", 1, 0.0)
     for w in ("a", "b"):

@@ -65,6 +65,18 @@ async def test_serves_concurrent_requests_in_parallel() -> None:
     assert all(turn.text for turn in turns)
     assert elapsed < 2.0  # eight half-second answers overlapped
     assert stats["requests"] == 8 and stats["faults_served"] == {"delay": 8}
+    # It counts the calls it answered at once (what a concurrency limit is checked against).
+    assert stats["in_flight"] == 0 and stats["in_flight_max"] == 8
+
+
+async def test_counts_the_most_calls_answered_at_once() -> None:
+    with FakeGeminiServer(faults="delay:0.3*6") as server:
+        model = GeminiModel(api_key="k", base_url=server.url)
+        for _ in range(3):  # two at a time, three times
+            await asyncio.gather(model.generate(REQUEST), model.generate(REQUEST))
+        assert server.stats()["in_flight_max"] == 2
+        server.reset()
+        assert server.stats()["in_flight_max"] == 0
 
 
 async def test_admin_endpoints_schedule_faults_and_report_counts() -> None:
@@ -119,5 +131,7 @@ async def test_runs_as_a_process_until_sigterm() -> None:
         "quota": {"requests_per_minute": None, "input_tokens_per_minute": None,
                   "style": "gemini-api", "rounding": "floor",
                   "in_window": {"requests": 0, "input_tokens": 0}, "refused": 0},
+        "in_flight": 0,
+        "in_flight_max": 1,
     }
     assert code == 0

@@ -16,7 +16,9 @@ Endpoints: ``POST /{version}/models/{model}:generateContent``;
 ``POST /{version}/models/{model}:streamGenerateContent?alt=sse`` (the same answer as Server-Sent
 Events, its text split into chunks of ``stream_chunk_chars`` characters sent ``stream_delay``
 seconds apart, as google-genai's ``generate_content_stream`` reads them); ``GET /`` (health);
-``GET /_admin/stats``; ``GET /_admin/requests`` (every body received); ``GET /_admin/chunks``
+``GET /_admin/stats`` (counters; ``in_flight`` and ``in_flight_max``: generate requests being
+answered now, and the most at once since the last reset); ``GET /_admin/requests`` (every body
+received); ``GET /_admin/chunks``
 (each streamed chunk's text and when it was sent, Unix seconds); ``POST /_admin/faults``
 with ``{"faults": SPEC, "fault_rate": P, "fault_kinds": SPEC, "seed": N}``; ``POST
 /_admin/stream`` with ``{"delay": S, "chunk_chars": N}``; ``GET /_admin/limits`` and ``POST
@@ -59,12 +61,14 @@ them (:func:`ackloop.model.turns.estimate_usage` over system instruction, conten
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import signal
 import threading
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
@@ -183,6 +187,8 @@ class FakeGeminiServer:
         self._received = 0
         self._served: Counter[str] = Counter()
         self._models: Counter[str] = Counter()
+        self._in_flight = 0
+        self._in_flight_max = 0
         self._closing = threading.Event()
         self._http = ThreadingHTTPServer((HOST, port), _Handler, bind_and_activate=False)
         self._http.daemon_threads = True  # a handler sleeping in a delay fault must not block exit
@@ -245,7 +251,22 @@ class FakeGeminiServer:
                 "faults_pending": self.faults.pending(),
                 "models": dict(self._models),
                 "quota": self.quota.stats(),
+                "in_flight": self._in_flight,
+                "in_flight_max": self._in_flight_max,
             }
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """Count a generate request as in flight while it is being answered (``in_flight``,
+        and the most at once since the last reset, ``in_flight_max``)."""
+        with self._lock:
+            self._in_flight += 1
+            self._in_flight_max = max(self._in_flight_max, self._in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def reset(self) -> None:
         """Forget recorded requests, counters, faults and remembered prefixes (not the limits)."""
@@ -255,6 +276,7 @@ class FakeGeminiServer:
             self._served.clear()
             self._models.clear()
             self._received = 0
+            self._in_flight_max = self._in_flight
         self.faults.clear()
         self.prefixes.clear()
         self.quota.reset()
@@ -397,7 +419,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.fake.reset()
             self._json(200, self.fake.stats())
         elif match := _GENERATE.match(self.path.split("?", 1)[0]):
-            self._generate(match.group(1), body, streamed=match.group(2) != "generateContent")
+            with self.fake.answering():
+                self._generate(match.group(1), body,
+                               streamed=match.group(2) != "generateContent")
         else:
             self._json(404, error_body(404, f"no such path {self.path}"))
 

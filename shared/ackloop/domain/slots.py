@@ -31,6 +31,8 @@ way (two wakes would deliver its step twice at once)."""
 class Holder:
     name: str
     until: float
+    by: str = ""
+    """The process holding it (its owner id; empty: not recorded)."""
 
 
 @dataclass(frozen=True)
@@ -75,18 +77,29 @@ class Taken:
     """When the first holder's lease ends, if ``name`` waits (the latest it need wait)."""
 
 
-def take(slots: Slots, name: str, limit: int, now: float, wake: str = "") -> tuple[Slots, Taken]:
+def take(slots: Slots, name: str, limit: int, now: float, wake: str = "", by: str = ""
+         ) -> tuple[Slots, Taken]:
     """``name`` takes a slot if one is free for it (it holds one already; or fewer than
     ``limit`` are held and no one ahead of it in line is still to take one), else keeps or
-    joins its place in line. Its lease (or its place) is renewed either way."""
+    joins its place in line. Its lease (or its place) is renewed either way.
+
+    ``by``: the process taking it. A slot ``name`` holds by another process (a delivery of the
+    same step that crashed, or runs still) is that process's until its lease ends: its call may
+    still be running, and a second call under the same slot would break the limit. ``name``
+    waits first in line for it (the lease's end is when it is free)."""
     slots = slots.live(now)
-    if slots.held_by(name):
+    mine = next((h for h in slots.holders if h.name == name), None)
+    if mine is not None and (mine.by == by or not mine.by or not by):
         return renew(slots, name, now), Taken(True)
+    if mine is not None:
+        line = (Waiter(name, now, now + LINE_SECONDS, wake),
+                *(w for w in slots.line if w.name != name))
+        return Slots(slots.holders, line), Taken(False, 0, mine.until)
     free = limit - len(slots.holders)
     ahead = slots.position(name)
     if free > 0 and ahead < free:
         line = tuple(w for w in slots.line if w.name != name)
-        return Slots((*slots.holders, Holder(name, now + HOLD_SECONDS)), line), Taken(True)
+        return Slots((*slots.holders, Holder(name, now + HOLD_SECONDS, by)), line), Taken(True)
     waiter = Waiter(name, now, now + LINE_SECONDS, wake)
     if ahead < len(slots.line):
         kept = slots.line[ahead]

@@ -104,7 +104,7 @@ def _slots(data: JsonDict | None) -> Slots:
     holders = data.get("holders")
     line = data.get("line")
     return Slots(
-        tuple(Holder(str(h["name"]), float(h["until"])) for h in holders
+        tuple(Holder(str(h["name"]), float(h["until"]), str(h.get("by", ""))) for h in holders
               if isinstance(h, dict)) if isinstance(holders, list) else (),
         tuple(Waiter(str(w["name"]), float(w["since"]), float(w["until"]),
                      str(w.get("wake", "")),
@@ -113,7 +113,7 @@ def _slots(data: JsonDict | None) -> Slots:
 
 
 def _doc(slots: Slots) -> JsonDict:
-    return {"holders": [{"name": h.name, "until": h.until} for h in slots.holders],
+    return {"holders": [{"name": h.name, "until": h.until, "by": h.by} for h in slots.holders],
             "line": [{"name": w.name, "since": w.since, "until": w.until, "wake": w.wake,
                       "woken": w.woken} for w in slots.line]}
 
@@ -133,7 +133,8 @@ async def take(deps: Deps, limits: Sequence[Limit], holder: str, wake: str) -> N
 
         def took(data: JsonDict | None, limit: Limit = limit, now: float = now
                  ) -> tuple[JsonDict | None, tuple[bool, int, float | None]]:
-            slots, verdict = slots_take(_slots(data), holder, limit.limit, now, wake)
+            slots, verdict = slots_take(_slots(data), holder, limit.limit, now, wake,
+                                        deps.owner)
             return _doc(slots), (verdict.held, verdict.ahead, verdict.next_free)
 
         held, ahead, next_free = await deps.store.quotas.change_slots(limit.slots_id, took)
