@@ -107,3 +107,10 @@ def message_doc_id(message_id: str) -> str:
         return message_id
     digest = hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
     return f"h~{digest}"
+
+
+def limiter_doc_id(name: str) -> str:
+    """A limiter's document id for a key (a concurrency limit's slots, a spend limit's period):
+    readable, never a path (a digest keeps it short and unique)."""
+    safe = "".join(c if c.isalnum() or c in "-_.:@" else "_" for c in name)[:120]
+    return f"{safe}~{hashlib.sha256(name.encode()).hexdigest()[:12]}"

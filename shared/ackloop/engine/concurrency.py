@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from ackloop.bus.wakes import Wake
 from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import limiter_doc_id
 from ackloop.domain.records import RunRecord
 from ackloop.domain.slots import (
     RECHECK_SECONDS,
@@ -72,13 +71,6 @@ class Limit:
     limit: int
 
 
-def doc_id(name: str) -> str:
-    """A document id for a key's slots: readable, and never a path (a digest keeps it short
-    and unique)."""
-    safe = "".join(c if c.isalnum() or c in "-_.:@" else "_" for c in name)[:120]
-    return f"{safe}~{hashlib.sha256(name.encode()).hexdigest()[:12]}"
-
-
 def limits_of(deps: Deps, run: RunRecord, kind: str, agent: str, tool: Tool | None = None
               ) -> list[Limit]:
     """The limits a step of ``kind`` (model, tool) of ``run`` holds a slot of, by id."""
@@ -87,10 +79,10 @@ def limits_of(deps: Deps, run: RunRecord, kind: str, agent: str, tool: Tool | No
         value = {"owner": run.owner, "agent": agent, "tenant": run.limits.tenant,
                  "deployment": "*"}[limit.key]
         if limit.applies_to(kind) and value is not None:
-            found.append(Limit(doc_id(f"{limit.steps}.{limit.key}:{value}"), limit.limit))
+            found.append(Limit(limiter_doc_id(f"{limit.steps}.{limit.key}:{value}"), limit.limit))
     if tool is not None and tool.concurrency is not None:
         key, most = tool.concurrency
-        found.append(Limit(doc_id(f"tool:{key}"), most))
+        found.append(Limit(limiter_doc_id(f"tool:{key}"), most))
     return sorted(found, key=lambda limit: limit.slots_id)
 
 
@@ -209,11 +201,8 @@ async def wait_for_slot(deps: Deps, topic: str, message: JsonDict, run_id: str, 
     wakes it sooner). Without a waker it is left to Pub/Sub's redelivery."""
     now = deps.clock.now()
     at = min(now + RECHECK_SECONDS, max(now + 1.0, wait.next_free or now + RECHECK_SECONDS))
-    wake = Wake(name=f"{run_id}/{key}/slot/{at:.0f}", at=at, topic=deps.topic(topic),
-                data=encode(message),
-                attributes={"run_id": run_id, "step": key, "wake": "slot",
-                            WAITED_SINCE: f"{since:.3f}"})
-    await arm_limiter_wake(deps, wake, wait)
+    await arm_limiter_wake(deps, wait, limiter="slot", topic=topic, message=message,
+                           run_id=run_id, step=key, at=at, since=since, stamp=f"{at:.0f}")
 
 
 async def take_for(deps: Deps, ref: ClaimRef, limits: Sequence[Limit], topic: str,

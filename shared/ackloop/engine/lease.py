@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from ackloop.domain.errors import (
     StepHeldElsewhere,
     UnknownRun,
 )
+from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunRecord, RunStatus, StepDecision, StepRecord, Waiting
 from ackloop.engine.deps import Deps
@@ -111,12 +113,20 @@ class LimiterWait(Exception):
     arms the wake that brings it back (:func:`arm_limiter_wake`)."""
 
 
-async def arm_limiter_wake(deps: Deps, wake: Wake, wait: LimiterWait) -> None:
-    """Arm the wake of a step waiting for a limiter. Without a waker, or with one that cannot
-    arm it, the step is left to Pub/Sub's redelivery: a retryable error whose retry-after is
-    the wake's time."""
-    log.info("run %s step %s: %s", wake.attributes.get("run_id"), wake.attributes.get("step"),
-             wait)
+async def arm_limiter_wake(deps: Deps, wait: LimiterWait, *, limiter: str, topic: str,
+                           message: JsonDict, run_id: str, step: str, at: float, since: float,
+                           stamp: str) -> None:
+    """Arm the wake of a step waiting for a limiter (``limiter``: quota, spend, slot): its own
+    ``message``, published to ``topic`` at ``at``, saying since when it waits (``since``: the
+    first wait's start when it waited before). ``stamp`` names this wake among the step's
+    (armed again with the same stamp, it is the same wake). Without a waker, or with one that
+    cannot arm it, the step is left to Pub/Sub's redelivery: a retryable error whose
+    retry-after is the wake's time."""
+    wake = Wake(name=f"{run_id}/{step}/{limiter}/{stamp}", at=at, topic=deps.topic(topic),
+                data=json.dumps(message, separators=(",", ":"), sort_keys=True).encode(),
+                attributes={"run_id": run_id, "step": step, "wake": limiter,
+                            WAITED_SINCE: f"{since:.3f}"})
+    log.info("run %s step %s: %s", run_id, step, wait)
     try:
         if isinstance(deps.waker, NoWaker):
             raise WakeNotArmed("this deployment has no waker (ACKLOOP_WAKE_QUEUE)")

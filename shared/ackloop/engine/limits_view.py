@@ -31,9 +31,9 @@ async def snapshot(settings: Settings, store: AgentStore, now: float) -> dict[st
     quotas = []
     for declared in limits.model_quotas:
         shards = {}
-        for index in range(declared.shard_count):
-            name = f"{declared.quota_id}-{index:03d}"
-            shard = quota_log.Shard.of(await store.quotas.read(name), now)
+        names = [f"{declared.quota_id}-{index:03d}" for index in range(declared.shard_count)]
+        for name, doc in zip(names, await store.quotas.read_shards(names), strict=True):
+            shard = quota_log.Shard.of(doc, now)
             if shard.entries or shard.paused_until > now:
                 shards[name] = _shard_view(shard, now)
         per_shard = quota.limits_of(declared)

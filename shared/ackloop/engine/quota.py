@@ -32,7 +32,6 @@ import logging
 import zlib
 from dataclasses import dataclass
 
-from ackloop.bus.wakes import Wake
 from ackloop.config.quotas import ModelQuota, quota_for
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.quota import (
@@ -46,8 +45,7 @@ from ackloop.domain.records import RunRecord
 from ackloop.domain.wire import ModelStepMessage
 from ackloop.engine import quota_log
 from ackloop.engine.deps import Deps
-from ackloop.engine.lease import WAITED_SINCE, LimiterWait, arm_limiter_wake
-from ackloop.engine.outbox_sending import encode
+from ackloop.engine.lease import LimiterWait, arm_limiter_wake
 from ackloop.model.base import ModelRequest
 from ackloop.store import AgentStore, Claim
 from ackloop.telemetry import metrics
@@ -194,12 +192,9 @@ async def wait_for_place(deps: Deps, claim: Claim, message: ModelStepMessage,
     the step to Pub/Sub's redelivery (a retryable error, its retry-after the place)."""
     if claim.version is not None:
         await deps.store.steps.give_back(claim)
-    key = claim.key
-    wake = Wake(name=f"{message.run_id}/{key}/quota/{wait.at:.3f}", at=wait.at,
-                topic=deps.topic("model_steps"), data=encode(message.model_dump(mode="json")),
-                attributes={"run_id": message.run_id, "step": key, "wake": "quota",
-                            WAITED_SINCE: f"{since:.3f}"})
-    await arm_limiter_wake(deps, wake, wait)
+    await arm_limiter_wake(deps, wait, limiter="quota", topic="model_steps",
+                           message=message.model_dump(mode="json"), run_id=message.run_id,
+                           step=claim.key, at=wait.at, since=since, stamp=f"{wait.at:.3f}")
 
 
 @dataclass(frozen=True)

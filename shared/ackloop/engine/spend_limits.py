@@ -18,17 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ackloop.bus.wakes import Wake
 from ackloop.config.spend import SpendLimit
 from ackloop.domain.cost import PRICES
 from ackloop.domain.errors import PermanentError
 from ackloop.domain.jsondict import JsonDict
+from ackloop.domain.keys import limiter_doc_id
 from ackloop.domain.records import RunRecord
 from ackloop.domain.wire import ModelStepMessage, Usage
-from ackloop.engine.concurrency import doc_id
 from ackloop.engine.deps import Deps
-from ackloop.engine.lease import WAITED_SINCE, LimiterWait, arm_limiter_wake
-from ackloop.engine.outbox_sending import encode
+from ackloop.engine.lease import LimiterWait, arm_limiter_wake
 from ackloop.store import Claim
 
 
@@ -60,8 +58,9 @@ def budgets_of(deps: Deps, run: RunRecord, agent: str, now: float) -> list[Budge
         if value is None:
             continue
         start, end = limit.period_of(now)
-        found.append(Budget(limit, doc_id(f"{limit.key}:{value}@{limit.period}:{start:.0f}"),
-                            end, f"{limit.key} {value}: ${limit.usd:g} per {limit.period}"))
+        spend_id = limiter_doc_id(f"{limit.key}:{value}@{limit.period}:{start:.0f}")
+        found.append(Budget(limit, spend_id, end,
+                            f"{limit.key} {value}: ${limit.usd:g} per {limit.period}"))
     return found
 
 
@@ -124,8 +123,7 @@ async def wait_for_period(deps: Deps, claim: Claim, message: ModelStepMessage,
     """The step waits for the budget's next period: its claim given back (as not tried), its
     own message armed to be published when the period ends."""
     await deps.store.steps.give_back(claim)
-    wake = Wake(name=f"{message.run_id}/{claim.key}/spend/{wait.until:.0f}", at=wait.until,
-                topic=deps.topic("model_steps"), data=encode(message.model_dump(mode="json")),
-                attributes={"run_id": message.run_id, "step": claim.key, "wake": "spend",
-                            WAITED_SINCE: f"{since:.3f}"})
-    await arm_limiter_wake(deps, wake, wait)
+    await arm_limiter_wake(deps, wait, limiter="spend", topic="model_steps",
+                           message=message.model_dump(mode="json"), run_id=message.run_id,
+                           step=claim.key, at=wait.until, since=since,
+                           stamp=f"{wait.until:.0f}")

@@ -73,6 +73,11 @@ class Quotas(StoreBase):
         """:meth:`change` for ``limits/set``."""
         return await self._change(f"{self._limits}/set", change)
 
+    async def read_shards(self, shard_ids: list[str]) -> list[JsonDict | None]:
+        """Several shards' documents, in one round trip."""
+        found = await self.db.get_all([self.shard_path(i) for i in shard_ids])
+        return [snap.data if snap is not None else None for snap in found]
+
     async def read(self, shard_id: str) -> JsonDict | None:
         (snap,) = await self.db.get_all([self.shard_path(shard_id)])
         return snap.data if snap is not None else None
