@@ -3,11 +3,13 @@ and what taking or giving one back does. Pure: the engine (:mod:`ackloop.engine.
 keeps the state in a document and acts on the answers.
 
 A holder keeps its slot for a lease (:data:`HOLD_SECONDS`), renewed while it works: a holder
-that crashed frees its slot when its lease ends. A step that finds no free slot joins the line
-(first come, first served) and is acknowledged; the holder that gives a slot back wakes the
-first in line, and each waiter also comes back by itself every :data:`RECHECK_SECONDS`. A place
-in line lapses after :data:`LINE_SECONDS` without its waiter coming back (it was cancelled, or
-its messages were lost), so a waiter gone never holds the line.
+that crashed frees its slot when its lease ends, and not before: a redelivery of the same step
+in another process waits for it (first in line), as the crashed call may still be running.
+A step that finds no free slot joins the line (first come, first served) and is acknowledged;
+the holder that gives a slot back wakes the first in line, and each waiter also comes back by
+itself every :data:`RECHECK_SECONDS`. A place in line lapses after :data:`LINE_SECONDS`
+without its waiter coming back (it was cancelled, or its messages were lost), so a waiter gone
+never holds the line.
 """
 
 from __future__ import annotations

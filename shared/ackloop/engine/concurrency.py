@@ -9,8 +9,10 @@ the order of their ids (two steps never hold one each of two slots the other wan
 finds no free slot gives back what it took, keeps its place in line, and **waits**: it is
 acknowledged, holding no process, no lease and no push slot, with a wake armed to bring it
 back (:func:`wait_for_slot`), at the latest when the first holder's lease ends and at least
-every :data:`~ackloop.domain.slots.RECHECK_SECONDS`. A redelivery or a duplicate finds the slot
-it holds (the holder is the run and the step) and never takes a second one.
+every :data:`~ackloop.domain.slots.RECHECK_SECONDS`. A duplicate in the same process finds the slot
+it holds (the holder is the run and the step, held by its process) and never takes a second
+one; a redelivery in another process waits, first in line, for the lease of the delivery
+before it to end (that one may have crashed with its call still running).
 
 **While it works** the holder renews its lease (:func:`kept`): a crashed holder's slot frees
 when its lease ends (:data:`~ackloop.domain.slots.HOLD_SECONDS`). **After its commit** it
