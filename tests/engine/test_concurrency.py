@@ -161,6 +161,28 @@ async def test_a_tenants_limit_counts_only_its_runs() -> None:
     assert await completed(loop, noisy + quiet + untagged)
 
 
+async def test_a_tenants_burst_does_not_hold_the_others_behind_it_in_line() -> None:
+    loop, model = world(ConcurrencyLimit(steps="model", key="deployment", limit=1))
+    noisy = await ask(loop, 8, tenant="noisy")
+    for _ in range(3):  # the queries, then the model steps: one takes the slot, 7 wait
+        await deliver_queued(loop)
+    await loop.submit(QueryMessage(request_id="quiet", text="hi", agent="solo",
+                                   options=RunOptions(tenant="quiet")))
+    quiet = run_id_for_request("quiet")
+    ended = [r for r in noisy if await completed(loop, [r])]  # before the quiet one asked
+    before = len(ended)
+    for _ in range(40):
+        await deliver_queued(loop)
+        for run_id in [*noisy, quiet]:
+            run = await loop.deps.store.runs.get_run(run_id)
+            if run is not None and run.status is RunStatus.COMPLETED and run_id not in ended:
+                ended.append(run_id)
+    assert len(ended) == 9 and model.calls.most == 1 and before < 7
+    # Served round by round across tenants: the quiet run right after the noisy one that
+    # held the slot (and one woken for it already), not after every noisy one in line.
+    assert ended.index(quiet) - before <= 2, (before, ended.index(quiet))
+
+
 async def test_a_crashed_holders_slot_frees_when_its_lease_ends() -> None:
     loop, model = world(ConcurrencyLimit(steps="model", key="deployment", limit=1))
     slots_id = concurrency.limits_of(loop.deps, *await _a_run(loop), "model", "solo")[0].slots_id
@@ -234,6 +256,42 @@ def test_a_slot_held_by_another_process_is_its_until_its_lease_ends(
     if not held:  # it waits first in line, and nothing else changed
         assert after.holders == slots.holders and after.position("run/0000-model") == 0
     assert sum(1 for h in after.holders if h.name == "run/0000-model") == 1
+
+
+def _line(*waiters: tuple[str, str, int]) -> Slots:
+    """A full slot (``x`` holds the only one) and a line of (name, key, priority), in the
+    order they came."""
+    slots, _ = take(Slots(), "x", 1, 0.0)
+    for i, (name, key, priority) in enumerate(waiters):
+        slots, _ = take(slots, name, 1, float(i + 1), key=key, priority=priority)
+    return slots
+
+
+@pytest.mark.parametrize(("waiters", "served"), [
+    ([("a1", "a", 0), ("a2", "a", 0), ("b1", "b", 0)], ["a1", "b1", "a2"]),  # round by round
+    ([("a1", "a", 0), ("a2", "a", 0), ("a3", "a", 0), ("b1", "b", 0), ("c1", "c", 0)],
+     ["a1", "b1", "c1", "a2", "a3"]),  # ten times the load takes no more than a turn each
+    ([("a1", "a", 0), ("b1", "b", 5)], ["b1", "a1"]),  # a higher priority first
+    ([("a1", "a", 0), ("a2", "a", 0)], ["a1", "a2"]),  # one key: in the order they came
+])
+def test_the_line_is_served_by_priority_then_round_by_round_across_keys(
+        waiters: list[tuple[str, str, int]], served: list[str]) -> None:
+    slots = _line(*waiters)
+    assert [w.name for w in slots.served()] == served
+    assert [slots.position(name) for name in served] == list(range(len(served)))
+    _, woken = give_back(slots, "x", 1, 10.0)
+    assert [w.name for w in woken] == served[:1]  # the slot given back goes to the first
+
+
+def test_a_waiter_that_finds_a_free_slot_and_others_first_wakes_them() -> None:
+    # x crashed holding the only slot: nobody gave it back, so nobody in line was woken.
+    slots = _line(("a1", "a", 0), ("b1", "b", 0), ("a2", "a", 0))
+    after, taken = take(slots, "a2", 1, HOLD_SECONDS + 5.0, key="a")  # back by its own wake
+    assert not taken.held and taken.ahead == 2  # a1 and b1 are served first
+    assert [w.name for w in taken.wake] == ["a1"]  # the free slot's first: woken now
+    again, taken = take(after, "a2", 1, HOLD_SECONDS + 6.0, key="a")
+    assert taken.wake == []  # a1 is on its way: not woken twice
+    assert not again.holders
 
 
 def test_giving_back_wakes_as_many_as_slots_free() -> None:

@@ -5,16 +5,16 @@ keeps the state in a document and acts on the answers.
 A holder keeps its slot for a lease (:data:`HOLD_SECONDS`), renewed while it works: a holder
 that crashed frees its slot when its lease ends, and not before: a redelivery of the same step
 in another process waits for it (first in line), as the crashed call may still be running.
-A step that finds no free slot joins the line (first come, first served) and is acknowledged;
-the holder that gives a slot back wakes the first in line, and each waiter also comes back by
-itself every :data:`RECHECK_SECONDS`. A place in line lapses after :data:`LINE_SECONDS`
-without its waiter coming back (it was cancelled, or its messages were lost), so a waiter gone
-never holds the line.
+A step that finds no free slot joins the line (served fairly: :meth:`Slots.served`) and is
+acknowledged; the holder that gives a slot back wakes the first in line, and each waiter also
+comes back by itself every :data:`RECHECK_SECONDS`. A place in line lapses after
+:data:`LINE_SECONDS` without its waiter coming back (it was cancelled, or its messages were
+lost), so a waiter gone never holds the line.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 HOLD_SECONDS = 45.0
 """A slot's lease: a holder renews it every :data:`RENEW_SECONDS` while it works, so a crashed
@@ -29,12 +29,19 @@ REWAKE_SECONDS = 10.0
 way (two wakes would deliver its step twice at once)."""
 
 
+OWN_SLOT = 1_000_000
+"""The priority in line of a step waiting for the slot a crashed delivery of it holds: it is
+served first once that lease ends."""
+
+
 @dataclass(frozen=True)
 class Holder:
     name: str
     until: float
     by: str = ""
     """The process holding it (its owner id; empty: not recorded)."""
+    key: str = ""
+    """Whose turn it took (a run's tenant, else its owner)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,10 @@ class Waiter:
     slot back sends."""
     woken: float | None = None
     """When a holder giving its slot back last woke it (None: never)."""
+    key: str = ""
+    """Whose turn it takes in the line's rounds (a run's tenant, else its owner)."""
+    priority: int = 0
+    """Its run's priority: a higher one is served first."""
 
 
 @dataclass(frozen=True)
@@ -64,9 +75,28 @@ class Slots:
     def held_by(self, name: str) -> bool:
         return any(h.name == name for h in self.holders)
 
+    def served(self, turns: tuple[Holder, ...] | None = None) -> tuple[Waiter, ...]:
+        """The line in the order it is served: the waiters woken for a slot first (on their
+        way to it), then by priority (the higher first), then round by
+        round across keys (each key's first waiter, then each key's second, ...; a key holding
+        slots already is that many rounds on), then in the order they came. So a key with ten
+        times the others' steps waiting takes no more of the slots than they do while they
+        wait. ``turns``: the holders whose turns count (default: the holders; a holder giving
+        its slot back has just had its turn, and counts in whom the slot goes to)."""
+        rounds: dict[str, int] = {}
+        for h in self.holders if turns is None else turns:
+            rounds[h.key] = rounds.get(h.key, -1) + 1
+        ranked = []
+        for index, w in enumerate(self.line):  # the line as stored: in the order they came
+            rounds[w.key] = rounds.get(w.key, -1) + 1
+            # A waiter woken for a slot is on its way to it: served first when it comes.
+            ranked.append((w.woken is None, -w.priority, rounds[w.key], index, w))
+        return tuple(w for *_, w in sorted(ranked, key=lambda r: r[:4]))
+
     def position(self, name: str) -> int:
-        """Places ahead of ``name`` in line (the line's length if it is not in it)."""
-        return next((i for i, w in enumerate(self.line) if w.name == name), len(self.line))
+        """Places ahead of ``name`` in line, as it is served (the line's length if it is not
+        in it)."""
+        return next((i for i, w in enumerate(self.served()) if w.name == name), len(self.line))
 
 
 @dataclass(frozen=True)
@@ -77,10 +107,13 @@ class Taken:
     ahead: int = 0
     next_free: float | None = None
     """When the first holder's lease ends, if ``name`` waits (the latest it need wait)."""
+    wake: list[Waiter] = field(default_factory=list)
+    """Waiters served before ``name`` to wake now: a slot is free and they are not on their
+    way (``name`` came back to find them ahead of it)."""
 
 
-def take(slots: Slots, name: str, limit: int, now: float, wake: str = "", by: str = ""
-         ) -> tuple[Slots, Taken]:
+def take(slots: Slots, name: str, limit: int, now: float, wake: str = "", by: str = "",
+         key: str = "", priority: int = 0) -> tuple[Slots, Taken]:
     """``name`` takes a slot if one is free for it (it holds one already; or fewer than
     ``limit`` are held and no one ahead of it in line is still to take one), else keeps or
     joins its place in line. Its lease (or its place) is renewed either way.
@@ -88,29 +121,43 @@ def take(slots: Slots, name: str, limit: int, now: float, wake: str = "", by: st
     ``by``: the process taking it. A slot ``name`` holds by another process (a delivery of the
     same step that crashed, or runs still) is that process's until its lease ends: its call may
     still be running, and a second call under the same slot would break the limit. ``name``
-    waits first in line for it (the lease's end is when it is free)."""
+    waits first in line for it (the lease's end is when it is free). ``key`` and
+    ``priority``: its place in the line's order (:meth:`Slots.served`)."""
     slots = slots.live(now)
     mine = next((h for h in slots.holders if h.name == name), None)
     if mine is not None and (mine.by == by or not mine.by or not by):
         return renew(slots, name, now), Taken(True)
     if mine is not None:
-        line = (Waiter(name, now, now + LINE_SECONDS, wake),
+        line = (Waiter(name, now, now + LINE_SECONDS, wake, key=key, priority=OWN_SLOT),
                 *(w for w in slots.line if w.name != name))
         return Slots(slots.holders, line), Taken(False, 0, mine.until)
     free = limit - len(slots.holders)
     ahead = slots.position(name)
     if free > 0 and ahead < free:
         line = tuple(w for w in slots.line if w.name != name)
-        return Slots((*slots.holders, Holder(name, now + HOLD_SECONDS, by)), line), Taken(True)
-    waiter = Waiter(name, now, now + LINE_SECONDS, wake)
+        return (Slots((*slots.holders, Holder(name, now + HOLD_SECONDS, by, key)), line),
+                Taken(True))
+    waiter = Waiter(name, now, now + LINE_SECONDS, wake, key=key, priority=priority)
     if ahead < len(slots.line):
-        kept = slots.line[ahead]
-        line = tuple(replace(w, until=now + LINE_SECONDS, wake=wake or w.wake) if w is kept
-                     else w for w in slots.line)
+        line = tuple(replace(w, until=now + LINE_SECONDS, wake=wake or w.wake)
+                     if w.name == name else w for w in slots.line)
     else:
         line = (*slots.line, waiter)
+        ahead = Slots(slots.holders, line).position(name)
     next_free = min((h.until for h in slots.holders), default=now)
-    return Slots(slots.holders, line), Taken(False, ahead, next_free)
+    kept, woken = _wake_due(Slots(slots.holders, line), free, now)
+    return kept, Taken(False, ahead, next_free, woken)
+
+
+def _wake_due(slots: Slots, free: int, now: float, turns: tuple[Holder, ...] | None = None
+              ) -> tuple[Slots, list[Waiter]]:
+    """The waiters to wake for ``free`` slots: of the first in line as served (``turns``:
+    :meth:`Slots.served`'s), those not woken in the last :data:`REWAKE_SECONDS` (marked woken
+    now)."""
+    due = {w.name for w in slots.served(turns)[:max(0, free)]
+           if w.woken is None or now - w.woken >= REWAKE_SECONDS}
+    line = tuple(replace(w, woken=now) if w.name in due else w for w in slots.line)
+    return Slots(slots.holders, line), [w for w in line if w.name in due]
 
 
 def renew(slots: Slots, name: str, now: float) -> Slots:
@@ -125,8 +172,5 @@ def give_back(slots: Slots, name: str, limit: int, now: float) -> tuple[Slots, l
     :data:`REWAKE_SECONDS` (marked woken now)."""
     slots = slots.live(now)
     free = max(0, limit - len(slots.holders) + (1 if slots.held_by(name) else 0))
-    due = {w.name for w in slots.line[:free]
-           if w.woken is None or now - w.woken >= REWAKE_SECONDS}
-    line = tuple(replace(w, woken=now) if w.name in due else w for w in slots.line)
-    kept = Slots(tuple(h for h in slots.holders if h.name != name), line)
-    return kept, [w for w in line if w.name in due]
+    return _wake_due(Slots(tuple(h for h in slots.holders if h.name != name), slots.line),
+                     free, now, slots.holders)

@@ -40,6 +40,7 @@ from ackloop.domain.slots import (
     RENEW_SECONDS,
     Holder,
     Slots,
+    Taken,
     Waiter,
     renew,
 )
@@ -98,18 +99,22 @@ def _slots(data: JsonDict | None) -> Slots:
     holders = data.get("holders")
     line = data.get("line")
     return Slots(
-        tuple(Holder(str(h["name"]), float(h["until"]), str(h.get("by", ""))) for h in holders
+        tuple(Holder(str(h["name"]), float(h["until"]), str(h.get("by", "")),
+                     str(h.get("key", ""))) for h in holders
               if isinstance(h, dict)) if isinstance(holders, list) else (),
         tuple(Waiter(str(w["name"]), float(w["since"]), float(w["until"]),
                      str(w.get("wake", "")),
-                     float(w["woken"]) if w.get("woken") is not None else None)
+                     float(w["woken"]) if w.get("woken") is not None else None,
+                     str(w.get("key", "")), int(w.get("priority", 0)))
               for w in line if isinstance(w, dict)) if isinstance(line, list) else ())
 
 
 def _doc(slots: Slots) -> JsonDict:
-    return {"holders": [{"name": h.name, "until": h.until, "by": h.by} for h in slots.holders],
+    return {"holders": [{"name": h.name, "until": h.until, "by": h.by, "key": h.key}
+                        for h in slots.holders],
             "line": [{"name": w.name, "since": w.since, "until": w.until, "wake": w.wake,
-                      "woken": w.woken} for w in slots.line]}
+                      "woken": w.woken, "key": w.key, "priority": w.priority}
+                     for w in slots.line]}
 
 
 def wake_of(topic: str, message: JsonDict, since: float) -> str:
@@ -118,23 +123,30 @@ def wake_of(topic: str, message: JsonDict, since: float) -> str:
                       separators=(",", ":"), sort_keys=True)
 
 
-async def take(deps: Deps, limits: Sequence[Limit], holder: str, wake: str) -> None:
-    """Take a slot of each limit, in order. Raises :class:`SlotWait` (the slots taken are given
-    back first) when one has none free for ``holder``."""
+async def take(deps: Deps, limits: Sequence[Limit], holder: str, wake: str,
+               run: RunRecord | None = None) -> None:
+    """Take a slot of each limit, in order, for a step of ``run`` (its tenant, else its owner,
+    and its priority place it in a line: :meth:`~ackloop.domain.slots.Slots.served`). Raises
+    :class:`SlotWait` (the slots taken are given back first) when one has none free for
+    ``holder``."""
+    key = (run.limits.tenant or run.owner) if run is not None else ""
+    priority = run.limits.priority if run is not None else 0
     taken: list[Limit] = []
     for limit in limits:
         now = deps.clock.now()
 
         def took(data: JsonDict | None, limit: Limit = limit, now: float = now
-                 ) -> tuple[JsonDict | None, tuple[bool, int, float | None]]:
+                 ) -> tuple[JsonDict | None, Taken]:
             slots, verdict = slots_take(_slots(data), holder, limit.limit, now, wake,
-                                        deps.owner)
-            return _doc(slots), (verdict.held, verdict.ahead, verdict.next_free)
+                                        deps.owner, key, priority)
+            return _doc(slots), verdict
 
-        held, ahead, next_free = await deps.store.quotas.change_slots(limit.slots_id, took)
-        if not held:
+        verdict = await deps.store.quotas.change_slots(limit.slots_id, took)
+        for waiter in verdict.wake:  # served before this step, and a slot is free for them
+            await _wake_now(deps, waiter)
+        if not verdict.held:
             await give_back(deps, taken, holder)
-            raise SlotWait(limit.slots_id, ahead, next_free)
+            raise SlotWait(limit.slots_id, verdict.ahead, verdict.next_free)
         taken.append(limit)
 
 
@@ -207,15 +219,15 @@ async def wait_for_slot(deps: Deps, topic: str, message: JsonDict, run_id: str, 
                            run_id=run_id, step=key, at=at, since=since, stamp=f"{at:.0f}")
 
 
-async def take_for(deps: Deps, ref: ClaimRef, limits: Sequence[Limit], topic: str,
-                   message: JsonDict, since: float) -> None:
-    """Take ``limits``' slots for the step ``ref`` holds (kept on ``ref`` for
+async def take_for(deps: Deps, ref: ClaimRef, run: RunRecord, limits: Sequence[Limit],
+                   topic: str, message: JsonDict, since: float) -> None:
+    """Take ``limits``' slots for the step of ``run`` that ``ref`` holds (kept on ``ref`` for
     :func:`give_back_held`); its wake, should it wait, publishes ``message`` to ``topic``."""
     if not limits:
         return
     claim = ref.claim
     await take(deps, limits, holder_of(claim.run_id, claim.key),
-               wake_of(topic, message, since))
+               wake_of(topic, message, since), run)
     ref.slots = list(limits)
 
 

@@ -262,8 +262,8 @@ async def _in_slots(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDic
     like its own, and a limit of N model steps at once counts it."""
     ctx = state.ctx
     since = scope.waited_since if scope.waited_since is not None else deps.clock.now()
-    await concurrency.take_for(deps, ref, concurrency.limits_of(deps, ctx.run, "model",
-                                                                ctx.agent.name),
+    await concurrency.take_for(deps, ref, ctx.run,
+                               concurrency.limits_of(deps, ctx.run, "model", ctx.agent.name),
                                "model_steps", state.scheduled.model_dump(mode="json"), since)
     async with concurrency.kept(deps, ref.slots, f"{ctx.run.run_id}/{ref.claim.key}"):
         stop = await _compacted_if_over(deps, ref, state, tools, previous, scope.waited_since)

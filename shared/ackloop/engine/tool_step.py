@@ -170,7 +170,7 @@ async def _run_claimed(
             refused := _not_again(agent.tools, message.call.name, call.name)) is not None:
         return refused, None, None
     await concurrency.take_for(
-        deps, ref, concurrency.limits_of(deps, run, "tool", agent.name,
+        deps, ref, run, concurrency.limits_of(deps, run, "tool", agent.name,
                                          find_tool(agent.tools, call.name)),
         "tool_steps", message.model_dump(mode="json"), since)
     started = time.monotonic()

@@ -107,7 +107,9 @@ class EvalRunner:
         a ``Status`` check on each case that names none."""
         cases = []
         for index, case in enumerate(dataset.cases):
-            evaluators = list(case.evaluators)
+            # Any: pydantic-evals 2.71 widened what a case's evaluators may be (and its list
+            # is invariant), 2.62 did not; both take these.
+            evaluators: list[Any] = list(case.evaluators)
             if not any(isinstance(e, Status) for e in [*evaluators, *dataset.evaluators]):
                 evaluators.insert(0, Status())
             name = case.name or f"case-{index + 1}"
