@@ -230,13 +230,13 @@ variable "concurrency_limits" {
     key   = string
     limit = number
   }))
-  description = "Concurrency limits every service shares (ACKLOOP_CONCURRENCY_LIMITS, docs/how-to/quotas.md): at most limit model steps (steps = \"model\"), tool calls (\"tool\") or either (\"all\") at once per key: owner, agent, tenant (the query's options.tenant) or deployment. A step over the limit waits in line, acknowledged, and is woken when a slot frees. Empty: none."
+  description = "Concurrency limits every service shares (ACKLOOP_CONCURRENCY_LIMITS, docs/how-to/quotas.md): at most limit model steps (steps = \"model\"), tool calls (\"tool\"), either (\"all\") or runs at work (\"runs\") at once per key: owner, agent, tenant (the query's options.tenant) or deployment. A step over the limit waits in line, acknowledged, and is woken when a slot frees. Empty: none."
   default     = []
   nullable    = false
 
   validation {
-    condition     = alltrue([for c in var.concurrency_limits : contains(["model", "tool", "all"], c.steps) && contains(["owner", "agent", "tenant", "deployment"], c.key) && c.limit >= 1])
-    error_message = "Each concurrency limit needs steps of model, tool or all, a key of owner, agent, tenant or deployment, and a limit of at least 1."
+    condition     = alltrue([for c in var.concurrency_limits : contains(["model", "tool", "all", "runs"], c.steps) && contains(["owner", "agent", "tenant", "deployment"], c.key) && c.limit >= 1])
+    error_message = "Each concurrency limit needs steps of model, tool, all or runs, a key of owner, agent, tenant or deployment, and a limit of at least 1."
   }
 }
 

@@ -31,6 +31,7 @@ from ackloop.engine.ingest import request_hash
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore
+from ackloop.telemetry.context import current_labels
 from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolSet, tool
 
@@ -181,6 +182,51 @@ async def test_a_tenants_burst_does_not_hold_the_others_behind_it_in_line() -> N
     # Served round by round across tenants: the quiet run right after the noisy one that
     # held the slot (and one woken for it already), not after every noisy one in line.
     assert ended.index(quiet) - before <= 2, (before, ended.index(quiet))
+
+
+class RunWatchingModel(SlowModel):
+    """Notes, at each call, the runs holding a run slot and the run the call is for."""
+
+    def __init__(self, loop: list[InProcessLoop]) -> None:
+        super().__init__()
+        self.loop = loop
+        self.seen: list[tuple[str, list[str]]] = []
+
+    async def generate(self, request: ModelRequest) -> ModelTurn:
+        docs = await self.loop[0].deps.store.quotas.listed("slots")
+        now = self.loop[0].deps.clock.now()
+        holding = [h["name"] for sid, doc in docs if sid.startswith("runs.")
+                   for h in doc["holders"] if h["until"] > now]
+        self.seen.append((current_labels().get("run_id", ""), holding))
+        return await super().generate(request)
+
+
+async def test_a_runs_limit_keeps_at_most_n_runs_at_work_and_frees_a_slot_at_each_end() -> None:
+    holder: list[InProcessLoop] = []
+    loop, _ = world(ConcurrencyLimit(steps="runs", key="owner", limit=2))
+    model = RunWatchingModel(holder)
+    loop.deps.model = model  # type: ignore[assignment]
+    holder.append(loop)
+    runs = await ask(loop, 5, text="pay please")  # each: a model call, a tool call, a model call
+    for _ in range(30):  # no wake needed: a run's end wakes the next run in line
+        await deliver_queued(loop)
+    assert await completed(loop, runs)
+    assert len(model.seen) == 10 and all(len(held) <= 2 for _, held in model.seen)
+    assert all(run in held for run, held in model.seen)  # each call by a run holding a slot
+    # A run is at work from its first call to its last: at most two at once, in call order
+    # (without the limit, all five make their first calls before any makes its second).
+    assert _most_open([run for run, _ in model.seen]) == 2
+    (slots,) = [doc for sid, doc in await loop.deps.store.quotas.listed("slots")
+                if sid.startswith("runs.")]
+    assert slots["holders"] == [] and slots["line"] == []  # every run's slot given back
+
+
+def _most_open(calls: list[str]) -> int:
+    """The most runs between their first call and their last at once, in call order."""
+    first = {run: calls.index(run) for run in calls}
+    last = {run: len(calls) - 1 - calls[::-1].index(run) for run in calls}
+    return max(sum(1 for run in first if first[run] <= i <= last[run])
+               for i in range(len(calls)))
 
 
 async def test_a_crashed_holders_slot_frees_when_its_lease_ends() -> None:

@@ -68,10 +68,17 @@ class SlotWait(LimiterWait):
 
 @dataclass(frozen=True)
 class Limit:
-    """One key's slots a step needs: their document's id and how many there are."""
+    """One key's slots a step needs: their document's id, how many there are, and whether
+    they are held by runs (``steps: runs``) rather than steps."""
 
     slots_id: str
     limit: int
+    per_run: bool = False
+
+    def holder(self, step_holder: str) -> str:
+        """Who holds the slot for the step ``step_holder`` (``run/step``): the step, or its
+        run."""
+        return step_holder.split("/", 1)[0] if self.per_run else step_holder
 
 
 def limits_of(deps: Deps, run: RunRecord, kind: str, agent: str, tool: Tool | None = None
@@ -79,14 +86,16 @@ def limits_of(deps: Deps, run: RunRecord, kind: str, agent: str, tool: Tool | No
     """The limits a step of ``kind`` (model, tool) of ``run`` holds a slot of, by id."""
     found = []
     for limit in deps.limits.concurrency_limits:
-        value = {"owner": run.owner, "agent": agent, "tenant": run.limits.tenant,
-                 "deployment": "*"}[limit.key]
+        value = {"owner": run.owner, "agent": run.agent if limit.per_run else agent,
+                 "tenant": run.limits.tenant, "deployment": "*"}[limit.key]
         if limit.applies_to(kind) and value is not None:
-            found.append(Limit(limiter_doc_id(f"{limit.steps}.{limit.key}:{value}"), limit.limit))
+            found.append(Limit(limiter_doc_id(f"{limit.steps}.{limit.key}:{value}"),
+                               limit.limit, limit.per_run))
     if tool is not None and tool.concurrency is not None:
         key, most = tool.concurrency
         found.append(Limit(limiter_doc_id(f"tool:{key}"), most))
-    return sorted(found, key=lambda limit: limit.slots_id)
+    # The run's slots first: a step waiting for a slot of its own keeps its run's.
+    return sorted(found, key=lambda limit: (not limit.per_run, limit.slots_id))
 
 
 def holder_of(run_id: str, key: str) -> str:
@@ -125,10 +134,10 @@ def wake_of(topic: str, message: JsonDict, since: float) -> str:
 
 async def take(deps: Deps, limits: Sequence[Limit], holder: str, wake: str,
                run: RunRecord | None = None) -> None:
-    """Take a slot of each limit, in order, for a step of ``run`` (its tenant, else its owner,
-    and its priority place it in a line: :meth:`~ackloop.domain.slots.Slots.served`). Raises
-    :class:`SlotWait` (the slots taken are given back first) when one has none free for
-    ``holder``."""
+    """Take a slot of each limit, in order (its run's first), for a step of ``run`` (its
+    tenant, else its owner, and its priority place it in a line:
+    :meth:`~ackloop.domain.slots.Slots.served`). Raises :class:`SlotWait` (the step's own slots
+    taken are given back first; its run's it keeps) when one has none free for ``holder``."""
     key = (run.limits.tenant or run.owner) if run is not None else ""
     priority = run.limits.priority if run is not None else 0
     taken: list[Limit] = []
@@ -137,15 +146,18 @@ async def take(deps: Deps, limits: Sequence[Limit], holder: str, wake: str,
 
         def took(data: JsonDict | None, limit: Limit = limit, now: float = now
                  ) -> tuple[JsonDict | None, Taken]:
-            slots, verdict = slots_take(_slots(data), holder, limit.limit, now, wake,
-                                        deps.owner, key, priority)
+            # A run's slot is its steps' together (a fan-out's run side by side): no process
+            # owns it.
+            slots, verdict = slots_take(_slots(data), limit.holder(holder), limit.limit, now,
+                                        wake, "" if limit.per_run else deps.owner, key,
+                                        priority)
             return _doc(slots), verdict
 
         verdict = await deps.store.quotas.change_slots(limit.slots_id, took)
         for waiter in verdict.wake:  # served before this step, and a slot is free for them
             await _wake_now(deps, waiter)
         if not verdict.held:
-            await give_back(deps, taken, holder)
+            await give_back(deps, [t for t in taken if not t.per_run], holder)
             raise SlotWait(limit.slots_id, verdict.ahead, verdict.next_free)
         taken.append(limit)
 
@@ -154,13 +166,14 @@ async def give_back(deps: Deps, limits: Sequence[Limit], holder: str) -> None:
     """Give ``holder``'s slots back and publish the steps of the waiters now first in line."""
     for limit in limits:
         now = deps.clock.now()
+        name = limit.holder(holder)
 
-        def given(data: JsonDict | None, limit: Limit = limit, now: float = now
-                  ) -> tuple[JsonDict | None, list[Waiter]]:
+        def given(data: JsonDict | None, limit: Limit = limit, now: float = now,
+                  name: str = name) -> tuple[JsonDict | None, list[Waiter]]:
             slots = _slots(data)
-            if not slots.held_by(holder):
+            if not slots.held_by(name):
                 return None, []
-            kept, woken = slots_give_back(slots, holder, limit.limit, now)
+            kept, woken = slots_give_back(slots, name, limit.limit, now)
             return _doc(kept), woken
 
         for waiter in await deps.store.quotas.change_slots(limit.slots_id, given):
@@ -193,9 +206,9 @@ async def kept(deps: Deps, limits: Sequence[Limit], holder: str) -> AsyncIterato
             for limit in limits:
                 now = deps.clock.now()
 
-                def renewed(data: JsonDict | None, now: float = now
+                def renewed(data: JsonDict | None, now: float = now, limit: Limit = limit
                             ) -> tuple[JsonDict | None, None]:
-                    return _doc(renew(_slots(data), holder, now)), None
+                    return _doc(renew(_slots(data), limit.holder(holder), now)), None
 
                 await deps.store.quotas.change_slots(limit.slots_id, renewed)
 
@@ -232,7 +245,17 @@ async def take_for(deps: Deps, ref: ClaimRef, run: RunRecord, limits: Sequence[L
 
 
 async def give_back_held(deps: Deps, ref: ClaimRef) -> None:
-    """Give back the slots the step ``ref`` holds, if any."""
+    """Give back the slots the step ``ref`` holds, if any (its run's, it keeps: they are
+    the run's until it ends, :func:`give_back_run`)."""
     if ref.slots:
-        held, ref.slots = ref.slots, []
+        held, ref.slots = [limit for limit in ref.slots if not limit.per_run], []
         await give_back(deps, held, holder_of(ref.claim.run_id, ref.claim.key))
+
+
+async def give_back_run(deps: Deps, run: RunRecord) -> None:
+    """Give back the slots ``run`` holds (``steps: runs``), once it has ended: the first run
+    in line is woken. (A run that ends outside a step, or whose step crashed after its end was
+    committed, frees its slots when their lease ends.)"""
+    limits = [limit for limit in limits_of(deps, run, "model", run.agent) if limit.per_run]
+    if limits:
+        await give_back(deps, limits, f"{run.run_id}/")

@@ -80,8 +80,8 @@ def lines(view: dict[str, Any]) -> list[str]:
                 line += f", share {s['share']:.0%}"
             out.append(line)
     for c in view["concurrency_limits"]:
-        out.append(f"concurrency: at most {c['limit']} {c['steps']} step(s) at once per "
-                   f"{c['key']}")
+        what = "run(s) at work" if c["steps"] == "runs" else f"{c['steps']} step(s)"
+        out.append(f"concurrency: at most {c['limit']} {what} at once per {c['key']}")
     out += [f"  {s['key']}: {s['holding']} holding, {s['in_line']} in line"
             for s in view["concurrency_now"]]
     for b in view["spend_limits"]:

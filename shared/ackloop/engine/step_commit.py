@@ -23,6 +23,7 @@ from ackloop.domain.cost import Cost
 from ackloop.domain.errors import LeaseLost, PermanentError, RetryableError, StaleRead, StepTaken
 from ackloop.domain.records import Outgoing, RunRecord, StepRecord, StepStatus
 from ackloop.domain.wire import Usage
+from ackloop.engine import concurrency
 from ackloop.engine.commit_contents import Pricer, composer
 from ackloop.engine.deps import Deps
 from ackloop.engine.ending import log_finished, run_end
@@ -89,6 +90,8 @@ async def commit(
         if committed.end is not None:
             log_finished(run, committed.end, now)
         await send(deps, run.run_id, committed.outbox)
+        if committed.end is not None:  # a run's concurrency slots are its until it ends
+            await concurrency.give_back_run(deps, run)
         return
     raise RetryableError(f"step {claim.key} of {claim.run_id}: documents kept changing",
                              retry_after=1.0)
