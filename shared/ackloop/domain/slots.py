@@ -3,8 +3,8 @@ and what taking or giving one back does. Pure: the engine (:mod:`ackloop.engine.
 keeps the state in a document and acts on the answers.
 
 A holder keeps its slot for a lease (:data:`HOLD_SECONDS`), renewed while it works: a holder
-that crashed frees its slot when its lease ends, and not before: a redelivery of the same step
-in another process waits for it (first in line), as the crashed call may still be running.
+that crashed frees its slot when its lease ends, and not before: another delivery of the same
+step waits for it, as the crashed call may still be running.
 A step that finds no free slot joins the line (served fairly: :meth:`Slots.served`) and is
 acknowledged; the holder that gives a slot back wakes the first in line, and each waiter also
 comes back by itself every :data:`RECHECK_SECONDS`. A place in line lapses after
@@ -29,17 +29,13 @@ REWAKE_SECONDS = 10.0
 way (two wakes would deliver its step twice at once)."""
 
 
-OWN_SLOT = 1_000_000
-"""The priority in line of a step waiting for the slot a crashed delivery of it holds: it is
-served first once that lease ends."""
-
-
 @dataclass(frozen=True)
 class Holder:
     name: str
     until: float
     by: str = ""
-    """The process holding it (its owner id; empty: not recorded)."""
+    """The delivery holding it (its process's owner id and its own; empty: a run's slot,
+    shared by its steps)."""
     key: str = ""
     """Whose turn it took (a run's tenant, else its owner)."""
 
@@ -118,19 +114,19 @@ def take(slots: Slots, name: str, limit: int, now: float, wake: str = "", by: st
     ``limit`` are held and no one ahead of it in line is still to take one), else keeps or
     joins its place in line. Its lease (or its place) is renewed either way.
 
-    ``by``: the process taking it. A slot ``name`` holds by another process (a delivery of the
-    same step that crashed, or runs still) is that process's until its lease ends: its call may
-    still be running, and a second call under the same slot would break the limit. ``name``
-    waits first in line for it (the lease's end is when it is free). ``key`` and
-    ``priority``: its place in the line's order (:meth:`Slots.served`)."""
+    ``by``: the delivery taking it. A slot ``name`` holds by another delivery (of the same
+    step: one that crashed, or a duplicate running still, in this process or another) is that
+    delivery's until its lease ends or it gives it back: its call may still be running, and a
+    second call under the same slot would break the limit. ``name`` waits for it by its own
+    wake, without a place in line (its step is most likely done by then, and a place would
+    outlive it). ``key`` and ``priority``: its place in the line's order
+    (:meth:`Slots.served`)."""
     slots = slots.live(now)
     mine = next((h for h in slots.holders if h.name == name), None)
     if mine is not None and (mine.by == by or not mine.by or not by):
         return renew(slots, name, now), Taken(True)
-    if mine is not None:
-        line = (Waiter(name, now, now + LINE_SECONDS, wake, key=key, priority=OWN_SLOT),
-                *(w for w in slots.line if w.name != name))
-        return Slots(slots.holders, line), Taken(False, 0, mine.until)
+    if mine is not None:  # it comes back by its own wake: a place in line would outlive it
+        return slots, Taken(False, 0, mine.until)
     free = limit - len(slots.holders)
     ahead = slots.position(name)
     if free > 0 and ahead < free:

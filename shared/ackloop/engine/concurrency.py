@@ -9,10 +9,11 @@ the order of their ids (two steps never hold one each of two slots the other wan
 finds no free slot gives back what it took, keeps its place in line, and **waits**: it is
 acknowledged, holding no process, no lease and no push slot, with a wake armed to bring it
 back (:func:`wait_for_slot`), at the latest when the first holder's lease ends and at least
-every :data:`~ackloop.domain.slots.RECHECK_SECONDS`. A duplicate in the same process finds the slot
-it holds (the holder is the run and the step, held by its process) and never takes a second
-one; a redelivery in another process waits, first in line, for the lease of the delivery
-before it to end (that one may have crashed with its call still running).
+every :data:`~ackloop.domain.slots.RECHECK_SECONDS`. A delivery finds the slot it holds
+(the holder is the run and the step, held by the delivery) and never takes a second one;
+another delivery of the step (a redelivery after a crash, a duplicate, in this process or
+another) waits until the first gives it back or its lease ends (the first may have crashed with
+its call still running).
 
 **While it works** the holder renews its lease (:func:`kept`): a crashed holder's slot frees
 when its lease ends (:data:`~ackloop.domain.slots.HOLD_SECONDS`). **After its commit** it
@@ -133,7 +134,7 @@ def wake_of(topic: str, message: JsonDict, since: float) -> str:
 
 
 async def take(deps: Deps, limits: Sequence[Limit], holder: str, wake: str,
-               run: RunRecord | None = None) -> None:
+               run: RunRecord | None = None, delivery: str = "") -> None:
     """Take a slot of each limit, in order (its run's first), for a step of ``run`` (its
     tenant, else its owner, and its priority place it in a line:
     :meth:`~ackloop.domain.slots.Slots.served`). Raises :class:`SlotWait` (the step's own slots
@@ -149,8 +150,8 @@ async def take(deps: Deps, limits: Sequence[Limit], holder: str, wake: str,
             # A run's slot is its steps' together (a fan-out's run side by side): no process
             # owns it.
             slots, verdict = slots_take(_slots(data), limit.holder(holder), limit.limit, now,
-                                        wake, "" if limit.per_run else deps.owner, key,
-                                        priority)
+                                        wake, "" if limit.per_run else f"{deps.owner}/{delivery}",
+                                        key, priority)
             return _doc(slots), verdict
 
         verdict = await deps.store.quotas.change_slots(limit.slots_id, took)
@@ -240,7 +241,7 @@ async def take_for(deps: Deps, ref: ClaimRef, run: RunRecord, limits: Sequence[L
         return
     claim = ref.claim
     await take(deps, limits, holder_of(claim.run_id, claim.key),
-               wake_of(topic, message, since), run)
+               wake_of(topic, message, since), run, ref.delivery)
     ref.slots = list(limits)
 
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -105,6 +106,9 @@ class ClaimRef:
         self.slots: list[Any] = []
         """The concurrency slots the step holds (:mod:`ackloop.engine.concurrency`), given
         back once it has committed."""
+        self.delivery = uuid.uuid4().hex[:12]
+        """This delivery's own name: what its concurrency slots are held by (a duplicate of
+        the step, in this process or another, is another delivery)."""
 
 
 class LimiterWait(Exception):
