@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -38,6 +37,7 @@ from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.keys import StepKey
 from ackloop.domain.records import RunRecord, RunStatus, StepDecision, StepRecord, Waiting
 from ackloop.engine.deps import Deps
+from ackloop.engine.outbox_sending import encode
 from ackloop.store import AgentStore, Claim, RunRead
 from ackloop.store.deltas import DeltaRecord, run_delta_write
 from ackloop.telemetry import metrics, tracing
@@ -127,7 +127,7 @@ async def arm_limiter_wake(deps: Deps, wait: LimiterWait, *, limiter: str, topic
     cannot arm it, the step is left to Pub/Sub's redelivery: a retryable error whose
     retry-after is the wake's time."""
     wake = Wake(name=f"{run_id}/{step}/{limiter}/{stamp}", at=at, topic=deps.topic(topic),
-                data=json.dumps(message, separators=(",", ":"), sort_keys=True).encode(),
+                data=encode(message),
                 attributes={"run_id": run_id, "step": step, "wake": limiter,
                             WAITED_SINCE: f"{since:.3f}"})
     log.info("run %s step %s: %s", run_id, step, wait)
