@@ -15,6 +15,7 @@ from ackloop.domain.quota import (
     earliest_slot,
     estimated_tokens,
     in_line,
+    learned_tokens,
     live,
     position,
     shard_limits,
@@ -125,6 +126,20 @@ def test_a_quota_that_limits_nothing_is_refused_and_star_covers_the_rest() -> No
 @pytest.mark.parametrize(("size", "tokens"), [(0, 1), (3, 1), (4, 2), (3000, 1000)])
 def test_tokens_are_estimated_on_the_high_side(size: int, tokens: int) -> None:
     assert estimated_tokens(size) == tokens
+
+
+@pytest.mark.parametrize(("estimate", "seen_bytes", "seen_tokens", "tokens"), [
+    (40_000, 600_000, 100_000, 22_000),   # 6 bytes a token counted: about half, a tenth over
+    (40_000, 400_000, 100_000, 33_000),   # English's 4 bytes a token
+    (40_000, 200_000, 100_000, 66_000),   # denser than the default: more is reserved
+    (40_000, 6_000, 999, 40_000),         # too little counted to tell: the estimate
+    (40_000, 0, 5_000, 40_000),           # no bytes seen
+    (0, 600_000, 100_000, 0),             # nothing new
+    (1, 600_000, 100_000, 1),             # never less than a token
+])
+def test_new_contents_are_reserved_at_the_bytes_per_token_the_model_counted(
+        estimate: int, seen_bytes: int, seen_tokens: int, tokens: int) -> None:
+    assert learned_tokens(estimate, seen_bytes, seen_tokens) == tokens
 
 
 @pytest.mark.parametrize(("scale", "now", "share"), [

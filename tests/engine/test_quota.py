@@ -21,7 +21,9 @@ from ackloop.bus.wakes import MemoryWaker
 from ackloop.cli.follow import POLL_SECONDS, follow
 from ackloop.config.quotas import ModelQuota
 from ackloop.config.settings import Settings
+from ackloop.docdb.base import PreconditionFailed
 from ackloop.docdb.memory import MemoryDocumentDB
+from ackloop.domain.clock import ManualClock
 from ackloop.domain.errors import ModelRetryableError
 from ackloop.domain.keys import run_id_for_request
 from ackloop.domain.quota import WINDOW_SECONDS, Limits
@@ -235,8 +237,36 @@ async def test_a_burst_of_calls_on_one_shard_each_takes_its_own_place() -> None:
     store = AgentStore(Interleaved())
     limits = Limits(requests=100)
     calls = [quota_log.Call(f"run-{i}/0000-model", 10) for i in range(40)]
-    places = await asyncio.gather(*(quota_log.reserve(store, "q-000", c, limits, 1000.0)
-                                    for c in calls))
+    places = await asyncio.gather(*(quota_log.reserve(store, "q-000", c, limits,
+                                                      ManualClock(1000.0)) for c in calls))
     assert all(p.taken_now for p in places)
     shard = await quota_log.read(store, "q-000", 1000.0)
     assert sorted(e.holder for e in shard.entries) == sorted(c.holder for c in calls)
+
+
+class Contended(MemoryDocumentDB):
+    """A shard other writers keep changing: its first ``refusals`` writes are refused, each a
+    second after the one before (a burst of steps on one shard, on a loaded machine)."""
+
+    def __init__(self, clock: ManualClock, refusals: int) -> None:
+        super().__init__()
+        self.clock, self.refusals = clock, refusals
+
+    async def create(self, path: str, data: Any) -> Any:
+        if self.refusals:
+            self.refusals -= 1
+            self.clock.advance(1.0)
+            raise PreconditionFailed(path)
+        return await super().create(path, data)
+
+
+async def test_a_place_taken_after_refused_writes_is_at_the_time_it_is_written() -> None:
+    # The server counts a call when it comes: a place dated when the step first asked, seconds
+    # before the write that took it, would leave the limiter's minute before the server's.
+    clock = ManualClock(1000.0)
+    store = AgentStore(Contended(clock, refusals=3))
+    place = await quota_log.reserve(store, "q-000", quota_log.Call("run-1/0000-model", 10),
+                                    Limits(requests=100), clock)
+    assert place.taken_now and place.at == 1003.0
+    (entry,) = (await quota_log.read(store, "q-000", clock.now())).entries
+    assert entry.at == 1003.0

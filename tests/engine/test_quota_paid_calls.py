@@ -27,7 +27,8 @@ from ackloop.domain.wire import QueryMessage
 from ackloop.engine import quota, quota_log
 from ackloop.engine.deps import Deps
 from ackloop.model.base import ModelRequest, ModelTurn
-from ackloop.model.turns import estimate_usage
+from ackloop.model.scripted import ScriptedModel
+from ackloop.model.turns import calls_turn, estimate_usage, text_turn
 from ackloop.store import AgentStore
 from ackloop.testing.inprocess import InProcessLoop
 from tests.engine.fakes import CountingToolbox
@@ -178,3 +179,44 @@ async def test_a_summarys_cost_counts_against_the_spend_limits() -> None:
     runs = [await loop.deps.store.runs.get_run(run_id_for_request(f"q{i}")) for i in range(8)]
     # The ledger's cost of the runs (their summaries counted in the step that made them).
     assert abs(spent["usd"] - sum(r.cost.gemini_usd for r in runs if r)) < 1e-9
+
+
+LONG_RESULT = " ".join(["lorem ipsum dolor sit amet"] * 600)
+"""A tool's answer of 3,000 words: at about six bytes a word, twice as long in bytes as the
+default estimate's three bytes a token supposes when the model counts a word as a token."""
+
+
+class Long(Reserved):
+    """Calls the lookup three times, each answering :data:`LONG_RESULT`, then answers."""
+
+    def __init__(self, loop: list[InProcessLoop]) -> None:
+        super().__init__(loop)
+        self.model = ScriptedModel(self.turn)
+
+    @staticmethod
+    def turn(request: ModelRequest) -> ModelTurn:
+        turns = sum(1 for c in request.contents if c["role"] == "model")
+        if turns < 3:
+            return calls_turn([("lookup", {"key": str(turns)})], request=request)
+        return text_turn("done", request=request)
+
+
+async def test_a_long_turn_reserves_at_the_bytes_per_token_the_model_counted() -> None:
+    model = Long([])
+    publisher = MemoryPublisher()
+    agent = Agent("default", "Look it up.", CountingToolbox({"lookup": LONG_RESULT}))
+    loop = InProcessLoop(Deps(
+        settings=Settings(lease_seconds=10.0, model_quotas=[ModelQuota(model="*", tpm=10**6)]),
+        store=AgentStore(MemoryDocumentDB()), publisher=publisher, model=model,
+        agents=AgentRegistry([agent]), clock=ManualClock(), owner="test-owner"), publisher)
+    model.loop.append(loop)
+    await loop.submit(QueryMessage(request_id="q0", text="question 0"))
+    await loop.run_until_idle(wake=True)
+    run_id = run_id_for_request("q0")
+    for turn in (2, 3):  # after a turn that counted a long tool result
+        request, entries = model.seen[turn]
+        reserved = {e.holder: e.tokens for e in entries}[f"{run_id}/{StepKey.model(turn)}"]
+        counted = estimate_usage(request, []).prompt_tokens
+        # Never short of what the model counts, and within a seventh of it (the default
+        # estimate of the new result alone would reserve about 3,000 tokens too many).
+        assert counted <= reserved <= counted * 8 / 7, (turn, reserved, counted)

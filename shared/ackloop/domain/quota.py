@@ -148,11 +148,34 @@ def shard_limits(requests: int | None, tokens: int | None, shards: int, headroom
     return Limits(requests=part(requests), tokens=part(tokens))
 
 
+ESTIMATE_BYTES_PER_TOKEN = 3
+"""Bytes a token is taken to be where the model has counted too little of the conversation:
+on the high side (English text runs near 4), so that the estimate rarely counts less than the
+server will."""
+LEARNED_MARGIN = 1.1
+"""What an estimate scaled to the conversation's own bytes per token (:func:`learned_tokens`)
+adds, for new contents denser than what was counted."""
+LEARNED_AFTER_TOKENS = 1000
+"""How many tokens the model must have counted of a conversation before its bytes per token
+are trusted: a question and a function call are mostly JSON, and tell little."""
+
+
 def estimated_tokens(request_bytes: int) -> int:
-    """A request's input tokens, estimated from its JSON bytes before the call: on the high
-    side (3 bytes a token; English text runs near 4), so that the estimate rarely counts less
-    than the server will. The answer's usage corrects it."""
-    return max(1, math.ceil(request_bytes / 3))
+    """A request's input tokens, estimated from its JSON bytes before the call
+    (:data:`ESTIMATE_BYTES_PER_TOKEN`). The answer's usage corrects it."""
+    return max(1, math.ceil(request_bytes / ESTIMATE_BYTES_PER_TOKEN))
+
+
+def learned_tokens(estimate: int, seen_bytes: int, seen_tokens: int) -> int:
+    """``estimate`` (tokens at :data:`ESTIMATE_BYTES_PER_TOKEN`) scaled to the bytes per
+    token the model counted for the conversation so far (``seen_tokens`` for its
+    ``seen_bytes``), with :data:`LEARNED_MARGIN`: a model, a language or a kind of content
+    whose tokens are longer (or shorter) than the default is reserved for as it is counted.
+    ``estimate`` as it is until :data:`LEARNED_AFTER_TOKENS` were counted."""
+    if seen_tokens < LEARNED_AFTER_TOKENS or seen_bytes <= 0 or estimate <= 0:
+        return estimate
+    per_token = seen_bytes / seen_tokens
+    return max(1, math.ceil(estimate * ESTIMATE_BYTES_PER_TOKEN / per_token * LEARNED_MARGIN))
 
 
 LOWERED_TO = 0.8

@@ -336,8 +336,9 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
 def _input_tokens(request: ModelRequest, state: _Turn, previous: list[StepRecord]) -> int:
     """The request's input tokens as a quota and a budget reserve them: after a model step of
     the run on the same transcript, what Gemini counted for that step's request and answer plus
-    this turn's new contents by estimate (most of a long request is counted exactly); else the
-    whole request by estimate (:func:`ackloop.engine.quota.request_tokens`)."""
+    this turn's new contents by estimate, at the bytes per token it counted
+    (:func:`ackloop.engine.quota.turn_tokens`: most of a long request is counted exactly); else
+    the whole request by estimate (:func:`ackloop.engine.quota.request_tokens`)."""
     step = next((s for s in previous if s.kind == "model"), None)
     counted = step.usage if step is not None else None
     same_agent = step is not None and (step.result or {}).get(
@@ -345,8 +346,8 @@ def _input_tokens(request: ModelRequest, state: _Turn, previous: list[StepRecord
     if (counted is None or counted.prompt_tokens <= 0 or state.compacted is not None
             or not same_agent):
         return quota.request_tokens(request)
-    return (counted.prompt_tokens + counted.output_tokens
-            + quota.contents_tokens(state.ctx.new_contents))
+    return quota.turn_tokens(counted, request, state.transcript.view_bytes,
+                             state.ctx.new_contents)
 
 
 def _annotated(decision: Decision, compacted: compaction.Compacted | None, agent: str,

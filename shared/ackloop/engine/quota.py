@@ -33,16 +33,18 @@ import zlib
 from dataclasses import dataclass
 
 from ackloop.config.quotas import ModelQuota, quota_for
+from ackloop.domain.context_window import json_size
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.quota import (
     RETRY_FLOOR_SECONDS,
     Limits,
     estimated_tokens,
+    learned_tokens,
     position,
     shard_limits,
 )
 from ackloop.domain.records import RunRecord
-from ackloop.domain.wire import ModelStepMessage
+from ackloop.domain.wire import ModelStepMessage, Usage
 from ackloop.engine import quota_log
 from ackloop.engine.deps import Deps
 from ackloop.engine.lease import LimiterWait, arm_limiter_wake
@@ -112,6 +114,18 @@ def contents_tokens(contents: list[JsonDict]) -> int:
     return _tokens_of(contents) if contents else 0
 
 
+def turn_tokens(counted: Usage, request: ModelRequest, view_bytes: int,
+                new_contents: list[JsonDict]) -> int:
+    """The input tokens of a request that follows a turn the model counted (``counted``: that
+    turn's request and answer, the transcript's view of ``view_bytes`` with ``request``'s
+    instructions and tools): those tokens, and the new contents by estimate, scaled to the
+    bytes per token the model counted (:func:`~ackloop.domain.quota.learned_tokens`)."""
+    seen = counted.prompt_tokens + counted.output_tokens
+    seen_bytes = (view_bytes + len(request.system_instruction.encode())
+                  + (json_size(request.tools) if request.tools else 0))
+    return seen + learned_tokens(contents_tokens(new_contents), seen_bytes, seen)
+
+
 def _tokens_of(body: object) -> int:
     files = 0
 
@@ -139,10 +153,10 @@ async def take_place(deps: Deps, run: RunRecord, holder: str, request: ModelRequ
     quota = quota_for(deps.limits.model_quotas, request.model)
     if quota is None:
         return None
-    now = deps.clock.now()
     call = call_of(run, holder, tokens if tokens is not None else request_tokens(request))
     shard = shard_id(quota, run.run_id)
-    place = await quota_log.reserve(deps.store, shard, call, limits_of(quota), now)
+    place = await quota_log.reserve(deps.store, shard, call, limits_of(quota), deps.clock)
+    now = deps.clock.now()
     if place.at > now:
         raise QuotaWait(quota.quota_id, place.at, place.ahead)
     if since is not None:
@@ -154,11 +168,11 @@ async def take_place(deps: Deps, run: RunRecord, holder: str, request: ModelRequ
 async def retake_place(deps: Deps, held: Held, suffix: str, request: ModelRequest) -> Held:
     """A new place for a retry of the call at ``held`` (a call of its own, under the holder's
     name and ``suffix``). Raises :class:`QuotaWait` when it is later than now."""
-    now = deps.clock.now()
     call = quota_log.Call(f"{held.holder}{suffix}", request_tokens(request), held.call.key,
                           held.call.priority)
-    place = await quota_log.reserve(deps.store, held.shard_id, call, limits_of(held.quota), now)
-    if place.at > now:
+    place = await quota_log.reserve(deps.store, held.shard_id, call, limits_of(held.quota),
+                                    deps.clock)
+    if place.at > deps.clock.now():
         raise QuotaWait(held.quota.quota_id, place.at, place.ahead)
     return Held(held.quota, held.shard_id, call, place.at, held.model)
 
@@ -169,18 +183,17 @@ async def answered(deps: Deps, held: Held | None, prompt_tokens: int) -> None:
         return
     if prompt_tokens != held.tokens:
         await quota_log.correct(deps.store, held.shard_id, held.holder, held.at,
-                                prompt_tokens, deps.clock.now())
+                                prompt_tokens, deps.clock)
 
 
 async def refused(deps: Deps, held: Held, retry_after: float | None) -> QuotaWait:
     """A 429 for the call at ``held``: pause its shard for the retry delay (at least
     :data:`RETRY_FLOOR_SECONDS`), and the wait for the call's new place after it."""
-    now = deps.clock.now()
-    until = now + max(retry_after or 0.0, RETRY_FLOOR_SECONDS)
+    until = deps.clock.now() + max(retry_after or 0.0, RETRY_FLOOR_SECONDS)
     quota = held.quota
     metrics.model_refused(held.model, limited=True)
     place = await quota_log.refused(deps.store, held.shard_id, held.call, limits_of(quota),
-                                    until, quota.mode == "adaptive", now)
+                                    until, quota.mode == "adaptive", deps.clock)
     return QuotaWait(quota.quota_id, place.at, place.ahead)
 
 

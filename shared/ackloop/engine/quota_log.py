@@ -7,13 +7,16 @@ every call to wait (``paused_until``), and, for an adaptive quota, the share of 
 limits it allows now (``scale``). A run's calls all go to one shard (by its id), so a call finds
 there the place it took on an earlier delivery: a holder never takes two places
 (:meth:`Shard.held`), and two deliveries never build on one reading (the store writes at the
-version read).
+version read). Each reading of the shard is judged at the time of that reading: a change that a
+burst of writers made wait (each refused write reads again) puts its call's place at the time it
+is written, not when it first asked, since the server counts the call when it comes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ackloop.domain.clock import Clock
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.quota import Entry, Limits, Scale, in_line, live, position
 from ackloop.store import AgentStore
@@ -89,11 +92,12 @@ async def read(store: AgentStore, shard_id: str, now: float) -> Shard:
 
 
 async def reserve(store: AgentStore, shard_id: str, call: Call, limits: Limits,
-                  now: float) -> Place:
+                  clock: Clock) -> Place:
     """The place the call's holder holds, else the one it is given in line
-    (:meth:`Shard.taking`), taken."""
+    (:meth:`Shard.taking`), taken; each reading judged at ``clock``'s time then."""
 
     def take(data: JsonDict | None) -> tuple[JsonDict | None, Place]:
+        now = clock.now()
         shard = Shard.of(data, now)
         if (held := shard.held(call.holder, now)) is not None:
             return None, Place(held.at, position(shard.entries, call.holder, now), False)
@@ -104,11 +108,11 @@ async def reserve(store: AgentStore, shard_id: str, call: Call, limits: Limits,
 
 
 async def correct(store: AgentStore, shard_id: str, holder: str, at: float, tokens: int,
-                  now: float) -> None:
+                  clock: Clock) -> None:
     """Put the input tokens the answer counted on ``holder``'s entry at ``at``."""
 
     def corrected(data: JsonDict | None) -> tuple[JsonDict | None, None]:
-        shard = Shard.of(data, now)
+        shard = Shard.of(data, clock.now())
         entries = tuple(replace(e, tokens=tokens) if e.holder == holder and e.at == at
                         else e for e in shard.entries)
         return (replace(shard, entries=entries).doc() if entries != shard.entries
@@ -118,12 +122,13 @@ async def correct(store: AgentStore, shard_id: str, holder: str, at: float, toke
 
 
 async def refused(store: AgentStore, shard_id: str, call: Call, limits: Limits,
-                  until: float, adaptive: bool, now: float) -> Place:
+                  until: float, adaptive: bool, clock: Clock) -> Place:
     """A call of ``holder`` was answered 429: every call of the shard waits until ``until`` (an
     adaptive quota also lowers its share), and ``holder`` takes a new place after it, which it
     returns. The refused call's entry stays: the server counted it."""
 
     def paused(data: JsonDict | None) -> tuple[JsonDict | None, Place]:
+        now = clock.now()
         shard = Shard.of(data, now)
         if (held := shard.held(call.holder, now)) is not None and held.at >= until:
             return None, Place(held.at, position(shard.entries, call.holder, now), False)
