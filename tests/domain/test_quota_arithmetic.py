@@ -14,9 +14,11 @@ from ackloop.domain.quota import (
     Scale,
     earliest_slot,
     estimated_tokens,
+    fitting_share,
     in_line,
     learned_tokens,
     live,
+    pause,
     position,
     shard_limits,
 )
@@ -167,6 +169,56 @@ def test_a_429_lowers_an_adaptive_share_once_a_burst(scale: Scale, now: float, s
                                                      refused_share: float) -> None:
     lowered = scale.lowered(now)
     assert (lowered.share, lowered.refused_share) == pytest.approx((share, refused_share))
+
+
+@pytest.mark.parametrize(("scale", "fits", "share"), [
+    (Scale(), 0.35, 0.35),  # the server's delay shows a third: there at once, not 0.8
+    (Scale(0.8, 1.0, 995.0, 995.0), 0.35, 0.35),  # even within a burst's ten seconds
+    (Scale(0.3, 0.4, 995.0, 995.0), 0.5, 0.3),  # never raised by it
+    (Scale(), 0.01, 0.05),  # and never below the floor
+])
+def test_a_429_with_a_retry_delay_lowers_to_what_the_server_holds(
+        scale: Scale, fits: float, share: float) -> None:
+    lowered = scale.lowered(1000.0, fits)
+    assert lowered.share == pytest.approx(share)
+    if share < scale.now(1000.0).share:  # climbs carefully near it
+        assert lowered.refused_share == pytest.approx(share)
+        assert lowered.now(1015.0).share == pytest.approx(share + 0.01)
+
+
+def made(*ats: float) -> list[Entry]:
+    return [Entry(f"r{i}/0000-model", at) for i, at in enumerate(ats)]
+
+
+@pytest.mark.parametrize(("entries", "until", "limits", "fits"), [
+    # 19 calls still counted 40 s on, when the server takes the next: 20 of 60.
+    (made(*[981.0 + i for i in range(19)], *[940.0 + i for i in range(10)]), 1040.0,
+     Limits(requests=60), 20 / 60),
+    # A call not made yet (its slot to come) and the refused one are not counted.
+    (made(990.0, 1005.0), 1010.0, Limits(requests=10), 2 / 10),
+    (made(990.0), 1010.0, Limits(tokens=1000), None),  # requests not limited: nothing to say
+])
+def test_a_retry_delay_tells_how_many_calls_the_servers_minute_holds(
+        entries: list[Entry], until: float, limits: Limits, fits: float | None) -> None:
+    refused = Entry("refused/0000-model", 1000.0)
+    assert fitting_share([*entries, refused], refused.holder, 1000.0, until, limits) == (
+        pytest.approx(fits) if fits is not None else None)
+
+
+@pytest.mark.parametrize(("retry_after", "paused_until", "paused_for", "now", "paused"), [
+    (12.0, 0.0, 0.0, 1000.0, (1012.0, 12.0)),  # the server's delay
+    (None, 0.0, 0.0, 1000.0, (1001.0, 1.0)),  # none: a second
+    (0.0, 0.0, 0.0, 1000.0, (1001.0, 1.0)),  # "0s": a second, never "now"
+    (None, 1001.0, 1.0, 1000.5, (1001.0, 1.0)),  # a 429 of the same burst: as it is
+    (None, 1001.0, 1.0, 1001.2, (1003.2, 2.0)),  # refused again just after: doubled
+    (None, 1001.0, 16.0, 1001.2, (1033.2, 32.0)),  # up to 32 s
+    (None, 1001.0, 32.0, 1001.2, (1033.2, 32.0)),
+    (None, 1001.0, 2.0, 1100.0, (1101.0, 1.0)),  # long after the pause: a second again
+])
+def test_a_429_pauses_for_its_delay_or_doubles_while_refusals_follow_each_other(
+        retry_after: float | None, paused_until: float, paused_for: float, now: float,
+        paused: tuple[float, float]) -> None:
+    assert pause(retry_after, paused_until, paused_for, now) == pytest.approx(paused)
 
 
 def test_a_share_applies_to_both_limits_rounded_down() -> None:

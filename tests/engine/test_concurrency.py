@@ -9,6 +9,8 @@ that the limit is put to the test at every instant."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -17,7 +19,9 @@ from ackloop.agents.agent import Agent, AgentRegistry
 from ackloop.bus.memory import MemoryPublisher
 from ackloop.bus.wakes import MemoryWaker
 from ackloop.config.concurrency import ConcurrencyLimit
+from ackloop.config.quotas import ModelQuota
 from ackloop.config.settings import Settings
+from ackloop.docdb.base import Version, Write
 from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.clock import ManualClock
@@ -82,11 +86,13 @@ async def pay(amount: int) -> str:
     return f"paid {amount}"
 
 
-def world(*limits: ConcurrencyLimit) -> tuple[InProcessLoop, SlowModel]:
+def world(*limits: ConcurrencyLimit, db: MemoryDocumentDB | None = None,
+          quotas: list[ModelQuota] | None = None) -> tuple[InProcessLoop, SlowModel]:
     model = SlowModel()
     publisher = MemoryPublisher()
-    deps = Deps(settings=Settings(concurrency_limits=list(limits)),
-                store=AgentStore(CountingDocumentDB(MemoryDocumentDB())), publisher=publisher,
+    deps = Deps(settings=Settings(concurrency_limits=list(limits), model_quotas=quotas or []),
+                store=AgentStore(CountingDocumentDB(db or MemoryDocumentDB())),
+                publisher=publisher,
                 model=model,  # type: ignore[arg-type]
                 agents=AgentRegistry([Agent("solo", "Answer.", ToolSet([pay]))]),
                 clock=ManualClock(), owner="test-owner", waker=MemoryWaker())
@@ -125,6 +131,47 @@ async def test_an_owners_limit_of_two_holds_at_every_instant_and_every_run_answe
     assert model.calls.most == 2 and model.calls.done == 8  # each call made once
     assert await completed(loop, runs)
     assert all(o.outcome.acknowledged for o in loop.log)  # a wait is never a failure
+
+
+class Writes(MemoryDocumentDB):
+    """Counts the writes to each collection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collections: Counter[str] = Counter()
+
+    def _apply(self, writes: Sequence[Write]) -> list[Version]:
+        versions = super()._apply(writes)
+        self.collections.update(w.path.split("/")[-2] for w in writes)
+        return versions
+
+
+async def test_a_step_that_waits_for_its_place_under_a_quota_writes_no_slot() -> None:
+    db = Writes()
+    loop, model = world(ConcurrencyLimit(steps="model", key="owner", limit=2), db=db,
+                        quotas=[ModelQuota(model="*", rpm=2, headroom=0.0)])
+    runs = await ask(loop, 8)
+    await side_by_side(loop, rounds=400)
+    assert await completed(loop, runs)
+    assert model.calls.most <= 2 and model.calls.done == 8
+    # Each call's slot taken once and given back once: the steps that waited for their
+    # places (all but two, at 2 a minute: never more at once than the slots) wrote no slot
+    # document while they waited.
+    assert db.collections["slots"] == 2 * 8, db.collections
+
+
+async def test_a_place_whose_slot_did_not_come_is_given_back() -> None:
+    loop, model = world(ConcurrencyLimit(steps="model", key="owner", limit=1),
+                        quotas=[ModelQuota(model="*", rpm=1000)])
+    runs = await ask(loop, 4)
+    await side_by_side(loop)
+    assert await completed(loop, runs)
+    assert model.calls.most == 1 and model.calls.done == 4
+    # The quota's minute counts the calls made, not the places taken by steps that then
+    # waited for the slot.
+    entries = [e for _, doc in await loop.deps.store.quotas.listed("quotas")
+               for e in doc["entries"]]
+    assert len(entries) == 4, entries
 
 
 async def test_a_duplicate_delivery_never_calls_beside_the_first_under_its_slot() -> None:

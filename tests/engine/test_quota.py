@@ -9,6 +9,7 @@ scripted model is asked, and when, is what Gemini would have been asked."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -130,6 +131,19 @@ async def test_a_429_pauses_the_quota_at_least_a_second_and_the_step_waits(
     run = await loop.deps.store.runs.get_run(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.answer == "done"
+
+
+@pytest.mark.parametrize("retry_after", [0.0, None])
+async def test_429s_without_a_delay_that_follow_each_other_pause_twice_as_long_each_time(
+        retry_after: float | None) -> None:
+    loop, model = world(refuse=4, retry_after=retry_after)
+    await ask(loop, 1)
+    await loop.run_until_idle(wake=True)
+    assert len(model.refused) == 4 and len(model.asked) == 1
+    tries = [*model.refused, *model.asked]
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    # A pool still busy a second later is not asked again every second: 1, 2, 4, 8 s.
+    assert gaps == pytest.approx([1.0, 2.0, 4.0, 8.0], abs=0.01), gaps
 
 
 async def test_time_waited_for_a_place_is_not_the_runs() -> None:

@@ -47,6 +47,7 @@ import psutil
 from ackloop.docdb.firestore import FirestoreDocumentDB
 from ackloop.store import AgentStore
 from ackloop_dev.agents import CATALOG
+from ackloop_dev.bench.printed import printed
 from ackloop_dev.bench.quota_workload import AGENT, Ended, _follow
 from ackloop_dev.bench.stack_runs import free_stack
 
@@ -220,10 +221,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     found = run(args)
-    print(json.dumps(found, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(found, indent=2))
-    return 0
+    return printed(found, args.json)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from ackloop.model.turns import calls_turn, text_turn
 from ackloop.store import AgentStore
 from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolSet, tool
+from ackloop_dev.bench.printed import printed
 
 QUOTAS: dict[str, list[ModelQuota]] = {
     "no quota": [],
@@ -102,10 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     found = asyncio.run(run(args.runs, max(1, args.calls)))
-    print(json.dumps(found, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(found, indent=2))
-    return 0
+    return printed(found, args.json)
 
 
 if __name__ == "__main__":

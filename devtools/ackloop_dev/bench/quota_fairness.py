@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from ackloop.model.scripted import ScriptedModel
 from ackloop.store import AgentStore
 from ackloop.testing.inprocess import InProcessLoop
 from ackloop.tools import ToolSet
+from ackloop_dev.bench.printed import printed
 from ackloop_dev.bench.quota_cost import _play, look_up
 
 TENANTS = ("a", "b", "c", "d")
@@ -105,10 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     found = asyncio.run(run(args))
-    print(json.dumps(found, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(found, indent=2))
-    return 0
+    return printed(found, args.json)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from typing import Any
 import httpx
 
 from ackloop_dev.agents import CATALOG
+from ackloop_dev.bench.printed import printed
 from ackloop_dev.bench.stack_runs import ask_and_follow, free_stack
 
 AGENT = "reference-long"
@@ -267,10 +268,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     found = run(args)
-    print(json.dumps(found, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(found, indent=2))
-    return 0
+    return printed(found, args.json)
 
 
 if __name__ == "__main__":

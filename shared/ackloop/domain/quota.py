@@ -238,9 +238,15 @@ class Scale:
             return self
         return replace(self, share=share, climbed_at=since + steps * CLIMB_EVERY_SECONDS)
 
-    def lowered(self, now: float) -> Scale:
-        """After a 429 at ``now``: the share lowered, unless a 429 just lowered it."""
+    def lowered(self, now: float, fits: float | None = None) -> Scale:
+        """After a 429 at ``now``: the share lowered, unless a 429 just lowered it. ``fits``
+        (:func:`fitting_share`): the share the server's retry delay shows it holds; the share
+        falls to it at once, and climbs carefully near it."""
         current = self.now(now)
+        if fits is not None and fits < current.share:
+            share = max(FLOOR_SHARE, fits)
+            return replace(current, share=share, refused_share=share, lowered_at=now,
+                           climbed_at=now)
         if now - self.lowered_at < LOWER_EVERY_SECONDS:
             return current
         return replace(current, share=max(FLOOR_SHARE, current.share * LOWERED_TO),
@@ -256,3 +262,35 @@ class Scale:
 
         return Limits(requests=part(limits.requests), tokens=part(limits.tokens),
                       window=limits.window)
+
+
+def fitting_share(entries: Sequence[Entry], refused: str, now: float, until: float,
+                  limits: Limits) -> float | None:
+    """The share of ``limits`` a server holds that refused ``refused``'s call at ``now`` and
+    said it would take the next one at ``until``: then, its minute holds the calls made that
+    it still counts, and room for one more. None when requests are not limited."""
+    if limits.requests is None:
+        return None
+    counted = sum(1 for e in entries if e.holder != refused and e.at <= now
+                  and e.at + limits.window > until)
+    return (counted + 1) / limits.requests
+
+
+MAX_PAUSE_SECONDS = 32.0
+"""The longest pause a run of 429s without a retry delay doubles to."""
+
+
+def pause(retry_after: float | None, paused_until: float, paused_for: float, now: float
+          ) -> tuple[float, float]:
+    """How long a 429 at ``now`` pauses a quota's shard: its pause's end and length. The
+    server's retry delay, when it gave one of a second or more; else (Vertex AI gives none,
+    Gemini writes a delay under a second as "0s") :data:`RETRY_FLOOR_SECONDS`, doubled (up to
+    :data:`MAX_PAUSE_SECONDS`) for each 429 that comes soon after a pause ended: the pool is
+    still busy. A 429 during a pause (a call of the same burst) leaves it as it is."""
+    if retry_after is not None and retry_after >= RETRY_FLOOR_SECONDS:
+        return max(paused_until, now + retry_after), retry_after
+    if now < paused_until:
+        return paused_until, paused_for
+    again = paused_for > 0 and now - paused_until < max(2 * paused_for, LOWER_EVERY_SECONDS)
+    length = min(MAX_PAUSE_SECONDS, 2 * paused_for) if again else RETRY_FLOOR_SECONDS
+    return now + length, length

@@ -259,17 +259,38 @@ async def _in_slots(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDic
                     previous: list[StepRecord], final_output: Any) -> Decision:
     """The step's paid calls (a compaction's summary, if it compacts, and its own), made in the
     slots of its concurrency limits, kept while they run: a summary is a model call of the step
-    like its own, and a limit of N model steps at once counts it."""
+    like its own, and a limit of N model steps at once counts it. A step that will not compact
+    takes its place under its model's quota (and meets its spend limits) before its slots: one
+    that waits for its place touches no slot document; one whose place came but whose slot did
+    not gives the place back."""
     ctx = state.ctx
     since = scope.waited_since if scope.waited_since is not None else deps.clock.now()
-    await concurrency.take_for(deps, ref, ctx.run,
-                               concurrency.limits_of(deps, ctx.run, "model", ctx.agent.name),
-                               "model_steps", state.scheduled.model_dump(mode="json"), since)
+    limits = concurrency.limits_of(deps, ctx.run, "model", ctx.agent.name)
+    placed = None
+    if limits and (state.compacted is not None or not _over(state, previous)):
+        placed = await _placed(deps, ref, state, tools, scope, previous)
+    try:
+        await concurrency.take_for(deps, ref, ctx.run, limits, "model_steps",
+                                   state.scheduled.model_dump(mode="json"), since)
+    except concurrency.SlotWait:
+        if placed is not None:
+            await quota.give_back(deps, placed.held)
+        raise
     async with concurrency.kept(deps, ref.slots, f"{ctx.run.run_id}/{ref.claim.key}"):
-        stop = await _compacted_if_over(deps, ref, state, tools, previous, scope.waited_since)
-        if stop is not None:
-            return _stopped(stop, state.ctx.message, ctx.new_contents, final_output)
-        return await _asked(deps, ref, state, tools, contract, scope, previous)
+        if placed is None:
+            stop = await _compacted_if_over(deps, ref, state, tools, previous,
+                                            scope.waited_since)
+            if stop is not None:
+                return _stopped(stop, state.ctx.message, ctx.new_contents, final_output)
+            placed = await _placed(deps, ref, state, tools, scope, previous)
+        return await _asked(deps, ref, state, placed, contract, scope)
+
+
+def _over(state: _Turn, previous: list[StepRecord]) -> bool:
+    """Whether the step's request would be over its agent's context policy (it compacts)."""
+    ctx = state.ctx
+    return ctx.agent.context.over(compaction.estimated_tokens(
+        ctx.agent, state.transcript, ctx.new_contents, previous))
 
 
 async def _compacted_if_over(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
@@ -280,8 +301,7 @@ async def _compacted_if_over(deps: Deps, ref: ClaimRef, state: _Turn, tools: lis
     summary's call before this one, may stop the run. ``since``: when the step began to wait
     for the summary's place, if it did."""
     ctx = state.ctx
-    if state.compacted is not None or not ctx.agent.context.over(compaction.estimated_tokens(
-            ctx.agent, state.transcript, ctx.new_contents, previous)):
+    if state.compacted is not None or not _over(state, previous):
         return None
     made = await compaction.compact(deps, ref, ctx.run, ctx.message.turn, ctx.agent,
                                     state.transcript, tools, since=since)
@@ -291,12 +311,21 @@ async def _compacted_if_over(deps: Deps, ref: ClaimRef, state: _Turn, tools: lis
     return budget_stop(deps, ctx.run, state.ctx.message)
 
 
-async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
-                 contract: OutputContract | None, scope: RequestScope,
-                 previous: list[StepRecord]) -> Decision:
-    """The model's answer to the step's request, decided (:func:`decide`). Gemini refusing
-    the request as too long compacts it (keeping the last model turn only) and asks once
-    more; a second refusal fails the run with its cause."""
+@dataclass(frozen=True)
+class _Placed:
+    """The step's request, its input tokens as estimated, the spend budgets it fits and its
+    place under its model's quota (None: no quota applies)."""
+
+    request: ModelRequest
+    tools: list[JsonDict]
+    budgets: list[spend_limits.Budget]
+    held: quota.Held | None
+
+
+async def _placed(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
+                  scope: RequestScope, previous: list[StepRecord]) -> _Placed:
+    """The step's request, within its spend limits and at its place under its model's quota
+    (raising their waits when it is not)."""
     ctx = state.ctx
     request = await _request(deps, ctx.run, ctx.agent, state.transcript, ctx.new_contents,
                              tools)
@@ -304,6 +333,17 @@ async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict],
     tokens = _input_tokens(request, state, previous)
     budgets = await spend_limits.checked(deps, ctx.run, ctx.agent.name, request.model, tokens)
     held = await quota.take_place(deps, ctx.run, holder, request, scope.waited_since, tokens)
+    return _Placed(request, tools, budgets, held)
+
+
+async def _asked(deps: Deps, ref: ClaimRef, state: _Turn, placed: _Placed,
+                 contract: OutputContract | None, scope: RequestScope) -> Decision:
+    """The model's answer to the step's request, decided (:func:`decide`). Gemini refusing
+    the request as too long compacts it (keeping the last model turn only) and asks once
+    more; a second refusal fails the run with its cause."""
+    ctx = state.ctx
+    request, tools, budgets, held = placed.request, placed.tools, placed.budgets, placed.held
+    holder = f"{ctx.run.run_id}/{ref.claim.key}"
     try:
         answered = await call_model(deps, ref, request, scope, held)
     except ModelPermanentError as exc:

@@ -36,7 +36,6 @@ from ackloop.config.quotas import ModelQuota, quota_for
 from ackloop.domain.context_window import json_size
 from ackloop.domain.jsondict import JsonDict
 from ackloop.domain.quota import (
-    RETRY_FLOOR_SECONDS,
     Limits,
     estimated_tokens,
     learned_tokens,
@@ -186,14 +185,21 @@ async def answered(deps: Deps, held: Held | None, prompt_tokens: int) -> None:
                                 prompt_tokens, deps.clock)
 
 
+async def give_back(deps: Deps, held: Held | None) -> None:
+    """Give back the place at ``held``, its call not made (the step waits for something
+    else first): the minute does not count it."""
+    if held is not None:
+        await quota_log.give_back(deps.store, held.shard_id, held.holder, held.at, deps.clock)
+
+
 async def refused(deps: Deps, held: Held, retry_after: float | None) -> QuotaWait:
-    """A 429 for the call at ``held``: pause its shard for the retry delay (at least
-    :data:`RETRY_FLOOR_SECONDS`), and the wait for the call's new place after it."""
-    until = deps.clock.now() + max(retry_after or 0.0, RETRY_FLOOR_SECONDS)
+    """A 429 for the call at ``held``: pause its shard for the retry delay (at least a second,
+    doubled while 429s without one follow each other: :func:`~ackloop.domain.quota.pause`), and
+    the wait for the call's new place after it."""
     quota = held.quota
     metrics.model_refused(held.model, limited=True)
     place = await quota_log.refused(deps.store, held.shard_id, held.call, limits_of(quota),
-                                    until, quota.mode == "adaptive", deps.clock)
+                                    retry_after, quota.mode == "adaptive", deps.clock)
     return QuotaWait(quota.quota_id, place.at, place.ahead)
 
 

@@ -18,7 +18,16 @@ from dataclasses import dataclass, field, replace
 
 from ackloop.domain.clock import Clock
 from ackloop.domain.jsondict import JsonDict
-from ackloop.domain.quota import Entry, Limits, Scale, in_line, live, position
+from ackloop.domain.quota import (
+    Entry,
+    Limits,
+    Scale,
+    fitting_share,
+    in_line,
+    live,
+    pause,
+    position,
+)
 from ackloop.store import AgentStore
 
 
@@ -50,6 +59,8 @@ class Shard:
     entries: tuple[Entry, ...] = ()
     paused_until: float = 0.0
     scale: Scale = field(default_factory=Scale)
+    paused_for: float = 0.0
+    """The length of the last pause (:func:`~ackloop.domain.quota.pause`)."""
 
     @classmethod
     def of(cls, data: JsonDict | None, now: float) -> Shard:
@@ -61,15 +72,17 @@ class Shard:
                                     int(e.get("p", 0)), float(e.get("s", 0.0)))
                               for e in raw if isinstance(e, dict))
                              if isinstance(raw, list) else (), now))
-        paused = data.get("paused_until")
+        paused, length = data.get("paused_until"), data.get("paused_for")
         return cls(entries, float(paused) if isinstance(paused, int | float) else 0.0,
-                   Scale.of(data.get("scale")))
+                   Scale.of(data.get("scale")),
+                   float(length) if isinstance(length, int | float) else 0.0)
 
     def doc(self) -> JsonDict:
         return {"entries": [{"h": e.holder, "at": e.at, "t": e.tokens, "w": e.waited,
                              "k": e.key, "p": e.priority, "s": e.since}
                             for e in self.entries],
-                "paused_until": self.paused_until, "scale": self.scale.doc()}
+                "paused_until": self.paused_until, "scale": self.scale.doc(),
+                "paused_for": self.paused_for}
 
     def held(self, holder: str, now: float) -> Entry | None:
         """The place ``holder`` holds (:meth:`Entry.held_by`), the latest if several."""
@@ -121,19 +134,37 @@ async def correct(store: AgentStore, shard_id: str, holder: str, at: float, toke
     await store.quotas.change(shard_id, corrected)
 
 
+async def give_back(store: AgentStore, shard_id: str, holder: str, at: float,
+                    clock: Clock) -> None:
+    """Take ``holder``'s entry at ``at`` out of the log: its call was not made."""
+
+    def given(data: JsonDict | None) -> tuple[JsonDict | None, None]:
+        shard = Shard.of(data, clock.now())
+        entries = tuple(e for e in shard.entries if not (e.holder == holder and e.at == at))
+        return (replace(shard, entries=entries).doc() if entries != shard.entries
+                else None), None
+
+    await store.quotas.change(shard_id, given)
+
+
 async def refused(store: AgentStore, shard_id: str, call: Call, limits: Limits,
-                  until: float, adaptive: bool, clock: Clock) -> Place:
-    """A call of ``holder`` was answered 429: every call of the shard waits until ``until`` (an
-    adaptive quota also lowers its share), and ``holder`` takes a new place after it, which it
-    returns. The refused call's entry stays: the server counted it."""
+                  retry_after: float | None, adaptive: bool, clock: Clock) -> Place:
+    """A call of ``holder`` was answered 429 (``retry_after``: the delay the server gave, if
+    any): every call of the shard waits out a pause (:func:`~ackloop.domain.quota.pause`); an
+    adaptive quota also lowers its share, to what the server's delay shows it holds when it
+    gave one; and ``holder`` takes a new place after the pause, which it returns. The refused
+    call's entry stays (on the safe side: the server counts it or not)."""
 
     def paused(data: JsonDict | None) -> tuple[JsonDict | None, Place]:
         now = clock.now()
         shard = Shard.of(data, now)
+        until, length = pause(retry_after, shard.paused_until, shard.paused_for, now)
         if (held := shard.held(call.holder, now)) is not None and held.at >= until:
             return None, Place(held.at, position(shard.entries, call.holder, now), False)
-        scale = shard.scale.lowered(now) if adaptive else shard.scale.now(now)
-        stopped = replace(shard, paused_until=max(shard.paused_until, until), scale=scale)
+        fits = (fitting_share(shard.entries, call.holder, now, until, limits)
+                if retry_after is not None and until > now + 1.0 else None)
+        scale = shard.scale.lowered(now, fits) if adaptive else shard.scale.now(now)
+        stopped = replace(shard, paused_until=until, paused_for=length, scale=scale)
         taken, place = stopped.taking(call, limits, now)
         return taken.doc(), place
 
