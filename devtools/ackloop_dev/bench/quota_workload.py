@@ -1,13 +1,15 @@
 """Runs against a Gemini quota: what a deployment meets first, measured from outside.
 
 ``python -m ackloop_dev.bench.quota_workload [--runs 40] [--calls 5] [--rpm 60]
-[--spread 60] [--rounding floor|ceil] [--limiter off|fixed|adaptive] [--headroom 0.02]
+[--spread 60] [--rounding floor|ceil] [--style gemini-api|vertex]
+[--limiter off|fixed|adaptive] [--headroom 0.02]
 [--capacity RPM@SECONDS,...] [--timeout 900] [--json F]``
 
 Starts a local stack on free ports whose fake Gemini server enforces ``--rpm`` requests a
 minute as the Gemini API does (:mod:`ackloop_dev.fakes.gemini_quota`: a 429
 ``RESOURCE_EXHAUSTED`` with a ``RetryInfo`` delay, rounded down by default as Gemini rounds it,
-so a wait under a second reads ``"0s"``). It asks ``--runs`` runs of the benchmark's
+so a wait under a second reads ``"0s"``; ``--style vertex``: a bare 429, as Vertex AI's shared
+pool answers). It asks ``--runs`` runs of the benchmark's
 ``reference-long`` agent, each making ``--calls`` model calls, spread evenly over ``--spread``
 seconds, follows each to its end through ``GET /runs/{id}`` and samples the model server and
 the push delivery every second. ``--limiter`` declares the quota to the stack's services
@@ -148,7 +150,8 @@ def figures(args: argparse.Namespace, ended: list[Ended], samples: Samples,
         "workload": {"runs": args.runs, "model_calls_per_run": args.calls,
                      "spread_s": args.spread, "requests_per_minute": args.rpm,
                      "input_tokens_per_minute": args.tpm, "pad_words": args.pad,
-                     "retry_delay_rounding": args.rounding, "limiter": args.limiter,
+                     "retry_delay_rounding": args.rounding, "style": args.style,
+                     "limiter": args.limiter,
                      "headroom": args.headroom, "capacity": args.capacity},
         "runs": {"completed": statuses.get("completed", 0), "failed": statuses.get("failed", 0),
                  "other": {k: v for k, v in statuses.items() if k not in ("completed", "failed")},
@@ -209,7 +212,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         httpx.post(f"{gemini}/_admin/quota", json={
             "requests_per_minute": args.rpm or None,
             "input_tokens_per_minute": args.tpm or None,
-            "rounding": args.rounding}).raise_for_status()
+            "rounding": args.rounding, "style": args.style}).raise_for_status()
         text = f"look up calls={args.calls - 1}" + (f" pad={args.pad}" if args.pad else "")
         agent = PADDED if args.pad else AGENT
         began = time.monotonic()
@@ -249,6 +252,9 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--spread", type=float, default=60.0, help="seconds the asks spread over")
     out.add_argument("--rounding", choices=["floor", "ceil"], default="floor",
                      help="retryDelay's rounding: floor as Gemini ('0s'), or ceil")
+    out.add_argument("--style", choices=["gemini-api", "vertex"], default="gemini-api",
+                     help="how the server's 429 reads: with a RetryInfo delay, or Vertex AI's "
+                     "shared pool's, with none")
     out.add_argument("--limiter", choices=["off", "fixed", "adaptive"], default="off",
                      help="the stack's model quota: --rpm less --headroom (off: none)")
     out.add_argument("--headroom", type=float, default=0.02)
