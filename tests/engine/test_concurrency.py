@@ -26,11 +26,12 @@ from ackloop.docdb.counting import CountingDocumentDB
 from ackloop.docdb.memory import MemoryDocumentDB
 from ackloop.domain.clock import ManualClock
 from ackloop.domain.keys import run_id_for_request
-from ackloop.domain.records import RunStatus
+from ackloop.domain.records import RunStatus, StopReason
 from ackloop.domain.slots import HOLD_SECONDS, RECHECK_SECONDS, Slots, give_back, take
-from ackloop.domain.wire import QueryMessage, RunOptions
+from ackloop.domain.wire import QueryMessage, RunOptions, Usage
 from ackloop.engine import concurrency
 from ackloop.engine.deps import Deps
+from ackloop.engine.ending import end_run_now, run_end
 from ackloop.engine.ingest import request_hash
 from ackloop.model.base import ModelRequest, ModelTurn
 from ackloop.model.turns import calls_turn, text_turn
@@ -281,6 +282,24 @@ async def test_a_runs_limit_keeps_at_most_n_runs_at_work_and_frees_a_slot_at_eac
     (slots,) = [doc for sid, doc in await loop.deps.store.quotas.listed("slots")
                 if sid.startswith("runs.")]
     assert slots["holders"] == [] and slots["line"] == []  # every run's slot given back
+
+
+async def test_a_run_ended_outside_a_step_gives_its_run_slot_back() -> None:
+    loop, _ = world(ConcurrencyLimit(steps="runs", key="owner", limit=1))
+    (first,) = await ask(loop, 1, text="pay please")
+    for _ in range(2):  # its query, then its first call: it holds the slot, its tool call waits
+        await deliver_queued(loop)
+    (held,) = [doc for _, doc in await loop.deps.store.quotas.listed("slots")]
+    assert [h["name"] for h in held["holders"]] == [first]
+    # A dead letter (or the sweeper) ends it between its steps.
+    await end_run_now(loop.deps, first, run_end(StopReason.FAILED, Usage(), error="dead"))
+    await loop.submit(QueryMessage(request_id="second", text="hi", agent="solo"))
+    for _ in range(10):  # no wake, no lease's end: the slot is free at once
+        await deliver_queued(loop)
+    assert await completed(loop, [run_id_for_request("second")])
+    (slots,) = [doc for sid, doc in await loop.deps.store.quotas.listed("slots")
+                if sid.startswith("runs.")]
+    assert slots["holders"] == [] and slots["line"] == []
 
 
 def _most_open(calls: list[str]) -> int:

@@ -254,9 +254,10 @@ async def give_back_held(deps: Deps, ref: ClaimRef) -> None:
 
 
 async def give_back_run(deps: Deps, run: RunRecord) -> None:
-    """Give back the slots ``run`` holds (``steps: runs``), once it has ended: the first run
-    in line is woken. (A run that ends outside a step, or whose step crashed after its end was
-    committed, frees its slots when their lease ends.)"""
+    """Give back the slots ``run`` holds (``steps: runs``), once it has ended (by its last
+    step's commit, or outside a step: :func:`ackloop.engine.ending.end_run_now`): the first
+    run in line is woken. (A run whose step crashed after its end was committed frees its
+    slots when their lease ends.)"""
     limits = [limit for limit in limits_of(deps, run, "model", run.agent) if limit.per_run]
     if limits:
         await give_back(deps, limits, f"{run.run_id}/")

@@ -9,7 +9,7 @@ from typing import Any
 from ackloop.domain.cost import Cost
 from ackloop.domain.records import RunRecord, RunStatus, StepRecord, StepStatus, StopReason
 from ackloop.domain.wire import Usage
-from ackloop.engine import children, outbox_entries
+from ackloop.engine import children, concurrency, outbox_entries
 from ackloop.engine.deps import Deps
 from ackloop.engine.handoff import ended_with
 from ackloop.engine.outbox_sending import send
@@ -44,8 +44,8 @@ def run_end(stop_reason: StopReason, usage: Usage, **fields: Any) -> RunEnd:
 async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
                       only_active: bool = False) -> RunRecord | None:
     """End a run outside any step (dead letter, conflict, sweeper, cancel of a queued run),
-    then publish its end, start the conversation's next queued run and cancel its children
-    still running. None: nothing ended.
+    then publish its end, start the conversation's next queued run, cancel its children still
+    running and give back the slots it held as a run at work. None: nothing ended.
 
     The run's usage and cost are rolled up from its steps as recorded (no step message carries
     them here): a run whose model step completed before a dead letter ended it says so."""
@@ -71,6 +71,7 @@ async def end_run_now(deps: Deps, run_id: str, end: RunEnd, *,
                                           trace_id=queued.trace_id if queued else None))
     await send(deps, run_id, outbox)
     await waits.abandon_all(deps, run, steps)  # a child of an ended run works for nobody
+    await concurrency.give_back_run(deps, run)  # the next run in line need not wait its lease
     return run
 
 
