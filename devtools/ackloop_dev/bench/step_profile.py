@@ -22,7 +22,8 @@ Each function process reaches the emulators through counting proxies of its own
 Then, for the model steps at ``--turns`` of the first run of the longest length: the wire counts
 between the start of that model step's delivery span and the start of the next one (the model
 step process serves nothing else in between: one run at a time, and tool steps have their own
-process and proxies), the delivery span's duration, and the model step process's CPU. CPU is
+process and proxies), the delivery span's duration (and the median of every model step's, over
+that run), and the model step process's CPU. CPU is
 read from ``/proc`` (clock ticks, 10 ms) by a sampler every few milliseconds, too coarse for one
 step of a few milliseconds, so the CPU of a turn is the mean over a window of
 ``--cpu-window`` consecutive model steps starting at that turn (ending at it for the last one).
@@ -423,8 +424,10 @@ def _turns(session: _Session, steps: int) -> dict[str, Any]:
     window = max(1, min(session.config.cpu_window, len(turns)))
     rows = [turn_profile(turns, events, sampler.samples, t, window, settled_at)
             for t in session.config.turns if t < len(turns)]
+    spans_ms = [(end - start) * 1000 for start, end in turns]
     return {"steps_per_run": steps, "run_id": run_id, "model_turns": len(turns),
-            "cpu_window": window, "samples": len(sampler.samples), "rows": rows}
+            "cpu_window": window, "samples": len(sampler.samples), "rows": rows,
+            "span_ms_p50": round(statistics.median(spans_ms), 1) if spans_ms else None}
 
 
 def _cold_starts(session: _Session) -> dict[str, Any]:
@@ -555,6 +558,8 @@ def render(result: Mapping[str, Any]) -> str:
                      f"{t['cpu_ms']:>9g}  turns {t['cpu_window'][0]}-{t['cpu_window'][1]}")
     lines.append("(of which run/conv: bytes written to the run's and the conversation's own "
                  "documents, which only the step that ends the run writes)")
+    lines.append(f"model step span, p50 over the run's {turns['model_turns']} model turns: "
+                 f"{turns.get('span_ms_p50')} ms")
     if result.get("cold_start"):
         lines += ["", "cold start (spawn -> first answered request; median): " + ", ".join(
             f"{name} {c['seconds']:g} s, {c['cpu_s']:g} s CPU"
