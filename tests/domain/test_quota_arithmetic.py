@@ -36,7 +36,15 @@ def at(*times: float, tokens: int = 0) -> list[Entry]:
     (at(100.0), 100.0, 0, Limits(requests=2), 0.0, 100.0),  # room for one more: now
     (at(100.0, 100.0), 100.0, 0, Limits(requests=2), 0.0, 100.0 + W),  # full: the oldest leaves
     (at(90.0, 100.0), 100.0, 0, Limits(requests=2), 0.0, 90.0 + W),
-    (at(100.0, 130.0), 110.0, 0, Limits(requests=3), 0.0, 130.0),  # after the last reserved
+    # Before a place reserved later, when that place's minute stays within the limits ...
+    (at(100.0, 130.0), 110.0, 0, Limits(requests=3), 0.0, 110.0),
+    # ... and not when it would go over: then once the first has left.
+    (at(100.0, 130.0), 110.0, 0, Limits(requests=2), 0.0, 100.0 + W),
+    # A small call in the room a large one waiting for its place cannot use.
+    ([*at(100.0, tokens=600), Entry("big", 100.0 + W, 700)], 101.0, 300, Limits(tokens=1000),
+     0.0, 101.0),
+    ([*at(100.0, tokens=600), Entry("big", 100.0 + W, 700)], 101.0, 500, Limits(tokens=1000),
+     0.0, 100.0 + 2 * W),
     (at(100.0), 100.0, 0, Limits(requests=5), 104.0, 104.0),  # a 429's pause
     (at(100.0, tokens=700), 100.0, 400, Limits(tokens=1000), 0.0, 100.0 + W),  # tokens bind
     (at(100.0, tokens=500), 100.0, 400, Limits(tokens=1000), 0.0, 100.0),
@@ -50,12 +58,16 @@ def test_the_earliest_slot_keeps_every_window_within_the_limits(
     assert earliest_slot(entries, now, tokens, limits, not_before) == pytest.approx(slot)
 
 
-def test_slots_taken_one_after_another_never_put_more_in_a_window_than_allowed() -> None:
+@pytest.mark.parametrize("sizes", [[300 + 100 * (i % 7) for i in range(40)],
+                                   [2500 if i % 5 == 0 else 150 + 40 * (i % 3)
+                                    for i in range(60)]])
+def test_slots_taken_one_after_another_never_put_more_in_a_window_than_allowed(
+        sizes: list[int]) -> None:
     entries: list[Entry] = []
     limits = Limits(requests=5, tokens=3000)
-    for i in range(40):
-        tokens = 300 + 100 * (i % 7)
-        entries.append(Entry(f"r{i}", earliest_slot(entries, 0.0, tokens, limits), tokens))
+    for i, tokens in enumerate(sizes):
+        now = 7.0 * i  # calls keep coming; small ones may go before large ones reserved
+        entries.append(Entry(f"r{i}", earliest_slot(entries, now, tokens, limits), tokens))
     for e in entries:  # every window that ends at a slot (the server counts at each arrival)
         window = [f for f in entries if e.at - 60.0 - GRACE_SECONDS < f.at <= e.at]
         assert len(window) <= 5 and sum(f.tokens for f in window) <= 3000

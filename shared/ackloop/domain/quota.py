@@ -6,9 +6,10 @@ acts on its answer.
 The Gemini API counts requests and input tokens per minute, per project and model; a call over
 either is answered 429 ``RESOURCE_EXHAUSTED``. The limiter keeps what the server would count: a
 log of the calls made and reserved (:class:`Entry`), each at its slot, with its tokens. A call
-reserves the earliest slot, at or after the last one reserved (first come, first served) and
-not before now, at which the window ending there, with it, holds no more than the limits
-(:func:`earliest_slot`). A call whose slot is now runs; a later one waits for it at no cost.
+reserves the earliest slot, not before now, at which the window ending there, with it, holds no
+more than the limits, and no later call's window goes over them (:func:`earliest_slot`): the
+calls that wait are served in their order, and a smaller one may go in the room a larger one
+ahead of it cannot use. A call whose slot is now runs; a later one waits for it at no cost.
 
 An entry counts for a minute after its slot plus :data:`GRACE_SECONDS`: its holder may make
 its call a little after its slot (its wake comes late, its process starts), and the server
@@ -78,28 +79,42 @@ def live(entries: Iterable[Entry], now: float, window: float = WINDOW_SECONDS) -
                   key=lambda e: e.at)
 
 
-def _over(counted: Sequence[Entry], tokens: int, limits: Limits) -> bool:
-    if limits.requests is not None and len(counted) + 1 > limits.requests:
-        return True
-    used = sum(e.tokens for e in counted)
-    # A call larger than the whole window's tokens fits only in an empty window (the server
-    # refuses it or not; the limiter does not hold it forever).
-    return limits.tokens is not None and used + tokens > limits.tokens and bool(counted)
-
-
 def earliest_slot(entries: Sequence[Entry], now: float, tokens: int, limits: Limits,
                   not_before: float = 0.0) -> float:
-    """The earliest time, at or after now, after the last slot reserved (first come, first
-    served) and after ``not_before`` (a pause a 429 asked for), at which one more call of
-    ``tokens`` input tokens keeps the window ending there within ``limits``. ``entries`` are
-    the live ones (:func:`live`)."""
+    """The earliest time, at or after now and ``not_before`` (a pause a 429 asked for), at
+    which one more call of ``tokens`` input tokens keeps within ``limits`` the window ending
+    there and the window ending at each later entry's slot: a call may take a place before
+    calls reserved later than it (a small call in the room a large one left), never one that
+    would put a later call's minute over the limits. ``entries`` are the live ones
+    (:func:`live`)."""
+    span = limits.window + GRACE_SECONDS
     ordered = sorted(entries, key=lambda e: e.at)
-    slot = max([now, not_before, *(e.at for e in ordered[-1:])])
-    while True:
-        counted = [e for e in ordered if e.at + limits.window + GRACE_SECONDS > slot]
-        if not _over(counted, tokens, limits):
+    start = max(now, not_before)
+    candidates = sorted({start, *(e.at + span for e in ordered if e.at + span > start)})
+    windows = [_window(ordered, e.at, span) for e in ordered]  # (calls, tokens) at each slot
+    for slot in candidates:
+        if _fits(_window(ordered, slot, span), tokens, limits) and all(
+                _fits(window, tokens, limits)
+                for e, window in zip(ordered, windows, strict=True)
+                if slot < e.at < slot + span):
             return slot
-        slot = counted[0].at + limits.window + GRACE_SECONDS  # the oldest one leaves
+    return candidates[-1]  # every entry has left: an empty window takes any call
+
+
+def _window(ordered: Sequence[Entry], end: float, span: float) -> tuple[int, int]:
+    """The calls and tokens of the window ending at ``end``: slots in (end - span, end]."""
+    inside = [e for e in ordered if end - span < e.at <= end]
+    return len(inside), sum(e.tokens for e in inside)
+
+
+def _fits(window: tuple[int, int], tokens: int, limits: Limits) -> bool:
+    """Whether one more call of ``tokens`` fits a window holding ``window``. A call larger
+    than the whole window's tokens fits only in an empty window (the server refuses it or
+    not; the limiter does not hold it forever)."""
+    calls, used = window
+    if limits.requests is not None and calls + 1 > limits.requests:
+        return False
+    return limits.tokens is None or used + tokens <= limits.tokens or calls == 0
 
 
 def in_line(entries: Sequence[Entry], new: Entry, now: float, limits: Limits,
@@ -107,7 +122,7 @@ def in_line(entries: Sequence[Entry], new: Entry, now: float, limits: Limits,
     """``entries`` (the live ones) with ``new`` given its place, fairly: the calls whose slot
     has not come are served by priority (the higher first), then round by round across keys
     (each key's first waiting call, then each key's second, ...), then in the order they came;
-    each takes the earliest slot after the one before it (:func:`earliest_slot`), never
+    each takes the earliest slot that delays none placed before it (:func:`earliest_slot`), never
     earlier than the slot it had (its holder's wake is armed for that). So a key that asks ten
     times as much as the others takes no more of the quota than they do while they ask, and a
     call that came later may take a slot before another key's: that one's holder, woken at its
