@@ -183,6 +183,13 @@ def test_a_429_lowers_an_adaptive_share_once_a_burst(scale: Scale, now: float, s
     assert (lowered.share, lowered.refused_share) == pytest.approx((share, refused_share))
 
 
+def test_a_429_to_a_call_made_after_the_pause_lowers_again() -> None:
+    once = Scale().lowered(1000.0)
+    # The pool is still busy: a probe made after the pause is refused, 2 s later.
+    assert once.lowered(1002.0, probe=True).share == pytest.approx(0.64)
+    assert once.lowered(1002.0).share == pytest.approx(0.8)  # a call of the same burst
+
+
 @pytest.mark.parametrize(("scale", "fits", "share"), [
     (Scale(), 0.35, 0.35),  # the server's delay shows a third: there at once, not 0.8
     (Scale(0.8, 1.0, 995.0, 995.0), 0.35, 0.35),  # even within a burst's ten seconds

@@ -253,16 +253,18 @@ class Scale:
             return self
         return replace(self, share=share, climbed_at=since + steps * CLIMB_EVERY_SECONDS)
 
-    def lowered(self, now: float, fits: float | None = None) -> Scale:
-        """After a 429 at ``now``: the share lowered, unless a 429 just lowered it. ``fits``
-        (:func:`fitting_share`): the share the server's retry delay shows it holds; the share
-        falls to it at once, and climbs carefully near it."""
+    def lowered(self, now: float, fits: float | None = None, probe: bool = False) -> Scale:
+        """After a 429 at ``now``: the share lowered, unless a 429 of the same burst just
+        lowered it (``probe``: the 429 answered a call made after the pause the last one set,
+        so the pool is still busy: it lowers again). ``fits`` (:func:`fitting_share`): the
+        share the server's retry delay shows it holds; the share falls to it at once, and
+        climbs carefully near it."""
         current = self.now(now)
         if fits is not None and fits < current.share:
             share = max(FLOOR_SHARE, fits)
             return replace(current, share=share, refused_share=share, lowered_at=now,
                            climbed_at=now)
-        if now - self.lowered_at < LOWER_EVERY_SECONDS:
+        if now - self.lowered_at < LOWER_EVERY_SECONDS and not probe:
             return current
         return replace(current, share=max(FLOOR_SHARE, current.share * LOWERED_TO),
                        refused_share=current.share, lowered_at=now, climbed_at=now)

@@ -163,7 +163,8 @@ async def refused(store: AgentStore, shard_id: str, call: Call, limits: Limits,
             return None, Place(held.at, position(shard.entries, call.holder, now), False)
         fits = (fitting_share(shard.entries, call.holder, now, until, limits)
                 if retry_after is not None and until > now + 1.0 else None)
-        scale = shard.scale.lowered(now, fits) if adaptive else shard.scale.now(now)
+        probe = 0.0 < shard.paused_until <= now  # a call made after the last pause
+        scale = shard.scale.lowered(now, fits, probe) if adaptive else shard.scale.now(now)
         stopped = replace(shard, paused_until=until, paused_for=length, scale=scale)
         taken, place = stopped.taking(call, limits, now)
         return taken.doc(), place
