@@ -313,8 +313,8 @@ async def _compacted_if_over(deps: Deps, ref: ClaimRef, state: _Turn, tools: lis
 
 @dataclass(frozen=True)
 class _Placed:
-    """The step's request, its input tokens as estimated, the spend budgets it fits and its
-    place under its model's quota (None: no quota applies)."""
+    """The step's request and the tools it declares, the spend budgets it fits and its place
+    under its model's quota (None: no quota applies)."""
 
     request: ModelRequest
     tools: list[JsonDict]
