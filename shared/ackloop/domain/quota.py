@@ -91,12 +91,13 @@ def earliest_slot(entries: Sequence[Entry], now: float, tokens: int, limits: Lim
     ordered = sorted(entries, key=lambda e: e.at)
     start = max(now, not_before)
     candidates = sorted({start, *(e.at + span for e in ordered if e.at + span > start)})
-    windows = [_window(ordered, e.at, span) for e in ordered]  # (calls, tokens) at each slot
+    # The windows ending at the places still to come (none when no call waits): a call
+    # placed before one of them counts in its window.
+    later = [(e.at, _window(ordered, e.at, span)) for e in ordered if e.at > start]
     for slot in candidates:
         if _fits(_window(ordered, slot, span), tokens, limits) and all(
-                _fits(window, tokens, limits)
-                for e, window in zip(ordered, windows, strict=True)
-                if slot < e.at < slot + span):
+                _fits(window, tokens, limits) for at, window in later
+                if slot < at < slot + span):
             return slot
     return candidates[-1]  # every entry has left: an empty window takes any call
 

@@ -330,7 +330,8 @@ async def _placed(deps: Deps, ref: ClaimRef, state: _Turn, tools: list[JsonDict]
     request = await _request(deps, ctx.run, ctx.agent, state.transcript, ctx.new_contents,
                              tools)
     holder = f"{ctx.run.run_id}/{ref.claim.key}"
-    tokens = _input_tokens(request, state, previous)
+    limited = deps.limits.model_quotas or deps.limits.spend_limits
+    tokens = _input_tokens(request, state, previous) if limited else 0  # none reads them
     budgets = await spend_limits.checked(deps, ctx.run, ctx.agent.name, request.model, tokens)
     held = await quota.take_place(deps, ctx.run, holder, request, scope.waited_since, tokens)
     return _Placed(request, tools, budgets, held)

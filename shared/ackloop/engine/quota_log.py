@@ -14,6 +14,7 @@ is written, not when it first asked, since the server counts the call when it co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ackloop.domain.clock import Clock
@@ -123,28 +124,29 @@ async def reserve(store: AgentStore, shard_id: str, call: Call, limits: Limits,
 async def correct(store: AgentStore, shard_id: str, holder: str, at: float, tokens: int,
                   clock: Clock) -> None:
     """Put the input tokens the answer counted on ``holder``'s entry at ``at``."""
-
-    def corrected(data: JsonDict | None) -> tuple[JsonDict | None, None]:
-        shard = Shard.of(data, clock.now())
-        entries = tuple(replace(e, tokens=tokens) if e.holder == holder and e.at == at
-                        else e for e in shard.entries)
-        return (replace(shard, entries=entries).doc() if entries != shard.entries
-                else None), None
-
-    await store.quotas.change(shard_id, corrected)
+    await _edit(store, shard_id, holder, at, clock, lambda e: replace(e, tokens=tokens))
 
 
 async def give_back(store: AgentStore, shard_id: str, holder: str, at: float,
                     clock: Clock) -> None:
     """Take ``holder``'s entry at ``at`` out of the log: its call was not made."""
+    await _edit(store, shard_id, holder, at, clock, lambda e: None)
 
-    def given(data: JsonDict | None) -> tuple[JsonDict | None, None]:
+
+async def _edit(store: AgentStore, shard_id: str, holder: str, at: float, clock: Clock,
+                edit: Callable[[Entry], Entry | None]) -> None:
+    """Replace ``holder``'s entry at ``at`` with what ``edit`` makes of it (None: remove it);
+    nothing is written when there is no such entry or nothing changes."""
+
+    def edited(data: JsonDict | None) -> tuple[JsonDict | None, None]:
         shard = Shard.of(data, clock.now())
-        entries = tuple(e for e in shard.entries if not (e.holder == holder and e.at == at))
+        entries = tuple(kept for e in shard.entries
+                        if (kept := edit(e) if e.holder == holder and e.at == at else e)
+                        is not None)
         return (replace(shard, entries=entries).doc() if entries != shard.entries
                 else None), None
 
-    await store.quotas.change(shard_id, given)
+    await store.quotas.change(shard_id, edited)
 
 
 async def refused(store: AgentStore, shard_id: str, call: Call, limits: Limits,
